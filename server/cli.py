@@ -1,0 +1,88 @@
+"""`braid serve | reindex | user add NAME` (DESIGN §7)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from .core.settings import Settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    settings = Settings.from_env()
+    if getattr(args, "data_dir", None):
+        settings.data_dir = Path(args.data_dir).expanduser()
+    if getattr(args, "host", None):
+        settings.host = args.host
+    if getattr(args, "port", None):
+        settings.port = args.port
+    return settings
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .web.app import create_app
+
+    settings = _settings(args)
+    if settings.token:
+        print(f"Braid is running. Open: http://{settings.host}:{settings.port}/login?token="
+              f"{settings.token}", flush=True)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
+                log_level="warning", ws_max_size=2_000_000)
+    return 0
+
+
+def reindex(args: argparse.Namespace) -> int:
+    from .core.braid import Braid, reindex as rebuild
+
+    async def run() -> tuple[int, int]:
+        braid = Braid(_settings(args))
+        await braid.index.open()
+        try:
+            return await rebuild(braid)
+        finally:
+            await braid.index.close()
+            braid.store.close()
+
+    sessions, runs = asyncio.run(run())
+    print(f"reindexed {sessions} sessions, {runs} runs")
+    return 0
+
+
+def user_add(args: argparse.Namespace) -> int:
+    from .core.users import Users
+
+    settings = _settings(args)
+    users = Users(settings.data_dir / "users.sqlite3")
+    if users.exists(args.name):
+        print(f"user {args.name} exists; its token is replaced", file=sys.stderr)
+    print(users.set_token(args.name))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="braid", description="Braid: git-backed agent chat")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve", help="start the web app")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--data-dir")
+    p.set_defaults(fn=serve)
+    p = sub.add_parser("reindex", help="rebuild index.sqlite3 from the session repositories")
+    p.add_argument("--data-dir")
+    p.set_defaults(fn=reindex)
+    p = sub.add_parser("user", help="manage users")
+    user_sub = p.add_subparsers(dest="user_command", required=True)
+    q = user_sub.add_parser("add", help="create a user (or replace its token) and print it")
+    q.add_argument("name")
+    q.add_argument("--data-dir")
+    q.set_defaults(fn=user_add)
+    args = parser.parse_args(argv)
+    return int(args.fn(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

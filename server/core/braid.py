@@ -1,0 +1,136 @@
+"""`Braid`: the core's context object — settings, stores, the event bus, live runs — and its
+lifecycle (recovery of interrupted runs at start, clean stop)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .errors import NotFound
+from .events import EventBus
+from .git_session import DISK, RUNS, GitSession, to_json_bytes
+from .ids import now_iso
+from .index import Index
+from .model_client import ModelClient
+from .settings import Settings
+from .store import SessionStore
+from .turns import RunRegistry
+from .users import DEFAULT_USER, Users
+
+log = logging.getLogger("braid")
+
+# (git, turn_id, abs_path) — called before a tool mutates a file (backups hook in here).
+BeforeWrite = Callable[[GitSession, str, str], None]
+# (git, turn_id, workdir-relative paths changed so far) — after a shell command ran.
+AfterShell = Callable[[GitSession, str, list[str]], None]
+
+
+class Braid:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.data_dir = Path(settings.data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.store = SessionStore(self.data_dir / "sessions")
+        self.index = Index(self.data_dir / "index.sqlite3")
+        self.users = Users(self.data_dir / "users.sqlite3")
+        self.bus = EventBus()
+        self.runs = RunRegistry()
+        self.model = ModelClient(settings)
+        self.before_write_hooks: list[BeforeWrite] = []
+        self.after_shell_hooks: list[AfterShell] = []
+        self.extensions: dict[str, Any] = {}
+
+    async def start(self) -> str | None:
+        """Open the index and recover runs a killed server left RUNNING. Returns the default
+        user's token when a new one was made (to print in the login URL)."""
+        fresh_index = not self.index.path.exists()
+        await self.index.open()
+        if fresh_index:
+            await reindex(self)
+        await recover_interrupted(self)
+        token = self.settings.token
+        made = self.users.set_token(DEFAULT_USER, token)
+        return made
+
+    async def stop(self) -> None:
+        for active in self.runs.all():
+            if active.task is not None and not active.task.done():
+                active.stop_reason = "shutdown"
+                active.task.cancel()
+        for active in self.runs.all():
+            try:
+                await asyncio.wait_for(active.done.wait(), timeout=10)
+            except TimeoutError:
+                log.warning("run %s did not stop in time", active.run_id)
+        await self.model.close()
+        await self.index.close()
+        self.store.close()
+
+
+def _interrupt_on_disk(git: GitSession, run_id: str) -> dict[str, Any] | None:
+    """Commit what a killed turn left on disk, with its run marked INTERRUPTED."""
+    records = list((git.path / RUNS).glob(f"*/{run_id}.json"))
+    if not records:
+        return None
+    import json
+
+    run = json.loads(records[0].read_text())
+    if run.get("status") != "RUNNING":
+        return run
+    run["status"] = "INTERRUPTED"
+    run["updated_at"] = now_iso()
+    rel = str(records[0].relative_to(git.path))
+    changes: dict[str, Any] = {rel: to_json_bytes(run)}
+    for path in git.repo.status(untracked_files="all"):
+        if path.startswith(("history/", "workdir/", "runs/")) and path != rel:
+            changes[path] = DISK
+    git.write_checkpoint(changes, summary="Run interrupted", kind="turn", run_id=run_id,
+                         message_index=run.get("message_count"))
+    return run
+
+
+async def recover_interrupted(braid: Braid) -> None:
+    for row in await braid.index.runs_with_status("RUNNING"):
+        if braid.runs.find(row["session_id"], row["run_id"]):
+            continue
+        try:
+            handle = braid.store.get(row["session_id"])
+        except NotFound:
+            continue
+        run = await handle.call(lambda git, r=row["run_id"]: _interrupt_on_disk(git, r))
+        row = dict(row, status="INTERRUPTED", updated_at=now_iso())
+        await braid.index.upsert_run(row["session_id"], run or row)
+
+
+def _read_session(git: GitSession) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """session.json and every run record on every branch (a sibling run lives on its own
+    branch; the record on the run's own branch wins)."""
+    meta = git.read_json(git.head_commit(), "session.json")
+    runs: dict[str, dict[str, Any]] = {}
+    for name, tip in git.branches().items():
+        commit = git.commit(tip)
+        for run in git.iter_runs(commit):
+            known = runs.get(run["run_id"])
+            if known is None or run.get("branch") == name:
+                runs[run["run_id"]] = dict(run)
+    return meta, list(runs.values())
+
+
+async def reindex(braid: Braid) -> tuple[int, int]:
+    """Rebuild index.sqlite3 from the repositories alone."""
+    await braid.index.clear()
+    n_sessions = n_runs = 0
+    for session_id in braid.store.all_ids():
+        handle = braid.store.get(session_id)
+        meta, runs = await handle.call(_read_session)
+        updated = max([r.get("updated_at") or r["created_at"] for r in runs] or
+                      [meta["created_at"]])
+        await braid.index.upsert_session(meta, updated)
+        for run in runs:
+            await braid.index.upsert_run(session_id, run)
+        n_sessions += 1
+        n_runs += len(runs)
+    return n_sessions, n_runs

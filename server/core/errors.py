@@ -1,0 +1,45 @@
+"""Domain errors. Each has a `code` that the transports map once to HTTP statuses and
+WebSocket error frames (see server/web/errors.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class BraidError(Exception):
+    code = "internal"
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details is not None:
+            out["details"] = self.details
+        return out
+
+
+class BadRequest(BraidError):
+    code = "bad_request"
+
+
+class NotFound(BraidError):
+    code = "not_found"
+
+
+class Forbidden(BraidError):
+    code = "forbidden"
+
+
+class Conflict(BraidError):
+    code = "conflict"
+
+
+class Busy(BraidError):
+    code = "busy"
+
+
+class Unauthorized(BraidError):
+    code = "unauthorized"

@@ -1,0 +1,37 @@
+"""`EventBus`: events of a session go to every subscriber of that session (two tabs stay in
+sync). Core code publishes plain dicts; transports render them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import Any
+
+EVENTS = frozenset({
+    "run_started", "message_delta", "tool_call", "tool_result", "checkpoint",
+    "run_completed", "run_error", "run_cancelled", "reverted", "sub_agent_started",
+    "sub_agent_done", "merged", "dag_changed", "session_changed",
+})
+
+
+class EventBus:
+    def __init__(self) -> None:
+        self._subscribers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = defaultdict(set)
+
+    def subscribe(self, session_id: str) -> asyncio.Queue[dict[str, Any]]:
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._subscribers[session_id].add(queue)
+        return queue
+
+    def unsubscribe(self, session_id: str, queue: asyncio.Queue[dict[str, Any]]) -> None:
+        subs = self._subscribers.get(session_id)
+        if subs is not None:
+            subs.discard(queue)
+            if not subs:
+                del self._subscribers[session_id]
+
+    def publish(self, session_id: str, event: str, data: dict[str, Any]) -> None:
+        assert event in EVENTS, event
+        frame = {"type": "event", "event": event, "data": {"session_id": session_id, **data}}
+        for queue in list(self._subscribers.get(session_id, ())):
+            queue.put_nowait(frame)

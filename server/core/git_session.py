@@ -1,0 +1,389 @@
+"""`GitSession`: one session repository, written by rebuilding only the trees on changed paths.
+
+Not thread-safe: pygit2 objects must stay on one thread, so each session's git work runs on
+that session's own worker thread (see `store.SessionHandle`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pygit2
+from pygit2.enums import FileMode, FileStatus
+
+from .errors import Conflict, NotFound
+
+SIGNATURE_NAME = "Braid"
+SIGNATURE_EMAIL = "braid@localhost"
+HISTORY = "history"
+RUNS = "runs"
+WORKDIR = "workdir"
+WORKTREES = "_worktrees"
+SHARD = 1000
+TRAILER_KIND = "Braid-Kind"
+TRAILER_RUN = "Braid-Run"
+TRAILER_INDEX = "Braid-Message-Index"
+
+# A change: bytes to write, None to delete, or DISK to take the file as it is on disk now.
+DISK = object()
+Change = bytes | None | object
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """The view of one checkpoint commit (DESIGN §2 ContextCommit)."""
+
+    id: str
+    parent_ids: list[str]
+    kind: str
+    run_id: str | None
+    message_index: int | None
+    summary: str
+    created_at: int
+
+    @property
+    def parent_id(self) -> str | None:
+        return self.parent_ids[0] if self.parent_ids else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "parent_ids": self.parent_ids,
+            "parent_id": self.parent_id,
+            "kind": self.kind,
+            "run_id": self.run_id,
+            "message_index": self.message_index,
+            "summary": self.summary,
+            "created_at": self.created_at,
+        }
+
+
+def commit_message(summary: str, kind: str, run_id: str | None, message_index: int | None) -> str:
+    lines = [summary.splitlines()[0][:200] if summary else kind, "", f"{TRAILER_KIND}: {kind}"]
+    if run_id:
+        lines.append(f"{TRAILER_RUN}: {run_id}")
+    if message_index is not None:
+        lines.append(f"{TRAILER_INDEX}: {message_index}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_trailers(message: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in message.splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key.startswith("Braid-"):
+            out[key] = value.strip()
+    return out
+
+
+def commit_info(commit: pygit2.Commit) -> CommitInfo:
+    trailers = parse_trailers(commit.message)
+    index = trailers.get(TRAILER_INDEX)
+    return CommitInfo(
+        id=str(commit.id),
+        parent_ids=[str(p) for p in commit.parent_ids],
+        kind=trailers.get(TRAILER_KIND, "unknown"),
+        run_id=trailers.get(TRAILER_RUN),
+        message_index=int(index) if index and index.isdigit() else None,
+        summary=commit.message.splitlines()[0] if commit.message else "",
+        created_at=commit.commit_time,
+    )
+
+
+def history_path(seq: int, role: str, message_id: str) -> str:
+    return f"{HISTORY}/{seq // SHARD:03d}/{seq:06d}-{role}-{message_id}.json"
+
+
+def run_path(ordinal: int, run_id: str) -> str:
+    return f"{RUNS}/{ordinal // SHARD:03d}/{run_id}.json"
+
+
+def to_json_bytes(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=1, ensure_ascii=False, sort_keys=True) + "\n").encode()
+
+
+class GitSession:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.repo = pygit2.Repository(str(self.path))
+        self.signature = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL)
+        # Blobs never change, so parsed messages can be cached by blob id.
+        self._json_cache: dict[pygit2.Oid, Any] = {}
+
+    # -- creation -------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, path: Path, meta: Mapping[str, Any]) -> GitSession:
+        path.mkdir(parents=True, exist_ok=False)
+        pygit2.init_repository(str(path), bare=False, initial_head="main")
+        (path / WORKDIR).mkdir()
+        exclude = path / ".git" / "info" / "exclude"
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        exclude.write_text(f"/{WORKTREES}/\n")
+        git = cls(path)
+        git.write_checkpoint(
+            {"session.json": to_json_bytes(dict(meta))},
+            summary=f"Create session {meta.get('title') or ''}".strip(),
+            kind="user-edit",
+        )
+        return git
+
+    # -- reading --------------------------------------------------------------------------
+
+    @property
+    def branch(self) -> str:
+        if self.repo.head_is_detached:
+            return "HEAD"
+        return self.repo.head.shorthand
+
+    def head_oid(self) -> pygit2.Oid:
+        return self.repo.head.target
+
+    def head_commit(self) -> pygit2.Commit:
+        return self.repo.head.peel(pygit2.Commit)
+
+    def commit(self, rev: str | pygit2.Oid) -> pygit2.Commit:
+        try:
+            obj = self.repo.revparse_single(str(rev)) if isinstance(rev, str) else self.repo[rev]
+            return obj.peel(pygit2.Commit)
+        except (KeyError, ValueError, pygit2.GitError, pygit2.InvalidSpecError) as e:
+            raise NotFound(f"no commit {rev}") from e
+
+    def branch_tip(self, name: str) -> pygit2.Oid:
+        ref = self.repo.references.get(f"refs/heads/{name}")
+        if ref is None:
+            raise NotFound(f"no branch {name}")
+        return ref.target
+
+    def branches(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for name in self.repo.branches.local:
+            out[name] = str(self.repo.branches.local[name].target)
+        return out
+
+    def read_json(self, commit: pygit2.Commit, path: str) -> Any:
+        try:
+            entry = commit.tree[path]
+        except KeyError as e:
+            raise NotFound(f"{path} is not in commit {commit.id}") from e
+        return self._blob_json(entry.id)
+
+    def _blob_json(self, oid: pygit2.Oid) -> Any:
+        cached = self._json_cache.get(oid)
+        if cached is None:
+            cached = json.loads(self.repo[oid].data)
+            self._json_cache[oid] = cached
+        return cached
+
+    def _subtree(self, tree: pygit2.Tree, name: str) -> pygit2.Tree | None:
+        try:
+            entry = tree[name]
+        except KeyError:
+            return None
+        return entry if isinstance(entry, pygit2.Tree) else None
+
+    def iter_history(self, commit: pygit2.Commit | None = None) -> Iterator[dict[str, Any]]:
+        """Every message of the branch at `commit`, oldest first. Each message dict is shared
+        with the cache: copy before changing it."""
+        commit = commit or self.head_commit()
+        history = self._subtree(commit.tree, HISTORY)
+        if history is None:
+            return
+        for shard in sorted(history, key=lambda e: e.name):
+            if not isinstance(shard, pygit2.Tree):
+                continue
+            for entry in sorted(shard, key=lambda e: e.name):
+                yield self._blob_json(entry.id)
+
+    def next_seq(self, commit: pygit2.Commit | None = None) -> int:
+        """The next message number, found from the last shard only (cost independent of
+        the length of the chat)."""
+        commit = commit or self.head_commit()
+        history = self._subtree(commit.tree, HISTORY)
+        if history is None or len(history) == 0:
+            return 0
+        last_shard = max((e for e in history if isinstance(e, pygit2.Tree)), key=lambda e: e.name)
+        names = [e.name for e in last_shard]
+        return int(max(names).split("-", 1)[0]) + 1 if names else 0
+
+    def iter_runs(self, commit: pygit2.Commit | None = None) -> Iterator[dict[str, Any]]:
+        commit = commit or self.head_commit()
+        runs = self._subtree(commit.tree, RUNS)
+        if runs is None:
+            return
+        for shard in sorted(runs, key=lambda e: e.name):
+            if isinstance(shard, pygit2.Tree):
+                for entry in shard:
+                    yield self._blob_json(entry.id)
+
+    def find_run_path(self, run_id: str, commit: pygit2.Commit | None = None) -> str | None:
+        commit = commit or self.head_commit()
+        runs = self._subtree(commit.tree, RUNS)
+        if runs is None:
+            return None
+        for shard in runs:
+            if isinstance(shard, pygit2.Tree) and f"{run_id}.json" in shard:
+                return f"{RUNS}/{shard.name}/{run_id}.json"
+        return None
+
+    def run_count(self, commit: pygit2.Commit | None = None) -> int:
+        commit = commit or self.head_commit()
+        runs = self._subtree(commit.tree, RUNS)
+        if runs is None:
+            return 0
+        return sum(len(s) for s in runs if isinstance(s, pygit2.Tree))
+
+    def workdir_files(self, commit: pygit2.Commit | None = None) -> dict[str, pygit2.Oid]:
+        """Workdir-relative path → blob id for every file of `workdir/` at `commit`."""
+        commit = commit or self.head_commit()
+        out: dict[str, pygit2.Oid] = {}
+        tree = self._subtree(commit.tree, WORKDIR)
+        if tree is not None:
+            self._walk(tree, "", out)
+        return out
+
+    def _walk(self, tree: pygit2.Tree, prefix: str, out: dict[str, pygit2.Oid]) -> None:
+        for entry in tree:
+            if isinstance(entry, pygit2.Tree):
+                self._walk(entry, f"{prefix}{entry.name}/", out)
+            else:
+                out[f"{prefix}{entry.name}"] = entry.id
+
+    def commit_info(self, rev: str | pygit2.Oid) -> CommitInfo:
+        return commit_info(self.commit(rev))
+
+    # -- writing --------------------------------------------------------------------------
+
+    def write_checkpoint(
+        self,
+        changes: Mapping[str, Change],
+        *,
+        summary: str,
+        kind: str,
+        run_id: str | None = None,
+        message_index: int | None = None,
+        extra_parents: Iterable[pygit2.Oid] = (),
+        tree: pygit2.Oid | None = None,
+    ) -> pygit2.Oid:
+        """Write `changes` (repo-relative paths) to disk and commit them on the current branch.
+
+        Only the trees on the changed paths are rebuilt, and only their index entries are
+        touched, so the cost follows the change. The branch moves by compare-and-swap on its
+        old tip: a concurrent writer makes this raise `Conflict` rather than lose a commit.
+        `tree`, when given, is used as the commit's tree instead (the files must already
+        match it on disk)."""
+        ref = self.repo.head.name if not self.repo.head_is_unborn else "refs/heads/main"
+        parent = None if self.repo.head_is_unborn else self.repo.head.target
+        base_tree = self.repo[parent].peel(pygit2.Commit).tree if parent else None
+        entries: dict[str, tuple[pygit2.Oid, int] | None] = {}
+        for rel, content in changes.items():
+            entries[rel] = self._stage_one(rel, content)
+        if tree is None:
+            tree = self._rebuild(base_tree, _nest(entries))
+        self._update_index(entries)
+        parents = ([parent] if parent else []) + list(extra_parents)
+        message = commit_message(summary, kind, run_id, message_index)
+        try:
+            return self.repo.create_commit(
+                ref, self.signature, self.signature, message, tree, parents
+            )
+        except pygit2.GitError as e:
+            raise Conflict(f"branch moved while writing a checkpoint: {e}") from e
+
+    def _stage_one(self, rel: str, content: Change) -> tuple[pygit2.Oid, int] | None:
+        abs_path = self.path / rel
+        if content is DISK:
+            try:
+                st = os.lstat(abs_path)
+            except FileNotFoundError:
+                return None
+            if stat.S_ISLNK(st.st_mode):
+                target = os.readlink(abs_path).encode()
+                return self.repo.create_blob(target), FileMode.LINK
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            mode = FileMode.BLOB_EXECUTABLE if st.st_mode & 0o100 else FileMode.BLOB
+            return self.repo.create_blob_fromdisk(str(abs_path)), mode
+        if content is None:
+            if abs_path.is_file() or abs_path.is_symlink():
+                abs_path.unlink()
+            return None
+        assert isinstance(content, bytes)
+        abs_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = abs_path.with_name(f".{abs_path.name}.tmp")
+        tmp.write_bytes(content)
+        os.replace(tmp, abs_path)
+        return self.repo.create_blob(content), FileMode.BLOB
+
+    def _rebuild(self, tree: pygit2.Tree | None, nested: dict[str, Any]) -> pygit2.Oid:
+        builder = self.repo.TreeBuilder(tree) if tree is not None else self.repo.TreeBuilder()
+        for name, change in nested.items():
+            if isinstance(change, dict):
+                sub = self._subtree(tree, name) if tree is not None else None
+                oid = self._rebuild(sub, change)
+                if len(self.repo[oid]) == 0:
+                    if builder.get(name) is not None:
+                        builder.remove(name)
+                else:
+                    builder.insert(name, oid, FileMode.TREE)
+            elif change is None:
+                if builder.get(name) is not None:
+                    builder.remove(name)
+            else:
+                builder.insert(name, change[0], change[1])
+        return builder.write()
+
+    def _update_index(self, entries: Mapping[str, tuple[pygit2.Oid, int] | None]) -> None:
+        # Keep the index in step so `git status` in the session folder tells the truth.
+        index = self.repo.index
+        index.read(False)
+        for rel, entry in entries.items():
+            if entry is None:
+                if rel in index:
+                    index.remove(rel)
+            elif (self.path / rel).exists() or (self.path / rel).is_symlink():
+                index.add(rel)
+        index.write()
+
+    # -- the working tree -----------------------------------------------------------------
+
+    def dirty_workdir_paths(self) -> list[str]:
+        """Repo-relative paths under workdir/ that differ from HEAD (user edits, shell
+        commands). Uses the index's stat cache, so unchanged files are not read."""
+        out = []
+        for path, flags in self.repo.status(untracked_files="all").items():
+            if not path.startswith(f"{WORKDIR}/") or flags == FileStatus.IGNORED:
+                continue
+            out.append(path)
+        return sorted(out)
+
+    def checkout_branch(self, name: str) -> None:
+        ref = self.repo.references.get(f"refs/heads/{name}")
+        if ref is None:
+            raise NotFound(f"no branch {name}")
+        self.repo.checkout(ref, strategy=pygit2.enums.CheckoutStrategy.FORCE)
+
+    def create_branch(self, name: str, target: pygit2.Oid) -> None:
+        if self.repo.references.get(f"refs/heads/{name}") is not None:
+            raise Conflict(f"branch {name} exists")
+        self.repo.branches.local.create(name, self.repo[target].peel(pygit2.Commit))
+
+
+def _nest(entries: Mapping[str, tuple[pygit2.Oid, int] | None]) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    for rel, entry in entries.items():
+        parts = rel.split("/")
+        node = root
+        for part in parts[:-1]:
+            nxt = node.get(part)
+            if not isinstance(nxt, dict):
+                nxt = node[part] = {}
+            node = nxt
+        node[parts[-1]] = entry
+    return root

@@ -1,0 +1,120 @@
+"""The SQLite index: a cache derived from the session repositories (DESIGN §1.1).
+
+One connection, so one writer (aiosqlite runs it on its own thread). Deleting the file and
+running `braid reindex` rebuilds it from git alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    title TEXT NOT NULL DEFAULT '',
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    forked_from_session_id TEXT,
+    root_session_id TEXT
+);
+CREATE INDEX IF NOT EXISTS sessions_by_user ON sessions(user_id, updated_at);
+CREATE TABLE IF NOT EXISTS runs (
+    session_id TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    branch TEXT,
+    forked_from_run_id TEXT,
+    forked_from_message_index INTEGER,
+    regenerated_from TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT,
+    PRIMARY KEY (session_id, run_id)
+);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
+"""
+
+SESSION_COLUMNS = (
+    "session_id", "user_id", "title", "created_at", "updated_at",
+    "forked_from_session_id", "root_session_id",
+)
+RUN_COLUMNS = (
+    "session_id", "run_id", "status", "branch", "forked_from_run_id",
+    "forked_from_message_index", "regenerated_from", "created_at", "updated_at",
+)
+
+
+class Index:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db: aiosqlite.Connection | None = None
+
+    async def open(self) -> None:
+        self._db = await aiosqlite.connect(self.path)
+        self._db.row_factory = aiosqlite.Row
+        await self._db.execute("PRAGMA journal_mode=WAL")
+        await self._db.executescript(SCHEMA)
+        await self._db.commit()
+
+    async def close(self) -> None:
+        if self._db is not None:
+            await self._db.close()
+            self._db = None
+
+    @property
+    def db(self) -> aiosqlite.Connection:
+        assert self._db is not None, "index not open"
+        return self._db
+
+    async def upsert_session(self, meta: dict[str, Any], updated_at: str | None = None) -> None:
+        row = {c: meta.get(c) for c in SESSION_COLUMNS}
+        row["title"] = row["title"] or ""
+        row["updated_at"] = updated_at or meta.get("updated_at") or meta["created_at"]
+        await self._upsert("sessions", SESSION_COLUMNS, row)
+
+    async def upsert_run(self, session_id: str, run: dict[str, Any]) -> None:
+        row = {c: run.get(c) for c in RUN_COLUMNS}
+        row["session_id"] = session_id
+        await self._upsert("runs", RUN_COLUMNS, row)
+        await self.db.execute(
+            "UPDATE sessions SET updated_at = max(updated_at, ?) WHERE session_id = ?",
+            (run.get("updated_at") or run.get("created_at"), session_id),
+        )
+        await self.db.commit()
+
+    async def _upsert(self, table: str, columns: tuple[str, ...], row: dict[str, Any]) -> None:
+        cols = ", ".join(columns)
+        marks = ", ".join("?" for _ in columns)
+        await self.db.execute(
+            f"INSERT OR REPLACE INTO {table} ({cols}) VALUES ({marks})",
+            tuple(row[c] for c in columns),
+        )
+        await self.db.commit()
+
+    async def list_sessions(self, user_id: str, query: str = "") -> list[dict[str, Any]]:
+        sql = "SELECT * FROM sessions WHERE user_id = ?"
+        args: list[Any] = [user_id]
+        if query:
+            sql += " AND title LIKE ? ESCAPE '\\'"
+            escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            args.append(f"%{escaped}%")
+        sql += " ORDER BY created_at DESC"
+        async with self.db.execute(sql, args) as cur:
+            return [dict(r) for r in await cur.fetchall()]
+
+    async def list_runs(self, session_id: str) -> list[dict[str, Any]]:
+        async with self.db.execute(
+            "SELECT * FROM runs WHERE session_id = ? ORDER BY created_at", (session_id,)
+        ) as cur:
+            return [dict(r) for r in await cur.fetchall()]
+
+    async def runs_with_status(self, status: str) -> list[dict[str, Any]]:
+        async with self.db.execute("SELECT * FROM runs WHERE status = ?", (status,)) as cur:
+            return [dict(r) for r in await cur.fetchall()]
+
+    async def clear(self) -> None:
+        await self.db.execute("DELETE FROM runs")
+        await self.db.execute("DELETE FROM sessions")
+        await self.db.commit()

@@ -1,0 +1,209 @@
+"""Session-level core functions: create, list, describe, read runs and the transcript, check
+out a branch, and the commit graph. Each is one call for the transports."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+
+from .errors import BadRequest, Busy, NotFound
+from .git_session import GitSession, commit_info
+from .ids import is_message_id
+from .turns import FINAL, snapshot_user_edits, start_turn
+
+if TYPE_CHECKING:
+    from .braid import Braid
+    from .store import SessionHandle
+
+DAG_LIMIT = 5000
+
+
+async def create_session(braid: Braid, user_id: str, title: object = "") -> dict[str, Any]:
+    if title is None:
+        title = ""
+    if not isinstance(title, str):
+        raise BadRequest("title must be a string")
+    handle = await braid.store.create(user_id, title)
+    await braid.index.upsert_session(handle.meta)
+    return {"session_id": handle.session_id, "title": handle.meta["title"]}
+
+
+async def list_sessions(braid: Braid, user_id: str, query: object = "") -> list[dict[str, Any]]:
+    if not isinstance(query, str):
+        raise BadRequest("q must be a string")
+    return await braid.index.list_sessions(user_id, query.strip()[:100])
+
+
+def _describe(git: GitSession, handle: SessionHandle) -> dict[str, Any]:
+    branches = git.branches()
+    return {
+        "session_id": handle.session_id,
+        "title": handle.meta.get("title", ""),
+        "user_id": handle.user_id,
+        "forked_from_session_id": handle.meta.get("forked_from_session_id"),
+        "root_session_id": handle.meta.get("root_session_id"),
+        "created_at": handle.meta.get("created_at"),
+        "head": str(git.head_oid()),
+        "branch": git.branch,
+        "branches": [{"name": n, "head": h} for n, h in sorted(branches.items())],
+    }
+
+
+async def session_info(braid: Braid, user_id: str, session_id: object) -> dict[str, Any]:
+    handle = braid.store.get_owned(user_id, session_id)
+    info = await handle.call(lambda git: _describe(git, handle))
+    runs = await braid.index.list_runs(handle.session_id)
+    info["runs"] = [_run_row(r) for r in runs]
+    live = {a.branch: a.run_id for a in braid.runs.for_session(handle.session_id)}
+    info["running"] = live
+    return info
+
+
+def _run_row(run: dict[str, Any]) -> dict[str, Any]:
+    keys = ("run_id", "status", "branch", "forked_from_run_id", "forked_from_message_index",
+            "regenerated_from", "created_at")
+    return {k: run.get(k) for k in keys}
+
+
+def read_run(git: GitSession, run_id: str) -> dict[str, Any]:
+    """A run's record and messages as the branch it lives on holds them."""
+    commit = git.head_commit()
+    path = git.find_run_path(run_id, commit)
+    if path is None:
+        for tip in git.branches().values():
+            candidate = git.commit(tip)
+            path = git.find_run_path(run_id, candidate)
+            if path is not None:
+                record = git.read_json(candidate, path)
+                if record.get("branch") in git.branches():
+                    commit = git.commit(git.branch_tip(record["branch"]))
+                    path = git.find_run_path(run_id, commit) or path
+                else:
+                    commit = candidate
+                break
+    if path is None:
+        raise NotFound(f"no run {run_id}")
+    run = dict(git.read_json(commit, path))
+    run["messages"] = [dict(m) for m in git.iter_history(commit) if m.get("run_id") == run_id]
+    return run
+
+
+async def get_run(braid: Braid, user_id: str, session_id: object, run_id: object) -> dict:
+    handle = braid.store.get_owned(user_id, session_id)
+    if not is_message_id(run_id):
+        raise NotFound(f"no run {run_id!r}")
+    assert isinstance(run_id, str)
+    return await handle.call(lambda git: read_run(git, run_id))
+
+
+def build_turns(messages: list[dict[str, Any]], runs: dict[str, dict[str, Any]]) -> list[dict]:
+    """Group a branch's messages into what the page shows: turns (a user message and the
+    answer's messages) and notes (system messages such as revert notices)."""
+    items: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    for msg in messages:
+        if msg["role"] == "system":
+            items.append({"type": "note", "message": msg})
+            current = None
+            continue
+        run_id = msg.get("run_id")
+        if current is None or current["run_id"] != run_id or msg["role"] == "user":
+            current = {"type": "turn", "run_id": run_id, "user": None, "parts": [],
+                       "run": runs.get(run_id or "", {})}
+            items.append(current)
+        if msg["role"] == "user" and current["user"] is None:
+            current["user"] = msg
+        else:
+            current["parts"].append(msg)
+    return items
+
+
+def transcript_at(git: GitSession, commit: pygit2.Commit | None = None) -> dict[str, Any]:
+    commit = commit or git.head_commit()
+    runs = {r["run_id"]: r for r in git.iter_runs(commit)}
+    messages = list(git.iter_history(commit))
+    return {"commit_id": str(commit.id), "turns": build_turns(messages, runs)}
+
+
+async def transcript(braid: Braid, user_id: str, session_id: object) -> dict[str, Any]:
+    handle = braid.store.get_owned(user_id, session_id)
+    return await handle.call(lambda git: transcript_at(git))
+
+
+async def run_to_end(braid: Braid, user_id: str, session_id: object, text: object) -> dict:
+    """Start a turn and wait for it: the HTTP API's `POST /api/sessions/{id}/runs`."""
+    from .turns import send_message
+
+    run_id = await send_message(braid, user_id, session_id, text)
+    handle = braid.store.get_owned(user_id, session_id)
+    active = braid.runs.find(handle.session_id, run_id)
+    if active is not None:
+        await active.done.wait()
+    return await get_run(braid, user_id, session_id, run_id)
+
+
+async def checkout(braid: Braid, user_id: str, session_id: object, ref: object) -> dict:
+    """Show another branch: its files in workdir/ and its transcript. The user's unsaved
+    edits are committed on the branch they were made on first, so nothing is lost."""
+    handle = braid.store.get_owned(user_id, session_id)
+    if not isinstance(ref, str) or not ref or ref.startswith("-") or ".." in ref:
+        raise BadRequest("ref must be a branch name")
+    if braid.runs.for_session(handle.session_id):
+        raise Busy("a run is going on in this session")
+
+    def work(git: GitSession) -> dict[str, Any]:
+        git.branch_tip(ref)
+        snapshot_user_edits(git)
+        git.checkout_branch(ref)
+        return {"branch": git.branch, "head": str(git.head_oid())}
+
+    result = await handle.call(work)
+    braid.bus.publish(handle.session_id, "session_changed", result)
+    return result
+
+
+def _dag(git: GitSession, limit: int) -> dict[str, Any]:
+    branches = git.branches()
+    tips_by_oid: dict[str, list[str]] = {}
+    for name, oid in branches.items():
+        tips_by_oid.setdefault(oid, []).append(name)
+    walker = git.repo.walk(None, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.TIME)
+    for oid in branches.values():
+        walker.push(pygit2.Oid(hex=oid))
+    # Which branch a commit belongs to: the first branch (main first) whose first-parent
+    # chain reaches it.
+    owner: dict[str, str] = {}
+    order = sorted(branches, key=lambda n: (n != "main", n))
+    for name in order:
+        commit = git.commit(branches[name])
+        while str(commit.id) not in owner:
+            owner[str(commit.id)] = name
+            if not commit.parents:
+                break
+            commit = commit.parents[0]
+    nodes = []
+    for commit in walker:
+        if len(nodes) >= limit:
+            break
+        info = commit_info(commit)
+        node = info.as_dict()
+        node["branch"] = owner.get(info.id, "")
+        node["label"] = info.summary
+        node["tips"] = tips_by_oid.get(info.id, [])
+        nodes.append(node)
+    return {"nodes": nodes, "branches": [{"name": n, "head": h} for n, h in
+                                         sorted(branches.items())],
+            "head": str(git.head_oid()), "current_branch": git.branch}
+
+
+async def get_dag(braid: Braid, user_id: str, session_id: object) -> dict[str, Any]:
+    handle = braid.store.get_owned(user_id, session_id)
+    return await handle.call(lambda git: _dag(git, DAG_LIMIT))
+
+
+__all__ = [
+    "FINAL", "build_turns", "checkout", "create_session", "get_dag", "get_run",
+    "list_sessions", "read_run", "run_to_end", "session_info", "start_turn", "transcript",
+    "transcript_at",
+]

@@ -1,0 +1,42 @@
+"""Settings from the environment (DESIGN §7); the CLI overrides some of them."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CHECKPOINT_MODES = ("tool-batch", "turn", "tools")
+
+
+@dataclass
+class Settings:
+    data_dir: Path = field(default_factory=lambda: Path.home() / ".braid")
+    host: str = "127.0.0.1"
+    port: int = 8000
+    token: str | None = None
+    model: str = "demo"
+    openai_base_url: str | None = None
+    openai_api_key: str | None = None
+    checkpoint: str = "tool-batch"
+    shell: bool = False
+    shell_timeout: float = 30.0
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        s = cls()
+        if env.get("BRAID_DATA_DIR"):
+            s.data_dir = Path(env["BRAID_DATA_DIR"]).expanduser()
+        s.host = env.get("BRAID_HOST", s.host)
+        s.port = int(env.get("BRAID_PORT", s.port))
+        s.token = env.get("BRAID_TOKEN") or None
+        s.model = env.get("BRAID_MODEL", s.model) or "demo"
+        s.openai_base_url = env.get("OPENAI_BASE_URL") or None
+        s.openai_api_key = env.get("OPENAI_API_KEY") or None
+        mode = env.get("BRAID_CHECKPOINT", s.checkpoint)
+        if mode not in CHECKPOINT_MODES:
+            raise ValueError(f"BRAID_CHECKPOINT must be one of {', '.join(CHECKPOINT_MODES)}")
+        s.checkpoint = mode
+        s.shell = env.get("BRAID_SHELL", "off").lower() in ("on", "1", "true", "yes")
+        return s

@@ -1,0 +1,122 @@
+"""`SessionStore`: creates, opens and lists session repositories, one worker thread each.
+
+All git work of a session runs on that session's single worker thread, which is both the
+per-session write lock and the rule that pygit2 objects never cross threads."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .errors import BadRequest, NotFound
+from .git_session import GitSession
+from .ids import is_session_id, new_session_id, now_iso
+
+T = TypeVar("T")
+
+
+class SessionHandle:
+    """A live session: its metadata and the thread its git work runs on."""
+
+    def __init__(self, session_id: str, path: Path) -> None:
+        self.session_id = session_id
+        self.path = path
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"git-{session_id[:8]}")
+        self._git: GitSession | None = None
+        self.meta: dict[str, Any] = json.loads((path / "session.json").read_text())
+
+    @property
+    def user_id(self) -> str:
+        return str(self.meta.get("user_id", ""))
+
+    def _git_here(self) -> GitSession:
+        if self._git is None:
+            self._git = GitSession(self.path)
+        return self._git
+
+    async def call(self, fn: Callable[[GitSession], T]) -> T:
+        """Run `fn(git)` on this session's worker thread, after any work queued before it."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: fn(self._git_here()))
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+class SessionStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._handles: dict[str, SessionHandle] = {}
+        self._create_lock = asyncio.Lock()
+
+    def path(self, session_id: str) -> Path:
+        return self.root / session_id
+
+    def all_ids(self) -> list[str]:
+        return sorted(
+            p.name for p in self.root.iterdir()
+            if is_session_id(p.name) and (p / "session.json").exists()
+        )
+
+    def get(self, session_id: object) -> SessionHandle:
+        if not is_session_id(session_id):
+            raise NotFound(f"no session {session_id!r}")
+        assert isinstance(session_id, str)
+        handle = self._handles.get(session_id)
+        if handle is None:
+            path = self.path(session_id)
+            if not (path / "session.json").exists():
+                raise NotFound(f"no session {session_id}")
+            handle = self._handles[session_id] = SessionHandle(session_id, path)
+        return handle
+
+    def get_owned(self, user_id: str, session_id: object) -> SessionHandle:
+        """The session if `user_id` owns it. Another user's session is `NotFound`, so its
+        existence is not revealed."""
+        handle = self.get(session_id)
+        if handle.user_id != user_id:
+            raise NotFound(f"no session {session_id}")
+        return handle
+
+    async def create(
+        self,
+        user_id: str,
+        title: str = "",
+        *,
+        forked_from_session_id: str | None = None,
+        root_session_id: str | None = None,
+    ) -> SessionHandle:
+        if not isinstance(title, str):
+            raise BadRequest("title must be a string")
+        session_id = new_session_id()
+        meta = {
+            "session_id": session_id,
+            "title": title.strip()[:120],
+            "user_id": user_id,
+            "created_at": now_iso(),
+            "forked_from_session_id": forked_from_session_id,
+            "root_session_id": root_session_id or session_id,
+        }
+        path = self.path(session_id)
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, GitSession.create, path, meta)
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        return self.get(session_id)
+
+    def register(self, session_id: str) -> SessionHandle:
+        """Open a session folder that another core function created (a fork)."""
+        return self.get(session_id)
+
+    def close(self) -> None:
+        for handle in self._handles.values():
+            handle.close()
+        self._handles.clear()

@@ -1,0 +1,519 @@
+"""The agent's file tools, confined to one session's `workdir/`.
+
+`Workspace.execute` is the single entry point: it never raises for a bad call from the model
+(unknown tool, bad arguments, a path leading outside, a missing file); those come back as an
+error `ToolResult` the model can read and correct. The one exception is `before_write`: it is
+how per-turn backups hook in, and a failed backup must stop the turn, not just the tool call.
+
+Paths are resolved through their real location (symlinks inside the workdir are followed), so
+`changed` names the file whose content actually changed, which is what a checkpoint must
+rehash; without symlinks it is simply the normalized path the model gave.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from server.core.patch import PatchError, apply_hunks, parse_patch
+
+LIST_LIMIT = 2000
+SHELL_OUTPUT_LIMIT = 20_000
+FILE_MODE = 0o666  # new files get the usual mode, filtered by the umask as open(2) does
+
+
+class PathEscape(Exception):
+    """A path leads outside the workspace root, or into a place the tools must not touch."""
+
+
+@dataclass
+class ToolResult:
+    content: str
+    is_error: bool = False
+    changed: list[str] = field(default_factory=list)
+
+
+def _error(message: str) -> ToolResult:
+    return ToolResult(content=f"error: {message}", is_error=True, changed=[])
+
+
+class _HookFailed(Exception):
+    """Carries an exception from `before_write` past the tool-level error handling."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
+@dataclass
+class _Spec:
+    description: str
+    params: dict[str, str]  # name -> description; all strings
+    required: tuple[str, ...]
+
+
+_TOOLS: dict[str, _Spec] = {
+    "read_file": _Spec(
+        "Read a text file from the workspace.",
+        {"path": "File path relative to the workspace root."},
+        ("path",),
+    ),
+    "list_files": _Spec(
+        "List files under a folder of the workspace, recursively, one path per line.",
+        {"path": "Folder relative to the workspace root (default: the root)."},
+        (),
+    ),
+    "write_file": _Spec(
+        "Create or overwrite a file with exactly the given content; creates parent folders.",
+        {"path": "File path relative to the workspace root.", "content": "The full content."},
+        ("path", "content"),
+    ),
+    "edit_file": _Spec(
+        "Replace the single exact occurrence of old_text with new_text in a file. "
+        "With an empty old_text, append new_text to the end of the file (creating it).",
+        {
+            "path": "File path relative to the workspace root.",
+            "old_text": "Exact text to replace; must occur exactly once. Empty to append.",
+            "new_text": "Replacement text.",
+        },
+        ("path", "old_text", "new_text"),
+    ),
+    "apply_patch": _Spec(
+        "Apply a unified diff (--- a/path, +++ b/path, @@ hunks; /dev/null to create or "
+        "delete) to one or more files. All hunks apply or nothing is written.",
+        {"patch": "The unified diff text."},
+        ("patch",),
+    ),
+    "delete_file": _Spec(
+        "Delete a file from the workspace.",
+        {"path": "File path relative to the workspace root."},
+        ("path",),
+    ),
+    "shell": _Spec(
+        "Run a bash command in the workspace root and return its exit code and output.",
+        {"command": "The bash command line."},
+        ("command",),
+    ),
+}
+
+
+class Workspace:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        before_write: Callable[[str], None] | None = None,
+        shell_enabled: bool = False,
+        shell_timeout: float = 30.0,
+    ) -> None:
+        self.root = Path(root)
+        self.before_write = before_write
+        self.shell_enabled = shell_enabled
+        self.shell_timeout = shell_timeout
+
+    # ----------------------------------------------------------------- confinement
+
+    def resolve(self, path: str) -> tuple[Path, str]:
+        """Return (absolute real path, workdir-relative POSIX path), or raise PathEscape."""
+        return self._resolve(path, follow_final=True)
+
+    def _resolve(
+        self, path: str, *, follow_final: bool, allow_root: bool = True
+    ) -> tuple[Path, str]:
+        if not isinstance(path, str):
+            raise PathEscape("path must be a string")
+        if "\x00" in path:
+            raise PathEscape("path contains a NUL byte")
+        if path.startswith("/") or os.path.isabs(path):
+            raise PathEscape(f"absolute paths are not allowed: {path!r}")
+        parts: list[str] = []
+        for part in path.split("/"):
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not parts:
+                    raise PathEscape(f"path leads outside the workspace: {path!r}")
+                # Lexical: `link/..` means the folder holding `link`, never the link
+                # target's parent, and the real path below is built from these parts only.
+                parts.pop()
+            else:
+                parts.append(part)
+        _reject_git(parts, path)
+        root_real = os.path.realpath(self.root)
+        # Every existing prefix must stay inside: a symlinked folder pointing outside is an
+        # escape even when a later link would lead back in.
+        current = root_real
+        for part in parts:
+            current = os.path.join(current, part)
+            if not os.path.lexists(current):
+                break
+            _check_inside(os.path.realpath(current), root_real, path)
+        lexical = os.path.join(root_real, *parts)
+        real = os.path.realpath(lexical)
+        _check_inside(real, root_real, path)
+        if not follow_final and parts:
+            # Acting on the entry itself (deleting a symlink removes the link, not its target).
+            parent = os.path.realpath(os.path.dirname(lexical))
+            _check_inside(parent, root_real, path)
+            real = os.path.join(parent, parts[-1])
+        rel = os.path.relpath(real, root_real).replace(os.sep, "/")
+        if rel == "." and not allow_root:
+            raise PathEscape("the workspace root itself cannot be written or deleted")
+        _reject_git(rel.split("/"), path)
+        return Path(real), rel
+
+    # --------------------------------------------------------------------- dispatch
+
+    def execute(self, name: str, args: dict[str, Any] | str) -> ToolResult:
+        """Run one tool call; every failure except one from `before_write` is a result."""
+        if name not in _TOOLS:
+            return _error(f"unknown tool {name!r}; available: {', '.join(_TOOLS)}")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except json.JSONDecodeError as exc:
+                return _error(f"arguments for {name} are not valid JSON: {exc}")
+        if not isinstance(args, dict):
+            return _error(f"arguments for {name} must be a JSON object")
+        spec = _TOOLS[name]
+        for key in spec.required:
+            if key not in args:
+                return _error(f"{name} needs the argument {key!r}")
+        for key in spec.params:
+            if key in args and not isinstance(args[key], str):
+                return _error(f"argument {key!r} of {name} must be a string")
+        try:
+            return getattr(self, f"_tool_{name}")(**{k: args[k] for k in spec.params if k in args})
+        except _HookFailed as exc:
+            # Re-raised as is (keeping its own cause) so the caller sees the backup failure.
+            raise exc.original from exc.original.__cause__
+        except PathEscape as exc:
+            return _error(str(exc))
+        except IsADirectoryError as exc:
+            return _error(f"{_name(exc)} is a directory")
+        except NotADirectoryError as exc:
+            return _error(f"a parent of {_name(exc)} is a file, not a folder")
+        except FileNotFoundError as exc:
+            return _error(f"{_name(exc)} does not exist")
+        except OSError as exc:
+            return _error(f"{name} failed: {exc.strerror or exc}")
+        except Exception as exc:  # noqa: BLE001 - the model must get a result, not a crash
+            return _error(f"{name} failed: {type(exc).__name__}: {exc}")
+
+    @staticmethod
+    def schemas(shell_enabled: bool) -> list[dict[str, Any]]:
+        """The OpenAI Chat Completions `tools` list for these tools."""
+        out: list[dict[str, Any]] = []
+        for name, spec in _TOOLS.items():
+            if name == "shell" and not shell_enabled:
+                continue
+            out.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "description": spec.description,
+                        "parameters": {
+                            "type": "object",
+                            "properties": {
+                                k: {"type": "string", "description": d}
+                                for k, d in spec.params.items()
+                            },
+                            "required": list(spec.required),
+                            "additionalProperties": False,
+                        },
+                    },
+                }
+            )
+        return out
+
+    def _notify(self, rel: str) -> None:
+        if self.before_write is None:
+            return
+        try:
+            self.before_write(rel)
+        except Exception as exc:
+            raise _HookFailed(exc) from exc
+
+    # ------------------------------------------------------------------------ tools
+
+    def _tool_read_file(self, path: str) -> ToolResult:
+        abs_path, rel = self._resolve(path, follow_final=True)
+        if abs_path.is_dir():
+            return _error(f"{rel} is a directory; use list_files")
+        if not abs_path.exists():
+            return _error(f"{rel} does not exist")
+        return ToolResult(abs_path.read_bytes().decode("utf-8", errors="replace"))
+
+    def _tool_list_files(self, path: str = ".") -> ToolResult:
+        abs_path, rel = self._resolve(path or ".", follow_final=True)
+        if not abs_path.exists():
+            return _error(f"{rel} does not exist")
+        root_real = os.path.realpath(self.root)
+        if not abs_path.is_dir():
+            return ToolResult(rel)
+        found: list[str] = []
+        for dirpath, dirnames, filenames in os.walk(abs_path):
+            dirnames[:] = [d for d in dirnames if d.casefold() != ".git"]
+            for fname in filenames:
+                if fname.casefold() == ".git":
+                    continue
+                full = os.path.join(dirpath, fname)
+                found.append(os.path.relpath(full, root_real).replace(os.sep, "/"))
+        if not found:
+            return ToolResult(f"(no files under {rel})")
+        found.sort()
+        lines = found[:LIST_LIMIT]
+        if len(found) > LIST_LIMIT:
+            lines.append(f"... ({len(found) - LIST_LIMIT} more files not shown)")
+        return ToolResult("\n".join(lines))
+
+    def _tool_write_file(self, path: str, content: str) -> ToolResult:
+        abs_path, rel = self._resolve(path, follow_final=True, allow_root=False)
+        data = content.encode("utf-8")  # before the hook: bad content changes nothing
+        if abs_path.is_dir():
+            return _error(f"{rel} is a directory")
+        if blocked := self._blocking_parent(abs_path):
+            return _error(f"cannot create {rel}: {blocked} is a file, not a folder")
+        existed = abs_path.exists()
+        self._notify(rel)
+        self._write_bytes(abs_path, data)
+        verb = "overwrote" if existed else "created"
+        return ToolResult(f"{verb} {rel} ({len(data)} bytes)", changed=[rel])
+
+    def _tool_edit_file(self, path: str, old_text: str, new_text: str) -> ToolResult:
+        abs_path, rel = self._resolve(path, follow_final=True, allow_root=False)
+        if abs_path.is_dir():
+            return _error(f"{rel} is a directory")
+        if old_text == "":
+            if blocked := self._blocking_parent(abs_path):
+                return _error(f"cannot create {rel}: {blocked} is a file, not a folder")
+            data = new_text.encode("utf-8")
+            self._notify(rel)
+            self._write_bytes(abs_path, data, append=True)
+            return ToolResult(f"appended {len(data)} bytes to {rel}", changed=[rel])
+        if not abs_path.exists():
+            return _error(f"{rel} does not exist")
+        # surrogateescape keeps bytes that are not UTF-8 intact through the round trip.
+        text = abs_path.read_bytes().decode("utf-8", errors="surrogateescape")
+        count = text.count(old_text)
+        if count == 0:
+            return _error(f"old_text was not found in {rel}; nothing was changed")
+        if count > 1:
+            return _error(
+                f"old_text occurs {count} times in {rel}; include more surrounding text so it "
+                "occurs exactly once; nothing was changed"
+            )
+        data = text.replace(old_text, new_text, 1).encode("utf-8", errors="surrogateescape")
+        self._notify(rel)
+        self._write_bytes(abs_path, data)
+        return ToolResult(f"edited {rel}", changed=[rel])
+
+    def _tool_delete_file(self, path: str) -> ToolResult:
+        abs_path, rel = self._resolve(path, follow_final=False, allow_root=False)
+        try:
+            st = abs_path.lstat()
+        except FileNotFoundError:
+            return _error(f"{rel} does not exist")
+        if stat.S_ISDIR(st.st_mode):
+            return _error(f"{rel} is a directory; only files can be deleted")
+        self._notify(rel)
+        abs_path.unlink()
+        return ToolResult(f"deleted {rel}", changed=[rel])
+
+    def _tool_apply_patch(self, patch: str) -> ToolResult:
+        try:
+            file_patches = parse_patch(patch)
+        except PatchError as exc:
+            return _error(f"could not parse the patch: {exc}; nothing was written")
+        # Everything is computed in memory first; the disk is touched only once every hunk
+        # of every file has matched.
+        state: dict[str, str | None] = {}  # rel -> new text, None = deleted
+        paths: dict[str, Path] = {}
+        existed: dict[str, bool] = {}
+        notes: list[str] = []
+
+        def current(rel: str, abs_path: Path) -> str | None:
+            if rel not in state:
+                paths[rel] = abs_path
+                if abs_path.is_dir():
+                    raise PatchError(f"{rel} is a directory")
+                exists = abs_path.exists()
+                existed[rel] = exists
+                raw = abs_path.read_bytes() if exists else None
+                state[rel] = raw.decode("utf-8", "surrogateescape") if raw is not None else None
+            return state[rel]
+
+        try:
+            for fp in file_patches:
+                src = fp.old_path if fp.old_path is not None else fp.new_path
+                assert src is not None
+                abs_src, rel_src = self._resolve(src, follow_final=True, allow_root=False)
+                text = current(rel_src, abs_src)
+                if fp.old_path is None and text is not None:
+                    raise PatchError(f"{rel_src} already exists, but the patch creates it")
+                if fp.old_path is not None and text is None:
+                    raise PatchError(f"{rel_src} does not exist")
+                new_text, hunk_notes = apply_hunks(text or "", fp.hunks, rel_src)
+                notes.extend(hunk_notes)
+                if fp.new_path is None:
+                    if new_text != "":
+                        raise PatchError(
+                            f"the patch deletes {rel_src} but does not remove all of its lines"
+                        )
+                    state[rel_src] = None
+                    continue
+                abs_dst, rel_dst = self._resolve(fp.new_path, follow_final=True, allow_root=False)
+                if rel_dst != rel_src:
+                    # A rename: the old name goes away, the new one must be free.
+                    if current(rel_dst, abs_dst) is not None:
+                        raise PatchError(f"{rel_dst} already exists, but the patch renames to it")
+                    state[rel_src] = None
+                if blocked := self._blocking_parent(abs_dst):
+                    raise PatchError(f"cannot create {rel_dst}: {blocked} is a file")
+                state[rel_dst] = new_text
+        except PatchError as exc:
+            return _error(f"patch failed: {exc}; nothing was written")
+
+        changed = [rel for rel in state if state[rel] is not None or existed[rel]]
+        for rel in changed:
+            self._notify(rel)
+        summary: list[str] = []
+        for rel in changed:
+            new = state[rel]
+            if new is None:
+                paths[rel].unlink()
+                summary.append(f"deleted {rel}")
+            else:
+                self._write_bytes(paths[rel], new.encode("utf-8", errors="surrogateescape"))
+                summary.append(f"{'modified' if existed[rel] else 'created'} {rel}")
+        text = "applied patch: " + ", ".join(summary) if summary else "patch changed nothing"
+        if notes:
+            text += "\n" + "\n".join(notes)
+        return ToolResult(text, changed=changed)
+
+    def _tool_shell(self, command: str) -> ToolResult:
+        if not self.shell_enabled:
+            return _error("shell tool is disabled")
+        return _run_shell(command, cwd=self.root, timeout=self.shell_timeout)
+
+    # ---------------------------------------------------------------------- writing
+
+    def _blocking_parent(self, abs_path: Path) -> str | None:
+        """The workdir-relative name of an existing file where a parent folder must go."""
+        root_real = Path(os.path.realpath(self.root))
+        for parent in abs_path.parents:
+            if parent == root_real or root_real not in parent.parents:
+                return None
+            if parent.exists():
+                return None if parent.is_dir() else parent.relative_to(root_real).as_posix()
+        return None
+
+    def _write_bytes(self, abs_path: Path, data: bytes, *, append: bool = False) -> None:
+        root_real = os.path.realpath(self.root)
+        abs_path.parent.mkdir(parents=True, exist_ok=True)
+        # Re-check after creating folders: a swap between resolve and now must not escape.
+        _check_inside(os.path.realpath(abs_path.parent), root_real, str(abs_path))
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        flags |= os.O_APPEND if append else os.O_TRUNC
+        # O_NOFOLLOW: the resolved path's last component is never a symlink, so if one
+        # appears now it was planted after the check, and following it could leave the root.
+        fd = os.open(abs_path, flags, FILE_MODE)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+
+
+def _check_inside(real: str, root_real: str, original: str) -> None:
+    if real != root_real and not real.startswith(root_real.rstrip(os.sep) + os.sep):
+        raise PathEscape(f"path leads outside the workspace: {original!r}")
+
+
+def _reject_git(parts: list[str], original: str) -> None:
+    # casefold: on a case-insensitive file system ".GIT" is the repository too.
+    if any(p.casefold() == ".git" for p in parts):
+        raise PathEscape(f"paths inside .git are not allowed: {original!r}")
+
+
+def _name(exc: OSError) -> str:
+    return str(exc.filename) if exc.filename else "the path"
+
+
+def _run_shell(command: str, *, cwd: Path, timeout: float) -> ToolResult:
+    head = bytearray()
+    tail = bytearray()
+    total = 0
+    half = SHELL_OUTPUT_LIMIT // 2
+
+    def pump(stream: Any) -> None:
+        # Read as it comes and keep only the head and the tail: a chatty command must not
+        # fill memory, and errors usually sit at the end.
+        nonlocal total, tail
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            total += len(chunk)
+            room = half - len(head)
+            if room > 0:
+                head.extend(chunk[:room])
+                chunk = chunk[room:]
+            if chunk:
+                tail.extend(chunk)
+                if len(tail) > half:
+                    tail = tail[-half:]
+
+    try:
+        # A new session makes the command's whole process tree one group we can kill.
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return _error(f"could not start bash: {exc}")
+    reader = threading.Thread(target=pump, args=(proc.stdout,), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout
+    # EOF on the pipe, not the exit of bash, tells that output is complete; a background
+    # child holding the pipe open counts as still running.
+    reader.join(timeout)
+    timed_out = reader.is_alive()
+    if not timed_out:
+        try:
+            proc.wait(max(deadline - time.monotonic(), 0.01))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    if timed_out:
+        # Kill the group before reaping bash, while its id still names this group.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+        reader.join(2.0)
+    # Closing while the reader is still blocked (a process that escaped the group holds the
+    # pipe) would wait on the reader's lock; leave that stream to the daemon thread instead.
+    if proc.stdout is not None and not reader.is_alive():
+        proc.stdout.close()
+    output = bytes(head)
+    if total > len(head) + len(tail):
+        output += f"\n... [{total - len(head) - len(tail)} bytes of output omitted] ...\n".encode()
+    output += bytes(tail)
+    text = output.decode("utf-8", errors="replace")
+    if timed_out:
+        return ToolResult(
+            f"error: command timed out after {timeout:g}s and was killed\n{text}",
+            is_error=True,
+        )
+    # A non-zero exit is a normal outcome for the model to read (a failing test, say), not a
+    # failure of the tool itself.
+    return ToolResult(f"exit code: {proc.returncode}\n{text}")

@@ -1,0 +1,421 @@
+"""Turns: one user input and the model loop that answers it (DESIGN §4 "Turn").
+
+A turn claims its branch, snapshots user edits as `user-edit`, streams the model's reply,
+runs tool batches (each ended by a `tool-batch` checkpoint) and ends with a `turn` commit.
+Git work runs on the session's worker thread; the model stream runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import BadRequest, Busy, NotFound
+from .git_session import DISK, WORKDIR, GitSession, history_path, run_path, to_json_bytes
+from .ids import new_message_id, now_iso
+from .tools import Workspace
+
+if TYPE_CHECKING:
+    from .braid import Braid
+    from .store import SessionHandle
+
+SYSTEM_PROMPT = (
+    "You are Braid's agent. You work on the files of this session's workdir with your tools "
+    "(read_file, list_files, write_file, edit_file, apply_patch, delete_file, and shell when "
+    "enabled); paths are relative to the workdir. Every turn is checkpointed in git, so the "
+    "user can revert what you did. Answer concisely in Markdown."
+)
+MAX_BATCHES = 40
+MAX_TEXT = 100_000
+FINAL = ("COMPLETED", "ERROR", "CANCELLED", "INTERRUPTED", "REGENERATED")
+
+
+@dataclass
+class ActiveRun:
+    session_id: str
+    run_id: str
+    branch: str
+    task: asyncio.Task[None] | None = None
+    # Why the task was cancelled: "cancel" (the user) or "shutdown" (the server).
+    stop_reason: str = "cancel"
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class RunRegistry:
+    """Which runs are live. One run at a time per (session, branch)."""
+
+    def __init__(self) -> None:
+        self._by_branch: dict[tuple[str, str], ActiveRun] = {}
+
+    def claim(self, session_id: str, branch: str, run_id: str) -> ActiveRun:
+        if (session_id, branch) in self._by_branch:
+            raise Busy(f"a run is already going on branch {branch}")
+        active = self._by_branch[(session_id, branch)] = ActiveRun(session_id, run_id, branch)
+        return active
+
+    def release(self, active: ActiveRun) -> None:
+        if self._by_branch.get((active.session_id, active.branch)) is active:
+            del self._by_branch[(active.session_id, active.branch)]
+        active.done.set()
+
+    def for_session(self, session_id: str) -> list[ActiveRun]:
+        return [a for (sid, _), a in self._by_branch.items() if sid == session_id]
+
+    def find(self, session_id: str, run_id: str) -> ActiveRun | None:
+        for active in self.for_session(session_id):
+            if active.run_id == run_id:
+                return active
+        return None
+
+    def all(self) -> list[ActiveRun]:
+        return list(self._by_branch.values())
+
+
+@dataclass
+class TurnContext:
+    """What a live turn carries between its model calls and its checkpoints."""
+
+    handle: SessionHandle
+    run: dict[str, Any]
+    run_file: str
+    prior: list[dict[str, Any]]
+    messages: list[dict[str, Any]]
+    next_seq: int
+    pending: dict[str, bytes] = field(default_factory=dict)
+    changed: set[str] = field(default_factory=set)
+    tool_calls: int = 0
+
+    @property
+    def run_id(self) -> str:
+        return str(self.run["run_id"])
+
+
+def snapshot_user_edits(git: GitSession) -> str | None:
+    """Commit what the user changed in workdir/ since HEAD as `user-edit`, so it is never
+    attributed to, or clobbered by, a turn."""
+    dirty = git.dirty_workdir_paths()
+    if not dirty:
+        return None
+    names = ", ".join(p[len(WORKDIR) + 1:] for p in dirty[:5])
+    more = f" and {len(dirty) - 5} more" if len(dirty) > 5 else ""
+    oid = git.write_checkpoint(
+        {p: DISK for p in dirty}, summary=f"User edits: {names}{more}", kind="user-edit"
+    )
+    return str(oid)
+
+
+def new_message(role: str, run_id: str, content: str | None, **extra: Any) -> dict[str, Any]:
+    msg: dict[str, Any] = {
+        "id": new_message_id(), "role": role, "content": content,
+        "run_id": run_id, "created_at": now_iso(),
+    }
+    msg.update({k: v for k, v in extra.items() if v is not None})
+    return msg
+
+
+def add_message(ctx: TurnContext, msg: dict[str, Any]) -> None:
+    path = history_path(ctx.next_seq, msg["role"], msg["id"])
+    ctx.next_seq += 1
+    ctx.messages.append(msg)
+    ctx.pending[path] = to_json_bytes(msg)
+
+
+def _prepare_new_turn(
+    git: GitSession, handle: SessionHandle, text: str, fields: dict[str, Any]
+) -> TurnContext:
+    snapshot_user_edits(git)
+    run_id = new_message_id()
+    run = {
+        "run_id": run_id, "session_id": handle.session_id, "status": "RUNNING",
+        "branch": git.branch, "model": None, "usage": {}, "created_at": now_iso(),
+        "updated_at": now_iso(), "forked_from_run_id": None, "forked_from_message_index": None,
+        "regenerated_from": None, "error": None, "message_count": 0, "parent_run_id": None,
+    }
+    run.update(fields)
+    ctx = TurnContext(
+        handle=handle, run=run, run_file=run_path(git.run_count(), run_id),
+        prior=[dict(m) for m in git.iter_history()], messages=[], next_seq=git.next_seq(),
+    )
+    add_message(ctx, new_message("user", run_id, text))
+    if not handle.meta.get("title"):
+        handle.meta["title"] = text.strip().splitlines()[0][:60] if text.strip() else "Untitled"
+        ctx.pending["session.json"] = to_json_bytes(handle.meta)
+    _write_pending_to_disk(git, ctx)
+    return ctx
+
+
+def _write_pending_to_disk(git: GitSession, ctx: TurnContext) -> None:
+    # Written before the model is called, so a server killed mid-turn leaves the user's
+    # message and a RUNNING record on disk for recovery to commit.
+    ctx.run["message_count"] = len(ctx.messages)
+    files = dict(ctx.pending)
+    files[ctx.run_file] = to_json_bytes(ctx.run)
+    for rel, data in files.items():
+        path = git.path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def checkpoint(git: GitSession, ctx: TurnContext, kind: str, summary: str) -> str:
+    ctx.run["message_count"] = len(ctx.messages)
+    ctx.run["updated_at"] = now_iso()
+    changes: dict[str, Any] = dict(ctx.pending)
+    changes[ctx.run_file] = to_json_bytes(ctx.run)
+    for rel in ctx.changed:
+        changes[f"{WORKDIR}/{rel}"] = DISK
+    oid = git.write_checkpoint(
+        changes, summary=summary, kind=kind, run_id=ctx.run_id,
+        message_index=len(ctx.messages),
+    )
+    ctx.pending.clear()
+    ctx.changed.clear()
+    return str(oid)
+
+
+def model_messages(ctx: TurnContext) -> list[dict[str, Any]]:
+    """What the model is sent: the base prompt, then only this branch's messages."""
+    out: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
+    for msg in [*ctx.prior, *ctx.messages]:
+        item: dict[str, Any] = {"role": msg["role"], "content": msg.get("content") or ""}
+        if msg.get("tool_calls"):
+            item["tool_calls"] = msg["tool_calls"]
+            if not msg.get("content"):
+                item["content"] = None
+        if msg["role"] == "tool":
+            item["tool_call_id"] = msg.get("tool_call_id", "")
+        out.append(item)
+    return out
+
+
+async def send_message(braid: Braid, user_id: str, session_id: object, text: object) -> str:
+    """Start a turn on the session's current branch; returns its `run_id` at once."""
+    if not isinstance(text, str) or not text.strip():
+        raise BadRequest("text must be a non-empty string")
+    if len(text) > MAX_TEXT:
+        raise BadRequest(f"text is longer than {MAX_TEXT} characters")
+    handle = braid.store.get_owned(user_id, session_id)
+    active = await start_turn(braid, handle, text)
+    return active.run_id
+
+
+async def start_turn(
+    braid: Braid, handle: SessionHandle, text: str, fields: dict[str, Any] | None = None
+) -> ActiveRun:
+    branch = await handle.call(lambda git: git.branch)
+    # Claimed under a placeholder id before any git work, so two sends cannot both pass.
+    active = braid.runs.claim(handle.session_id, branch, "")
+    try:
+        ctx = await handle.call(lambda git: _prepare_new_turn(git, handle, text, fields or {}))
+    except BaseException:
+        braid.runs.release(active)
+        raise
+    return await launch(braid, handle, ctx, active)
+
+
+async def launch(
+    braid: Braid, handle: SessionHandle, ctx: TurnContext, active: ActiveRun
+) -> ActiveRun:
+    """Start driving a prepared turn in the background."""
+    active.run_id = ctx.run_id
+    ctx.run["model"] = braid.model.model
+    await braid.index.upsert_run(handle.session_id, ctx.run)
+    await braid.index.upsert_session(handle.meta, ctx.run["updated_at"])
+    braid.bus.publish(handle.session_id, "run_started", {
+        "run_id": ctx.run_id, "run": dict(ctx.run), "branch": active.branch,
+        "messages": [dict(m) for m in ctx.messages],
+    })
+    active.task = asyncio.create_task(drive(braid, ctx, active), name=f"run-{ctx.run_id}")
+    return active
+
+
+async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
+    """The model loop. Always ends with a `turn` commit holding the run's final status."""
+    handle = ctx.handle
+    sid = handle.session_id
+    status, error = "COMPLETED", None
+    partial = ""
+    mode = braid.settings.checkpoint
+    tools = Workspace.schemas(braid.settings.shell)
+    try:
+        for _ in range(MAX_BATCHES):
+            msg_id = ctx.run_id if not any(m["role"] == "assistant" for m in ctx.messages) \
+                else new_message_id()
+            partial = ""
+            reply = None
+            async for kind, value in braid.model.stream(model_messages(ctx), tools):
+                if kind == "delta":
+                    partial += value
+                    braid.bus.publish(sid, "message_delta", {
+                        "run_id": ctx.run_id, "message_id": msg_id, "delta": value})
+                else:
+                    reply = value
+            assert reply is not None
+            _add_usage(ctx.run, reply.usage)
+            msg = new_message("assistant", ctx.run_id, reply.content or None,
+                              tool_calls=reply.tool_calls or None)
+            msg["id"] = msg_id
+            partial = ""
+            add_message(ctx, msg)
+            if not reply.tool_calls:
+                break
+            for call in reply.tool_calls:
+                braid.bus.publish(sid, "tool_call", {"run_id": ctx.run_id, "call": call,
+                                                     "message_id": msg_id})
+            for call in reply.tool_calls:
+                result = await handle.call(lambda git, c=call: run_tool(braid, git, ctx, c))
+                braid.bus.publish(sid, "tool_result", {"run_id": ctx.run_id, "message": result})
+                if mode == "tools":
+                    await _checkpoint_event(braid, ctx, "tool-batch", "Tool call")
+            if mode in ("tool-batch", "tools") and (ctx.pending or ctx.changed):
+                await _checkpoint_event(braid, ctx, "tool-batch", _batch_summary(reply))
+        else:
+            status, error = "ERROR", f"stopped after {MAX_BATCHES} tool batches"
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        status = "INTERRUPTED" if active.stop_reason == "shutdown" else "CANCELLED"
+    except Exception as e:  # noqa: BLE001 - any model or tool failure ends the run ERROR
+        status, error = "ERROR", _error_text(e)
+    if partial:
+        add_message(ctx, new_message("assistant", ctx.run_id, partial, partial=True))
+    await _finish(braid, ctx, active, status, error)
+
+
+async def _finish(
+    braid: Braid, ctx: TurnContext, active: ActiveRun, status: str, error: str | None
+) -> None:
+    sid = ctx.handle.session_id
+    ctx.run["status"] = status
+    ctx.run["error"] = error
+    try:
+        summary = _final_summary(ctx, status)
+
+        def close_and_commit(git: GitSession) -> str:
+            _answer_open_calls(ctx)
+            return checkpoint(git, ctx, "turn", summary)
+
+        commit_id = await ctx.handle.call(close_and_commit)
+        braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": commit_id,
+                                              "kind": "turn"})
+        await braid.index.upsert_run(sid, ctx.run)
+    finally:
+        braid.runs.release(active)
+    event = {"COMPLETED": "run_completed", "ERROR": "run_error"}.get(status, "run_cancelled")
+    data: dict[str, Any] = {"run_id": ctx.run_id, "run": dict(ctx.run), "status": status,
+                            "messages": [dict(m) for m in ctx.messages]}
+    if error:
+        data["error"] = error
+    braid.bus.publish(sid, event, data)
+    braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id})
+
+
+def _answer_open_calls(ctx: TurnContext) -> None:
+    # A run stopped mid-batch must not leave a tool call without its result: the model API
+    # rejects such a history when the branch is continued.
+    answered = {m.get("tool_call_id") for m in ctx.messages if m["role"] == "tool"}
+    for msg in list(ctx.messages):
+        for call in msg.get("tool_calls") or ():
+            if call.get("id") not in answered:
+                add_message(ctx, new_message(
+                    "tool", ctx.run_id, "error: the run stopped before this tool ran",
+                    tool_call_id=call.get("id", ""),
+                    name=(call.get("function") or {}).get("name"), is_error=True))
+
+
+async def _checkpoint_event(braid: Braid, ctx: TurnContext, kind: str, summary: str) -> None:
+    commit_id = await ctx.handle.call(lambda git: checkpoint(git, ctx, kind, summary))
+    braid.bus.publish(ctx.handle.session_id, "checkpoint",
+                      {"run_id": ctx.run_id, "commit_id": commit_id, "kind": kind})
+
+
+def run_tool(braid: Braid, git: GitSession, ctx: TurnContext, call: dict[str, Any]) -> dict:
+    """Run one tool call on the session thread and record its result message."""
+    fn = call.get("function") or {}
+    name = str(fn.get("name") or "")
+
+    def before_write(rel: str) -> None:
+        for hook in braid.before_write_hooks:
+            hook(git, ctx.run_id, str(git.path / WORKDIR / rel))
+
+    workspace = Workspace(git.path / WORKDIR, before_write=before_write,
+                          shell_enabled=braid.settings.shell,
+                          shell_timeout=braid.settings.shell_timeout)
+    result = workspace.execute(name, fn.get("arguments") or "{}")
+    ctx.changed.update(result.changed)
+    if name == "shell":
+        # A shell command may change anything: found by one status scan, after it ran.
+        for rel in git.dirty_workdir_paths():
+            ctx.changed.add(rel[len(WORKDIR) + 1:])
+        for hook in braid.after_shell_hooks:
+            hook(git, ctx.run_id, sorted(ctx.changed))
+    ctx.tool_calls += 1
+    msg = new_message("tool", ctx.run_id, result.content, tool_call_id=call.get("id", ""),
+                      name=name, is_error=result.is_error or None)
+    add_message(ctx, msg)
+    return msg
+
+
+def _add_usage(run: dict[str, Any], usage: dict[str, int]) -> None:
+    total = run.setdefault("usage", {})
+    for key, value in usage.items():
+        total[key] = int(total.get(key, 0)) + int(value)
+
+
+def _batch_summary(reply: Any) -> str:
+    parts = []
+    for call in reply.tool_calls[:4]:
+        fn = call.get("function") or {}
+        try:
+            args = json.loads(fn.get("arguments") or "{}")
+        except ValueError:
+            args = {}
+        target = args.get("path") or args.get("command") or ""
+        parts.append(f"{fn.get('name')} {target}".strip())
+    return "Tools: " + ", ".join(parts)
+
+
+def _final_summary(ctx: TurnContext, status: str) -> str:
+    first = next((m for m in ctx.messages if m["role"] == "user"), None)
+    text = (first or {}).get("content") or ""
+    head = text.strip().splitlines()[0][:60] if text.strip() else "turn"
+    return f"Turn: {head}" if status == "COMPLETED" else f"Turn {status.lower()}: {head}"
+
+
+def _error_text(e: BaseException) -> str:
+    message = getattr(e, "message", None) or str(e) or type(e).__name__
+    body = getattr(e, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error") if isinstance(body.get("error"), dict) else body
+        if isinstance(inner, dict) and inner.get("message"):
+            message = str(inner["message"])
+    status = getattr(e, "status_code", None)
+    return f"model error {status}: {message}" if status else message
+
+
+async def cancel_run(braid: Braid, user_id: str, session_id: object,
+                     run_id: object = None) -> dict[str, Any]:
+    handle = braid.store.get_owned(user_id, session_id)
+    live = braid.runs.for_session(handle.session_id)
+    if run_id is not None:
+        if not isinstance(run_id, str):
+            raise BadRequest("run_id must be a string")
+        live = [a for a in live if a.run_id == run_id]
+        if not live:
+            runs = await braid.index.list_runs(handle.session_id)
+            known = next((r for r in runs if r["run_id"] == run_id), None)
+            if known is None:
+                raise NotFound(f"no run {run_id}")
+            return {"run_id": run_id, "status": known["status"]}
+    if not live:
+        raise NotFound("no run is going on in this session")
+    active = live[0]
+    if active.task is not None and not active.task.done():
+        active.stop_reason = "cancel"
+        active.task.cancel()
+    await active.done.wait()
+    runs = await braid.index.list_runs(handle.session_id)
+    status = next((r["status"] for r in runs if r["run_id"] == active.run_id), "CANCELLED")
+    return {"run_id": active.run_id, "status": status}

@@ -1,0 +1,46 @@
+"""The WebSocket action table: `ACTIONS = {name: handler}`. A handler parses its params,
+calls one core function and returns the result's `data`; rendering is the transport's."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..core import sessions, turns
+from ..core.braid import Braid
+
+
+@dataclass
+class ActionContext:
+    braid: Braid
+    user_id: str
+    session_id: str
+
+
+Handler = Callable[[ActionContext, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+async def send_message(ctx: ActionContext, p: dict[str, Any]) -> dict[str, Any]:
+    run_id = await turns.send_message(ctx.braid, ctx.user_id, ctx.session_id, p.get("text"))
+    return {"run_id": run_id}
+
+
+async def cancel_run(ctx: ActionContext, p: dict[str, Any]) -> dict[str, Any]:
+    return await turns.cancel_run(ctx.braid, ctx.user_id, ctx.session_id, p.get("run_id"))
+
+
+async def checkout(ctx: ActionContext, p: dict[str, Any]) -> dict[str, Any]:
+    return await sessions.checkout(ctx.braid, ctx.user_id, ctx.session_id, p.get("ref"))
+
+
+async def get_dag(ctx: ActionContext, p: dict[str, Any]) -> dict[str, Any]:
+    return await sessions.get_dag(ctx.braid, ctx.user_id, ctx.session_id)
+
+
+ACTIONS: dict[str, Handler] = {
+    "send_message": send_message,
+    "cancel_run": cancel_run,
+    "checkout": checkout,
+    "get_dag": get_dag,
+}

@@ -1,0 +1,76 @@
+"""The HTTP JSON API (DESIGN §5): the same core calls as the socket's actions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..core import sessions
+from ..core.errors import BadRequest, BraidError
+from .auth import require_user
+from .errors import error_response
+
+Endpoint = Callable[[Request, str], Awaitable[Any]]
+
+
+async def body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError as e:
+        raise BadRequest(f"malformed JSON body: {e}") from e
+    if not isinstance(data, dict):
+        raise BadRequest("the body must be a JSON object")
+    return data
+
+
+def endpoint(fn: Endpoint, status: int = 200) -> Callable[[Request], Awaitable[Response]]:
+    """Authenticate, call, and map domain errors to statuses in one place."""
+
+    async def handler(request: Request) -> Response:
+        try:
+            user_id = require_user(request)
+            return JSONResponse(await fn(request, user_id), status_code=status)
+        except BraidError as e:
+            return error_response(e)
+
+    return handler
+
+
+async def create_session(request: Request, user_id: str) -> Any:
+    data = await body(request)
+    return await sessions.create_session(request.app.state.braid, user_id, data.get("title"))
+
+
+async def list_sessions(request: Request, user_id: str) -> Any:
+    rows = await sessions.list_sessions(request.app.state.braid, user_id,
+                                        request.query_params.get("q", ""))
+    return {"sessions": rows}
+
+
+async def get_session(request: Request, user_id: str) -> Any:
+    return await sessions.session_info(request.app.state.braid, user_id,
+                                       request.path_params["session_id"])
+
+
+async def post_run(request: Request, user_id: str) -> Any:
+    data = await body(request)
+    return await sessions.run_to_end(request.app.state.braid, user_id,
+                                     request.path_params["session_id"], data.get("input"))
+
+
+async def get_run(request: Request, user_id: str) -> Any:
+    return await sessions.get_run(request.app.state.braid, user_id,
+                                  request.query_params.get("session_id"),
+                                  request.path_params["run_id"])
+
+
+async def get_dag(request: Request, user_id: str) -> Any:
+    return await sessions.get_dag(request.app.state.braid, user_id,
+                                  request.path_params["session_id"])

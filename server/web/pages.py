@@ -1,0 +1,127 @@
+"""Page routes: login, the session page, and the partials the page fetches over HTTP."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from ..core import sessions
+from ..core.errors import NotFound
+from .auth import COOKIE, origin_allowed, user_of
+from .templating import templates
+
+
+def _login_redirect() -> RedirectResponse:
+    return RedirectResponse("/login", status_code=303)
+
+
+def order_by_lineage(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Newest first, each fork right under its parent with a depth for indentation."""
+    by_id = {r["session_id"]: dict(r) for r in rows}
+    children: dict[str | None, list[dict[str, Any]]] = {}
+    for row in by_id.values():
+        parent = row.get("forked_from_session_id")
+        children.setdefault(parent if parent in by_id else None, []).append(row)
+    out: list[dict[str, Any]] = []
+
+    def visit(parent: str | None, depth: int) -> None:
+        for row in sorted(children.get(parent, []), key=lambda r: r["created_at"], reverse=True):
+            row["depth"] = depth
+            out.append(row)
+            visit(row["session_id"], depth + 1)
+
+    visit(None, 0)
+    return out
+
+
+async def login(request: Request) -> Response:
+    braid = request.app.state.braid
+    token = request.query_params.get("token")
+    if request.method == "POST":
+        if not origin_allowed(request):
+            return HTMLResponse("cross-site form refused", status_code=403)
+        token = str((await request.form()).get("token") or "")
+    if token is None:
+        return templates.TemplateResponse(request, "login.html", {"error": None})
+    if braid.users.authenticate(token) is None:
+        return templates.TemplateResponse(
+            request, "login.html", {"error": "That token is not valid."}, status_code=401
+        )
+    response = RedirectResponse("/", status_code=303)
+    response.set_cookie(COOKIE, token, httponly=True, samesite="lax", max_age=30 * 86400)
+    return response
+
+
+async def logout(request: Request) -> Response:
+    response = _login_redirect()
+    response.delete_cookie(COOKIE)
+    return response
+
+
+async def home(request: Request) -> Response:
+    user_id = user_of(request)
+    if user_id is None:
+        return _login_redirect()
+    rows = await sessions.list_sessions(request.app.state.braid, user_id)
+    if rows:
+        return RedirectResponse(f"/s/{rows[0]['session_id']}", status_code=303)
+    created = await sessions.create_session(request.app.state.braid, user_id)
+    return RedirectResponse(f"/s/{created['session_id']}", status_code=303)
+
+
+async def new_session(request: Request) -> Response:
+    user_id = user_of(request)
+    if user_id is None:
+        return _login_redirect()
+    if not origin_allowed(request):
+        return HTMLResponse("cross-site form refused", status_code=403)
+    created = await sessions.create_session(request.app.state.braid, user_id)
+    return RedirectResponse(f"/s/{created['session_id']}", status_code=303)
+
+
+async def session_page(request: Request) -> Response:
+    braid = request.app.state.braid
+    user_id = user_of(request)
+    if user_id is None:
+        return _login_redirect()
+    session_id = request.path_params["session_id"]
+    try:
+        info = await sessions.session_info(braid, user_id, session_id)
+        view = await sessions.transcript(braid, user_id, session_id)
+    except NotFound:
+        return templates.TemplateResponse(
+            request, "login.html", {"error": "No such session."}, status_code=404
+        )
+    rows = order_by_lineage(await sessions.list_sessions(braid, user_id))
+    live = [a.run_id for a in braid.runs.for_session(session_id)]
+    return templates.TemplateResponse(request, "session.html", {
+        "session": info, "transcript": view, "sessions": rows, "current_id": session_id,
+        "running": live, "branch": info["branch"],
+    })
+
+
+async def session_list(request: Request) -> Response:
+    user_id = user_of(request)
+    if user_id is None:
+        return HTMLResponse("", status_code=401)
+    query = request.query_params.get("q", "")
+    rows = await sessions.list_sessions(request.app.state.braid, user_id, query)
+    rows = order_by_lineage(rows) if not query else rows
+    return templates.TemplateResponse(request, "_session_list.html", {
+        "sessions": rows, "current_id": request.query_params.get("current", ""),
+    })
+
+
+async def transcript_fragment(request: Request) -> Response:
+    """The page asks for this after a reconnect, to catch up on events it missed."""
+    braid = request.app.state.braid
+    user_id = user_of(request)
+    if user_id is None:
+        return HTMLResponse("", status_code=401)
+    try:
+        view = await sessions.transcript(braid, user_id, request.path_params["session_id"])
+    except NotFound:
+        return HTMLResponse("", status_code=404)
+    return templates.TemplateResponse(request, "_transcript.html", {"transcript": view})

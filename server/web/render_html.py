@@ -1,0 +1,113 @@
+"""Frames for htmx: each socket frame is HTML whose top-level elements the ws extension swaps
+out of band by id. The partials are the ones the page itself includes."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from markupsafe import escape
+
+from ..core import sessions
+from .templating import dom_id, render
+
+if TYPE_CHECKING:
+    from .actions import ActionContext
+
+Renderer = Callable[["HtmlRenderer", dict[str, Any]], Awaitable[str]]
+
+
+def oob_append(target_id: str, inner: str) -> str:
+    # beforeend appends the wrapper's children to the element with the wrapper's id.
+    return f'<div id="{target_id}" hx-swap-oob="beforeend">{inner}</div>'
+
+
+def turn_from_event(data: dict[str, Any], streaming: bool) -> dict[str, Any]:
+    messages = data.get("messages") or []
+    turns = sessions.build_turns(messages, {data["run_id"]: data.get("run") or {}})
+    turn = next((t for t in turns if t["type"] == "turn"), None)
+    if turn is None:
+        turn = {"type": "turn", "run_id": data["run_id"], "user": None, "parts": [],
+                "run": data.get("run") or {}}
+    turn["streaming"] = streaming
+    return turn
+
+
+class HtmlRenderer:
+    def __init__(self, ctx: ActionContext) -> None:
+        self.ctx = ctx
+
+    @staticmethod
+    def toast(message: str, level: str = "error") -> str:
+        item = render("_toast.html", message=message, level=level)
+        return oob_append("toasts", item)
+
+    async def render(self, frame: dict[str, Any]) -> str:
+        kind = frame.get("type")
+        if kind == "error":
+            return self.toast(frame["error"]["message"])
+        if kind == "result":
+            fn = RESULTS.get(frame.get("action") or "")
+            return await fn(self, frame["data"]) if fn else ""
+        fn = EVENTS.get(frame.get("event") or "")
+        return await fn(self, frame["data"]) if fn else ""
+
+    async def run_state(self) -> str:
+        live = self.ctx.braid.runs.for_session(self.ctx.session_id)
+        return render("_runstate.html", running=[a.run_id for a in live])
+
+    async def transcript(self) -> str:
+        view = await sessions.transcript(self.ctx.braid, self.ctx.user_id, self.ctx.session_id)
+        return render("_transcript.html", transcript=view)
+
+
+async def _run_started(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    turn = turn_from_event(data, streaming=True)
+    meta = r.ctx.braid.store.get(r.ctx.session_id).meta
+    return (oob_append("transcript", render("_turn.html", turn=turn))
+            + '<div id="empty-state" hx-swap-oob="delete"></div>'
+            + render("_title.html", title=meta.get("title"))
+            + await r.run_state())
+
+
+async def _delta(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    return oob_append(f"live-{dom_id(data['run_id'])}", f"<span>{escape(data['delta'])}</span>")
+
+
+async def _tool_call(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    card = render("_tool_card.html", run_id=data["run_id"], call=data["call"], result=None)
+    return oob_append(f"parts-{dom_id(data['run_id'])}", card)
+
+
+async def _tool_result(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    msg = data["message"]
+    call = {"id": msg.get("tool_call_id"), "function": {"name": msg.get("name"),
+                                                         "arguments": "{}"}}
+    # Replace only the card's status and result; the arguments shown stay as they were.
+    return render("_tool_result.html", run_id=data["run_id"], call=call, result=msg)
+
+
+async def _run_done(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    html = render("_turn.html", turn=turn_from_event(data, streaming=False))
+    html += await r.run_state()
+    if data.get("error"):
+        html += r.toast(f"Run failed: {data['error']}")
+    return html
+
+
+async def _session_changed(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    return await r.transcript() + await r.run_state()
+
+
+EVENTS: dict[str, Renderer] = {
+    "run_started": _run_started,
+    "message_delta": _delta,
+    "tool_call": _tool_call,
+    "tool_result": _tool_result,
+    "run_completed": _run_done,
+    "run_error": _run_done,
+    "run_cancelled": _run_done,
+    "session_changed": _session_changed,
+}
+
+RESULTS: dict[str, Renderer] = {}

@@ -1,0 +1,66 @@
+"""The Jinja2 environment shared by pages and socket frames, so both render the same partials."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from starlette.templating import Jinja2Templates
+
+from .markdown import render_markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+templates = Jinja2Templates(directory=str(ROOT / "templates"))
+env = templates.env
+
+
+def dom_id(value: object) -> str:
+    """A string safe inside an HTML id and a CSS selector."""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", str(value))
+
+
+def tool_args(call: dict[str, Any]) -> dict[str, Any]:
+    raw = (call.get("function") or {}).get("arguments") or "{}"
+    try:
+        args = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return {"(unparsed)": raw}
+    return args if isinstance(args, dict) else {"value": args}
+
+
+def tool_target(call: dict[str, Any]) -> str:
+    args = tool_args(call)
+    return str(args.get("path") or args.get("command") or "")[:120]
+
+
+def pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def blocks(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An answer's messages as what the bubble shows, in order: text, and tool cards with
+    each call paired with its result."""
+    results = {m.get("tool_call_id"): m for m in parts if m["role"] == "tool"}
+    out: list[dict[str, Any]] = []
+    for msg in parts:
+        if msg["role"] != "assistant":
+            continue
+        if msg.get("content"):
+            out.append({"kind": "text", "text": msg["content"], "partial": msg.get("partial")})
+        for call in msg.get("tool_calls") or ():
+            out.append({"kind": "tool", "call": call, "result": results.get(call.get("id"))})
+    return out
+
+
+env.filters["markdown"] = render_markdown
+env.filters["dom_id"] = dom_id
+env.filters["pretty"] = pretty
+env.globals["tool_args"] = tool_args
+env.globals["tool_target"] = tool_target
+env.globals["blocks"] = blocks
+
+
+def render(name: str, **ctx: Any) -> str:
+    return env.get_template(name).render(**ctx)

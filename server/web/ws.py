@@ -1,0 +1,148 @@
+"""The session WebSocket: JSON action frames in; results, errors and the session's events out,
+as JSON or as HTML fragments for htmx (`?format=html`, the default)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from ..core.errors import BadRequest, BraidError, NotFound
+from .actions import ACTIONS, ActionContext
+from .auth import origin_allowed, user_of
+from .render_html import HtmlRenderer
+
+log = logging.getLogger("braid.ws")
+MAX_FRAME = 1_000_000
+
+
+def result_frame(action: str, request_id: Any, data: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "result", "action": action, "request_id": request_id, "data": data}
+
+
+def error_frame(action: Any, request_id: Any, error: BraidError) -> dict[str, Any]:
+    return {"type": "error", "action": action, "request_id": request_id,
+            "error": error.as_dict()}
+
+
+def parse_frame(text: str) -> dict[str, Any]:
+    if len(text) > MAX_FRAME:
+        raise BadRequest("frame too large")
+    try:
+        frame = json.loads(text)
+    except ValueError as e:
+        raise BadRequest(f"malformed frame: {e}") from e
+    if not isinstance(frame, dict):
+        raise BadRequest("a frame must be a JSON object")
+    frame.pop("HEADERS", None)  # htmx's ws extension adds its request headers
+    action = frame.get("action")
+    if not isinstance(action, str) or not action:
+        raise BadRequest("the frame has no action")
+    if action not in ACTIONS:
+        raise BadRequest(f"unknown action {action!r}", {"actions": sorted(ACTIONS)})
+    return frame
+
+
+class Connection:
+    def __init__(self, ws: WebSocket, ctx: ActionContext, fmt: str) -> None:
+        self.ws = ws
+        self.ctx = ctx
+        self.fmt = fmt
+        self.out: asyncio.Queue[str | None] = asyncio.Queue()
+        self.html = HtmlRenderer(ctx) if fmt == "html" else None
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def emit(self, frame: dict[str, Any]) -> None:
+        if self.html is None:
+            self.out.put_nowait(json.dumps(frame))
+            return
+        try:
+            text = await self.html.render(frame)
+        except Exception:  # noqa: BLE001 - a render bug must not kill the socket
+            log.exception("rendering %s failed", frame.get("event") or frame.get("action"))
+            return
+        if text:
+            self.out.put_nowait(text)
+
+    async def writer(self) -> None:
+        while True:
+            text = await self.out.get()
+            if text is None:
+                return
+            await self.ws.send_text(text)
+
+    async def forward_events(self, queue: asyncio.Queue[dict[str, Any]]) -> None:
+        while True:
+            await self.emit(await queue.get())
+
+    async def handle(self, text: str) -> None:
+        action: Any = None
+        request_id: Any = None
+        try:
+            try:
+                raw = json.loads(text)
+                if isinstance(raw, dict):
+                    action, request_id = raw.get("action"), raw.get("request_id")
+            except ValueError:
+                pass
+            frame = parse_frame(text)
+            data = await ACTIONS[frame["action"]](self.ctx, frame)
+            await self.emit(result_frame(action, request_id, data))
+        except BraidError as e:
+            await self.emit(error_frame(action, request_id, e))
+        except Exception as e:  # noqa: BLE001 - reported to the client, socket stays open
+            log.exception("action %s failed", action)
+            err = BraidError(f"internal error: {type(e).__name__}")
+            await self.emit(error_frame(action, request_id, err))
+
+
+async def session_socket(ws: WebSocket) -> None:
+    braid = ws.app.state.braid
+    if not origin_allowed(ws):
+        await ws.close(code=4403, reason="origin not allowed")
+        return
+    user_id = user_of(ws)
+    if user_id is None:
+        await ws.close(code=4401, reason="a valid token is required")
+        return
+    fmt = ws.query_params.get("format", "html")
+    await ws.accept()
+    session_id = ws.path_params["session_id"]
+    try:
+        braid.store.get_owned(user_id, session_id)
+    except NotFound as e:
+        frame = error_frame(None, None, e)
+        if fmt == "json":
+            await ws.send_text(json.dumps(frame))
+        else:
+            await ws.send_text(HtmlRenderer.toast(e.message))
+        await ws.close(code=4404)
+        return
+    if fmt not in ("html", "json"):
+        fmt = "html"
+    conn = Connection(ws, ActionContext(braid, user_id, session_id), fmt)
+    queue = braid.bus.subscribe(session_id)
+    writer = asyncio.create_task(conn.writer())
+    forwarder = asyncio.create_task(conn.forward_events(queue))
+    try:
+        while True:
+            message = await ws.receive()
+            if message["type"] == "websocket.disconnect":
+                break
+            text = message.get("text")
+            if text is None:
+                text = (message.get("bytes") or b"").decode("utf-8", "replace")
+            task = asyncio.create_task(conn.handle(text))
+            conn.tasks.add(task)
+            task.add_done_callback(conn.tasks.discard)
+    except (WebSocketDisconnect, RuntimeError):
+        pass
+    finally:
+        braid.bus.unsubscribe(session_id, queue)
+        forwarder.cancel()
+        conn.out.put_nowait(None)
+        writer.cancel()
+        # Actions already started (a turn, a merge) go on without this socket.
