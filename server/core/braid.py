@@ -89,6 +89,11 @@ def _interrupt_on_disk(git: GitSession, run_id: str) -> dict[str, Any] | None:
             changes[path] = DISK
     git.write_checkpoint(changes, summary="Run interrupted", kind="turn", run_id=run_id,
                          message_index=run.get("message_count"))
+    # The dead process may have left index entries unwritten: rebuild the index from HEAD
+    # (stat data is lost, so the next status rehashes once, but it tells the truth).
+    index = git.repo.index
+    index.read_tree(git.head_commit().tree)
+    index.write()
     return run
 
 

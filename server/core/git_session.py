@@ -115,6 +115,9 @@ class GitSession:
         self.signature = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL)
         # Blobs never change, so parsed messages can be cached by blob id.
         self._json_cache: dict[pygit2.Oid, Any] = {}
+        # Index entries not yet written: writing the index is O(files in the repo), so
+        # tool-batch checkpoints defer it to the turn's end (or the next status scan).
+        self._index_pending: dict[str, tuple[pygit2.Oid, int] | None] = {}
 
     # -- creation -------------------------------------------------------------------------
 
@@ -270,6 +273,7 @@ class GitSession:
         message_index: int | None = None,
         extra_parents: Iterable[pygit2.Oid] = (),
         tree: pygit2.Oid | None = None,
+        sync_index: bool = True,
     ) -> pygit2.Oid:
         """Write `changes` (repo-relative paths) to disk and commit them on the current branch.
 
@@ -277,7 +281,8 @@ class GitSession:
         touched, so the cost follows the change. The branch moves by compare-and-swap on its
         old tip: a concurrent writer makes this raise `Conflict` rather than lose a commit.
         `tree`, when given, is used as the commit's tree instead (the files must already
-        match it on disk)."""
+        match it on disk). With `sync_index=False` the index update (O(files in the repo))
+        waits for the next `flush_index()`; every status scan and checkout flushes first."""
         ref = self.repo.head.name if not self.repo.head_is_unborn else "refs/heads/main"
         parent = None if self.repo.head_is_unborn else self.repo.head.target
         base_tree = self.repo[parent].peel(pygit2.Commit).tree if parent else None
@@ -286,7 +291,9 @@ class GitSession:
             entries[rel] = self._stage_one(rel, content)
         if tree is None:
             tree = self._rebuild(base_tree, _nest(entries))
-        self._update_index(entries)
+        self._index_pending.update(entries)
+        if sync_index:
+            self.flush_index()
         parents = ([parent] if parent else []) + list(extra_parents)
         message = commit_message(summary, kind, run_id, message_index)
         try:
@@ -339,8 +346,12 @@ class GitSession:
                 builder.insert(name, change[0], change[1])
         return builder.write()
 
-    def _update_index(self, entries: Mapping[str, tuple[pygit2.Oid, int] | None]) -> None:
-        # Keep the index in step so `git status` in the session folder tells the truth.
+    def flush_index(self) -> None:
+        """Bring the index in step with HEAD for the paths checkpoints wrote, so `git status`
+        in the session folder tells the truth."""
+        if not self._index_pending:
+            return
+        entries, self._index_pending = self._index_pending, {}
         index = self.repo.index
         index.read(False)
         for rel, entry in entries.items():
@@ -356,6 +367,7 @@ class GitSession:
     def dirty_workdir_paths(self) -> list[str]:
         """Repo-relative paths under workdir/ that differ from HEAD (user edits, shell
         commands). Uses the index's stat cache, so unchanged files are not read."""
+        self.flush_index()
         out = []
         for path, flags in self.repo.status(untracked_files="all").items():
             if not path.startswith(f"{WORKDIR}/") or flags == FileStatus.IGNORED:
@@ -367,6 +379,7 @@ class GitSession:
         ref = self.repo.references.get(f"refs/heads/{name}")
         if ref is None:
             raise NotFound(f"no branch {name}")
+        self.flush_index()
         self.repo.checkout(ref, strategy=pygit2.enums.CheckoutStrategy.FORCE)
 
     def create_branch(self, name: str, target: pygit2.Oid) -> None:

@@ -167,7 +167,7 @@ def checkpoint(git: GitSession, ctx: TurnContext, kind: str, summary: str) -> st
         changes[f"{WORKDIR}/{rel}"] = DISK
     oid = git.write_checkpoint(
         changes, summary=summary, kind=kind, run_id=ctx.run_id,
-        message_index=len(ctx.messages),
+        message_index=len(ctx.messages), sync_index=False,
     )
     ctx.pending.clear()
     ctx.changed.clear()
@@ -310,6 +310,9 @@ async def _finish(
         data["error"] = error
     braid.bus.publish(sid, event, data)
     braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id})
+    # Writing the index costs O(files in the repo); it is done after the turn, off the
+    # checkpoint path, so `git status` tells the truth between turns.
+    await ctx.handle.call(lambda git: git.flush_index())
 
 
 def _answer_open_calls(ctx: TurnContext) -> None:

@@ -1,0 +1,199 @@
+"""Fixtures shared by tests/ and playwright/: a real uvicorn server on a free port, a JSON
+WebSocket client, and git checks through the `git` CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent
+TOKEN = "test-token-0123456789"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    data_dir: Path
+    port: int
+    token: str = TOKEN
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def start(self) -> Server:
+        env = {**os.environ, "BRAID_TOKEN": self.token, "BRAID_MODEL": "demo", **self.env}
+        self.log_path = self.data_dir.parent / f"server-{self.port}.log"
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the server process owns it
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "server.cli", "serve", "--host", "127.0.0.1",
+             "--port", str(self.port), "--data-dir", str(self.data_dir)],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log_path.read_text()}")
+            try:
+                urllib.request.urlopen(f"{self.base_url}/login", timeout=1)
+                return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("server did not answer in 30 s")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def session_path(self, session_id: str) -> Path:
+        return self.data_dir / "sessions" / session_id
+
+    # -- HTTP API ---------------------------------------------------------------------------
+
+    def api(self, method: str, path: str, body: Any = None, token: str | None = None
+            ) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"{self.base_url}{path}", data=data, method=method)
+        req.add_header("Authorization", f"Bearer {token or self.token}")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=60) as res:
+                return res.status, json.loads(res.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
+    def new_session(self) -> str:
+        status, body = self.api("POST", "/api/sessions", {})
+        assert status == 201, body
+        return str(body["session_id"])
+
+    def run(self, session_id: str, text: str) -> dict[str, Any]:
+        status, body = self.api("POST", f"/api/sessions/{session_id}/runs", {"input": text})
+        assert status == 200, body
+        return body
+
+    def socket(self, session_id: str, token: str | None = None, **headers: str) -> WsClient:
+        from websockets.sync.client import connect
+
+        ws = connect(
+            f"{self.ws_url}/ws/sessions/{session_id}?format=json",
+            additional_headers={"Authorization": f"Bearer {token or self.token}", **headers},
+            open_timeout=10,
+        )
+        return WsClient(ws)
+
+
+class WsClient:
+    """A JSON-format socket: send actions, read frames until a predicate matches."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.frames: list[dict[str, Any]] = []
+        self._n = 0
+
+    def send(self, action: str | None = None, raw: str | None = None, **params: Any) -> str:
+        self._n += 1
+        request_id = f"r{self._n}"
+        if raw is None:
+            raw = json.dumps({"action": action, "request_id": request_id, **params})
+        self.ws.send(raw)
+        return request_id
+
+    def next(self, timeout: float = 15) -> dict[str, Any]:
+        frame = json.loads(self.ws.recv(timeout=timeout))
+        self.frames.append(frame)
+        return frame
+
+    def until(self, pred: Any, timeout: float = 20) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no matching frame")
+            frame = self.next(timeout=left)
+            if pred(frame):
+                return frame
+
+    def reply(self, request_id: str, timeout: float = 20) -> dict[str, Any]:
+        return self.until(lambda f: f.get("type") in ("result", "error")
+                          and f.get("request_id") == request_id, timeout)
+
+    def call(self, action: str, **params: Any) -> dict[str, Any]:
+        return self.reply(self.send(action, **params))
+
+    def event(self, name: str, timeout: float = 20) -> dict[str, Any]:
+        return self.until(lambda f: f.get("type") == "event" and f.get("event") == name, timeout)
+
+    def close(self) -> None:
+        self.ws.close()
+
+
+def git(repo: Path, *args: str) -> str:
+    """The git CLI on a session folder: tests check the repository as a user would."""
+    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def assert_fsck(repo: Path) -> None:
+    out = subprocess.run(["git", "-C", str(repo), "fsck", "--strict"], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator[Any]:
+    started: list[Server] = []
+
+    def make(data_dir: Path | None = None, **env: str) -> Server:
+        srv = Server(data_dir=data_dir or tmp_path / "data", port=free_port(), env=env)
+        started.append(srv.start())
+        return srv
+
+    yield make
+    for srv in started:
+        srv.stop()
+
+
+@pytest.fixture
+def server(server_factory: Any) -> Server:
+    return server_factory()
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server for a whole module of tests that each use their own sessions."""
+    srv = Server(data_dir=tmp_path_factory.mktemp("shared") / "data", port=free_port())
+    srv.start()
+    yield srv
+    srv.stop()
