@@ -68,7 +68,7 @@ def bench_history(root: Path) -> tuple[float, float]:
 
 
 def make_tree(root: Path, n_files: int) -> GitSession:
-    git = GitSession.create(root, {"session_id": "y" * 32, "title": "bench",
+    GitSession.create(root, {"session_id": "y" * 32, "title": "bench",
                                    "user_id": "local", "created_at": now_iso()})
     work = root / "workdir"
     for i in range(n_files):

@@ -36,7 +36,8 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def reindex(args: argparse.Namespace) -> int:
-    from .core.braid import Braid, reindex as rebuild
+    from .core.braid import Braid
+    from .core.braid import reindex as rebuild
 
     async def run() -> tuple[int, int]:
         braid = Braid(_settings(args))

@@ -87,7 +87,8 @@
       new MutationObserver(function (records) {
         records.forEach(function (r) {
           r.addedNodes.forEach(function (n) {
-            if (n.nodeType === 1 && n.classList.contains("toast")) {
+            // A toast that offers an action (.toast-sticky) stays until dismissed.
+            if (n.nodeType === 1 && n.classList.contains("toast") && !n.classList.contains("toast-sticky")) {
               setTimeout(function () { n.remove(); }, 8000);
             }
           });

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .backups import install_hooks as install_backup_hooks
 from .errors import NotFound
 from .events import EventBus
 from .git_session import DISK, RUNS, GitSession, to_json_bytes
@@ -42,6 +43,7 @@ class Braid:
         self.before_write_hooks: list[BeforeWrite] = []
         self.after_shell_hooks: list[AfterShell] = []
         self.extensions: dict[str, Any] = {}
+        install_backup_hooks(self)  # per-turn backups (DESIGN §4 "Revert a turn")
 
     async def start(self) -> str | None:
         """Open the index and recover runs a killed server left RUNNING. Returns the default
@@ -85,7 +87,9 @@ def _interrupt_on_disk(git: GitSession, run_id: str) -> dict[str, Any] | None:
     rel = str(records[0].relative_to(git.path))
     changes: dict[str, Any] = {rel: to_json_bytes(run)}
     for path in git.repo.status(untracked_files="all"):
-        if path.startswith(("history/", "workdir/", "runs/")) and path != rel:
+        # session.json too: a session's first turn gives it its title before any commit.
+        if (path == "session.json" or path.startswith(("history/", "workdir/", "runs/"))) \
+                and path != rel:
             changes[path] = DISK
     git.write_checkpoint(changes, summary="Run interrupted", kind="turn", run_id=run_id,
                          message_index=run.get("message_count"))
@@ -121,6 +125,19 @@ def _read_session(git: GitSession) -> tuple[dict[str, Any], list[dict[str, Any]]
             known = runs.get(run["run_id"])
             if known is None or run.get("branch") == name:
                 runs[run["run_id"]] = dict(run)
+    # A turn killed before its first checkpoint left its RUNNING record on disk only: listed
+    # so that start-up recovery commits it as INTERRUPTED even when the index was lost too.
+    import json
+
+    for record in (git.path / RUNS).glob("*/*.json"):
+        if record.stem in runs:
+            continue
+        try:
+            run = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(run, dict) and run.get("status") == "RUNNING" and run.get("run_id"):
+            runs[str(run["run_id"])] = run
     return meta, list(runs.values())
 
 

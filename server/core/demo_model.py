@@ -109,16 +109,83 @@ def _parse(user_text: str, has_shell: bool) -> _Plan:
     return plan
 
 
-def _merge_answer(systems: list[str]) -> str | None:
-    """`merged: ...` when a later system message announces a merge turn (the last one wins)."""
-    for note in reversed(systems[1:]):
-        lines = note.split("\n")
+@dataclass
+class _MergeNote:
+    finals: list[str]
+    conflicts: list[str]
+
+
+def _merge_note(messages: list[dict[str, Any]]) -> _MergeNote | None:
+    """The merge note of the current turn: a system message other than the first (the base
+    prompt) whose first line starts with `Merge turn`, with `- BRANCH: TEXT` lines and maybe a
+    `Conflicts:` list of `- PATH` lines. Only notes after the previous user message count, so
+    a merge earlier in the chat does not turn every later answer into `merged: ...`; among
+    those the last one wins."""
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    start = users[-2] + 1 if len(users) >= 2 else 0
+    systems = [i for i, m in enumerate(messages) if m.get("role") == "system"]
+    for i in reversed(systems[1:]):
+        if i < start:
+            break
+        lines = _text(messages[i].get("content")).split("\n")
         if not lines[0].startswith("Merge turn"):
             continue
-        finals = [m.group(1) for m in map(_BRANCH_LINE.match, lines[1:]) if m]
-        if finals:
-            return "merged: " + "; ".join(finals)
+        note = _MergeNote([], [])
+        in_conflicts = False
+        for line in lines[1:]:
+            if line.strip() == "Conflicts:":
+                in_conflicts = True
+            elif in_conflicts:
+                if line.startswith("- ") and line[2:].strip():
+                    note.conflicts.append(line[2:].strip())
+                else:
+                    in_conflicts = False
+            elif match := _BRANCH_LINE.match(line):
+                note.finals.append(match.group(1))
+        if note.finals:
+            return note
     return None
+
+
+def _keep_both_sides(text: str) -> str:
+    """A file with conflict markers resolved by keeping both sides (ours, then theirs)."""
+    out, in_base = [], False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("|||||||"):
+            in_base = True  # diff3 style: the ancestor's lines are dropped
+        elif line.startswith("======="):
+            in_base = False
+        elif line.startswith(("<<<<<<<", ">>>>>>>")):
+            in_base = False
+        elif not in_base:
+            out.append(line)
+    return "".join(out)
+
+
+def _conflict_batches(
+    note: _MergeNote, messages: list[dict[str, Any]], after: int
+) -> list[list[tuple[str, dict[str, str]]]]:
+    """A merge turn with conflicts: read every conflicted file in one batch, then write each
+    one back with its markers resolved, from what the reads returned."""
+    batches: list[list[tuple[str, dict[str, str]]]] = [
+        [("read_file", {"path": p}) for p in note.conflicts]]
+    reads = next((m for m in messages[after:]
+                  if m.get("role") == "assistant" and m.get("tool_calls")), None)
+    if reads is None:
+        return batches + [[]]  # the writes are known once the reads have answered
+    paths = {}
+    for call in reads.get("tool_calls") or ():
+        try:
+            paths[call.get("id")] = json.loads(call["function"]["arguments"]).get("path")
+        except (KeyError, TypeError, ValueError):
+            continue
+    writes = []
+    for m in messages[after:]:
+        path = paths.get(m.get("tool_call_id")) if m.get("role") == "tool" else None
+        content = _text(m.get("content"))
+        if path and not content.startswith("error:"):
+            writes.append(("write_file", {"path": path, "content": _keep_both_sides(content)}))
+    return batches + [writes]
 
 
 @dataclass
@@ -144,6 +211,10 @@ def _respond(request: dict[str, Any]) -> _Reply:
         return m.get("role") == "assistant" and bool(m.get("tool_calls"))
 
     done = sum(1 for m in messages[last_user + 1 :] if calls_batch(m))
+    note = _merge_note(messages)
+    if note is not None and note.conflicts:
+        plan.batches = [b for b in _conflict_batches(note, messages, last_user + 1) if b] \
+            + plan.batches
     if done < len(plan.batches):
         # Numbered over the whole conversation so ids stay unique across turns too.
         n = sum(1 for m in messages if calls_batch(m)) + 1
@@ -156,7 +227,7 @@ def _respond(request: dict[str, Any]) -> _Reply:
 
     users = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
     systems = [_text(m.get("content")) for m in messages if m.get("role") == "system"]
-    merged = _merge_answer(systems)
+    merged = "merged: " + "; ".join(note.finals) if note is not None else None
     ran = [(name, args) for batch in plan.batches for name, args in batch]
     if plan.says:
         answer = "\n".join(plan.says)

@@ -10,7 +10,7 @@ from typing import Any
 EVENTS = frozenset({
     "run_started", "message_delta", "tool_call", "tool_result", "checkpoint",
     "run_completed", "run_error", "run_cancelled", "reverted", "sub_agent_started",
-    "sub_agent_done", "merged", "dag_changed", "session_changed",
+    "sub_agent_done", "merged", "dag_changed", "session_changed", "run_continued",
 })
 
 

@@ -308,7 +308,7 @@ class GitSession:
         if content is DISK:
             try:
                 st = os.lstat(abs_path)
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):  # a file now stands on a parent
                 return None
             if stat.S_ISLNK(st.st_mode):
                 target = os.readlink(abs_path).encode()
@@ -389,14 +389,22 @@ class GitSession:
 
 
 def _nest(entries: Mapping[str, tuple[pygit2.Oid, int] | None]) -> dict[str, Any]:
+    """Changes as nested dicts. A path that changed between file and folder appears both as
+    `a` and `a/x`, in any order: the side that exists now wins over the other's deletion."""
     root: dict[str, Any] = {}
     for rel, entry in entries.items():
         parts = rel.split("/")
-        node = root
+        node: dict[str, Any] | None = root
         for part in parts[:-1]:
+            assert node is not None
             nxt = node.get(part)
             if not isinstance(nxt, dict):
+                if nxt is not None and entry is None:
+                    node = None  # a file stands where this folder was: nothing to delete
+                    break
                 nxt = node[part] = {}
             node = nxt
+        if node is None or (entry is None and isinstance(node.get(parts[-1]), dict)):
+            continue  # a folder stands where this file was: it replaces the file
         node[parts[-1]] = entry
     return root

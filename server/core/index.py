@@ -114,6 +114,16 @@ class Index:
         async with self.db.execute("SELECT * FROM runs WHERE status = ?", (status,)) as cur:
             return [dict(r) for r in await cur.fetchall()]
 
+    async def copy_runs(self, from_session_id: str, to_session_id: str) -> None:
+        """A forked session shares its source's runs: one statement, however many."""
+        cols = ", ".join(RUN_COLUMNS[1:])
+        await self.db.execute(
+            f"INSERT OR REPLACE INTO runs (session_id, {cols}) "
+            f"SELECT ?, {cols} FROM runs WHERE session_id = ?",
+            (to_session_id, from_session_id),
+        )
+        await self.db.commit()
+
     async def clear(self) -> None:
         await self.db.execute("DELETE FROM runs")
         await self.db.execute("DELETE FROM sessions")

@@ -10,6 +10,8 @@ import pygit2
 from .errors import BadRequest, Busy, NotFound
 from .git_session import GitSession, commit_info
 from .ids import is_message_id
+from .lineage import attach_siblings
+from .turn_changes import annotate_turns
 from .turns import FINAL, snapshot_user_edits, start_turn
 
 if TYPE_CHECKING:
@@ -108,7 +110,9 @@ def build_turns(messages: list[dict[str, Any]], runs: dict[str, dict[str, Any]])
             current = None
             continue
         run_id = msg.get("run_id")
-        if current is None or current["run_id"] != run_id or msg["role"] == "user":
+        # One item per run: a continued run can hold several user messages (they go in its
+        # parts, in order), and each run's turn has one DOM id.
+        if current is None or current["run_id"] != run_id:
             current = {"type": "turn", "run_id": run_id, "user": None, "parts": [],
                        "run": runs.get(run_id or "", {})}
             items.append(current)
@@ -123,12 +127,17 @@ def transcript_at(git: GitSession, commit: pygit2.Commit | None = None) -> dict[
     commit = commit or git.head_commit()
     runs = {r["run_id"]: r for r in git.iter_runs(commit)}
     messages = list(git.iter_history(commit))
-    return {"commit_id": str(commit.id), "turns": build_turns(messages, runs)}
+    items = build_turns(messages, runs)
+    annotate_turns(git, commit, items)  # each turn's file chips, all in one walk
+    return {"commit_id": str(commit.id), "turns": items}
 
 
 async def transcript(braid: Braid, user_id: str, session_id: object) -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
-    return await handle.call(lambda git: transcript_at(git))
+    view = await handle.call(lambda git: transcript_at(git))
+    # The `‹ 2/3 ›` switcher: which turns have sibling runs (forks) and where they live.
+    attach_siblings(view["turns"], await braid.index.list_runs(handle.session_id))
+    return view
 
 
 async def run_to_end(braid: Braid, user_id: str, session_id: object, text: object) -> dict:

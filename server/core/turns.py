@@ -123,7 +123,8 @@ def add_message(ctx: TurnContext, msg: dict[str, Any]) -> None:
 
 
 def _prepare_new_turn(
-    git: GitSession, handle: SessionHandle, text: str, fields: dict[str, Any]
+    git: GitSession, handle: SessionHandle, text: str, fields: dict[str, Any],
+    notes: tuple[str, ...] = (),
 ) -> TurnContext:
     snapshot_user_edits(git)
     run_id = new_message_id()
@@ -138,6 +139,8 @@ def _prepare_new_turn(
         handle=handle, run=run, run_file=run_path(git.run_count(), run_id),
         prior=[dict(m) for m in git.iter_history()], messages=[], next_seq=git.next_seq(),
     )
+    for note in notes:  # system messages that open the turn (a merge turn's note)
+        add_message(ctx, new_message("system", run_id, note))
     add_message(ctx, new_message("user", run_id, text))
     if not handle.meta.get("title"):
         handle.meta["title"] = text.strip().splitlines()[0][:60] if text.strip() else "Untitled"
@@ -206,8 +209,15 @@ async def start_turn(
     branch = await handle.call(lambda git: git.branch)
     # Claimed under a placeholder id before any git work, so two sends cannot both pass.
     active = braid.runs.claim(handle.session_id, branch, "")
+
+    def prepare(git: GitSession) -> TurnContext:
+        # A fork or a checkout queued before this may have switched the session's branch.
+        if git.branch != branch:
+            raise Busy(f"the session switched from branch {branch} to {git.branch}")
+        return _prepare_new_turn(git, handle, text, fields or {})
+
     try:
-        ctx = await handle.call(lambda git: _prepare_new_turn(git, handle, text, fields or {}))
+        ctx = await handle.call(prepare)
     except BaseException:
         braid.runs.release(active)
         raise

@@ -73,4 +73,5 @@ class Users:
 
     def exists(self, user_id: str) -> bool:
         with self._connect() as db:
-            return db.execute("SELECT 1 FROM users WHERE user_id = ?", (user_id,)).fetchone() is not None
+            row = db.execute("SELECT 1 FROM users WHERE user_id = ?", (user_id,)).fetchone()
+        return row is not None

@@ -9,6 +9,9 @@ from typing import Any
 
 from ..core import sessions, turns
 from ..core.braid import Braid
+from .dag_actions import DAG_ACTIONS
+from .revert_actions import REVERT_ACTIONS
+from .timetravel_actions import TIMETRAVEL_ACTIONS
 
 
 @dataclass
@@ -34,13 +37,11 @@ async def checkout(ctx: ActionContext, p: dict[str, Any]) -> dict[str, Any]:
     return await sessions.checkout(ctx.braid, ctx.user_id, ctx.session_id, p.get("ref"))
 
 
-async def get_dag(ctx: ActionContext, p: dict[str, Any]) -> dict[str, Any]:
-    return await sessions.get_dag(ctx.braid, ctx.user_id, ctx.session_id)
-
-
 ACTIONS: dict[str, Handler] = {
     "send_message": send_message,
     "cancel_run": cancel_run,
     "checkout": checkout,
-    "get_dag": get_dag,
+    **REVERT_ACTIONS,  # list_turn_files, turn_diff, revert_turn, unrevert_turn
+    **DAG_ACTIONS,  # spawn_sub_agent, merge_branches, get_dag
+    **TIMETRAVEL_ACTIONS,  # continue_run, list_checkpoints, fork_session
 }

@@ -65,9 +65,17 @@ async def post_run(request: Request, user_id: str) -> Any:
                                      request.path_params["session_id"], data.get("input"))
 
 
+def required_query(request: Request, name: str) -> str:
+    """A query parameter the route cannot do without: missing is bad_request, not not_found."""
+    value = request.query_params.get(name)
+    if not value:
+        raise BadRequest(f"the query parameter {name} is required")
+    return value
+
+
 async def get_run(request: Request, user_id: str) -> Any:
     return await sessions.get_run(request.app.state.braid, user_id,
-                                  request.query_params.get("session_id"),
+                                  required_query(request, "session_id"),
                                   request.path_params["run_id"])
 
 

@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..core.braid import Braid
 from ..core.settings import Settings
-from . import api, pages
+from . import api, dag_actions, dag_views, pages, revert_actions, timetravel_actions
 from .templating import ROOT
 from .ws import session_socket
 
@@ -40,7 +40,9 @@ class SecurityHeaders:
                 headers += [
                     (b"content-security-policy", CSP.encode()),
                     (b"x-content-type-options", b"nosniff"),
-                    (b"referrer-policy", b"no-referrer"),
+                    # Not no-referrer: under it Chromium sends `Origin: null` on same-site
+                    # form posts, which the cross-site form check must refuse.
+                    (b"referrer-policy", b"same-origin"),
                 ]
                 message["headers"] = headers
             await send(message)
@@ -62,8 +64,27 @@ def routes() -> list[Route | WebSocketRoute | Mount]:
         Route("/api/sessions", api.endpoint(api.list_sessions), methods=["GET"]),
         Route("/api/sessions/{session_id}", api.endpoint(api.get_session)),
         Route("/api/sessions/{session_id}/runs", api.endpoint(api.post_run), methods=["POST"]),
-        Route("/api/sessions/{session_id}/dag", api.endpoint(api.get_dag)),
+        Route("/api/sessions/{session_id}/dag", api.endpoint(dag_actions.api_dag)),
+        Route("/api/sessions/{session_id}/sub_agents", api.endpoint(dag_actions.api_spawn),
+              methods=["POST"]),
+        Route("/api/sessions/{session_id}/merge", api.endpoint(dag_actions.api_merge),
+              methods=["POST"]),
+        Route("/s/{session_id}/dag", dag_views.dag_fragment),
+        Route("/s/{session_id}/dag/node/{commit_id}", dag_views.node_fragment),
         Route("/api/runs/{run_id}", api.endpoint(api.get_run)),
+        Route("/api/turns/{turn_id}/files", api.endpoint(revert_actions.api_turn_files)),
+        Route("/api/turns/{turn_id}/diff", api.endpoint(revert_actions.api_turn_diff)),
+        Route("/api/turns/{turn_id}/revert", api.endpoint(revert_actions.api_revert),
+              methods=["POST"]),
+        Route("/api/turns/{turn_id}/unrevert", api.endpoint(revert_actions.api_unrevert),
+              methods=["POST"]),
+        Route("/api/runs/{run_id}/continue", api.endpoint(timetravel_actions.api_continue),
+              methods=["POST"]),
+        Route("/api/runs/{run_id}/checkpoints",
+              api.endpoint(timetravel_actions.api_checkpoints)),
+        Route("/api/sessions/{session_id}/fork", api.endpoint(timetravel_actions.api_fork, 201),
+              methods=["POST"]),
+        Route("/s/{session_id}/fork", timetravel_actions.fork_page, methods=["POST"]),
         WebSocketRoute("/ws/sessions/{session_id}", session_socket),
         Mount("/static", StaticFiles(directory=str(ROOT / "static")), name="static"),
         Mount("/vendor/htmx", StaticFiles(directory=str(modules / "htmx.org" / "dist"),

@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Any
 from markupsafe import escape
 
 from ..core import sessions
+from .dag_views import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, is_sub_agent_run
+from .render_revert import REVERT_ERRORS, REVERT_EVENTS, REVERT_RESULTS, files_for
+from .render_timetravel import TIMETRAVEL_EVENTS, with_siblings
 from .templating import dom_id, render
 
 if TYPE_CHECKING:
@@ -45,7 +48,9 @@ class HtmlRenderer:
     async def render(self, frame: dict[str, Any]) -> str:
         kind = frame.get("type")
         if kind == "error":
-            return self.toast(frame["error"]["message"])
+            on_error = ERRORS.get(frame.get("action") or "")
+            return await on_error(self, frame["error"]) if on_error else \
+                self.toast(frame["error"]["message"])
         if kind == "result":
             fn = RESULTS.get(frame.get("action") or "")
             return await fn(self, frame["data"]) if fn else ""
@@ -56,17 +61,27 @@ class HtmlRenderer:
         live = self.ctx.braid.runs.for_session(self.ctx.session_id)
         return render("_runstate.html", running=[a.run_id for a in live])
 
+    async def session_list(self) -> str:
+        from .pages import order_by_lineage
+
+        rows = await sessions.list_sessions(self.ctx.braid, self.ctx.user_id)
+        return render("_session_list.html", sessions=order_by_lineage(rows),
+                      current_id=self.ctx.session_id)
+
     async def transcript(self) -> str:
         view = await sessions.transcript(self.ctx.braid, self.ctx.user_id, self.ctx.session_id)
         return render("_transcript.html", transcript=view)
 
 
 async def _run_started(r: HtmlRenderer, data: dict[str, Any]) -> str:
-    turn = turn_from_event(data, streaming=True)
+    if is_sub_agent_run(data):  # it streams into its card in the DAG panel instead
+        return await r.run_state()
+    turn = await with_siblings(r, turn_from_event(data, streaming=True))
     meta = r.ctx.braid.store.get(r.ctx.session_id).meta
     return (oob_append("transcript", render("_turn.html", turn=turn))
             + '<div id="empty-state" hx-swap-oob="delete"></div>'
             + render("_title.html", title=meta.get("title"))
+            + await r.session_list()
             + await r.run_state())
 
 
@@ -88,7 +103,11 @@ async def _tool_result(r: HtmlRenderer, data: dict[str, Any]) -> str:
 
 
 async def _run_done(r: HtmlRenderer, data: dict[str, Any]) -> str:
-    html = render("_turn.html", turn=turn_from_event(data, streaming=False))
+    if is_sub_agent_run(data):  # sub_agent_done redraws its card
+        return await r.run_state()
+    turn = await with_siblings(r, turn_from_event(data, streaming=False))
+    turn["files"] = await files_for(r, data)  # the file chips arrive with the bubble
+    html = render("_turn.html", turn=turn)
     html += await r.run_state()
     if data.get("error"):
         html += r.toast(f"Run failed: {data['error']}")
@@ -96,7 +115,10 @@ async def _run_done(r: HtmlRenderer, data: dict[str, Any]) -> str:
 
 
 async def _session_changed(r: HtmlRenderer, data: dict[str, Any]) -> str:
-    return await r.transcript() + await r.run_state()
+    html = await r.transcript() + await r.run_state()
+    if data.get("branch"):
+        html += render("_branch.html", branch=data["branch"])
+    return html
 
 
 EVENTS: dict[str, Renderer] = {
@@ -108,6 +130,15 @@ EVENTS: dict[str, Renderer] = {
     "run_error": _run_done,
     "run_cancelled": _run_done,
     "session_changed": _session_changed,
+    **REVERT_EVENTS,
+    **DAG_EVENTS,
+    **TIMETRAVEL_EVENTS,  # run_continued
 }
 
-RESULTS: dict[str, Renderer] = {}
+RESULTS: dict[str, Renderer] = {**REVERT_RESULTS, **DAG_RESULTS}
+
+# Per-action error frames (`error` = {code, message, details?}); the default is a toast.
+ERRORS: dict[str, Callable[[HtmlRenderer, dict[str, Any]], Awaitable[str]]] = {
+    **REVERT_ERRORS,
+    **DAG_ERRORS,
+}

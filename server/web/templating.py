@@ -44,7 +44,10 @@ def blocks(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     each call paired with its result."""
     results = {m.get("tool_call_id"): m for m in parts if m["role"] == "tool"}
     out: list[dict[str, Any]] = []
-    for msg in parts:
+    for i, msg in enumerate(parts):
+        if msg["role"] == "user":  # a continued run's later input, where it came; `index` is
+            out.append({"kind": "user", "message": msg, "index": i + 1})  # its place in the run
+            continue
         if msg["role"] != "assistant":
             continue
         if msg.get("content"):

@@ -174,12 +174,13 @@ class MovedUnderneath(GitSession):
         super().__init__(path)
         self.racer: GitSession | None = None
 
-    def _update_index(self, entries):  # type: ignore[no-untyped-def]
-        super()._update_index(entries)
+    def _rebuild(self, tree, nested):  # type: ignore[no-untyped-def]
+        # Called after the old tip was read and before the commit: the racer commits here.
         if self.racer is not None:
             racer, self.racer = self.racer, None
             racer.write_checkpoint({"workdir/other.txt": b"other\n"}, summary="other",
                                    kind="user-edit")
+        return super()._rebuild(tree, nested)
 
 
 def test_checkpoint_refuses_when_the_branch_moved(repo: GitSession) -> None:
@@ -218,3 +219,31 @@ def test_readers_and_branches(repo: GitSession) -> None:
     with pytest.raises(NotFound):
         repo.commit("not-a-rev")
     assert isinstance(repo.head_commit(), pygit2.Commit)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_path_turning_between_file_and_folder(repo: GitSession, reverse: bool) -> None:
+    """Tools and user edits report `a` and `a/x` in any order; the tree must follow the disk."""
+    path = repo.path
+    work = path / "workdir"
+
+    def both() -> dict[str, object]:
+        changes: dict[str, object] = {"workdir/a/x": DISK, "workdir/a": DISK}
+        return dict(reversed(list(changes.items()))) if reverse else changes
+
+    repo.write_checkpoint({"workdir/a": b"file\n"}, summary="file", kind="turn")
+    (work / "a").unlink()
+    (work / "a").mkdir()
+    (work / "a/x").write_text("x\n")
+    repo.write_checkpoint(both(), summary="file to folder", kind="user-edit")
+    assert git(path, "ls-tree", "-r", "--name-only", "HEAD", "workdir").split() == ["workdir/a/x"]
+    assert git(path, "status", "--porcelain") == ""
+
+    (work / "a/x").unlink()
+    (work / "a").rmdir()
+    (work / "a").write_text("again\n")
+    repo.write_checkpoint(both(), summary="folder to file", kind="user-edit")
+    assert git(path, "ls-tree", "-r", "--name-only", "HEAD", "workdir").split() == ["workdir/a"]
+    assert git(path, "show", "HEAD:workdir/a") == "again\n"
+    assert git(path, "status", "--porcelain") == ""
+    assert_fsck(path)

@@ -332,3 +332,23 @@ async def test_bad_input_is_refused(braid: Braid) -> None:
         await turns.send_message(braid, USER, "0" * 32, "hi")
     with pytest.raises(NotFound):
         await turns.send_message(braid, "someone-else", sid, "hi")
+
+
+async def test_files_and_folders_swapping_places(braid: Braid) -> None:
+    sid, path = await new_session(braid)
+    await run(braid, sid, "write a first")
+    # The agent replaces a file with a folder in one batch.
+    done = await run(braid, sid, "delete a\nwrite a/x second")
+    assert done["status"] == "COMPLETED"
+    assert git(path, "ls-tree", "-r", "--name-only", "HEAD", "workdir").split() == ["workdir/a/x"]
+    assert git(path, "status", "--porcelain") == ""
+    # The user replaces the folder with a file; the next turn starts with a user-edit.
+    (path / "workdir/a/x").unlink()
+    (path / "workdir/a").rmdir()
+    (path / "workdir/a").write_text("mine\n")
+    done = await run(braid, sid, "say ok")
+    assert done["status"] == "COMPLETED"
+    assert kinds(path)[-2:] == ["user-edit", "turn"]
+    assert git(path, "show", "HEAD:workdir/a") == "mine\n"
+    assert git(path, "status", "--porcelain") == ""
+    assert_fsck(path)

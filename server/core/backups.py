@@ -1,0 +1,257 @@
+"""`BackupStore`: what each file a turn touched looked like before the turn (DESIGN §3, §4).
+
+Backups never enter the tracked tree. The content is a blob in the session repository's own
+object database, and the per-turn manifest is a commit outside every branch, under
+`refs/braid/backups/<turn_id>`, whose tree holds
+
+    manifest.json            {"turn_id", "paths": {workdir path: {"oid", "mode"} | null}}
+    blobs/<aa>/<blob hex>    every backed-up blob, so `git gc` keeps them (the manifest alone
+                             would leave them unreachable)
+
+`null` means the file did not exist before the turn: restoring it deletes the file. The first
+backup of a path in a turn wins, so a file the turn writes twice keeps its pre-turn content.
+The ref travels with the repository (a fork that copies refs carries it) and `git fsck` sees
+ordinary objects.
+
+A store is a thin view over one `GitSession` and keeps no state of its own: every call runs on
+the session's worker thread, and the truth is the ref.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pygit2
+from pygit2.enums import FileMode
+
+from .errors import Conflict
+from .git_session import WORKDIR, GitSession
+
+if TYPE_CHECKING:
+    from .braid import Braid
+
+REF_PREFIX = "refs/braid/backups/"
+MANIFEST = "manifest.json"
+BLOBS = "blobs"
+
+# A file as git stores it: (blob id, file mode). None: the file does not exist.
+Entry = tuple[pygit2.Oid, int]
+
+
+class BackupStore:
+    def __init__(self, git: GitSession) -> None:
+        self.git = git
+        self.repo = git.repo
+        self.workdir = git.path / WORKDIR
+
+    # -- the API agent tool code expects ----------------------------------------------------
+
+    def backup_before_edit(self, turn_id: str, abs_path: str | os.PathLike[str]) -> None:
+        """Record the file at `abs_path` as it is now, unless this turn already did. Called
+        before every mutation, so "now" is "before the turn touched it"."""
+        rel = self.relative(abs_path)
+        manifest = self.manifest(turn_id)
+        if rel in manifest:
+            return
+        entry = self._entry_on_disk(rel)
+        manifest[rel] = entry
+        self._write(turn_id, manifest, [entry] if entry else [])
+
+    def restore_turn(self, turn_id: str, paths: Iterable[str] | None = None) -> list[str]:
+        """Put every backed-up path of the turn (or just `paths`) back on disk exactly as it was
+        before the turn: blind, over whatever is there now. The caller commits. `revert_turn`
+        restores three-way instead, keeping later work; this is the primitive under it."""
+        manifest = self.manifest(turn_id)
+        wanted = sorted(manifest) if paths is None else sorted(set(paths) & set(manifest))
+        for rel in wanted:
+            write_entry(self.git, rel, manifest[rel])
+        return wanted
+
+    def list_backed_paths(self, turn_id: str) -> list[str]:
+        """Workdir-relative paths the turn backed up, sorted."""
+        return sorted(self.manifest(turn_id))
+
+    # -- more of the same ---------------------------------------------------------------------
+
+    def backup_from_head(self, turn_id: str, rel_paths: Iterable[str]) -> None:
+        """Back up paths something other than a file tool already changed (a shell command),
+        from HEAD: the last checkpoint, which still holds their pre-turn content because no
+        earlier step of this turn touched them (those are in the manifest already)."""
+        manifest = self.manifest(turn_id)
+        head_files = self._head_entries([p for p in rel_paths if p not in manifest])
+        if not head_files:
+            return
+        manifest.update(head_files)
+        self._write(turn_id, manifest, [e for e in head_files.values() if e])
+
+    def manifest(self, turn_id: str) -> dict[str, Entry | None]:
+        ref = self.repo.references.get(REF_PREFIX + turn_id)
+        if ref is None:
+            return {}
+        tree = ref.peel(pygit2.Commit).tree
+        raw = json.loads(self.repo[tree[MANIFEST].id].data)
+        out: dict[str, Entry | None] = {}
+        for rel, item in raw.get("paths", {}).items():
+            out[rel] = (pygit2.Oid(hex=item["oid"]), int(item["mode"])) if item else None
+        return out
+
+    def relative(self, abs_path: str | os.PathLike[str]) -> str:
+        path = Path(abs_path)
+        try:
+            rel = path.relative_to(self.workdir)
+        except ValueError as e:
+            raise ValueError(f"{abs_path} is not inside the session's workdir") from e
+        if not rel.parts or ".." in rel.parts:
+            raise ValueError(f"{abs_path} is not a file inside the workdir")
+        return rel.as_posix()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _entry_on_disk(self, rel: str) -> Entry | None:
+        path = self.workdir / rel
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return self.repo.create_blob(os.readlink(path).encode()), FileMode.LINK
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        mode = FileMode.BLOB_EXECUTABLE if st.st_mode & 0o100 else FileMode.BLOB
+        return self.repo.create_blob_fromdisk(str(path)), mode
+
+    def _head_entries(self, rels: list[str]) -> dict[str, Entry | None]:
+        if not rels:
+            return {}
+        tree = self.git.head_commit().tree
+        out: dict[str, Entry | None] = {}
+        for rel in rels:
+            out[rel] = tree_entry(tree, f"{WORKDIR}/{rel}")
+        return out
+
+    def _write(self, turn_id: str, manifest: dict[str, Entry | None],
+               new_blobs: list[Entry]) -> None:
+        ref_name = REF_PREFIX + turn_id
+        old = self.repo.references.get(ref_name)
+        old_tree = old.peel(pygit2.Commit).tree if old is not None else None
+        paths = {rel: ({"oid": str(e[0]), "mode": int(e[1])} if e else None)
+                 for rel, e in sorted(manifest.items())}
+        data = json.dumps({"turn_id": turn_id, "paths": paths}, indent=1, sort_keys=True)
+        root = self.repo.TreeBuilder(old_tree) if old_tree is not None else \
+            self.repo.TreeBuilder()
+        root.insert(MANIFEST, self.repo.create_blob(data.encode() + b"\n"), FileMode.BLOB)
+        if new_blobs:
+            blobs_tree = _subtree(old_tree, BLOBS)
+            root.insert(BLOBS, self._add_blobs(blobs_tree, new_blobs), FileMode.TREE)
+        tree = root.write()
+        sig = self.git.signature
+        commit = self.repo.create_commit(
+            None, sig, sig, f"Backups of turn {turn_id}\n", tree, [])
+        self.repo.references.create(ref_name, commit, force=True)
+
+    def _add_blobs(self, tree: pygit2.Tree | None, entries: list[Entry]) -> pygit2.Oid:
+        by_shard: dict[str, list[pygit2.Oid]] = {}
+        for oid, _mode in entries:
+            by_shard.setdefault(str(oid)[:2], []).append(oid)
+        root = self.repo.TreeBuilder(tree) if tree is not None else self.repo.TreeBuilder()
+        for shard, oids in by_shard.items():
+            old = _subtree(tree, shard)
+            builder = self.repo.TreeBuilder(old) if old is not None else self.repo.TreeBuilder()
+            for oid in oids:
+                builder.insert(str(oid), oid, FileMode.BLOB)
+            root.insert(shard, builder.write(), FileMode.TREE)
+        return root.write()
+
+
+def _subtree(tree: pygit2.Tree | None, name: str) -> pygit2.Tree | None:
+    if tree is None:
+        return None
+    try:
+        obj = tree[name]
+    except KeyError:
+        return None
+    return obj if isinstance(obj, pygit2.Tree) else None
+
+
+def tree_entry(tree: pygit2.Tree | None, path: str) -> Entry | None:
+    """The file at `path` in `tree` as (blob id, mode); None when absent or a folder."""
+    if tree is None:
+        return None
+    try:
+        obj = tree[path]
+    except KeyError:
+        return None
+    if isinstance(obj, pygit2.Tree):
+        return None
+    return obj.id, int(obj.filemode)
+
+
+def check_writable(git: GitSession, rel: str, entry: Entry | None,
+                   deleting: frozenset[str] = frozenset()) -> None:
+    """Raise `Conflict` unless `write_entry(git, rel, entry)` can safely be done, once the
+    paths in `deleting` are gone: never write through a symlinked folder (it could lead
+    outside the workdir), never over a folder or under a file that stays."""
+    workdir = git.path / WORKDIR
+    path = workdir / rel
+    current = workdir
+    for part in path.relative_to(workdir).parts[:-1]:
+        current = current / part
+        name = current.relative_to(workdir).as_posix()
+        if current.is_symlink() and name not in deleting:
+            raise Conflict(f"cannot restore {rel}: {name} is a symlink now")
+        if current.exists() and not current.is_dir() and name not in deleting:
+            raise Conflict(f"cannot restore {rel}: {name} is a file now")
+    if entry is not None and path.is_dir() and not path.is_symlink():
+        left = [p for p in path.rglob("*") if not p.is_dir()
+                and p.relative_to(workdir).as_posix() not in deleting]
+        if left:
+            raise Conflict(f"cannot restore {rel}: it is a folder now")
+
+
+def write_entry(git: GitSession, rel: str, entry: Entry | None) -> None:
+    """Make workdir/`rel` on disk be `entry` (content and mode; None deletes it). Call
+    `check_writable` first, for every path of the change."""
+    workdir = git.path / WORKDIR
+    path = workdir / rel
+    if entry is None:
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+            _prune_empty_dirs(workdir, path.parent)
+        return
+    oid, mode = entry
+    data = git.repo[oid].data
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.braid-tmp")
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    if mode == FileMode.LINK:
+        os.symlink(data.decode(), tmp)
+    else:
+        tmp.write_bytes(data)
+        os.chmod(tmp, 0o755 if mode == FileMode.BLOB_EXECUTABLE else 0o644)
+    os.replace(tmp, path)
+
+
+def _prune_empty_dirs(workdir: Path, folder: Path) -> None:
+    # Git does not track folders: a folder emptied by a restore would linger as clutter.
+    while folder != workdir and folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
+
+
+def install_hooks(braid: Braid) -> None:
+    """Back up before every file mutation and after every shell command of a turn."""
+
+    def before_write(git: GitSession, turn_id: str, abs_path: str) -> None:
+        BackupStore(git).backup_before_edit(turn_id, abs_path)
+
+    def after_shell(git: GitSession, turn_id: str, changed: list[str]) -> None:
+        BackupStore(git).backup_from_head(turn_id, changed)
+
+    braid.before_write_hooks.append(before_write)
+    braid.after_shell_hooks.append(after_shell)

@@ -1,0 +1,131 @@
+"""Fork a session (DESIGN §4 "Fork a session"): a new session repository with the source's
+whole history, made cheaply.
+
+The object database is hard-linked file by file (as `git clone --local` does), so no object
+is re-written and the fork does not depend on its source afterwards (unlike alternates, a
+`git gc` in the source cannot break it). Every branch and every ref under `refs/braid/` is
+carried. Each branch then gets one `fork` commit holding the fork's own `session.json`
+(new `session_id`, `forked_from_session_id` = the direct parent, `root_session_id` = the
+first ancestor), so whatever branch is checked out names the right session. The working tree
+is checked out from HEAD; working-tree files are never linked, since tools and users edit
+them in place.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+
+from .errors import Busy
+from .git_session import WORKDIR, GitSession, commit_message, to_json_bytes
+from .ids import new_session_id, now_iso
+from .turns import snapshot_user_edits
+
+if TYPE_CHECKING:
+    from .braid import Braid
+
+CARRIED_REFS = ("refs/heads/", "refs/braid/", "refs/tags/")
+OBJECT_SUFFIXES = (".pack", ".idx", ".rev", ".bitmap", ".mtimes")
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system, or links not allowed: a copy is still correct
+        shutil.copy2(src, dst)
+
+
+def link_objects(src: Path, dst: Path) -> int:
+    """Hard-link every object file (loose objects and packs) of `src` into `dst`."""
+    count = 0
+    for entry in os.scandir(src):
+        if not entry.is_dir():
+            continue
+        if len(entry.name) == 2:  # a loose-object fan-out folder
+            target = dst / entry.name
+            target.mkdir(exist_ok=True)
+            for obj in os.scandir(entry.path):
+                if not obj.name.startswith("tmp"):
+                    _link_or_copy(obj.path, str(target / obj.name))
+                    count += 1
+        elif entry.name == "pack":
+            (dst / "pack").mkdir(exist_ok=True)
+            for obj in os.scandir(entry.path):
+                if obj.name.endswith(OBJECT_SUFFIXES) and not obj.name.startswith("tmp"):
+                    _link_or_copy(obj.path, str(dst / "pack" / obj.name))
+                    count += 1
+        elif entry.name == "info":
+            alternates = Path(entry.path) / "alternates"
+            if alternates.exists():  # a source that borrows objects lends the same
+                (dst / "info").mkdir(exist_ok=True)
+                shutil.copy2(alternates, dst / "info" / "alternates")
+    return count
+
+
+def _with_file(repo: pygit2.Repository, tree: pygit2.Tree, name: str,
+               blob: pygit2.Oid) -> pygit2.Oid:
+    builder = repo.TreeBuilder(tree)
+    builder.insert(name, blob, pygit2.enums.FileMode.BLOB)
+    return builder.write()
+
+
+def clone_session(git: GitSession, target: Path, meta: dict[str, Any]) -> dict[str, str]:
+    """On the source's thread: build the fork at `target`. Returns its branches' tips."""
+    snapshot_user_edits(git)  # the user's unsaved edits go along, committed in the source
+    git.flush_index()
+    head = git.branch if git.branch != "HEAD" else "main"
+    repo = pygit2.init_repository(str(target), bare=False, initial_head=head)
+    link_objects(git.path / ".git" / "objects", target / ".git" / "objects")
+    exclude = git.path / ".git" / "info" / "exclude"
+    if exclude.exists():
+        (target / ".git" / "info").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(exclude, target / ".git" / "info" / "exclude")
+    for name in git.repo.references:
+        ref = git.repo.references[name]
+        if name.startswith(CARRIED_REFS) and ref.type == pygit2.enums.ReferenceType.DIRECT:
+            repo.references.create(name, ref.target)
+    blob = repo.create_blob(to_json_bytes(meta))
+    message = commit_message(f"Fork of session {meta['forked_from_session_id']}", "fork",
+                             None, None)
+    signature = git.signature
+    tips: dict[str, str] = {}
+    for branch in repo.branches.local:
+        tip = repo.branches.local[branch].peel(pygit2.Commit)
+        tree = _with_file(repo, tip.tree, "session.json", blob)
+        oid = repo.create_commit(f"refs/heads/{branch}", signature, signature, message, tree,
+                                 [tip.id])
+        tips[branch] = str(oid)
+    repo.checkout(f"refs/heads/{head}", strategy=pygit2.enums.CheckoutStrategy.FORCE)
+    (target / WORKDIR).mkdir(exist_ok=True)  # git keeps no empty folders
+    return tips
+
+
+async def fork_session(braid: Braid, user_id: str, session_id: object) -> dict[str, Any]:
+    """Copy a session the user owns into a new one; returns the new session's lineage."""
+    source = braid.store.get_owned(user_id, session_id)
+    if braid.runs.for_session(source.session_id):
+        raise Busy("a run is going on in this session; fork it when the run ends")
+    new_id = new_session_id()
+    meta = {
+        "session_id": new_id,
+        "title": source.meta.get("title") or "",
+        "user_id": source.user_id,
+        "created_at": now_iso(),
+        "forked_from_session_id": source.session_id,
+        "root_session_id": source.meta.get("root_session_id") or source.session_id,
+    }
+    target = braid.store.path(new_id)
+    try:
+        await source.call(lambda git: clone_session(git, target, meta))
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+    handle = braid.store.register(new_id)
+    await braid.index.upsert_session(handle.meta)
+    await braid.index.copy_runs(source.session_id, new_id)
+    return {"session_id": new_id, "forked_from_session_id": source.session_id,
+            "root_session_id": meta["root_session_id"], "title": meta["title"]}

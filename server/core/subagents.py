@@ -1,0 +1,320 @@
+"""Sub-agents (DESIGN §4 "Sub-agents"): a turn run on its own branch in its own git worktree.
+
+`spawn_sub_agent` branches `sub_<parent_turn_id[:10]>_<label>_<hex8>` from the parent's current
+state with a first `sub-agent` commit that drops `history/` and `runs/` (the child starts a
+fresh conversation holding only its prompt), checks it out under `_worktrees/<branch>/`, and
+runs an ordinary turn there (turns.launch/drive) through a `SessionHandle` opened on the
+worktree: its own GitSession on its own worker thread, so several sub-agents and the parent
+work at the same time. The branch is claimed in the RunRegistry, never the parent's branch.
+When the turn ends, its answer is written into the parent branch as an assistant message
+naming the branch and commit, the worktree is removed (folder included) and the branch kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import secrets
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+from pygit2.enums import FileMode
+
+from .errors import BadRequest, NotFound
+from .git_session import (
+    HISTORY,
+    RUNS,
+    WORKDIR,
+    WORKTREES,
+    GitSession,
+    _nest,
+    commit_message,
+    history_path,
+    run_path,
+    to_json_bytes,
+)
+from .ids import is_message_id, new_message_id, now_iso
+from .store import SessionHandle
+from .turns import (
+    MAX_TEXT,
+    ActiveRun,
+    TurnContext,
+    _prepare_new_turn,
+    launch,
+    new_message,
+    snapshot_user_edits,
+)
+
+if TYPE_CHECKING:
+    from .braid import Braid
+
+log = logging.getLogger("braid.subagents")
+PREFIX = "sub_"
+MAX_LABEL = 24
+RESULT_CHARS = 2000
+_FINISHING: set[asyncio.Task[dict[str, Any]]] = set()
+
+
+def clean_label(label: object) -> str:
+    """A label safe inside a branch and a worktree name: no `/`, no `_` (the separator)."""
+    if label is None:
+        return "agent"
+    if not isinstance(label, str):
+        raise BadRequest("label must be a string")
+    cleaned = re.sub(r"[^A-Za-z0-9-]+", "-", label).strip("-")[:MAX_LABEL].strip("-")
+    return cleaned or "agent"
+
+
+def is_sub_branch(name: str) -> bool:
+    return name.startswith(PREFIX)
+
+
+def last_answer(git: GitSession, commit: pygit2.Commit) -> str:
+    """The last final answer (an assistant message without tool calls) on the branch at
+    `commit`. Reads the history from its end, so a long chat costs no more than a short one."""
+    history = git._subtree(commit.tree, HISTORY)
+    if history is None:
+        return ""
+    shards = sorted((e for e in history if isinstance(e, pygit2.Tree)),
+                    key=lambda e: e.name, reverse=True)
+    for shard in shards:
+        for entry in sorted(shard, key=lambda e: e.name, reverse=True):
+            if "-assistant-" not in entry.name:
+                continue
+            msg = git._blob_json(entry.id)
+            if msg.get("content") and not msg.get("tool_calls"):
+                return str(msg["content"])
+    return ""
+
+
+def answer_of(messages: list[dict[str, Any]]) -> str:
+    for msg in reversed(messages):
+        if msg["role"] == "assistant" and msg.get("content") and not msg.get("tool_calls"):
+            return str(msg["content"])
+    return ""
+
+
+@dataclass(frozen=True)
+class SubBranch:
+    branch: str
+    path: Path
+    parent_branch: str
+    base_commit_id: str
+    start_commit_id: str
+
+
+def open_sub_branch(git: GitSession, branch: str, label: str, prompt: str,
+                    snapshot: bool, live: set[str]) -> SubBranch:
+    """On the parent's thread: snapshot user edits, write the `sub-agent` commit (the parent's
+    state without history/ and runs/) on a new branch, and check it out as a worktree."""
+    prune_worktrees(git, keep=live)
+    if snapshot:
+        snapshot_user_edits(git)
+    parent_branch = git.branch
+    head = git.head_commit()
+    builder = git.repo.TreeBuilder(head.tree)
+    for name in (HISTORY, RUNS):
+        if builder.get(name) is not None:
+            builder.remove(name)
+    tree = builder.write()
+    first_line = prompt.strip().splitlines()[0][:80] if prompt.strip() else ""
+    message = commit_message(f"Sub-agent {label}: {first_line}", "sub-agent", None, None)
+    oid = git.repo.create_commit(None, git.signature, git.signature, message, tree, [head.id])
+    git.create_branch(branch, oid)
+    path = git.path / WORKTREES / branch
+    path.parent.mkdir(exist_ok=True)
+    ref = git.repo.references.get(f"refs/heads/{branch}")
+    git.repo.add_worktree(branch, str(path), ref)
+    (path / WORKDIR).mkdir(exist_ok=True)  # git keeps no empty folders
+    return SubBranch(branch, path, parent_branch, str(head.id), str(oid))
+
+
+def remove_worktree(git: GitSession, name: str) -> None:
+    """Forget a worktree and delete its folder (pygit2's prune leaves the folder)."""
+    try:
+        git.repo.lookup_worktree(name).prune(True)
+    except (KeyError, pygit2.GitError):
+        pass
+    folder = git.path / WORKTREES / name
+    if folder.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def prune_worktrees(git: GitSession, keep: set[str]) -> list[str]:
+    """Remove the worktrees a dead server left behind (live sub-agents' are in `keep`), after
+    committing what their interrupted run left on disk, as start-up recovery does."""
+    from .braid import _interrupt_on_disk
+
+    removed = []
+    for name in git.repo.list_worktrees():
+        if name in keep:
+            continue
+        folder = git.path / WORKTREES / name
+        if (folder / ".git").exists():
+            child = GitSession(folder)
+            for record in sorted((folder / RUNS).glob("*/*.json")):
+                _interrupt_on_disk(child, record.stem)
+            snapshot_user_edits(child)  # anything else left there: nothing is destroyed
+        remove_worktree(git, name)
+        removed.append(name)
+    return removed
+
+
+def commit_on_branch(git: GitSession, branch: str, changes: dict[str, bytes], *,
+                     summary: str, kind: str, run_id: str, message_index: int) -> str:
+    """Commit `changes` on `branch`: through the working tree when it is checked out, else
+    as trees only (the user may have switched branches while a sub-agent worked)."""
+    if git.branch == branch:
+        return str(git.write_checkpoint(changes, summary=summary, kind=kind, run_id=run_id,
+                                        message_index=message_index))
+    tip = git.branch_tip(branch)
+    base = git.commit(tip).tree
+    entries = {rel: (git.repo.create_blob(data), FileMode.BLOB) for rel, data in changes.items()}
+    tree = git._rebuild(base, _nest(entries))
+    message = commit_message(summary, kind, run_id, message_index)
+    return str(git.repo.create_commit(f"refs/heads/{branch}", git.signature, git.signature,
+                                      message, tree, [tip]))
+
+
+def write_result(git: GitSession, parent_branch: str, session_id: str, parent_turn_id: str,
+                 info: dict[str, Any]) -> dict[str, Any]:
+    """The sub-agent's result as an assistant message on the parent branch: its own small
+    COMPLETED run (a record, one message, a `sub-agent` commit) so it reverts, continues and
+    reindexes like any turn."""
+    tip = git.commit(git.branch_tip(parent_branch))
+    run_id = new_message_id()
+    label = info["label"]
+    if info["status"] == "COMPLETED":
+        head = f"Sub-agent **{label}** finished"
+    else:
+        head = f"Sub-agent **{label}** stopped ({info['status'].lower()})"
+    text = (f"{head} on branch `{info['branch']}` at commit `{info['commit_id']}`:\n\n"
+            f"{info['final_text'] or '(no answer)'}")
+    msg = new_message("assistant", run_id, text, sub_agent={
+        k: info[k] for k in ("branch", "commit_id", "run_id", "status", "final_text", "label")})
+    msg["id"] = run_id
+    now = now_iso()
+    run = {
+        "run_id": run_id, "session_id": session_id, "status": "COMPLETED",
+        "branch": parent_branch,
+        "model": None, "usage": {}, "created_at": now, "updated_at": now,
+        "forked_from_run_id": None, "forked_from_message_index": None,
+        "regenerated_from": None, "error": None, "message_count": 1,
+        "parent_run_id": parent_turn_id, "kind": "sub-agent-result",
+        "sub_agent": msg["sub_agent"],
+    }
+    changes = {
+        history_path(git.next_seq(tip), "assistant", run_id): to_json_bytes(msg),
+        run_path(git.run_count(tip), run_id): to_json_bytes(run),
+    }
+    commit_id = commit_on_branch(git, parent_branch, changes, summary=f"Sub-agent result: {label}",
+                                 kind="sub-agent", run_id=run_id, message_index=1)
+    return {"run_id": run_id, "run": run, "message": msg, "commit_id": commit_id}
+
+
+async def _wait_for_branch(braid: Braid, session_id: str, branch: str) -> None:
+    # The result message must not interleave with a turn's uncommitted messages.
+    while True:
+        live = [a for a in braid.runs.for_session(session_id) if a.branch == branch]
+        if not live:
+            return
+        await live[0].done.wait()
+
+
+@dataclass
+class _Spawn:
+    braid: Braid
+    parent: SessionHandle
+    parent_turn_id: str
+    label: str
+    sub: SubBranch
+    child: SessionHandle
+
+
+async def spawn_sub_agent(braid: Braid, user_id: str, session_id: object,
+                          parent_turn_id: object, prompt: object,
+                          label: object = None) -> dict[str, Any]:
+    """Run a sub-agent to the end; returns `{branch, final_text, commit_id, ...}`."""
+    handle = braid.store.get_owned(user_id, session_id)
+    sid = handle.session_id
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise BadRequest("prompt must be a non-empty string")
+    if len(prompt) > MAX_TEXT:
+        raise BadRequest(f"prompt is longer than {MAX_TEXT} characters")
+    if not is_message_id(parent_turn_id):
+        raise BadRequest("parent_turn_id must be a turn id")
+    assert isinstance(parent_turn_id, str)
+    if not any(r["run_id"] == parent_turn_id for r in await braid.index.list_runs(sid)):
+        raise NotFound(f"no turn {parent_turn_id}")
+    name = clean_label(label)
+    branch = f"{PREFIX}{parent_turn_id[:10]}_{name}_{secrets.token_hex(4)}"
+    active = braid.runs.claim(sid, branch, "")
+    sub: SubBranch | None = None
+    child: SessionHandle | None = None
+    try:
+        live = {a.branch for a in braid.runs.for_session(sid)}
+        parent_branch = await handle.call(lambda git: git.branch)
+        # Never snapshot under a live turn: its tools' files would pass for user edits.
+        snapshot = parent_branch not in live
+        sub = await handle.call(
+            lambda git: open_sub_branch(git, branch, name, prompt, snapshot, live))
+        braid.bus.publish(sid, "dag_changed", {"branch": branch})
+        child = SessionHandle(sid, sub.path)
+        fields = {"parent_run_id": parent_turn_id, "sub_agent": {
+            "branch": branch, "label": name, "parent_branch": sub.parent_branch,
+            "parent_turn_id": parent_turn_id, "base_commit_id": sub.base_commit_id}}
+        ctx = await child.call(lambda git: _prepare_new_turn(git, child, prompt, fields))
+        braid.bus.publish(sid, "sub_agent_started", {
+            "run_id": ctx.run_id, "branch": branch, "label": name, "prompt": prompt,
+            "parent_turn_id": parent_turn_id, "parent_branch": sub.parent_branch})
+        await launch(braid, child, ctx, active)
+    except BaseException:
+        braid.runs.release(active)
+        if child is not None:
+            child.close()
+        if sub is not None:
+            await handle.call(lambda git: remove_worktree(git, branch))
+        raise
+    spawn = _Spawn(braid, handle, parent_turn_id, name, sub, child)
+    # Shielded: the result is written and the worktree removed even if the caller goes away.
+    finishing = asyncio.create_task(_finish(spawn, ctx, active), name=f"sub-{branch}")
+    _FINISHING.add(finishing)
+    finishing.add_done_callback(_FINISHING.discard)
+    return await asyncio.shield(finishing)
+
+
+async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> dict[str, Any]:
+    braid, handle, sub = spawn.braid, spawn.parent, spawn.sub
+    sid, branch = handle.session_id, sub.branch
+    await active.done.wait()
+    await spawn.child.call(lambda git: None)  # after the turn's last index flush
+    spawn.child.close()
+    status = str(ctx.run["status"])
+    info = {"branch": branch, "label": spawn.label, "run_id": ctx.run_id, "status": status,
+            "final_text": answer_of(ctx.messages)[:RESULT_CHARS]}
+    result: dict[str, Any] = {**info, "commit_id": None, "parent_branch": sub.parent_branch,
+                              "parent_turn_id": spawn.parent_turn_id}
+    try:
+        info["commit_id"] = result["commit_id"] = await handle.call(
+            lambda git: _close_worktree(git, branch))
+        if status != "INTERRUPTED":  # a stopping server writes nothing more
+            await _wait_for_branch(braid, sid, sub.parent_branch)
+            summary = await handle.call(lambda git: write_result(
+                git, sub.parent_branch, sid, spawn.parent_turn_id, info))
+            await braid.index.upsert_run(sid, summary["run"])
+            result["summary_run_id"] = summary["run_id"]
+            result["summary_commit_id"] = summary["commit_id"]
+            braid.bus.publish(sid, "sub_agent_done", {**result, "summary": summary})
+            braid.bus.publish(sid, "dag_changed", {"branch": branch})
+    except RuntimeError:  # the session's thread is gone: the server is stopping
+        log.warning("sub-agent %s ended while the server stopped", branch)
+    return result
+
+
+def _close_worktree(git: GitSession, branch: str) -> str:
+    remove_worktree(git, branch)
+    return str(git.branch_tip(branch))

@@ -1,0 +1,161 @@
+"""The DAG panel's web side: its HTTP partials (the graph, one node) and the socket renderers
+for sub-agents, merges and `dag_changed`. Sub-agent runs stream into their card in the panel,
+never into the parent's transcript."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from ..core import dag, sessions
+from ..core.errors import BraidError
+from ..core.subagents import PREFIX
+from .auth import user_of
+from .templating import env, render
+
+if TYPE_CHECKING:
+    from .render_html import HtmlRenderer
+
+KIND_LABELS = {"tool-batch": "tools", "user-edit": "edit", "unrevert": "redo"}
+
+
+def node_kind(node: dict[str, Any], branch: str) -> str:
+    """A node's kind in a word; a `sub-agent` commit starts a child's branch or carries its
+    result back to the parent."""
+    kind = str(node.get("kind") or "")
+    if kind == "sub-agent":
+        return "spawn" if str(branch).startswith(PREFIX) else "result"
+    return KIND_LABELS.get(kind, kind)
+
+
+def short_branch(name: object) -> str:
+    """`sub_<turn>_<label>_<hex8>` shows as `label·hex4`; other names as they are."""
+    text = str(name)
+    if text.startswith(PREFIX):
+        parts = text.split("_")
+        if len(parts) >= 4:
+            return f"{'_'.join(parts[2:-1])}·{parts[-1][:4]}"
+    return text
+
+
+env.filters["short_branch"] = short_branch
+env.filters["branch_color"] = dag.branch_color
+env.globals["node_kind"] = node_kind
+
+
+def dag_html(layout: dag.Layout, session_id: str) -> str:
+    return render("_dag.html", dag=layout, session_id=session_id, row_h=dag.ROW_H)
+
+
+def sub_cards(braid: Any, session_id: str) -> str:
+    """Cards for the sub-agents running now (a page load or a reconnect)."""
+    cards = []
+    for active in braid.runs.for_session(session_id):
+        if active.branch.startswith(PREFIX) and active.run_id:
+            cards.append(render("_sub_agent_card.html", run_id=active.run_id,
+                                branch=active.branch, label=short_branch(active.branch),
+                                prompt="", status="RUNNING", final_text=""))
+    return f'<div id="sub-agents" class="sub-agents" aria-live="polite" hx-swap-oob="true">' \
+           f'{"".join(cards)}</div>'
+
+
+async def dag_fragment(request: Request) -> Response:
+    braid = request.app.state.braid
+    user_id = user_of(request)
+    if user_id is None:
+        return HTMLResponse("", status_code=401)
+    session_id = request.path_params["session_id"]
+    try:
+        layout = await dag.get_layout(braid, user_id, session_id,
+                                      request.query_params.get("rows"))
+    except BraidError as e:
+        return HTMLResponse(render("_toast.html", message=e.message, level="error"),
+                            status_code=404 if e.code == "not_found" else 400)
+    return HTMLResponse(dag_html(layout, session_id) + sub_cards(braid, session_id))
+
+
+async def node_fragment(request: Request) -> Response:
+    from .actions import ACTIONS
+
+    braid = request.app.state.braid
+    user_id = user_of(request)
+    if user_id is None:
+        return HTMLResponse("", status_code=401)
+    try:
+        node = await dag.get_node(braid, user_id, request.path_params["session_id"],
+                                  request.path_params["commit_id"])
+    except BraidError as e:
+        return HTMLResponse(render("_toast.html", message=e.message, level="error"),
+                            status_code=404 if e.code == "not_found" else 400)
+    # Without continue_run, "Continue from here" shows the commit's branch.
+    hint = request.query_params.get("branch")
+    checkout = hint if hint in node["branches"] else (node["tips"] or node["branches"] or
+                                                        [None])[0]
+    return HTMLResponse(render("_dag_node.html", node=node, checkout_branch=checkout,
+                               can_continue="continue_run" in ACTIONS))
+
+
+# -- socket renderers --------------------------------------------------------------------
+
+
+def is_sub_agent_run(data: dict[str, Any]) -> bool:
+    run = data.get("run") or {}
+    return bool(run.get("sub_agent")) or str(run.get("branch") or "").startswith(PREFIX)
+
+
+async def dag_changed(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    layout = await dag.get_layout(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
+    return dag_html(layout, r.ctx.session_id)
+
+
+async def sub_agent_started(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    card = render("_sub_agent_card.html", run_id=data["run_id"], branch=data["branch"],
+                  label=data.get("label"), prompt=data.get("prompt"), status="RUNNING",
+                  final_text="")
+    return f'<div id="sub-agents" hx-swap-oob="beforeend">{card}</div>' + await r.run_state()
+
+
+async def sub_agent_done(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    html = render("_sub_agent_card.html", run_id=data["run_id"], branch=data["branch"],
+                  label=data.get("label"), prompt="", status=data.get("status") or "",
+                  final_text=data.get("final_text"))
+    summary = data.get("summary")
+    handle = r.ctx.braid.store.get(r.ctx.session_id)
+    shown = await handle.call(lambda git: git.branch)
+    if summary and shown == data.get("parent_branch"):
+        turns = sessions.build_turns([summary["message"]], {summary["run_id"]: summary["run"]})
+        turn = dict(turns[0], streaming=False)
+        html += f'<div id="transcript" hx-swap-oob="beforeend">{render("_turn.html", turn=turn)}' \
+                f'</div>'
+    return html + await r.run_state()
+
+
+async def merged(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    return '<div id="dag-conflicts" hx-swap-oob="true"></div>'
+
+
+async def no_html(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    return ""  # the events already drew it
+
+
+async def merge_error(r: HtmlRenderer, error: dict[str, Any]) -> str:
+    conflicts = (error.get("details") or {}).get("conflicts")
+    if error.get("code") != "conflict" or not conflicts:
+        return r.toast(error["message"])
+    box = render("_dag_conflicts.html", conflicts=conflicts)
+    return box.replace('id="dag-conflicts"', 'id="dag-conflicts" hx-swap-oob="true"', 1) + \
+        r.toast(error["message"])
+
+
+
+DAG_EVENTS: dict[str, Any] = {
+    "dag_changed": dag_changed,
+    "sub_agent_started": sub_agent_started,
+    "sub_agent_done": sub_agent_done,
+    "merged": merged,
+}
+DAG_RESULTS: dict[str, Any] = {"spawn_sub_agent": no_html, "merge_branches": no_html}
+# Error renderers take the frame's `error` object: {code, message, details?}.
+DAG_ERRORS: dict[str, Any] = {"merge_branches": merge_error}

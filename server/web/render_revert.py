@@ -1,0 +1,112 @@
+"""HTML frames for reverting turns: the `reverted` event re-renders the turn's footer (chips,
+badge, Revert/Redo) in every tab and appends the note; a `turn_diff` result fills the turn's
+diff panel; a refused revert becomes a toast listing the files with a force button."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..core import revert
+from ..core.errors import BraidError
+from .templating import dom_id, render
+
+if TYPE_CHECKING:
+    from .render_html import HtmlRenderer
+
+Renderer = Any  # Callable[[HtmlRenderer, dict], Awaitable[str]]; avoids an import cycle
+
+
+def diff_lines(diff: str) -> list[tuple[str, str]]:
+    """(css class, text) for each line of a unified diff."""
+    out = []
+    for line in diff.splitlines():
+        if line.startswith(("diff --git", "index ", "--- ", "+++ ", "new file", "deleted file",
+                            "old mode", "new mode", "Binary files")):
+            kind = "meta"
+        elif line.startswith("@@"):
+            kind = "hunk"
+        elif line.startswith("+"):
+            kind = "add"
+        elif line.startswith("-"):
+            kind = "del"
+        else:
+            kind = "ctx"
+        out.append((kind, line))
+    return out
+
+
+def footer(turn: dict[str, Any]) -> str:
+    """The footer's inner HTML swapped into `#footer-<run>`, from the same partial the page
+    renders, so a live update and a reload show the same thing."""
+    run = turn.get("run") or {}
+    rid = dom_id(turn["run_id"])
+    inner = render("_turn_footer.html", turn=turn, run=run, status=run.get("status") or "",
+                   rid=rid)
+    return f'<div hx-swap-oob="innerHTML:#footer-{rid}">{inner}</div>'
+
+
+async def files_for(r: HtmlRenderer, data: dict[str, Any]) -> list[dict[str, str]]:
+    """The chips of a turn that just finished (its bubble is rendered from the event)."""
+    run = data.get("run") or {}
+    try:
+        return await revert.files_of_run(r.ctx.braid, r.ctx.user_id, r.ctx.session_id,
+                                         data["run_id"], run.get("branch"))
+    except BraidError:
+        return []
+
+
+async def _reverted(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    turn = {"type": "turn", "run_id": data["run_id"], "run": data.get("run") or {},
+            "files": data.get("files") or []}
+    html = footer(turn)
+    if data.get("note"):
+        note = render("_note.html", item={"message": data["note"]})
+        html += f'<div id="transcript" hx-swap-oob="beforeend">{note}</div>'
+    return html
+
+
+async def _turn_diff(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    return render("_diff.html", rid=dom_id(data["turn_id"]), path=data.get("path"),
+                  lines=diff_lines(data.get("diff") or ""), paths=data.get("paths") or [])
+
+
+async def _reverted_result(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    paths = data.get("restored_paths") or []
+    names = ", ".join(paths[:6]) + (f" and {len(paths) - 6} more" if len(paths) > 6 else "")
+    if data.get("reverted"):
+        text = f"Reverted: {names}" if paths else "Reverted (no file needed changing)"
+    else:
+        text = f"Redone: {names}" if paths else "Redone (no file needed changing)"
+    return r.toast(text, level="info")
+
+
+def _refused(action: str) -> Any:
+    async def render_error(r: HtmlRenderer, error: dict[str, Any]) -> str:
+        details = error.get("details") or {}
+        conflicts = details.get("conflicts") or []
+        turn_id = details.get("turn_id")
+        if error.get("code") != "conflict" or not conflicts or not turn_id:
+            return r.toast(error.get("message") or "Failed")
+        undo = action == "revert_turn"
+        toast = render(
+            "_revert_conflict.html", conflicts=conflicts, message=error.get("message"),
+            title="Can't revert cleanly" if undo else "Can't redo cleanly",
+            force_form=f"force-{'revert' if undo else 'unrevert'}-{dom_id(turn_id)}",
+            force_label="Revert anyway" if undo else "Redo anyway",
+        )
+        return f'<div id="toasts" hx-swap-oob="beforeend">{toast}</div>'
+
+    return render_error
+
+
+REVERT_EVENTS: dict[str, Renderer] = {"reverted": _reverted}
+REVERT_RESULTS: dict[str, Renderer] = {
+    "turn_diff": _turn_diff,
+    "revert_turn": _reverted_result,
+    "unrevert_turn": _reverted_result,
+}
+# Error renderers take the frame's `error` object: {code, message, details?}.
+REVERT_ERRORS: dict[str, Renderer] = {
+    "revert_turn": _refused("revert_turn"),
+    "unrevert_turn": _refused("unrevert_turn"),
+}

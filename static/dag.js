@@ -1,0 +1,94 @@
+// The DAG panel: collapse/expand (remembered), ticked branches kept across re-renders, the
+// spawn form closing after it is sent, a click on a graph dot opening that node, closing the
+// node/conflict boxes, and a fresh graph after a reconnect. Everything else is htmx.
+(function () {
+  "use strict";
+  const KEY = "braid.dag.collapsed";
+  const ticked = new Set();
+  let opened = 0;
+
+  function panel() { return document.getElementById("dag-panel"); }
+
+  function setCollapsed(collapsed) {
+    const p = panel();
+    if (!p) return;
+    p.classList.toggle("collapsed", collapsed);
+    document.body.classList.toggle("dag-collapsed", collapsed);
+    const btn = p.querySelector("[data-toggle-dag]");
+    if (btn) btn.setAttribute("aria-expanded", collapsed ? "false" : "true");
+    try { localStorage.setItem(KEY, collapsed ? "1" : "0"); } catch (err) { /* private mode */ }
+  }
+
+  function restoreTicks() {
+    document.querySelectorAll("#dag input[name=branches]").forEach(function (box) {
+      box.checked = !box.disabled && ticked.has(box.value);
+    });
+  }
+
+  function refreshDag() {
+    const p = panel();
+    if (!p || !window.htmx) return;
+    htmx.ajax("GET", "/s/" + p.dataset.sessionId + "/dag", {target: "#dag", swap: "outerHTML"});
+  }
+
+  document.addEventListener("change", function (e) {
+    const box = e.target;
+    if (box && box.name === "branches" && box.closest("#dag")) {
+      if (box.checked) ticked.add(box.value); else ticked.delete(box.value);
+    }
+  });
+
+  document.addEventListener("click", function (e) {
+    const t = e.target;
+    if (!t || !t.closest) return;
+    if (t.closest("[data-toggle-dag]")) { setCollapsed(!panel().classList.contains("collapsed")); return; }
+    const close = t.closest(".dag-close");
+    if (close) {
+      const box = document.querySelector(close.dataset.close);
+      if (box) box.innerHTML = "";
+      return;
+    }
+    const dot = t.closest(".dag-dot");
+    if (dot) {
+      const row = document.querySelector('.dag-node[data-id="' + dot.dataset.id + '"]');
+      if (row) { row.click(); row.focus(); }
+    }
+  });
+
+  document.addEventListener("htmx:wsAfterSend", function (e) {
+    const form = e.target && e.target.closest ? e.target.closest("form") : null;
+    if (!form) return;
+    if (form.classList.contains("spawn-form")) {
+      form.reset();
+      const details = form.closest("details");
+      if (details) details.open = false;
+    }
+    if (form.classList.contains("dag-continue")) {
+      const detail = document.getElementById("dag-detail");
+      if (detail) detail.innerHTML = "";
+    }
+    if (form.id === "merge-form") {
+      ticked.clear();
+      form.querySelectorAll("input[name=branches]").forEach(function (b) { b.checked = false; });
+      const message = form.querySelector("#merge-message");
+      if (message) message.value = "";
+    }
+  });
+
+  // The graph is redrawn on every dag_changed; keep what the user had ticked.
+  document.addEventListener("htmx:oobAfterSwap", restoreTicks);
+  document.addEventListener("htmx:afterSwap", restoreTicks);
+
+  document.addEventListener("htmx:wsOpen", function () {
+    opened += 1;
+    if (opened > 1) refreshDag();  // events sent while the socket was down are lost
+  });
+
+  document.addEventListener("DOMContentLoaded", function () {
+    let collapsed = false;
+    try { collapsed = localStorage.getItem(KEY) === "1"; } catch (err) { /* private mode */ }
+    if (window.matchMedia && window.matchMedia("(max-width: 760px)").matches &&
+        localStorage.getItem(KEY) === null) collapsed = true;
+    setCollapsed(collapsed);
+  });
+})();
