@@ -10,7 +10,6 @@ do not overlap, so a session with a hundred finished sub-agents is still a few l
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import BadRequest
 from .git_session import GitSession, commit_info
 from .sessions import DAG_LIMIT, _dag, transcript_at
-from .subagents import is_sub_branch, last_answer
+from .subagents import is_sub_branch, last_answer, short_name
 
 if TYPE_CHECKING:
     from .braid import Braid
@@ -36,8 +35,26 @@ PALETTE = ("#0e9f6e", "#d97706", "#db2777", "#0891b2", "#7c3aed", "#65a30d", "#d
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
 
+# The graph is a function of the branch tips (and HEAD): two tabs, or a dag_changed that
+# changed nothing, reuse one walk. Per repository path, the last key and its data.
+_CACHE: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+CACHE_SESSIONS = 64
+
+
 def graph(git: GitSession, limit: int = DAG_LIMIT) -> dict[str, Any]:
     """The commit graph; a sub-agent branch's tip is labelled with the sub-agent's result."""
+    key = (tuple(sorted(git.branches().items())), git.branch, str(git.head_oid()), limit)
+    hit = _CACHE.get(str(git.path))
+    if hit is not None and hit[0] == key:
+        return dict(hit[1])
+    data = _build(git, limit)
+    if len(_CACHE) >= CACHE_SESSIONS:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[str(git.path)] = (key, data)
+    return dict(data)
+
+
+def _build(git: GitSession, limit: int) -> dict[str, Any]:
     data = _dag(git, limit)
     results: dict[str, str] = {}
     for branch in data["branches"]:
@@ -45,9 +62,13 @@ def graph(git: GitSession, limit: int = DAG_LIMIT) -> dict[str, Any]:
             result = last_answer(git, git.commit(branch["head"]))
             branch["result"] = results[branch["head"]] = " ".join(result.split())[:200]
             branch["sub_agent"] = True
+    branch_of = {n["id"]: n["branch"] for n in data["nodes"]}
     for node in data["nodes"]:
         if node["id"] in results and any(is_sub_branch(t) for t in node["tips"]):
             node["label"] = results[node["id"]] or node["label"]
+        elif node["kind"] == "merge" and len(node["parent_ids"]) > 1:
+            names = [short_name(branch_of.get(p) or p[:10]) for p in node["parent_ids"][1:]]
+            node["label"] = "Merge " + ", ".join(names)
     return data
 
 
@@ -56,11 +77,6 @@ async def get_dag(braid: Braid, user_id: str, session_id: object) -> dict[str, A
     return await handle.call(lambda git: graph(git))
 
 
-def branch_color(name: str) -> str:
-    if name == "main":
-        return MAIN_COLOR
-    digest = hashlib.sha1(name.encode()).digest()  # stable across renders, not security
-    return PALETTE[digest[0] % len(PALETTE)]
 
 
 @dataclass
@@ -95,7 +111,7 @@ class Layout:
     head: str
     current_branch: str
     lanes: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    colors: dict[str, str] = field(default_factory=dict)
 
 
 def _fold(nodes: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, int]]:
@@ -168,6 +184,11 @@ def layout(data: dict[str, Any], rows: int = ROWS) -> Layout:
             ends[lane] = end
         lane_of[name] = lane
     lanes = max(1, len(ends))
+    # Colours in lane order, so branches drawn side by side never share one.
+    colors = {"main": MAIN_COLOR}
+    for name in [*lane_of, *(b["name"] for b in data["branches"])]:
+        if name not in colors:
+            colors[name] = PALETTE[(len(colors) - 1) % len(PALETTE)]
 
     def xy(row: int, lane: int) -> tuple[int, int]:
         return PAD + lane * LANE_W, row * ROW_H + ROW_H // 2
@@ -176,7 +197,7 @@ def layout(data: dict[str, Any], rows: int = ROWS) -> Layout:
     for n in shown:
         branch = branch_of[n["id"]]
         x, y = xy(row_of[n["id"]], lane_of[branch])
-        dots.append(Dot(n, row_of[n["id"]], lane_of[branch], x, y, branch_color(branch),
+        dots.append(Dot(n, row_of[n["id"]], lane_of[branch], x, y, colors[branch],
                         folded.get(n["id"], 0)))
     dot_of = {d.node["id"]: d for d in dots}
     edges = []
@@ -195,14 +216,15 @@ def layout(data: dict[str, Any], rows: int = ROWS) -> Layout:
     branches = []
     for b in data["branches"]:
         lane = lane_of.get(b["name"])
-        branches.append({**b, "color": branch_color(b["name"]), "lane": lane,
+        branches.append({**b, "color": colors[b["name"]], "lane": lane,
                          "current": b["name"] == current})
     branches.sort(key=lambda b: (not b["current"], b["name"] != "main",
                                  not b.get("sub_agent"), b["name"]))
     return Layout(dots=dots, edges=edges, branches=branches, width=PAD * 2 + (lanes - 1) *
                   LANE_W, height=max(1, len(shown)) * ROW_H, rows=len(shown),
                   total=len(visible), more=len(visible) > len(shown),
-                  head=data.get("head", ""), current_branch=current, lanes=lanes)
+                  head=data.get("head", ""), current_branch=current, lanes=lanes,
+                  colors=colors)
 
 
 def _path(x1: int, y1: int, x2: int, y2: int, first: bool) -> str:

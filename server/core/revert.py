@@ -190,65 +190,73 @@ def _names(paths: list[str]) -> str:
     return f"{shown} and {more} more" if more > 0 else shown
 
 
-def do_revert(git: GitSession, turn_id: str, force: bool) -> dict[str, Any]:
-    snapshot_user_edits(git)
-    head = git.head_commit()
-    run_id, record_path, record = resolve_turn(git, turn_id, head)
-    if record.get("reverted"):
-        raise Conflict(f"turn {run_id} is already reverted", {"conflicts": [], "turn_id": run_id})
-    changes = _turn_changes(git, run_id, head)
-    if not changes:
-        raise Conflict(f"turn {run_id} changed no files: nothing to revert",
-                       {"conflicts": [], "turn_id": run_id})
+def _take_out(git: GitSession, head: pygit2.Commit, run_id: str, changes: list[FileChange],
+              force: bool, refusal: str) -> tuple[dict[str, Entry | None], list[dict[str, Any]]]:
+    """Three-way: take each change (before → after) back out of HEAD. Returns the new entries
+    of the paths that change and the conflicts (forced to `before`, else `Conflict`)."""
     base = {c.path: c.after for c in changes}
     theirs = {c.path: c.before for c in changes}
     ours = {c.path: tree_entry(head.tree, f"{WORKDIR}/{c.path}") for c in changes}
     result, conflicts = three_way(git, base, ours, theirs)
     details = _conflict_details(git, conflicts, ours, theirs)
     if conflicts and not force:
-        raise Conflict(f"later changes overlap turn {run_id}'s changes in {_names(conflicts)}",
+        raise Conflict(f"{refusal} in {_names(conflicts)}; nothing was changed",
                        {"conflicts": details, "turn_id": run_id})
     for path in conflicts:
         result[path] = theirs[path]
-    names = _names([c.path for c in changes])
-    note = f"Turn {run_id} was reverted; its changes to {names} were undone."
+    return result, details
+
+
+def _turn_in_state(git: GitSession, turn_id: str, reverted: bool
+                   ) -> tuple[str, str, dict[str, Any], pygit2.Commit]:
+    """Resolve the turn and check its state, then snapshot the user's edits (so the revert
+    sees them as later work, never clobbers them). Returns (run_id, record path, record,
+    HEAD after the snapshot)."""
+    run_id, record_path, record = resolve_turn(git, turn_id, git.head_commit())
+    if bool(record.get("reverted")) != reverted:
+        state = "is already reverted" if not reverted else "is not reverted"
+        raise Conflict(f"turn {run_id} {state}", {"conflicts": [], "turn_id": run_id})
+    snapshot_user_edits(git)
+    return run_id, record_path, record, git.head_commit()
+
+
+def do_revert(git: GitSession, turn_id: str, force: bool) -> dict[str, Any]:
+    run_id, record_path, record, head = _turn_in_state(git, turn_id, reverted=False)
+    changes = _turn_changes(git, run_id, head)
+    if not changes:
+        raise Conflict(f"turn {run_id} changed no files: nothing to revert",
+                       {"conflicts": [], "turn_id": run_id})
+    result, conflicts = _take_out(git, head, run_id, changes, force,
+                                  f"later changes overlap turn {run_id}'s changes")
+    note = f"Turn {run_id} was reverted; its changes to {_names([c.path for c in changes])} " \
+        "were undone."
     if conflicts:
-        note += f" Later edits to {_names(conflicts)} were replaced by the pre-turn content."
+        forced = _names([c["path"] for c in conflicts])
+        note += f" Later edits to {forced} were replaced by the pre-turn content."
     record.update(reverted=True, reverted_at=now_iso(), revert_forced=bool(conflicts),
                   reverted_paths=sorted(result))
     out = _commit(git, run_id, record_path, record, result, "revert", note)
-    out.update(conflicts=details, files=[c.as_dict() for c in changes])
+    out.update(conflicts=conflicts, files=[c.as_dict() for c in changes])
     return out
 
 
 def do_unrevert(git: GitSession, turn_id: str, force: bool) -> dict[str, Any]:
-    snapshot_user_edits(git)
-    head = git.head_commit()
-    run_id, record_path, record = resolve_turn(git, turn_id, head)
-    if not record.get("reverted"):
-        raise Conflict(f"turn {run_id} is not reverted", {"conflicts": [], "turn_id": run_id})
+    run_id, record_path, record, head = _turn_in_state(git, turn_id, reverted=True)
     revert_commit = next((c for c in first_parent_line(head)
                           if trailers_of(c) == ("revert", run_id)), None)
     if revert_commit is None or not revert_commit.parents:
         raise NotFound(f"the revert of turn {run_id} is not on branch {git.branch}")
+    # Undoing the revert = taking the revert commit's own change back out.
     undone = changes_of(git, TurnSpan(run_id, revert_commit, revert_commit), backups={})
-    base = {c.path: c.after for c in undone}
-    theirs = {c.path: c.before for c in undone}
-    ours = {c.path: tree_entry(head.tree, f"{WORKDIR}/{c.path}") for c in undone}
-    result, conflicts = three_way(git, base, ours, theirs)
-    details = _conflict_details(git, conflicts, ours, theirs)
-    if conflicts and not force:
-        raise Conflict(f"later changes overlap the revert of turn {run_id} in "
-                       f"{_names(conflicts)}", {"conflicts": details, "turn_id": run_id})
-    for path in conflicts:
-        result[path] = theirs[path]
+    result, conflicts = _take_out(git, head, run_id, undone, force,
+                                  f"later changes overlap the revert of turn {run_id}")
     changes = _turn_changes(git, run_id, head)
     names = _names([c.path for c in changes]) or "no files"
     note = f"The revert of turn {run_id} was undone; its changes to {names} are back."
     record.update(reverted=False, unreverted_at=now_iso(),
                   undone_revert_commit_id=str(revert_commit.id))
     out = _commit(git, run_id, record_path, record, result, "unrevert", note)
-    out.update(conflicts=details, files=[c.as_dict() for c in changes])
+    out.update(conflicts=conflicts, files=[c.as_dict() for c in changes])
     return out
 
 

@@ -73,6 +73,15 @@ def is_sub_branch(name: str) -> bool:
     return name.startswith(PREFIX)
 
 
+def short_name(branch: str) -> str:
+    """`sub_<turn>_<label>_<hex8>` reads as `label·hex4`; other names as they are."""
+    if branch.startswith(PREFIX):
+        parts = branch.split("_")
+        if len(parts) >= 4:
+            return f"{'_'.join(parts[2:-1])}·{parts[-1][:4]}"
+    return branch
+
+
 def last_answer(git: GitSession, commit: pygit2.Commit) -> str:
     """The last final answer (an assistant message without tool calls) on the branch at
     `commit`. Reads the history from its end, so a long chat costs no more than a short one."""

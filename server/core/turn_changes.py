@@ -21,7 +21,11 @@ import pygit2
 from .backups import BackupStore, Entry, tree_entry
 from .git_session import TRAILER_KIND, TRAILER_RUN, WORKDIR, GitSession, parse_trailers
 
-TURN_KINDS = frozenset({"tool-batch", "turn", "merge"})  # a merge turn begins with its merge
+# A turn's own commits. A merge turn begins with its `merge` commit (so reverting it takes the
+# merged files out, like `git revert -m 1`); a sub-agent's result is a `sub-agent` commit.
+# Not `fork`: a regenerate marks the *source* run with a record-only `fork` commit, which
+# must not stretch that run's span over later reverts.
+TURN_KINDS = frozenset({"tool-batch", "turn", "merge", "sub-agent"})
 MAX_DIFF_BYTES = 400_000
 
 

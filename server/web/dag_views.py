@@ -11,7 +11,7 @@ from starlette.responses import HTMLResponse, Response
 
 from ..core import dag, sessions
 from ..core.errors import BraidError
-from ..core.subagents import PREFIX
+from ..core.subagents import PREFIX, short_name
 from .auth import user_of
 from .templating import env, render
 
@@ -31,17 +31,10 @@ def node_kind(node: dict[str, Any], branch: str) -> str:
 
 
 def short_branch(name: object) -> str:
-    """`sub_<turn>_<label>_<hex8>` shows as `label·hex4`; other names as they are."""
-    text = str(name)
-    if text.startswith(PREFIX):
-        parts = text.split("_")
-        if len(parts) >= 4:
-            return f"{'_'.join(parts[2:-1])}·{parts[-1][:4]}"
-    return text
+    return short_name(str(name))
 
 
 env.filters["short_branch"] = short_branch
-env.filters["branch_color"] = dag.branch_color
 env.globals["node_kind"] = node_kind
 
 

@@ -168,6 +168,11 @@ async def test_an_index_inside_a_tool_batch_snaps_down(braid: Braid) -> None:
     assert [m["role"] for m in second["messages"]] == \
         ["user", "assistant", "tool", "tool", "user", "assistant"]
     assert second["messages"][-1]["content"] == "mid"
+    # The branch holds the new run's messages only: the source's are taken out of its tree.
+    tree = git(path, "ls-tree", "-r", "--name-only", "HEAD", "history/", "runs/").split()
+    owners = {json.loads(git(path, "show", f"HEAD:{p}"))["run_id"] for p in tree}
+    assert owners == {second["run_id"]}
+    assert len(tree) == 7  # six messages and one record
     assert_fsck(path)
 
 

@@ -362,3 +362,4 @@ async def test_reindex_reads_the_revert_state_from_git(braid: Braid) -> None:
     await asyncio.gather(revert.revert_turn(braid, USER, a.id, ta["run_id"]),
                          revert.revert_turn(braid, USER, b.id, tb["run_id"]))
     assert a.files() == {} and b.files() == {}
+

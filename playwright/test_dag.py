@@ -1,0 +1,121 @@
+"""The DAG panel in real Chromium against a real server: Spawn sub-agent adds a lane that fills
+in with the result, ticking two lanes and pressing Merge draws the merge node with its edges,
+a click on a sub-agent node shows the child's own transcript, conflicts show per file, and
+the panel collapses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from playwright.sync_api import Page, expect
+
+Server = Any  # the root conftest's `Server`
+TIMEOUT = 20_000
+
+
+def spawn(page: Page, turn_id: str, prompt: str, label: str = "") -> None:
+    page.click(f"#turn-{turn_id} .spawn-toggle")
+    page.fill(f"#spawn-prompt-{turn_id}", prompt)
+    if label:
+        page.fill(f"#spawn-label-{turn_id}", label)
+    page.click(f"#spawn-{turn_id} button[type=submit]")
+    # The form is sent, closed and emptied.
+    expect(page.locator(f"#spawn-{turn_id}")).not_to_have_attribute("open", "", timeout=TIMEOUT)
+
+
+def sub_rows(page: Page) -> Any:
+    return page.locator("#dag .dag-branch[data-branch^=sub_]")
+
+
+def test_spawn_two_sub_agents_merge_them_and_inspect_a_child(
+        page: Page, login: Any, shared_server: Server) -> None:
+    session_id = shared_server.new_session()
+    turn_id = shared_server.run(session_id, "write base.txt base")["run_id"]
+    login(page, session_id)
+    expect(page.locator("#dag .dag-node")).not_to_have_count(0, timeout=TIMEOUT)
+    expect(sub_rows(page)).to_have_count(0)
+
+    # A slow sub-agent: its lane appears at once and fills in with its result when done.
+    spawn(page, turn_id, "slow 150\nwrite red.txt red\nsay red", "red")
+    card = page.locator(".sub-card").first
+    expect(card).to_have_attribute("data-status", "RUNNING", timeout=TIMEOUT)
+    expect(sub_rows(page)).to_have_count(1, timeout=TIMEOUT)
+    lane = sub_rows(page).first
+    expect(lane.locator(".branch-result")).to_have_text("…")
+    expect(card).to_have_attribute("data-status", "COMPLETED", timeout=TIMEOUT)
+    expect(lane.locator(".branch-result")).to_have_text("red", timeout=TIMEOUT)
+    expect(page.locator("#dag .dag-node[data-branch^=sub_][data-kind=turn]")).to_contain_text(
+        "red")
+    # The child's work stayed out of the parent's transcript; its result message is there.
+    expect(page.locator("#transcript")).not_to_contain_text("write red.txt red")
+    expect(page.locator("#transcript .bubble-assistant").last).to_contain_text(
+        "finished on branch")
+
+    spawn(page, turn_id, "write blue.txt blue\nsay blue", "blue")
+    expect(page.locator(".sub-card[data-status=COMPLETED]")).to_have_count(2, timeout=TIMEOUT)
+    expect(sub_rows(page)).to_have_count(2, timeout=TIMEOUT)
+    expect(page.locator("#dag .dag-branch .branch-result")).to_have_text(["blue", "red"],
+                                                                          timeout=TIMEOUT)
+
+    # Tick both lanes, press Merge: the merge node is drawn with an edge to each parent.
+    for i in range(2):
+        sub_rows(page).nth(i).locator("input[type=checkbox]").check()
+    page.fill("#merge-message", "bring it together")
+    page.click("#merge-btn")
+    merge_node = page.locator("#dag .dag-node[data-kind=merge]")
+    expect(merge_node).to_have_count(1, timeout=TIMEOUT)
+    expect(merge_node).to_have_attribute("data-parents", "3")
+    merge_id = merge_node.get_attribute("data-id")
+    expect(page.locator(f'#dag path.dag-edge[data-child="{merge_id}"]')).to_have_count(3)
+    expect(page.locator(f'#dag circle.dag-dot[data-id="{merge_id}"]')).to_have_count(1)
+    expect(page.locator("#transcript")).to_contain_text("merged: blue; red", timeout=TIMEOUT)
+    expect(page.locator("#dag input[name=branches]:checked")).to_have_count(0)
+
+    # A click on a sub-agent node shows the child's own transcript and files.
+    page.locator("#dag .dag-node[data-branch^=sub_][data-kind=turn]", has_text="red").click()
+    detail = page.locator("#dag-detail")
+    expect(detail.locator(".dag-user")).to_have_text("slow 150\nwrite red.txt red\nsay red",
+                                                     timeout=TIMEOUT)
+    expect(detail.locator(".dag-assistant")).to_have_text("red")
+    expect(detail.locator(".dag-files")).to_contain_text("red.txt")
+    expect(detail.locator(".dag-files")).not_to_contain_text("blue.txt")
+    expect(detail.get_by_role("button", name="Continue from here")).to_be_visible()
+    detail.locator(".dag-close").click()
+    expect(detail).to_be_empty()
+
+
+def test_a_conflict_shows_per_file_and_the_panel_collapses(
+        page: Page, login: Any, shared_server: Server) -> None:
+    session_id = shared_server.new_session()
+    turn_id = shared_server.run(session_id, "say hi")["run_id"]
+    for color in ("red", "blue"):
+        status, body = shared_server.api(
+            "POST", f"/api/sessions/{session_id}/sub_agents",
+            {"parent_turn_id": turn_id, "prompt": f"write same.txt {color}\nsay {color}"})
+        assert status == 200, body
+    login(page, session_id)
+    expect(sub_rows(page)).to_have_count(2, timeout=TIMEOUT)
+    for i in range(2):
+        sub_rows(page).nth(i).locator("input[type=checkbox]").check()
+    page.click("#merge-btn")
+    conflicts = page.locator("#dag-conflicts")
+    expect(conflicts).to_contain_text("same.txt", timeout=TIMEOUT)
+    expect(conflicts.locator("pre")).to_have_count(2)
+    expect(page.locator("#dag .dag-node[data-kind=merge]")).to_have_count(0)
+    # Pick "take theirs" and merge again: the conflict box goes, the merge is drawn.
+    for i in range(2):
+        sub_rows(page).nth(i).locator("input[type=checkbox]").check()
+    page.select_option("#merge-strategy", "theirs")
+    page.click("#merge-btn")
+    expect(page.locator("#dag .dag-node[data-kind=merge]")).to_have_count(1, timeout=TIMEOUT)
+    expect(conflicts).to_be_empty()
+
+    panel = page.locator("#dag-panel")
+    page.click("[data-toggle-dag]")
+    expect(panel).to_have_class("dag-panel collapsed")
+    expect(page.locator("#dag-body")).to_be_hidden()
+    page.reload()
+    expect(page.locator("#dag-body")).to_be_hidden()  # remembered
+    page.click("[data-toggle-dag]")
+    expect(page.locator("#dag-body")).to_be_visible()
+    expect(page.locator("#dag .dag-node[data-kind=merge]")).to_have_count(1, timeout=TIMEOUT)

@@ -1,0 +1,173 @@
+"""Sub-agents, merges and the DAG over the real socket (JSON and HTML frames) and the HTTP
+API, against a real uvicorn server and the demo model; results checked with the git CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from typing import Any
+
+import pytest
+from websockets.sync.client import connect
+
+from conftest import ROOT, Server, assert_fsck, git
+
+
+@pytest.fixture(scope="module")
+def other_token(shared_server: Server) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "server.cli", "user", "add", "dave", "--data-dir",
+         str(shared_server.data_dir)], cwd=ROOT, capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def start(srv: Server) -> tuple[str, str]:
+    sid = srv.new_session()
+    return sid, srv.run(sid, "write base.txt base")["run_id"]
+
+
+def spawn(srv: Server, sid: str, turn_id: str, prompt: str, **extra: Any) -> dict[str, Any]:
+    status, body = srv.api("POST", f"/api/sessions/{sid}/sub_agents",
+                           {"parent_turn_id": turn_id, "prompt": prompt, **extra})
+    assert status == 200, body
+    return body
+
+
+def page(srv: Server, path: str) -> tuple[int, str]:
+    req = urllib.request.Request(f"{srv.base_url}{path}",
+                                 headers={"Authorization": f"Bearer {srv.token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as res:
+            return res.status, res.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_http_spawn_merge_and_dag(shared_server: Server) -> None:
+    srv = shared_server
+    sid, turn_id = start(srv)
+    red = spawn(srv, sid, turn_id, "write red.txt red\nsay red", label="red")
+    blue = spawn(srv, sid, turn_id, "write blue.txt blue\nsay blue")
+    assert (red["final_text"], blue["final_text"]) == ("red", "blue")
+    path = srv.session_path(sid)
+    assert git(path, "rev-parse", red["branch"]).strip() == red["commit_id"]
+    status, merged = srv.api("POST", f"/api/sessions/{sid}/merge",
+                             {"branches": [red["branch"], blue["branch"]], "message": "merge"})
+    assert status == 200, merged
+    assert merged["final_text"] == "merged: red; blue" and len(merged["parent_ids"]) == 3
+    assert sorted(p.name for p in (path / "workdir").iterdir()) == [
+        "base.txt", "blue.txt", "red.txt"]
+
+    status, graph = srv.api("GET", f"/api/sessions/{sid}/dag")
+    assert status == 200
+    node = next(n for n in graph["nodes"] if n["id"] == merged["commit_id"])
+    assert node["parent_ids"] == merged["parent_ids"] and node["kind"] == "merge"
+    assert {"id", "parent_ids", "kind", "run_id", "branch", "label"} <= set(node)
+    tips = {n["id"]: n for n in graph["nodes"]}
+    assert tips[red["commit_id"]]["label"] == "red"
+    assert tips[red["commit_id"]]["branch"] == red["branch"]
+    status, session = srv.api("GET", f"/api/sessions/{sid}")
+    assert {b["name"] for b in session["branches"]} == {"main", red["branch"], blue["branch"]}
+
+    # The panel's partials: the graph as SVG, and one node with its own chat and files.
+    status, html = page(srv, f"/s/{sid}/dag")
+    assert status == 200 and '<div id="dag"' in html and "<svg" in html
+    assert html.count(f'data-child="{merged["commit_id"]}"') == 3
+    assert f'value="{red["branch"]}"' in html
+    status, html = page(srv, f"/s/{sid}/dag/node/{red['commit_id']}")
+    assert status == 200 and 'id="dag-detail"' in html
+    assert "write red.txt red" in html and "red.txt" in html and "base.txt" in html
+    assert "Continue from here" in html
+    assert page(srv, f"/s/{sid}/dag/node/{'0' * 40}")[0] == 404
+    assert page(srv, f"/s/{sid}/dag/node/HEAD")[0] == 400
+    assert_fsck(path)
+
+
+def test_socket_spawn_events_alias_and_merge_conflict(shared_server: Server) -> None:
+    srv = shared_server
+    sid, turn_id = start(srv)
+    ws = srv.socket(sid)
+    try:
+        request_id = ws.send("spawn_sub_agent", parent_msg_id=turn_id,
+                             prompt="write same.txt red\nsay red", label="r")
+        first = ws.reply(request_id, timeout=30)
+        assert first["type"] == "result", first
+        events = [f["event"] for f in ws.frames if f.get("type") == "event"]
+        assert events.index("sub_agent_started") < events.index("run_started") \
+            < events.index("sub_agent_done")
+        assert "dag_changed" in events
+        assert set(first["data"]) >= {"branch", "final_text", "commit_id"}
+        second = ws.call("spawn_sub_agent", parent_turn_id=turn_id,
+                         prompt="write same.txt blue\nsay blue")
+        branches = [first["data"]["branch"], second["data"]["branch"]]
+        head = git(srv.session_path(sid), "rev-parse", "HEAD")
+        refused = ws.call("merge_branches", branches=branches, message="merge")
+        assert refused["type"] == "error" and refused["error"]["code"] == "conflict"
+        assert refused["error"]["details"]["conflicts"] == [
+            {"path": "same.txt", "ours": "red\n", "theirs": "blue\n", "branch": branches[1]}]
+        assert git(srv.session_path(sid), "rev-parse", "HEAD") == head
+        status, body = srv.api("POST", f"/api/sessions/{sid}/merge",
+                               {"branches": branches, "message": "merge"})
+        assert status == 409 and body["error"]["details"]["conflicts"][0]["path"] == "same.txt"
+        done = ws.call("merge_branches", branches=branches, message="m", strategy="theirs")
+        assert done["type"] == "result", done
+        assert (srv.session_path(sid) / "workdir" / "same.txt").read_text() == "blue\n"
+        assert any(f.get("event") == "merged" for f in ws.frames)
+        dag = ws.call("get_dag")
+        assert len(next(n for n in dag["data"]["nodes"]
+                        if n["id"] == done["data"]["commit_id"])["parent_ids"]) == 3
+        # Bad input: an error frame, and the socket stays open.
+        for params, code in (({"parent_turn_id": "f" * 32, "prompt": "x"}, "not_found"),
+                             ({"parent_turn_id": turn_id}, "bad_request"),
+                             ({"parent_turn_id": turn_id, "prompt": 3}, "bad_request")):
+            reply = ws.call("spawn_sub_agent", **params)
+            assert reply["type"] == "error" and reply["error"]["code"] == code, reply
+        for params, code in (({"branches": "nope"}, "not_found"),
+                             ({"branches": []}, "bad_request"),
+                             ({"branches": branches, "strategy": "x"}, "bad_request")):
+            reply = ws.call("merge_branches", **params)
+            assert reply["type"] == "error" and reply["error"]["code"] == code, reply
+        assert ws.call("get_dag")["type"] == "result"
+    finally:
+        ws.close()
+
+
+def test_html_frames_keep_the_child_out_of_the_transcript(shared_server: Server) -> None:
+    srv = shared_server
+    sid, turn_id = start(srv)
+    with connect(f"{srv.ws_url}/ws/sessions/{sid}?format=html",
+                 additional_headers={"Authorization": f"Bearer {srv.token}"}) as html_ws:
+        status, result = srv.api("POST", f"/api/sessions/{sid}/sub_agents",
+                                 {"parent_turn_id": turn_id, "prompt": "write k.txt x\nsay kid"})
+        assert status == 200
+        frames = []
+        while not any('id="sub-card-' in f and "completed" in f for f in frames):
+            frames.append(html_ws.recv(timeout=20))
+        text = "".join(frames)
+        run_id = result["run_id"]
+        assert f'id="sub-card-{run_id}"' in text and f'id="parts-{run_id}"' in text
+        assert f'id="turn-{run_id}"' not in text  # never drawn as a turn of the parent
+        assert '<div id="dag"' in text  # dag_changed redraws the graph
+        assert result["branch"] in text and "kid" in text
+        # The result message is appended to the parent's transcript.
+        assert '<div id="transcript" hx-swap-oob="beforeend">' in text
+        assert f'id="turn-{result["summary_run_id"]}"' in text
+
+
+def test_another_users_session_is_not_found(shared_server: Server, other_token: str) -> None:
+    srv = shared_server
+    sid, turn_id = start(srv)
+    for method, path, body in (
+            ("POST", f"/api/sessions/{sid}/sub_agents", {"parent_turn_id": turn_id,
+                                                          "prompt": "say x"}),
+            ("POST", f"/api/sessions/{sid}/merge", {"branches": ["main"]}),
+            ("GET", f"/api/sessions/{sid}/dag", None)):
+        status, reply = srv.api(method, path, body, token=other_token)
+        assert status == 404 and reply["error"]["code"] == "not_found", (path, reply)
+    status, reply = srv.api("POST", f"/api/sessions/{sid}/sub_agents", [1, 2])
+    assert status == 400
+    assert git(srv.session_path(sid), "branch", "--list", "sub_*") == ""
+    status, graph = srv.api("GET", f"/api/sessions/{sid}/dag")
+    assert json.dumps(graph).count('"merge"') == 0
