@@ -59,6 +59,7 @@ def test_edit_rerun_switcher_and_regenerate(page: Page, login: Any,
     expect(switcher.locator(".switcher-pos")).to_have_text("2/2")
     expect(switcher.locator(".switch-next")).to_be_disabled()
     # The fork's files: the edit's, not the source's.
+    expect(new_turn.locator(".chip-path")).to_have_text(["y.txt"])
     assert workdir(shared_server, sid) == ["base.txt", "y.txt"]
 
     # ‹ shows the source run again, with its files.
@@ -67,6 +68,7 @@ def test_edit_rerun_switcher_and_regenerate(page: Page, login: Any,
     expect(back).to_be_visible(timeout=TIMEOUT)
     expect(back.locator(".switcher-pos")).to_have_text("1/2")
     expect(page.locator("#branch-badge")).to_have_text("main")
+    expect(back.locator(".chip-path")).to_have_text(["x.txt"])
     assert workdir(shared_server, sid) == ["base.txt", "x.txt"]
     # › goes forth again.
     back.locator(".switch-next").click()
@@ -123,3 +125,28 @@ def test_fork_session_opens_the_fork_under_its_parent(page: Page, login: Any,
     assert workdir(shared_server, fork_id) == ["keep.txt", "only-fork.txt"]
     assert workdir(shared_server, sid) == ["keep.txt"]
     page.screenshot(path="/tmp/timetravel-fork.png")
+
+
+def test_resume_an_interrupted_run_in_place(page: Page, server_factory: Any) -> None:
+    first = server_factory()
+    sid = first.new_session()
+    ws = first.socket(sid)
+    try:
+        run_id = ws.call("send_message", text="slow 100\nsay one two three four five six")[
+            "data"]["run_id"]
+        ws.event("message_delta")
+    finally:
+        ws.close()
+    first.stop()  # the server stops mid-run: the run is INTERRUPTED
+    again = server_factory(data_dir=first.data_dir)
+    page.goto(f"{again.base_url}/login?token={again.token}")
+    page.goto(f"{again.base_url}/s/{sid}")
+    expect(page.locator("#conn")).to_have_attribute("data-state", "open", timeout=TIMEOUT)
+    turn = page.locator(f"#turn-{run_id}")
+    expect(turn).to_have_attribute("data-status", "INTERRUPTED")
+    turn.locator(".resume-btn").click()
+    expect(turn).to_have_attribute("data-status", "COMPLETED", timeout=TIMEOUT)
+    expect(page.locator("#transcript > section.turn")).to_have_count(1)  # the same turn
+    expect(turn.locator(".md").last).to_have_text("one two three four five six")
+    expect(turn.locator(".resume-btn")).to_have_count(0)
+    expect(page.locator("#branch-badge")).to_have_text("main")

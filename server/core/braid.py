@@ -110,6 +110,11 @@ async def recover_interrupted(braid: Braid) -> None:
         except NotFound:
             continue
         run = await handle.call(lambda git, r=row["run_id"]: _interrupt_on_disk(git, r))
+        if run is None and str(row.get("branch") or "").startswith("sub_"):
+            from .subagents import recover_worktree  # a sub-agent's files are in its worktree
+
+            run = await handle.call(lambda git, r=row: recover_worktree(git, r["branch"],
+                                                                        r["run_id"]))
         row = dict(row, status="INTERRUPTED", updated_at=now_iso())
         await braid.index.upsert_run(row["session_id"], run or row)
 

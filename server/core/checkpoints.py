@@ -13,7 +13,7 @@ it, else the commit before the run. Everything here reads git only.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,6 +46,9 @@ class RunOnBranch:
     branch: str
     tip: pygit2.Commit
     entries: list[Entry]
+    # run_checkpoints(), walked once per view.
+    line: tuple[list[tuple[int, pygit2.Commit]], pygit2.Commit] | None = field(
+        default=None, repr=False, compare=False)
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -144,6 +147,8 @@ def _first_parent_line(tip: pygit2.Commit) -> Iterator[pygit2.Commit]:
 def run_checkpoints(view: RunOnBranch) -> tuple[list[tuple[int, pygit2.Commit]], pygit2.Commit]:
     """The run's checkpoints on its branch, newest first, as (message index, commit), and the
     commit before the run (the newest one that does not hold the run's record yet)."""
+    if view.line is not None:
+        return view.line
     found: list[tuple[int, pygit2.Commit]] = []
     before = view.tip
     for commit in _first_parent_line(view.tip):
@@ -154,7 +159,8 @@ def run_checkpoints(view: RunOnBranch) -> tuple[list[tuple[int, pygit2.Commit]],
         if info.run_id == view.run_id and info.kind in CHECKPOINT_KINDS \
                 and info.message_index is not None:
             found.append((info.message_index, commit))
-    return found, before
+    view.line = (found, before)
+    return view.line
 
 
 def find_checkpoint(git: GitSession, view: RunOnBranch, k: int

@@ -164,8 +164,10 @@ def layout(data: dict[str, Any], rows: int = ROWS) -> Layout:
         span = spans.setdefault(branch, [a, b])
         span[0], span[1] = min(span[0], a, b), max(span[1], a, b)
 
+    last_dot: dict[str, int] = {}  # a branch's oldest row shown
     for n in shown:
         cover(branch_of[n["id"]], row_of[n["id"]], row_of[n["id"]])
+        last_dot[branch_of[n["id"]]] = row_of[n["id"]]
     for (child, parent), first in links.items():
         parent_row = row_of.get(parent, bottom)
         owner = branch_of[child] if first or parent not in branch_of else branch_of[parent]
@@ -173,15 +175,17 @@ def layout(data: dict[str, Any], rows: int = ROWS) -> Layout:
 
     current = data.get("current_branch") or "main"
     lane_of: dict[str, int] = {}
-    ends: list[int] = []
+    ends: list[tuple[int, bool]] = []  # per lane: the last row used, and whether it is a dot
     first_free = 1 if "main" in spans else 0  # main keeps lane 0 to itself
     for name in sorted(spans, key=lambda b: (b != "main", spans[b][0], b)):
         top, end = spans[name]
-        lane = next((i for i, e in enumerate(ends) if i >= first_free and e < top), None)
+        # A lane is free again on the row where its last branch curved into another lane's
+        # dot (the new branch curves out below it), not on a row holding its own dot.
+        lane = next((i for i, (e, dot) in enumerate(ends)
+                     if i >= first_free and (e < top or (e == top and not dot))), None)
         if lane is None:
-            lane, ends = len(ends), [*ends, end]
-        else:
-            ends[lane] = end
+            lane, ends = len(ends), [*ends, (0, False)]
+        ends[lane] = (end, last_dot.get(name) == end)
         lane_of[name] = lane
     lanes = max(1, len(ends))
     # Colours in lane order, so branches drawn side by side never share one.

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pygit2
-from pygit2.enums import DeltaStatus, FileMode, MergeFavor
+from pygit2.enums import DeltaStatus, FileMode, MergeFavor, MergeFlag
 
 from .errors import BadRequest, Busy, Conflict
 from .git_session import DISK, WORKDIR, GitSession, to_json_bytes
@@ -31,6 +31,7 @@ STRATEGIES = ("fail", "ours", "theirs", "agent")
 MAX_BRANCHES = 16
 SIDE_CHARS = 20_000
 RESULT_LINE = 300
+NO_RENAMES = MergeFlag(0)
 
 
 @dataclass
@@ -129,7 +130,8 @@ def plan_merge(git: GitSession, branches: list[str], strategy: str) -> MergePlan
         base_oid = _best_base(git, merged, tip.id)
         base = _workdir_tree(git, git.commit(base_oid) if base_oid else None, empty)
         theirs = _workdir_tree(git, tip, empty)
-        index = repo.merge_trees(base, ours_oid, theirs)
+        # No rename detection: each conflict is then about one path, on both sides.
+        index = repo.merge_trees(base, ours_oid, theirs, flags=NO_RENAMES)
         found = list(index.conflicts) if index.conflicts is not None else []
         for entries in found:
             ancestor, ours, theirs_entry = entries
@@ -138,7 +140,7 @@ def plan_merge(git: GitSession, branches: list[str], strategy: str) -> MergePlan
                                    "branch": name})
         if found and favor is not None:
             # Conflicting hunks take one side, the other hunks still merge (git's -X ours).
-            index = repo.merge_trees(base, ours_oid, theirs, favor=favor)
+            index = repo.merge_trees(base, ours_oid, theirs, favor=favor, flags=NO_RENAMES)
             found = list(index.conflicts) if index.conflicts is not None else []
         for entries in found:
             _resolve(git, index, entries, strategy, into, name)

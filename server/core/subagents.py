@@ -153,23 +153,34 @@ def remove_worktree(git: GitSession, name: str) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def prune_worktrees(git: GitSession, keep: set[str]) -> list[str]:
-    """Remove the worktrees a dead server left behind (live sub-agents' are in `keep`), after
-    committing what their interrupted run left on disk, as start-up recovery does."""
+def recover_worktree(git: GitSession, name: str, run_id: str | None = None
+                     ) -> dict[str, Any] | None:
+    """Commit what a dead server left in a worktree on its branch (its RUNNING run becomes
+    INTERRUPTED, as start-up recovery does for the parent's runs; other files are committed
+    as `user-edit`: nothing is destroyed), then remove the worktree."""
     from .braid import _interrupt_on_disk
 
+    folder = git.path / WORKTREES / name
+    run = None
+    if (folder / ".git").exists():
+        child = GitSession(folder)
+        ids = [run_id] if run_id else [r.stem for r in sorted((folder / RUNS).glob("*/*.json"))]
+        for rid in ids:
+            run = _interrupt_on_disk(child, rid) or run
+        snapshot_user_edits(child)
+        child.flush_index()
+    remove_worktree(git, name)
+    return run
+
+
+def prune_worktrees(git: GitSession, keep: set[str]) -> list[str]:
+    """Recover and remove the worktrees a dead server left behind (live sub-agents' are in
+    `keep`)."""
     removed = []
     for name in git.repo.list_worktrees():
-        if name in keep:
-            continue
-        folder = git.path / WORKTREES / name
-        if (folder / ".git").exists():
-            child = GitSession(folder)
-            for record in sorted((folder / RUNS).glob("*/*.json")):
-                _interrupt_on_disk(child, record.stem)
-            snapshot_user_edits(child)  # anything else left there: nothing is destroyed
-        remove_worktree(git, name)
-        removed.append(name)
+        if name not in keep:
+            recover_worktree(git, name)
+            removed.append(name)
     return removed
 
 
@@ -201,8 +212,9 @@ def write_result(git: GitSession, parent_branch: str, session_id: str, parent_tu
         head = f"Sub-agent **{label}** finished"
     else:
         head = f"Sub-agent **{label}** stopped ({info['status'].lower()})"
-    text = (f"{head} on branch `{info['branch']}` at commit `{info['commit_id']}`:\n\n"
-            f"{info['final_text'] or '(no answer)'}")
+    answer = info["final_text"] or (f"Error: {info['error']}" if info.get("error")
+                                    else "(no answer)")
+    text = f"{head} on branch `{info['branch']}` at commit `{info['commit_id']}`:\n\n{answer}"
     msg = new_message("assistant", run_id, text, sub_agent={
         k: info[k] for k in ("branch", "commit_id", "run_id", "status", "final_text", "label")})
     msg["id"] = run_id
@@ -304,7 +316,7 @@ async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> dict[st
     spawn.child.close()
     status = str(ctx.run["status"])
     info = {"branch": branch, "label": spawn.label, "run_id": ctx.run_id, "status": status,
-            "final_text": answer_of(ctx.messages)[:RESULT_CHARS]}
+            "final_text": answer_of(ctx.messages)[:RESULT_CHARS], "error": ctx.run.get("error")}
     result: dict[str, Any] = {**info, "commit_id": None, "parent_branch": sub.parent_branch,
                               "parent_turn_id": spawn.parent_turn_id}
     try:

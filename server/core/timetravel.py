@@ -274,6 +274,7 @@ async def continue_run(
     if plan.fork:
         braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": head,
                                               "kind": "fork"})
+    braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id, "branch": plan.branch})
     return _result(ctx.run, plan)
 
 

@@ -66,7 +66,10 @@ async def dag_fragment(request: Request) -> Response:
     except BraidError as e:
         return HTMLResponse(render("_toast.html", message=e.message, level="error"),
                             status_code=404 if e.code == "not_found" else 400)
-    return HTMLResponse(dag_html(layout, session_id) + sub_cards(braid, session_id))
+    html = dag_html(layout, session_id)
+    if request.query_params.get("cards"):  # a page load or a reconnect: live cards too
+        html += sub_cards(braid, session_id)
+    return HTMLResponse(html)
 
 
 async def node_fragment(request: Request) -> Response:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from markupsafe import escape
 
 from ..core import sessions
-from .dag_views import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, is_sub_agent_run
+from .dag_views import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, dag_changed, is_sub_agent_run
 from .render_revert import REVERT_ERRORS, REVERT_EVENTS, REVERT_RESULTS, files_for
 from .render_timetravel import TIMETRAVEL_EVENTS, with_siblings
 from .templating import dom_id, render
@@ -118,7 +118,7 @@ async def _session_changed(r: HtmlRenderer, data: dict[str, Any]) -> str:
     html = await r.transcript() + await r.run_state()
     if data.get("branch"):
         html += render("_branch.html", branch=data["branch"])
-    return html
+    return html + await dag_changed(r, data)  # the graph marks the branch shown
 
 
 EVENTS: dict[str, Renderer] = {

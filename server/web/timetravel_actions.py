@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..core import fork, timetravel
-from ..core.errors import BraidError
+from ..core.errors import BadRequest, BraidError
 from .api import body, required_query
 from .auth import origin_allowed, user_of
 from .errors import HTTP_STATUS
@@ -54,8 +54,10 @@ TIMETRAVEL_ACTIONS: dict[str, Handler] = {
 async def api_continue(request: Request, user_id: str) -> Any:
     """Waits for the continued run to end, as `POST /api/sessions/{id}/runs` does."""
     data = await body(request)
+    if data.get("session_id") is None:
+        raise BadRequest("the body needs a session_id")
     return await timetravel.continue_run_to_end(
-        request.app.state.braid, user_id, data.get("session_id"), request.path_params["run_id"],
+        request.app.state.braid, user_id, data["session_id"], request.path_params["run_id"],
         **{k: data.get(k) for k in CONTINUE_PARAMS})
 
 

@@ -178,6 +178,17 @@ async def test_edits_to_different_parts_of_one_file_merge_cleanly(braid: Braid) 
                                                    "BOTTOM"]
 
 
+async def test_a_branch_that_deletes_and_adds_files_merges_both(braid: Braid) -> None:
+    s = await Session.start(braid, "write keep.txt k\nwrite base.txt base\nwrite dir/x.txt x")
+    gone = await s.spawn("delete base.txt\ndelete dir/x.txt\nsay gone")
+    added = await s.spawn("write dir/y.txt y\nsay added")
+    await s.merge([gone["branch"], added["branch"]])
+    assert s.files() == {"keep.txt": "k\n", "dir/y.txt": "y\n"}
+    assert git(s.path, "ls-tree", "-r", "--name-only", "HEAD", "workdir/").split() == [
+        "workdir/dir/y.txt", "workdir/keep.txt"]
+    assert git(s.path, "status", "--porcelain") == ""
+
+
 async def test_user_edits_are_kept_as_ours(braid: Braid) -> None:
     s = await Session.start(braid)
     branches = await red_and_blue(s)
@@ -243,3 +254,44 @@ async def test_the_merge_turn_reverts_and_continues_like_any_turn(braid: Braid) 
     assert before["messages"][-1]["content"] == "before"
     assert s.files() == {"base.txt": "base\n"}
     assert_fsck(s.path)
+
+
+# -- the demo model's side of a merge turn (DESIGN §6), through the real openai client ------
+
+
+async def ask(messages: list[dict[str, Any]]) -> Any:
+    from server.core.demo_model import demo_client
+
+    client = demo_client()
+    try:
+        reply = await client.chat.completions.create(model="demo", messages=messages)
+    finally:
+        await client.close()
+    return reply.choices[0].message
+
+
+async def test_demo_model_resolves_listed_conflicts_then_answers_merged() -> None:
+    base = {"role": "system", "content": "base prompt"}
+    note = {"role": "system", "content": "Merge turn: 2 branches\n- sub_a: red\n- sub_b: blue\n"
+                                         "Conflicts:\n- same.txt\n- dir/other.txt\nResolve them."}
+    messages: list[dict[str, Any]] = [base, note, {"role": "user", "content": "merge"}]
+    reads = await ask(messages)
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in reads.tool_calls] == [
+        ("read_file", {"path": "same.txt"}), ("read_file", {"path": "dir/other.txt"})]
+    marked = "top\n<<<<<<< main\nred\n||||||| base\nold\n=======\nblue\n>>>>>>> sub_b\nend\n"
+    messages.append({"role": "assistant", "content": None,
+                     "tool_calls": [c.model_dump() for c in reads.tool_calls]})
+    messages += [{"role": "tool", "tool_call_id": reads.tool_calls[0].id, "content": marked},
+                 {"role": "tool", "tool_call_id": reads.tool_calls[1].id,
+                  "content": "error: dir/other.txt does not exist"}]
+    writes = await ask(messages)
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in writes.tool_calls] == [
+        ("write_file", {"path": "same.txt", "content": "top\nred\nblue\nend\n"})]
+    messages.append({"role": "assistant", "content": None,
+                     "tool_calls": [c.model_dump() for c in writes.tool_calls]})
+    messages.append({"role": "tool", "tool_call_id": writes.tool_calls[0].id, "content": "ok"})
+    assert (await ask(messages)).content == "merged: red; blue"
+    # A later turn is not a merge turn any more: its own instructions decide.
+    later = [*messages, {"role": "assistant", "content": "merged: red; blue"},
+             {"role": "user", "content": "hi"}]
+    assert (await ask(later)).content == "echo: hi"

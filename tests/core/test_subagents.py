@@ -223,6 +223,11 @@ async def test_a_busy_sub_agent_branch_refuses_a_second_run_and_cancel_ends_it(
     # The parent branch is free meanwhile: a turn runs there while the child works.
     parent = await sessions.run_to_end(braid, USER, sid, "say meanwhile")
     assert parent["status"] == "COMPLETED"
+    # The live worktree is in `git worktree list` but never in the parent's commits or status.
+    assert len(worktrees(path)) == 2 and (path / "_worktrees" / started["branch"]).is_dir()
+    assert not [f for f in git(path, "ls-tree", "-r", "--name-only", "HEAD").split()
+                if f.startswith("_worktrees")]
+    assert git(path, "status", "--porcelain") == ""
     from server.core import turns
 
     await turns.cancel_run(braid, USER, sid, started["run_id"])
@@ -274,3 +279,15 @@ def test_a_result_lands_on_its_branch_even_when_another_is_checked_out(tmp_path:
     assert "it worked" in git(path, "show", f"main:{tree_files(path, 'main', 'history/')[0]}")
     assert_fsck(path)
 
+
+
+async def test_a_failing_sub_agent_reports_its_error_in_the_parent(braid: Braid) -> None:
+    sid, path, turn_id = await session_with_turn(braid)
+    result = await subagents.spawn_sub_agent(braid, USER, sid, turn_id, "fail boom", "bad")
+    assert result["status"] == "ERROR" and result["final_text"] == ""
+    last = json.loads(git(path, "show", f"main:{tree_files(path, 'main', 'history/')[-1]}"))
+    assert "stopped (error)" in last["content"] and "boom" in last["content"]
+    record = json.loads(git(path, "show", f"{result['branch']}:runs/000/{result['run_id']}.json"))
+    assert record["status"] == "ERROR"
+    assert len(worktrees(path)) == 1
+    assert_fsck(path)

@@ -171,3 +171,53 @@ def test_another_users_session_is_not_found(shared_server: Server, other_token: 
     assert git(srv.session_path(sid), "branch", "--list", "sub_*") == ""
     status, graph = srv.api("GET", f"/api/sessions/{sid}/dag")
     assert json.dumps(graph).count('"merge"') == 0
+
+
+def test_a_sub_agent_killed_with_the_server_is_interrupted_on_its_branch(
+        server_factory: Any, tmp_path: Any) -> None:
+    import signal
+
+    data_dir = tmp_path / "data"
+    first = server_factory(data_dir)
+    sid, turn_id = start(first)
+    ws = first.socket(sid)
+    ws.send("spawn_sub_agent", parent_turn_id=turn_id, label="doomed",
+            prompt="write half.txt half\nbatch\nslow 300\nsay " + " ".join(["word"] * 40))
+    started = ws.event("sub_agent_started")["data"]
+    ws.event("message_delta", timeout=30)  # the first batch is committed, the answer streams
+    first.stop(signal.SIGKILL)
+    path = first.session_path(sid)
+    assert len(git(path, "worktree", "list").splitlines()) == 2
+
+    second = server_factory(data_dir)
+    status, run = second.api("GET", f"/api/runs/{started['run_id']}?session_id={sid}")
+    assert status == 200, run
+    assert run["status"] == "INTERRUPTED" and run["branch"] == started["branch"]
+    assert [m["role"] for m in run["messages"]][:3] == ["user", "assistant", "tool"]
+    record = json.loads(git(path, "show", f"{started['branch']}:runs/000/{started['run_id']}.json"))
+    assert record["status"] == "INTERRUPTED"
+    assert git(path, "show", f"{started['branch']}:workdir/half.txt") == "half\n"
+    assert len(git(path, "worktree", "list").splitlines()) == 1
+    assert not (path / "_worktrees" / started["branch"]).exists()
+    assert git(path, "status", "--porcelain") == ""
+    assert_fsck(path)
+    # The session goes on: a new sub-agent works.
+    assert spawn(second, sid, turn_id, "say again")["final_text"] == "again"
+
+
+def test_the_graph_partial_limits_rows_and_shows_more(shared_server: Server) -> None:
+    srv = shared_server
+    sid, _ = start(srv)
+    for i in range(4):
+        srv.run(sid, f"say turn {i}")
+    status, html = page(srv, f"/s/{sid}/dag?rows=3")
+    assert status == 200
+    assert html.count('class="dag-node') == 3 and "Show more" in html
+    assert f"/s/{sid}/dag?rows=6" in html
+    assert 'id="sub-agents"' not in html  # live cards only on a page load or a reconnect
+    status, html = page(srv, f"/s/{sid}/dag?cards=1")
+    assert 'id="sub-agents"' in html and "Show more" not in html
+    # Folded: the first turn's tool-batch commit is counted in its turn's row.
+    assert html.count('class="dag-node') == 6 and ">+1<" in html
+    assert page(srv, f"/s/{sid}/dag?rows=many")[0] == 400
+    assert page(srv, f"/s/{'0' * 32}/dag")[0] == 404

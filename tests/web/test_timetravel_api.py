@@ -149,6 +149,8 @@ def test_http_errors(shared_server: Server, other_token: str) -> None:
     assert status == 404 and err["error"]["code"] == "not_found"
     status, err = shared_server.api("GET", f"/api/runs/{source['run_id']}/checkpoints")
     assert status == 400
+    status, err = shared_server.api("POST", url, {"input": "x"})  # no session_id
+    assert status == 400 and err["error"]["code"] == "bad_request"
     # Another user sees none of it.
     for method, path, body in (
             ("POST", url, {"session_id": sid, "input": "x"}),
