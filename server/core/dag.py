@@ -49,7 +49,10 @@ def graph(git: GitSession, limit: int = DAG_LIMIT) -> dict[str, Any]:
         return dict(hit[1])
     data = _build(git, limit)
     if len(_CACHE) >= CACHE_SESSIONS:
-        _CACHE.pop(next(iter(_CACHE)))
+        try:  # sessions' threads share the cache: another may change it meanwhile
+            _CACHE.pop(next(iter(_CACHE)), None)
+        except (RuntimeError, StopIteration):
+            pass
     _CACHE[str(git.path)] = (key, data)
     return dict(data)
 
