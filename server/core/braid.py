@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from .turns import RunRegistry
 from .users import DEFAULT_USER, Users
 
 log = logging.getLogger("braid")
+_PROCESS_STARTED = time.time()
 
 # (git, turn_id, abs_path) — called before a tool mutates a file (backups hook in here).
 BeforeWrite = Callable[[GitSession, str, str], None]
@@ -72,8 +74,24 @@ class Braid:
         self.store.close()
 
 
+def _clear_stale_locks(git: GitSession) -> None:
+    """Remove the lock files a server killed mid-write left in .git: git never clears them
+    itself, and one left behind would stop every later write (and this recovery, and so the
+    server's start). Only locks older than this process are removed: only Braid writes here."""
+    dot_git = git.path / ".git"
+    for lock in [dot_git / "index.lock", dot_git / "HEAD.lock",
+                 *(dot_git / "refs" / "heads").rglob("*.lock")]:
+        try:
+            if lock.stat().st_mtime < _PROCESS_STARTED:
+                lock.unlink()
+                log.warning("removed stale lock %s", lock)
+        except FileNotFoundError:
+            pass
+
+
 def _interrupt_on_disk(git: GitSession, run_id: str) -> dict[str, Any] | None:
     """Commit what a killed turn left on disk, with its run marked INTERRUPTED."""
+    _clear_stale_locks(git)
     records = list((git.path / RUNS).glob(f"*/{run_id}.json"))
     if not records:
         return None

@@ -63,6 +63,10 @@ class RunRegistry:
     def for_session(self, session_id: str) -> list[ActiveRun]:
         return [a for (sid, _), a in self._by_branch.items() if sid == session_id]
 
+    def foreground(self, session_id: str) -> list[ActiveRun]:
+        """Live runs the user is watching: sub-agents run on their own `sub_` branches."""
+        return [a for a in self.for_session(session_id) if not a.branch.startswith("sub_")]
+
     def find(self, session_id: str, run_id: str) -> ActiveRun | None:
         for active in self.for_session(session_id):
             if active.run_id == run_id:
@@ -412,6 +416,8 @@ async def cancel_run(braid: Braid, user_id: str, session_id: object,
                      run_id: object = None) -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
     live = braid.runs.for_session(handle.session_id)
+    if run_id == "":
+        run_id = None
     if run_id is not None:
         if not isinstance(run_id, str):
             raise BadRequest("run_id must be a string")
@@ -424,7 +430,8 @@ async def cancel_run(braid: Braid, user_id: str, session_id: object,
             return {"run_id": run_id, "status": known["status"]}
     if not live:
         raise NotFound("no run is going on in this session")
-    active = live[0]
+    # Without a run id, stop what the user is watching rather than a sub-agent.
+    active = next((a for a in live if not a.branch.startswith("sub_")), live[0])
     if active.task is not None and not active.task.done():
         active.stop_reason = "cancel"
         active.task.cancel()

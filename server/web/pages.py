@@ -95,7 +95,7 @@ async def session_page(request: Request) -> Response:
             request, "login.html", {"error": "No such session."}, status_code=404
         )
     rows = order_by_lineage(await sessions.list_sessions(braid, user_id))
-    live = [a.run_id for a in braid.runs.for_session(session_id)]
+    live = [a.run_id for a in braid.runs.foreground(session_id)]
     return templates.TemplateResponse(request, "session.html", {
         "session": info, "transcript": view, "sessions": rows, "current_id": session_id,
         "running": live, "branch": info["branch"],

@@ -58,7 +58,7 @@ class HtmlRenderer:
         return await fn(self, frame["data"]) if fn else ""
 
     async def run_state(self) -> str:
-        live = self.ctx.braid.runs.for_session(self.ctx.session_id)
+        live = self.ctx.braid.runs.foreground(self.ctx.session_id)
         return render("_runstate.html", running=[a.run_id for a in live])
 
     async def session_list(self) -> str:

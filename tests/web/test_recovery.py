@@ -109,7 +109,8 @@ def statuses_of(server: Server, session_id: str) -> dict[str, str]:
 def test_sigkill_and_a_lost_index_still_recover_the_run(server_factory: Any,
                                                          tmp_path: Path) -> None:
     """Killed before its first checkpoint, a run exists only on disk; with the index gone too,
-    start-up must still find it and commit it INTERRUPTED."""
+    start-up must still find it and commit it INTERRUPTED. Killed in the middle of a git write,
+    the server leaves lock files that must not stop it from starting."""
     data_dir = tmp_path / "data"
     first = server_factory(data_dir)
     sid = first.new_session()
@@ -119,6 +120,9 @@ def test_sigkill_and_a_lost_index_still_recover_the_run(server_factory: Any,
     first.stop(signal.SIGKILL)
     for index_file in data_dir.glob("index.sqlite3*"):
         index_file.unlink()
+    dot_git = first.session_path(sid) / ".git"
+    (dot_git / "index.lock").write_bytes(b"DIRC partial")
+    (dot_git / "refs/heads/main.lock").write_text("0" * 40 + "\n")
 
     second = server_factory(data_dir)
     assert statuses_of(second, sid) == {run_id: "INTERRUPTED"}
@@ -126,3 +130,5 @@ def test_sigkill_and_a_lost_index_still_recover_the_run(server_factory: Any,
     assert run_record(path, run_id)["status"] == "INTERRUPTED"
     assert git(path, "status", "--porcelain") == ""
     assert_fsck(path)
+    assert not (dot_git / "index.lock").exists()
+    assert second.run(sid, "say still works")["status"] == "COMPLETED"
