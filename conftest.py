@@ -108,7 +108,7 @@ class Server:
         ws = connect(
             f"{self.ws_url}/ws/sessions/{session_id}?format=json",
             additional_headers={"Authorization": f"Bearer {token or self.token}", **headers},
-            open_timeout=10,
+            open_timeout=10, legacy=True,
         )
         return WsClient(ws)
 

@@ -78,9 +78,13 @@ def _clear_stale_locks(git: GitSession) -> None:
     """Remove the lock files a server killed mid-write left in .git: git never clears them
     itself, and one left behind would stop every later write (and this recovery, and so the
     server's start). Only locks older than this process are removed: only Braid writes here."""
-    dot_git = git.path / ".git"
-    for lock in [dot_git / "index.lock", dot_git / "HEAD.lock",
-                 *(dot_git / "refs" / "heads").rglob("*.lock")]:
+    # repo.path is the git dir (a linked worktree has its own, with its own index and HEAD);
+    # branch refs live in the common dir.
+    git_dir = Path(git.repo.path)
+    pointer = git_dir / "commondir"
+    common = (git_dir / pointer.read_text().strip()).resolve() if pointer.exists() else git_dir
+    for lock in {git_dir / "index.lock", git_dir / "HEAD.lock", common / "index.lock",
+                 *(common / "refs" / "heads").rglob("*.lock")}:
         try:
             if lock.stat().st_mtime < _PROCESS_STARTED:
                 lock.unlink()
@@ -127,12 +131,17 @@ async def recover_interrupted(braid: Braid) -> None:
             handle = braid.store.get(row["session_id"])
         except NotFound:
             continue
-        run = await handle.call(lambda git, r=row["run_id"]: _interrupt_on_disk(git, r))
-        if run is None and str(row.get("branch") or "").startswith("sub_"):
-            from .subagents import recover_worktree  # a sub-agent's files are in its worktree
+        try:
+            run = await handle.call(lambda git, r=row["run_id"]: _interrupt_on_disk(git, r))
+            if run is None and str(row.get("branch") or "").startswith("sub_"):
+                from .subagents import recover_worktree  # its files are in its worktree
 
-            run = await handle.call(lambda git, r=row: recover_worktree(git, r["branch"],
-                                                                        r["run_id"]))
+                run = await handle.call(lambda git, r=row: recover_worktree(
+                    git, r["branch"], r["run_id"]))
+        except Exception:  # noqa: BLE001 - one broken session must not stop the server
+            log.exception("could not recover run %s of session %s", row["run_id"],
+                          row["session_id"])
+            run = None
         row = dict(row, status="INTERRUPTED", updated_at=now_iso())
         await braid.index.upsert_run(row["session_id"], run or row)
 

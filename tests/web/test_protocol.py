@@ -186,7 +186,7 @@ def test_cancel_run_over_the_socket(ws: WsClient) -> None:
 def refused(shared_server: Server, session_id: str, headers: dict[str, str]) -> int:
     with pytest.raises(InvalidStatus) as err:
         connect(f"{shared_server.ws_url}/ws/sessions/{session_id}?format=json",
-                additional_headers=headers, open_timeout=10)
+                additional_headers=headers, open_timeout=10, legacy=True)
     return err.value.response.status_code
 
 
@@ -217,7 +217,8 @@ def test_no_or_bad_token_is_refused(shared_server: Server, session_id: str) -> N
     # The login cookie works on the socket as it does for the page.
     client = WsClient(connect(
         f"{shared_server.ws_url}/ws/sessions/{session_id}?format=json",
-        additional_headers={"Cookie": f"braid_token={shared_server.token}"}, open_timeout=10))
+        additional_headers={"Cookie": f"braid_token={shared_server.token}"},
+        open_timeout=10, legacy=True))
     assert_still_works(client)
     client.close()
 
@@ -225,7 +226,8 @@ def test_no_or_bad_token_is_refused(shared_server: Server, session_id: str) -> N
 def html_socket(shared_server: Server, session_id: str) -> Any:
     return connect(f"{shared_server.ws_url}/ws/sessions/{session_id}",
                    additional_headers={"Authorization": f"Bearer {shared_server.token}",
-                                       "Origin": shared_server.base_url}, open_timeout=10)
+                                       "Origin": shared_server.base_url},
+                   open_timeout=10, legacy=True)
 
 
 def test_html_frames_carry_the_ids_htmx_swaps(shared_server: Server, session_id: str) -> None:
