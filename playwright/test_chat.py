@@ -65,7 +65,7 @@ def test_send_streams_shows_the_tool_card_and_survives_reload(
             && live.textContent.includes('done:');
     }""", arg=run_id, polling=30, timeout=TIMEOUT)
     expect(page.locator("#stop-btn")).to_be_visible()
-    expect(page.locator("#empty-state")).to_have_count(0)
+    expect(page.locator("#empty-state")).to_be_hidden()
     expect(turn(page, run_id)).to_have_attribute("data-status", "COMPLETED", timeout=TIMEOUT)
     expect(page.locator("#stop-btn")).to_have_count(0)
     expect(turn(page, run_id).locator(".md")).to_have_text("done: wrote notes/a.txt")

@@ -87,8 +87,8 @@
   document.addEventListener("DOMContentLoaded", function () {
     let collapsed = false;
     try { collapsed = localStorage.getItem(KEY) === "1"; } catch (err) { /* private mode */ }
-    if (window.matchMedia && window.matchMedia("(max-width: 760px)").matches &&
-        localStorage.getItem(KEY) === null) collapsed = true;
+    // On a phone the panel is an overlay: always start closed.
+    if (window.matchMedia && window.matchMedia("(max-width: 760px)").matches) collapsed = true;
     setCollapsed(collapsed);
   });
 })();

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,7 @@ from .model_client import ModelClient
 from .settings import Settings
 from .store import SessionStore
 from .turns import RunRegistry
-from .users import DEFAULT_USER, Users
+from .users import DEFAULT_USER, Users, new_token
 
 log = logging.getLogger("braid")
 _PROCESS_STARTED = time.time()
@@ -47,17 +48,29 @@ class Braid:
         self.extensions: dict[str, Any] = {}
         install_backup_hooks(self)  # per-turn backups (DESIGN §4 "Revert a turn")
 
-    async def start(self) -> str | None:
+    async def start(self) -> str:
         """Open the index and recover runs a killed server left RUNNING. Returns the default
-        user's token when a new one was made (to print in the login URL)."""
+        user's token (to print in the login URL)."""
         fresh_index = not self.index.path.exists()
         await self.index.open()
         if fresh_index:
             await reindex(self)
         await recover_interrupted(self)
-        token = self.settings.token
-        made = self.users.set_token(DEFAULT_USER, token)
-        return made
+        return self.users.set_token(DEFAULT_USER, self.settings.token or self._local_token())
+
+    def _local_token(self) -> str:
+        """Without BRAID_TOKEN, the default user's token is made once and kept in the data
+        dir (readable by its owner only), so a restart does not log open pages out."""
+        path = self.data_dir / "token"
+        if path.exists():
+            token = path.read_text().strip()
+            if token:
+                return token
+        token = new_token()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        return token
 
     async def stop(self) -> None:
         for active in self.runs.all():

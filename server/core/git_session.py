@@ -362,6 +362,39 @@ class GitSession:
                 index.add(rel)
         index.write()
 
+    def commit_on_branch(
+        self,
+        branch: str,
+        changes: Mapping[str, bytes | None],
+        *,
+        summary: str,
+        kind: str,
+        run_id: str | None = None,
+        message_index: int | None = None,
+    ) -> pygit2.Oid:
+        """Commit `changes` on `branch`: through the working tree when it is checked out,
+        else as trees only, leaving the files on disk (another branch's) untouched."""
+        if not self.repo.head_is_detached and self.branch == branch:
+            return self.write_checkpoint(changes, summary=summary, kind=kind, run_id=run_id,
+                                         message_index=message_index)
+        tip = self.branch_tip(branch)
+        entries = {rel: (self.repo.create_blob(data), FileMode.BLOB) if data is not None
+                   else None for rel, data in changes.items()}
+        tree = self.tree_with(self.commit(tip).tree, entries)
+        message = commit_message(summary, kind, run_id, message_index)
+        try:
+            return self.repo.create_commit(f"refs/heads/{branch}", self.signature,
+                                           self.signature, message, tree, [tip])
+        except pygit2.GitError as e:
+            raise Conflict(f"branch {branch} moved while committing: {e}") from e
+
+    def tree_with(
+        self, base: pygit2.Tree | None, entries: Mapping[str, tuple[pygit2.Oid, int] | None]
+    ) -> pygit2.Oid:
+        """`base` with `entries` (repo-relative path → (blob id, mode), or None to remove)
+        applied, rebuilding only the trees on those paths."""
+        return self._rebuild(base, _nest(entries))
+
     # -- the working tree -----------------------------------------------------------------
 
     def dirty_workdir_paths(self) -> list[str]:

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pygit2
-from pygit2.enums import FileMode
 
 from .errors import BadRequest, NotFound
 from .git_session import (
@@ -31,7 +30,6 @@ from .git_session import (
     WORKDIR,
     WORKTREES,
     GitSession,
-    _nest,
     commit_message,
     history_path,
     run_path,
@@ -184,22 +182,6 @@ def prune_worktrees(git: GitSession, keep: set[str]) -> list[str]:
     return removed
 
 
-def commit_on_branch(git: GitSession, branch: str, changes: dict[str, bytes], *,
-                     summary: str, kind: str, run_id: str, message_index: int) -> str:
-    """Commit `changes` on `branch`: through the working tree when it is checked out, else
-    as trees only (the user may have switched branches while a sub-agent worked)."""
-    if git.branch == branch:
-        return str(git.write_checkpoint(changes, summary=summary, kind=kind, run_id=run_id,
-                                        message_index=message_index))
-    tip = git.branch_tip(branch)
-    base = git.commit(tip).tree
-    entries = {rel: (git.repo.create_blob(data), FileMode.BLOB) for rel, data in changes.items()}
-    tree = git._rebuild(base, _nest(entries))
-    message = commit_message(summary, kind, run_id, message_index)
-    return str(git.repo.create_commit(f"refs/heads/{branch}", git.signature, git.signature,
-                                      message, tree, [tip]))
-
-
 def write_result(git: GitSession, parent_branch: str, session_id: str, parent_turn_id: str,
                  info: dict[str, Any]) -> dict[str, Any]:
     """The sub-agent's result as an assistant message on the parent branch: its own small
@@ -232,7 +214,7 @@ def write_result(git: GitSession, parent_branch: str, session_id: str, parent_tu
         history_path(git.next_seq(tip), "assistant", run_id): to_json_bytes(msg),
         run_path(git.run_count(tip), run_id): to_json_bytes(run),
     }
-    commit_id = commit_on_branch(git, parent_branch, changes, summary=f"Sub-agent result: {label}",
+    commit_id = git.commit_on_branch(parent_branch, changes, summary=f"Sub-agent result: {label}",
                                  kind="sub-agent", run_id=run_id, message_index=1)
     return {"run_id": run_id, "run": run, "message": msg, "commit_id": commit_id}
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pygit2
-
 from .checkpoints import (
     RunOnBranch,
     checkpoint_timeline,
@@ -27,8 +25,6 @@ from .checkpoints import (
 from .errors import BadRequest, Busy, NotFound
 from .git_session import (
     GitSession,
-    _nest,
-    commit_message,
     history_path,
     run_path,
     to_json_bytes,
@@ -37,11 +33,11 @@ from .ids import is_message_id, new_message_id, now_iso
 from .turns import (
     MAX_TEXT,
     TurnContext,
-    _write_pending_to_disk,
     add_message,
     launch,
     new_message,
     snapshot_user_edits,
+    write_pending_to_disk,
 )
 
 if TYPE_CHECKING:
@@ -118,28 +114,13 @@ def plan_continue(git: GitSession, run_id: str, options: Options, new_run_id: st
 # -- writing ------------------------------------------------------------------------------
 
 
-def commit_tree_only(git: GitSession, branch: str, changes: dict[str, bytes | None],
-                     message: str) -> str:
-    """Commit on a branch that is not checked out: trees only, the working tree untouched."""
-    tip = git.commit(git.branch_tip(branch))
-    entries = {rel: (git.repo.create_blob(data), pygit2.enums.FileMode.BLOB)
-               if data is not None else None for rel, data in changes.items()}
-    tree = git._rebuild(tip.tree, _nest(entries))
-    return str(git.repo.create_commit(f"refs/heads/{branch}", git.signature, git.signature,
-                                      message, tree, [tip.id]))
-
-
 def _mark_regenerated(git: GitSession, view: RunOnBranch, new_run_id: str) -> dict[str, Any]:
     record = dict(view.record, status="REGENERATED", regenerated_by=new_run_id,
                   updated_at=now_iso())
     summary = f"Run {view.run_id[:10]} regenerated as {new_run_id[:10]}"
     # No message index: this record-only commit is not a checkpoint of the run.
-    if git.branch == view.branch:
-        git.write_checkpoint({view.record_path: to_json_bytes(record)}, summary=summary,
-                             kind="fork", run_id=view.run_id)
-    else:
-        commit_tree_only(git, view.branch, {view.record_path: to_json_bytes(record)},
-                         commit_message(summary, "fork", view.run_id, None))
+    git.commit_on_branch(view.branch, {view.record_path: to_json_bytes(record)},
+                         summary=summary, kind="fork", run_id=view.run_id)
     return record
 
 
@@ -225,7 +206,7 @@ def execute_plan(git: GitSession, handle: SessionHandle, plan: Plan
         ctx, marked = _resume(git, handle, view, plan), None
     if plan.options.text:
         add_message(ctx, new_message("user", ctx.run_id, plan.options.text))
-    _write_pending_to_disk(git, ctx)
+    write_pending_to_disk(git, ctx)
     return ctx, marked, str(git.head_oid())
 
 

@@ -149,11 +149,11 @@ def _prepare_new_turn(
     if not handle.meta.get("title"):
         handle.meta["title"] = text.strip().splitlines()[0][:60] if text.strip() else "Untitled"
         ctx.pending["session.json"] = to_json_bytes(handle.meta)
-    _write_pending_to_disk(git, ctx)
+    write_pending_to_disk(git, ctx)
     return ctx
 
 
-def _write_pending_to_disk(git: GitSession, ctx: TurnContext) -> None:
+def write_pending_to_disk(git: GitSession, ctx: TurnContext) -> None:
     # Written before the model is called, so a server killed mid-turn leaves the user's
     # message and a RUNNING record on disk for recovery to commit.
     ctx.run["message_count"] = len(ctx.messages)

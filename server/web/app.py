@@ -101,7 +101,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         token = await braid.start()
-        if token and settings.token is None:
+        if settings.token is None:
             host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
             print(f"Braid is running. Open: http://{host}:{settings.port}/login?token={token}",
                   flush=True, file=sys.stdout)

@@ -79,7 +79,6 @@ async def _run_started(r: HtmlRenderer, data: dict[str, Any]) -> str:
     turn = await with_siblings(r, turn_from_event(data, streaming=True))
     meta = r.ctx.braid.store.get(r.ctx.session_id).meta
     return (oob_append("transcript", render("_turn.html", turn=turn))
-            + '<div id="empty-state" hx-swap-oob="delete"></div>'
             + render("_title.html", title=meta.get("title"))
             + await r.session_list()
             + await r.run_state())
