@@ -199,6 +199,55 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv.stop()
 
 
+
+# -- core tests: a Braid on a temp data dir ------------------------------------------------
+
+
+@pytest.fixture
+async def make_braid(tmp_path: Path) -> Any:
+    """Start core `Braid` objects on temp data dirs (several for restart tests)."""
+    from server.core.braid import Braid
+    from server.core.settings import Settings
+
+    made: list[Any] = []
+
+    async def make(data_dir: Path | None = None, **settings: Any) -> Any:
+        braid = Braid(Settings(data_dir=data_dir or tmp_path / f"data{len(made)}", **settings))
+        await braid.start()
+        made.append(braid)
+        return braid
+
+    yield make
+    for braid in made:
+        await braid.stop()
+
+
+@pytest.fixture
+async def braid(make_braid: Any) -> Any:
+    return await make_braid()
+
+
+async def new_session(braid: Any, user_id: str = "local") -> tuple[str, Path]:
+    from server.core import sessions
+
+    created = await sessions.create_session(braid, user_id)
+    return created["session_id"], braid.store.path(created["session_id"])
+
+
+async def run_turn(braid: Any, session_id: str, text: str, user_id: str = "local") -> Any:
+    from server.core import sessions
+
+    return await sessions.run_to_end(braid, user_id, session_id, text)
+
+
+@pytest.fixture(scope="module")
+def other_token(shared_server: Server) -> str:
+    """A second user, made with the CLI as an admin would."""
+    out = subprocess.run(
+        [sys.executable, "-m", "server.cli", "user", "add", "other", "--data-dir",
+         str(shared_server.data_dir)], cwd=ROOT, capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
 # -- browser tests: Debian's Chromium through Playwright (it cannot download its own) --
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

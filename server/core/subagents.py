@@ -214,8 +214,9 @@ def write_result(git: GitSession, parent_branch: str, session_id: str, parent_tu
         history_path(git.next_seq(tip), "assistant", run_id): to_json_bytes(msg),
         run_path(git.run_count(tip), run_id): to_json_bytes(run),
     }
-    commit_id = git.commit_on_branch(parent_branch, changes, summary=f"Sub-agent result: {label}",
-                                 kind="sub-agent", run_id=run_id, message_index=1)
+    commit_id = str(git.commit_on_branch(parent_branch, changes,
+                                         summary=f"Sub-agent result: {label}",
+                                         kind="sub-agent", run_id=run_id, message_index=1))
     return {"run_id": run_id, "run": run, "message": msg, "commit_id": commit_id}
 
 

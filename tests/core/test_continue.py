@@ -5,51 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import assert_fsck, git
+from conftest import assert_fsck, git, new_session, run_turn
 from server.core import sessions, timetravel, turns
 from server.core.braid import Braid, reindex
 from server.core.errors import BadRequest, Busy, NotFound
-from server.core.settings import Settings
 from server.core.users import DEFAULT_USER
 
 USER = DEFAULT_USER
 MakeBraid = Callable[..., Awaitable[Braid]]
 TWO_BATCHES = "write a.txt 1\nwrite b.txt 2\nbatch\nwrite c.txt 3"
-
-
-@pytest.fixture
-async def make_braid(tmp_path: Path) -> AsyncIterator[MakeBraid]:
-    made: list[Braid] = []
-
-    async def make(data_dir: Path | None = None, **settings: Any) -> Braid:
-        braid = Braid(Settings(data_dir=data_dir or tmp_path / f"data{len(made)}", **settings))
-        await braid.start()
-        made.append(braid)
-        return braid
-
-    yield make
-    for braid in made:
-        await braid.stop()
-
-
-@pytest.fixture
-async def braid(make_braid: MakeBraid) -> Braid:
-    return await make_braid()
-
-
-async def new_session(braid: Braid) -> tuple[str, Path]:
-    created = await sessions.create_session(braid, USER)
-    return created["session_id"], braid.store.path(created["session_id"])
-
-
-async def run(braid: Braid, session_id: str, text: str) -> dict[str, Any]:
-    return await sessions.run_to_end(braid, USER, session_id, text)
 
 
 async def cont(braid: Braid, session_id: str, run_id: str, **params: Any) -> dict[str, Any]:
@@ -95,8 +65,8 @@ def tool_calls_in(messages: list[dict[str, Any]]) -> int:
 
 async def test_last_user_with_input_forks_a_sibling_and_leaves_the_source(braid: Braid) -> None:
     sid, path = await new_session(braid)
-    first = await run(braid, sid, "write x.txt one")
-    later = await run(braid, sid, "say later on main")
+    first = await run_turn(braid, sid, "write x.txt one")
+    later = await run_turn(braid, sid, "say later on main")
     main_before = branches(path)["main"]
     source_before = await sessions.get_run(braid, USER, sid, first["run_id"])
 
@@ -143,10 +113,10 @@ async def test_last_user_with_input_forks_a_sibling_and_leaves_the_source(braid:
 
 async def test_a_branch_never_sees_its_sibling_runs(braid: Braid) -> None:
     sid, _ = await new_session(braid)
-    source = await run(braid, sid, "first question")
+    source = await run_turn(braid, sid, "first question")
     one = await cont(braid, sid, source["run_id"], continue_from=0, input="sibling one")
     two = await cont(braid, sid, source["run_id"], continue_from=0, input="sibling two")
-    recall = await run(braid, sid, "recall")  # on run/<two>, the branch shown now
+    recall = await run_turn(braid, sid, "recall")  # on run/<two>, the branch shown now
     assert recall["branch"] == two["branch"]
     assert recall["messages"][-1]["content"] == "sibling two | recall"
     assert one["messages"][-1]["content"] == "echo: sibling one"
@@ -154,7 +124,7 @@ async def test_a_branch_never_sees_its_sibling_runs(braid: Braid) -> None:
 
 async def test_an_index_inside_a_tool_batch_snaps_down(braid: Braid) -> None:
     sid, path = await new_session(braid)
-    source = await run(braid, sid, TWO_BATCHES)
+    source = await run_turn(braid, sid, TWO_BATCHES)
     # u, a(2 calls), t, t, a(1 call), t, a: safe indexes are 0, 1, 4, 6, 7.
     assert [m["role"] for m in source["messages"]] == \
         ["user", "assistant", "tool", "tool", "assistant", "tool", "assistant"]
@@ -178,7 +148,7 @@ async def test_an_index_inside_a_tool_batch_snaps_down(braid: Braid) -> None:
 
 async def test_bad_parameters_are_refused_and_create_nothing(braid: Braid) -> None:
     sid, path = await new_session(braid)
-    source = await run(braid, sid, "write a.txt 1")
+    source = await run_turn(braid, sid, "write a.txt 1")
     before = (branches(path), git(path, "status", "--porcelain"),
               (await sessions.session_info(braid, USER, sid))["runs"])
     rid = source["run_id"]
@@ -213,8 +183,8 @@ async def test_bad_parameters_are_refused_and_create_nothing(braid: Braid) -> No
 
 async def test_a_fork_from_before_a_turn_has_not_its_files(braid: Braid) -> None:
     sid, path = await new_session(braid)
-    await run(braid, sid, "write keep.txt kept")
-    writer = await run(braid, sid, "write x.txt hello")
+    await run_turn(braid, sid, "write keep.txt kept")
+    writer = await run_turn(braid, sid, "write x.txt hello")
     fork = await cont(braid, sid, writer["run_id"], continue_from=0, input="say instead")
     assert workdir_files(path) == ["keep.txt"]
     assert fork["messages"][-1]["content"] == "instead"
@@ -229,7 +199,7 @@ async def test_a_fork_from_before_a_turn_has_not_its_files(braid: Braid) -> None
 
 async def test_a_fork_of_a_fork_takes_the_prefix_files_from_its_source(braid: Braid) -> None:
     sid, path = await new_session(braid)
-    source = await run(braid, sid, TWO_BATCHES)
+    source = await run_turn(braid, sid, TWO_BATCHES)
     onward = await cont(braid, sid, source["run_id"], input="write d.txt 4")
     assert onward["forked_from_message_index"] == 7
     assert workdir_files(path) == ["a.txt", "b.txt", "c.txt", "d.txt"]
@@ -250,7 +220,7 @@ async def test_a_fork_of_a_fork_takes_the_prefix_files_from_its_source(braid: Br
 
 async def test_completed_and_cancelled_runs_fork_errors_resume_in_place(braid: Braid) -> None:
     sid, path = await new_session(braid)
-    failed = await run(braid, sid, "fail boom")
+    failed = await run_turn(braid, sid, "fail boom")
     assert failed["status"] == "ERROR"
     resumed = await cont(braid, sid, failed["run_id"], input="say recovered")
     assert resumed["run_id"] == failed["run_id"] and resumed["forked"] is False
@@ -273,9 +243,9 @@ async def test_completed_and_cancelled_runs_fork_errors_resume_in_place(braid: B
     assert branches(path)["main"] == main_tip
     assert record_at(path, "main", run_id)["status"] == "CANCELLED"
     # A completed run forks even from its end; fork=True forks an errored run too.
-    done = await run(braid, sid, "say fine")
+    done = await run_turn(braid, sid, "say fine")
     assert (await cont(braid, sid, done["run_id"], input="say more"))["forked"] is True
-    again = await run(braid, sid, "fail twice")
+    again = await run_turn(braid, sid, "fail twice")
     sibling = await cont(braid, sid, again["run_id"], fork=True, input="say forked")
     assert sibling["forked"] is True and sibling["run_id"] != again["run_id"]
     assert_fsck(path)
@@ -301,7 +271,7 @@ async def test_an_interrupted_run_resumes_in_place(make_braid: MakeBraid, tmp_pa
 
 async def test_regenerate_keeps_tool_results_and_runs_no_tool(braid: Braid) -> None:
     sid, path = await new_session(braid)
-    source = await run(braid, sid, "append log.txt x\nsay logged it")
+    source = await run_turn(braid, sid, "append log.txt x\nsay logged it")
     assert (path / "workdir/log.txt").read_text() == "x\n"
     main_tip = branches(path)["main"]
     regen = await cont(braid, sid, source["run_id"], regenerate=True)
@@ -323,7 +293,7 @@ async def test_regenerate_keeps_tool_results_and_runs_no_tool(braid: Braid) -> N
     assert status[source["run_id"]] == "REGENERATED"
 
     # Without replace_original the source keeps its status.
-    other = await run(braid, sid, "say keep me")
+    other = await run_turn(braid, sid, "say keep me")
     kept = await cont(braid, sid, other["run_id"], regenerate=True, replace_original=False)
     assert kept["forked_from_message_index"] == 1
     assert kept["regenerated_from"] == other["run_id"]
@@ -338,7 +308,7 @@ async def test_regenerate_keeps_tool_results_and_runs_no_tool(braid: Braid) -> N
 
 async def test_checkpoint_timeline(braid: Braid) -> None:
     sid, path = await new_session(braid)
-    source = await run(braid, sid, TWO_BATCHES)
+    source = await run_turn(braid, sid, TWO_BATCHES)
     timeline = (await timetravel.list_checkpoints(braid, USER, sid, source["run_id"]))
     points = timeline["checkpoints"]
     assert [p["message_index"] for p in points] == [0, 1, 4, 6, 7]
@@ -356,7 +326,7 @@ async def test_checkpoint_timeline(braid: Braid) -> None:
 
 async def test_continuing_while_a_run_goes_on_is_busy(braid: Braid) -> None:
     sid, path = await new_session(braid)
-    done = await run(braid, sid, "say one")
+    done = await run_turn(braid, sid, "say one")
     queue = braid.bus.subscribe(sid)
     live = await turns.send_message(braid, USER, sid, "slow 80\nsay a b c d e f")
     with pytest.raises(Busy):

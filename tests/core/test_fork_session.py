@@ -5,37 +5,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import assert_fsck, git
+from conftest import assert_fsck, git, new_session, run_turn
 from server.core import fork, sessions, timetravel, turns
 from server.core.braid import Braid, reindex
 from server.core.errors import Busy, NotFound
-from server.core.settings import Settings
 from server.core.users import DEFAULT_USER
 
 USER = DEFAULT_USER
-
-
-@pytest.fixture
-async def braid(tmp_path: Path) -> AsyncIterator[Braid]:
-    braid = Braid(Settings(data_dir=tmp_path / "data"))
-    await braid.start()
-    yield braid
-    await braid.stop()
-
-
-async def new_session(braid: Braid) -> tuple[str, Path]:
-    created = await sessions.create_session(braid, USER)
-    return created["session_id"], braid.store.path(created["session_id"])
-
-
-async def run(braid: Braid, session_id: str, text: str) -> dict[str, Any]:
-    return await sessions.run_to_end(braid, USER, session_id, text)
 
 
 def refs(path: Path) -> dict[str, str]:
@@ -56,8 +37,8 @@ def state(path: Path) -> tuple[dict[str, str], dict[str, bytes], str]:
 
 async def test_a_fork_carries_the_whole_history_and_shares_objects(braid: Braid) -> None:
     sid, src = await new_session(braid)
-    first = await run(braid, sid, "write a.txt one")
-    await run(braid, sid, "write b.txt two")
+    first = await run_turn(braid, sid, "write a.txt one")
+    await run_turn(braid, sid, "write b.txt two")
     await timetravel.continue_run_to_end(braid, USER, sid, first["run_id"], continue_from=0,
                                          input="write c.txt sibling")
     git(src, "update-ref", "refs/braid/test-mark", "main")
@@ -107,7 +88,7 @@ async def test_a_fork_carries_the_whole_history_and_shares_objects(braid: Braid)
 
 async def test_a_chain_of_forks_has_its_lineage(braid: Braid) -> None:
     root, _ = await new_session(braid)
-    await run(braid, root, "say root")
+    await run_turn(braid, root, "say root")
     mid = (await fork.fork_session(braid, USER, root))["session_id"]
     leaf_made = await fork.fork_session(braid, USER, mid)
     leaf = leaf_made["session_id"]
@@ -131,12 +112,12 @@ async def test_a_chain_of_forks_has_its_lineage(braid: Braid) -> None:
 
 async def test_work_in_either_never_changes_the_other(braid: Braid) -> None:
     sid, src = await new_session(braid)
-    shared = await run(braid, sid, "write a.txt one")
+    shared = await run_turn(braid, sid, "write a.txt one")
     new_id = (await fork.fork_session(braid, USER, sid))["session_id"]
     dst = braid.store.path(new_id)
     src_before = state(src)
     # In the fork: a new turn, a fork of a shared run, a checkout.
-    await run(braid, new_id, "write b.txt fork-only\nappend a.txt more")
+    await run_turn(braid, new_id, "write b.txt fork-only\nappend a.txt more")
     sibling = await timetravel.continue_run_to_end(braid, USER, new_id, shared["run_id"],
                                                    continue_from=0, input="write c.txt x")
     await sessions.checkout(braid, USER, new_id, "main")
@@ -150,7 +131,7 @@ async def test_work_in_either_never_changes_the_other(braid: Braid) -> None:
         await sessions.get_run(braid, USER, sid, sibling["run_id"])
     # And the other way round.
     dst_before = state(dst)
-    await run(braid, sid, "write z.txt source-only")
+    await run_turn(braid, sid, "write z.txt source-only")
     assert state(dst) == dst_before
     assert not (dst / "workdir/z.txt").exists()
     assert_fsck(src)
@@ -159,7 +140,7 @@ async def test_work_in_either_never_changes_the_other(braid: Braid) -> None:
 
 async def test_only_the_owner_may_fork(braid: Braid) -> None:
     sid, _ = await new_session(braid)
-    await run(braid, sid, "say mine")
+    await run_turn(braid, sid, "say mine")
     before = sorted(p.name for p in braid.store.root.iterdir())
     with pytest.raises(NotFound):
         await fork.fork_session(braid, "someone-else", sid)

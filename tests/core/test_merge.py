@@ -5,8 +5,6 @@ through the openai client, repositories checked with the git CLI."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,17 +13,8 @@ from conftest import assert_fsck, git
 from server.core import dag, merge, revert, sessions, subagents, timetravel
 from server.core.braid import Braid
 from server.core.errors import BadRequest, Busy, Conflict, NotFound
-from server.core.settings import Settings
 
 USER = "local"
-
-
-@pytest.fixture
-async def braid(tmp_path: Path) -> AsyncIterator[Braid]:
-    b = Braid(Settings(data_dir=tmp_path / "data"))
-    await b.start()
-    yield b
-    await b.stop()
 
 
 class Session:

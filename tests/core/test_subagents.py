@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,17 +16,8 @@ from server.core import sessions, subagents
 from server.core.braid import Braid
 from server.core.errors import BadRequest, Busy, NotFound
 from server.core.git_session import GitSession
-from server.core.settings import Settings
 
 USER = "local"
-
-
-@pytest.fixture
-async def braid(tmp_path: Path) -> AsyncIterator[Braid]:
-    b = Braid(Settings(data_dir=tmp_path / "data"))
-    await b.start()
-    yield b
-    await b.stop()
 
 
 async def session_with_turn(braid: Braid, text: str = "write base.txt base") -> tuple[

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import assert_fsck, git
+from conftest import assert_fsck, git, new_session, run_turn
 from server.core import sessions, turns
 from server.core.braid import Braid
 from server.core.errors import Busy, NotFound
@@ -21,35 +21,6 @@ from server.core.users import DEFAULT_USER
 
 USER = DEFAULT_USER
 MakeBraid = Callable[..., Awaitable[Braid]]
-
-
-@pytest.fixture
-async def make_braid(tmp_path: Path) -> AsyncIterator[MakeBraid]:
-    made: list[Braid] = []
-
-    async def make(**settings: Any) -> Braid:
-        braid = Braid(Settings(data_dir=tmp_path / f"data{len(made)}", **settings))
-        await braid.start()
-        made.append(braid)
-        return braid
-
-    yield make
-    for braid in made:
-        await braid.stop()
-
-
-@pytest.fixture
-async def braid(make_braid: MakeBraid) -> Braid:
-    return await make_braid()
-
-
-async def new_session(braid: Braid) -> tuple[str, Path]:
-    created = await sessions.create_session(braid, USER)
-    return created["session_id"], braid.store.path(created["session_id"])
-
-
-async def run(braid: Braid, session_id: str, text: str) -> dict[str, Any]:
-    return await sessions.run_to_end(braid, USER, session_id, text)
 
 
 def log(path: Path) -> list[dict[str, str]]:
@@ -89,7 +60,7 @@ async def next_event(queue: asyncio.Queue[dict[str, Any]], name: str) -> dict[st
 
 async def test_a_turn_writes_a_file_with_tool_batch_and_turn_commits(braid: Braid) -> None:
     sid, path = await new_session(braid)
-    done = await run(braid, sid, "write notes/a.txt hello")
+    done = await run_turn(braid, sid, "write notes/a.txt hello")
     run_id = done["run_id"]
     assert done["status"] == "COMPLETED"
     assert (path / "workdir/notes/a.txt").read_text() == "hello\n"
@@ -137,7 +108,7 @@ async def test_checkpoint_modes(make_braid: MakeBraid, mode: str,
                                 batch_indexes: list[str]) -> None:
     braid = await make_braid(checkpoint=mode)
     sid, path = await new_session(braid)
-    done = await run(braid, sid, TWO_BATCHES)
+    done = await run_turn(braid, sid, TWO_BATCHES)
     assert done["status"] == "COMPLETED"
     commits = log(path)[1:]
     assert [c["Braid-Message-Index"] for c in commits if c["Braid-Kind"] == "tool-batch"] \
@@ -154,7 +125,7 @@ async def test_checkpoint_modes(make_braid: MakeBraid, mode: str,
 async def test_model_error_ends_the_run_error_with_its_message(braid: Braid) -> None:
     sid, path = await new_session(braid)
     queue = braid.bus.subscribe(sid)
-    done = await run(braid, sid, "fail boom")
+    done = await run_turn(braid, sid, "fail boom")
     assert done["status"] == "ERROR"
     assert "boom" in done["error"]
     event = await next_event(queue, "run_error")
@@ -166,7 +137,7 @@ async def test_model_error_ends_the_run_error_with_its_message(braid: Braid) -> 
     assert [m["role"] for m in done["messages"]] == ["user"]
     assert_fsck(path)
     # The session goes on: the next turn works.
-    assert (await run(braid, sid, "say fine"))["status"] == "COMPLETED"
+    assert (await run_turn(braid, sid, "say fine"))["status"] == "COMPLETED"
 
 
 async def test_cancel_during_a_slow_run(braid: Braid) -> None:
@@ -199,12 +170,12 @@ async def test_cancel_during_a_slow_run(braid: Braid) -> None:
 
 async def test_user_edits_are_committed_before_the_next_turn(braid: Braid) -> None:
     sid, path = await new_session(braid)
-    await run(braid, sid, "write a.txt agent")
+    await run_turn(braid, sid, "write a.txt agent")
     (path / "workdir/a.txt").write_text("user\n")
     (path / "workdir/sub").mkdir()
     (path / "workdir/sub/u.txt").write_text("mine\n")
     assert git(path, "status", "--porcelain") != ""
-    second = await run(braid, sid, "say ok")
+    second = await run_turn(braid, sid, "say ok")
     commits = log(path)
     assert [c["Braid-Kind"] for c in commits] == [
         "user-edit", "tool-batch", "turn", "user-edit", "turn"]
@@ -220,10 +191,10 @@ async def test_user_edits_are_committed_before_the_next_turn(braid: Braid) -> No
 
 async def test_recall_and_notes(braid: Braid) -> None:
     sid, _ = await new_session(braid)
-    await run(braid, sid, "first thing")
-    recalled = await run(braid, sid, "recall")
+    await run_turn(braid, sid, "first thing")
+    recalled = await run_turn(braid, sid, "recall")
     assert recalled["messages"][-1]["content"] == "first thing | recall"
-    noted = await run(braid, sid, "notes")
+    noted = await run_turn(braid, sid, "notes")
     assert noted["messages"][-1]["content"] == "no notes"
 
 
@@ -234,7 +205,7 @@ async def test_a_second_send_on_a_busy_branch_is_refused(braid: Braid) -> None:
     with pytest.raises(Busy):
         await turns.send_message(braid, USER, sid, "say second")
     await next_event(queue, "run_completed")
-    second = await run(braid, sid, "say second")
+    second = await run_turn(braid, sid, "say second")
     assert second["status"] == "COMPLETED"
     runs = (await sessions.session_info(braid, USER, sid))["runs"]
     assert [r["run_id"] for r in runs] == [first, second["run_id"]]
@@ -255,7 +226,7 @@ async def test_paths_escaping_the_workdir_change_nothing_outside(
         "write file_link pwned", "append file_link more", "read out/target.txt",
         "delete ../session.json", "write ok.txt fine", "say finished",
     ])
-    done = await run(braid, sid, text)
+    done = await run_turn(braid, sid, text)
     assert done["status"] == "COMPLETED"
     assert done["messages"][-1]["content"] == "finished"
     results = [m for m in done["messages"] if m["role"] == "tool"]
@@ -278,7 +249,7 @@ async def test_paths_escaping_the_workdir_change_nothing_outside(
 
 async def test_shell_is_off_by_default(braid: Braid) -> None:
     sid, path = await new_session(braid)
-    done = await run(braid, sid, "shell echo hi > s.txt")
+    done = await run_turn(braid, sid, "shell echo hi > s.txt")
     assert done["status"] == "COMPLETED"
     assert [m["role"] for m in done["messages"]] == ["user", "assistant"]
     assert done["messages"][-1]["content"] == "echo: shell echo hi > s.txt"
@@ -288,7 +259,7 @@ async def test_shell_is_off_by_default(braid: Braid) -> None:
 async def test_shell_on_changes_are_caught_by_the_checkpoint(make_braid: MakeBraid) -> None:
     braid = await make_braid(shell=True)
     sid, path = await new_session(braid)
-    done = await run(braid, sid, "shell mkdir -p d && echo hi > d/s.txt && echo ran")
+    done = await run_turn(braid, sid, "shell mkdir -p d && echo hi > d/s.txt && echo ran")
     assert done["status"] == "COMPLETED"
     tool = next(m for m in done["messages"] if m["role"] == "tool")
     assert "ran" in tool["content"] and not tool.get("is_error")
@@ -336,9 +307,9 @@ async def test_bad_input_is_refused(braid: Braid) -> None:
 
 async def test_files_and_folders_swapping_places(braid: Braid) -> None:
     sid, path = await new_session(braid)
-    await run(braid, sid, "write a first")
+    await run_turn(braid, sid, "write a first")
     # The agent replaces a file with a folder in one batch.
-    done = await run(braid, sid, "delete a\nwrite a/x second")
+    done = await run_turn(braid, sid, "delete a\nwrite a/x second")
     assert done["status"] == "COMPLETED"
     assert git(path, "ls-tree", "-r", "--name-only", "HEAD", "workdir").split() == ["workdir/a/x"]
     assert git(path, "status", "--porcelain") == ""
@@ -346,7 +317,7 @@ async def test_files_and_folders_swapping_places(braid: Braid) -> None:
     (path / "workdir/a/x").unlink()
     (path / "workdir/a").rmdir()
     (path / "workdir/a").write_text("mine\n")
-    done = await run(braid, sid, "say ok")
+    done = await run_turn(braid, sid, "say ok")
     assert done["status"] == "COMPLETED"
     assert kinds(path)[-2:] == ["user-edit", "turn"]
     assert git(path, "show", "HEAD:workdir/a") == "mine\n"

@@ -4,26 +4,14 @@ bodies, and that what it reports matches the session repository."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from typing import Any
 
-import pytest
-
-from conftest import ROOT, Server, git
+from conftest import Server, git
 
 RUN_KEYS = {"run_id", "status", "branch", "forked_from_run_id", "forked_from_message_index",
             "regenerated_from", "created_at"}
-
-
-@pytest.fixture(scope="module")
-def other_token(shared_server: Server) -> str:
-    out = subprocess.run(
-        [sys.executable, "-m", "server.cli", "user", "add", "carol", "--data-dir",
-         str(shared_server.data_dir)], cwd=ROOT, capture_output=True, text=True, check=True)
-    return out.stdout.strip().splitlines()[-1]
 
 
 def raw(server: Server, method: str, path: str, data: bytes | None,

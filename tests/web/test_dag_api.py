@@ -4,23 +4,12 @@ API, against a real uvicorn server and the demo model; results checked with the 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 from typing import Any
 
-import pytest
 from websockets.sync.client import connect
 
-from conftest import ROOT, Server, assert_fsck, git
-
-
-@pytest.fixture(scope="module")
-def other_token(shared_server: Server) -> str:
-    out = subprocess.run(
-        [sys.executable, "-m", "server.cli", "user", "add", "dave", "--data-dir",
-         str(shared_server.data_dir)], cwd=ROOT, capture_output=True, text=True, check=True)
-    return out.stdout.strip().splitlines()[-1]
+from conftest import Server, assert_fsck, git
 
 
 def start(srv: Server) -> tuple[str, str]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from typing import Any
@@ -15,16 +13,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from conftest import ROOT, Server, WsClient, assert_fsck, git
-
-
-@pytest.fixture(scope="module")
-def other_token(shared_server: Server) -> str:
-    """A second user made with the CLI, as an admin would."""
-    out = subprocess.run(
-        [sys.executable, "-m", "server.cli", "user", "add", "bob", "--data-dir",
-         str(shared_server.data_dir)], cwd=ROOT, capture_output=True, text=True, check=True)
-    return out.stdout.strip().splitlines()[-1]
+from conftest import Server, WsClient, assert_fsck, git
 
 
 @pytest.fixture

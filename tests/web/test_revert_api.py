@@ -4,25 +4,14 @@ real uvicorn server and the demo model; results checked on disk and with the git
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 from websockets.sync.client import connect
 
-from conftest import ROOT, Server, assert_fsck, git
+from conftest import Server, assert_fsck, git
 
 LINES = "\\n".join(f"line {i}" for i in range(1, 9))
-
-
-@pytest.fixture(scope="module")
-def other_token(shared_server: Server) -> str:
-    out = subprocess.run(
-        [sys.executable, "-m", "server.cli", "user", "add", "carol", "--data-dir",
-         str(shared_server.data_dir)], cwd=ROOT, capture_output=True, text=True, check=True)
-    return out.stdout.strip().splitlines()[-1]
 
 
 def files(work: Path) -> dict[str, str]:

@@ -4,21 +4,9 @@ JSON socket and the HTTP API (DESIGN §5), their errors, and the repositories th
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
 
-import pytest
-
-from conftest import ROOT, Server, assert_fsck, git
-
-
-@pytest.fixture(scope="module")
-def other_token(shared_server: Server) -> str:
-    out = subprocess.run(
-        [sys.executable, "-m", "server.cli", "user", "add", "dora", "--data-dir",
-         str(shared_server.data_dir)], cwd=ROOT, capture_output=True, text=True, check=True)
-    return out.stdout.strip().splitlines()[-1]
+from conftest import Server, assert_fsck, git
 
 
 def runs_of(server: Server, session_id: str) -> list[dict[str, Any]]:
