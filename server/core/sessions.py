@@ -152,6 +152,12 @@ async def run_to_end(braid: Braid, user_id: str, session_id: object, text: objec
     return await get_run(braid, user_id, session_id, run_id)
 
 
+async def current_branch(braid: Braid, user_id: str, session_id: object) -> str:
+    """The branch the session shows now (its HEAD)."""
+    handle = braid.store.get_owned(user_id, session_id)
+    return await handle.call(lambda git: git.branch)
+
+
 async def checkout(braid: Braid, user_id: str, session_id: object, ref: object) -> dict:
     """Show another branch: its files in workdir/ and its transcript. The user's unsaved
     edits are committed on the branch they were made on first, so nothing is lost."""

@@ -118,8 +118,7 @@ async def sub_agent_done(r: HtmlRenderer, data: dict[str, Any]) -> str:
                   label=data.get("label"), prompt="", status=data.get("status") or "",
                   final_text=data.get("final_text"))
     summary = data.get("summary")
-    handle = r.ctx.braid.store.get(r.ctx.session_id)
-    shown = await handle.call(lambda git: git.branch)
+    shown = await sessions.current_branch(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
     if summary and shown == data.get("parent_branch"):
         turns = sessions.build_turns([summary["message"]], {summary["run_id"]: summary["run"]})
         turn = dict(turns[0], streaming=False)
