@@ -47,7 +47,11 @@ class ModelClient:
         """Yields ("delta", text) while the reply streams, then ("reply", Reply)."""
         kwargs: dict[str, Any] = {
             "model": self.model,
-            "messages": messages,
+            # The client walks `messages` through its TypedDict transform, which costs
+            # ~0.3 ms per message (a 300-turn chat: ~0.3 s per model call) and changes
+            # nothing for plain JSON messages; sent as the body's own field, they skip it.
+            "messages": [],
+            "extra_body": {"messages": messages},
             "stream": True,
             "stream_options": {"include_usage": True},
         }
