@@ -14,20 +14,16 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import stat
-import subprocess
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from server.core.patch import PatchError, apply_hunks, parse_patch
+from server.core.shell import run_shell
 
 LIST_LIMIT = 2000
-SHELL_OUTPUT_LIMIT = 20_000
 FILE_MODE = 0o666  # new files get the usual mode, filtered by the umask as open(2) does
 
 
@@ -404,7 +400,8 @@ class Workspace:
     def _tool_shell(self, command: str) -> ToolResult:
         if not self.shell_enabled:
             return _error("shell tool is disabled")
-        return _run_shell(command, cwd=self.root, timeout=self.shell_timeout)
+        text, failed = run_shell(command, cwd=self.root, timeout=self.shell_timeout)
+        return ToolResult(text, is_error=failed)
 
     # ---------------------------------------------------------------------- writing
 
@@ -445,75 +442,3 @@ def _reject_git(parts: list[str], original: str) -> None:
 
 def _name(exc: OSError) -> str:
     return str(exc.filename) if exc.filename else "the path"
-
-
-def _run_shell(command: str, *, cwd: Path, timeout: float) -> ToolResult:
-    head = bytearray()
-    tail = bytearray()
-    total = 0
-    half = SHELL_OUTPUT_LIMIT // 2
-
-    def pump(stream: Any) -> None:
-        # Read as it comes and keep only the head and the tail: a chatty command must not
-        # fill memory, and errors usually sit at the end.
-        nonlocal total, tail
-        for chunk in iter(lambda: stream.read1(65536), b""):
-            total += len(chunk)
-            room = half - len(head)
-            if room > 0:
-                head.extend(chunk[:room])
-                chunk = chunk[room:]
-            if chunk:
-                tail.extend(chunk)
-                if len(tail) > half:
-                    tail = tail[-half:]
-
-    try:
-        # A new session makes the command's whole process tree one group we can kill.
-        proc = subprocess.Popen(
-            ["bash", "-c", command],
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        return _error(f"could not start bash: {exc}")
-    reader = threading.Thread(target=pump, args=(proc.stdout,), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + timeout
-    # EOF on the pipe, not the exit of bash, tells that output is complete; a background
-    # child holding the pipe open counts as still running.
-    reader.join(timeout)
-    timed_out = reader.is_alive()
-    if not timed_out:
-        try:
-            proc.wait(max(deadline - time.monotonic(), 0.01))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-    if timed_out:
-        # Kill the group before reaping bash, while its id still names this group.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait()
-        reader.join(2.0)
-    # Closing while the reader is still blocked (a process that escaped the group holds the
-    # pipe) would wait on the reader's lock; leave that stream to the daemon thread instead.
-    if proc.stdout is not None and not reader.is_alive():
-        proc.stdout.close()
-    output = bytes(head)
-    if total > len(head) + len(tail):
-        output += f"\n... [{total - len(head) - len(tail)} bytes of output omitted] ...\n".encode()
-    output += bytes(tail)
-    text = output.decode("utf-8", errors="replace")
-    if timed_out:
-        return ToolResult(
-            f"error: command timed out after {timeout:g}s and was killed\n{text}",
-            is_error=True,
-        )
-    # A non-zero exit is a normal outcome for the model to read (a failing test, say), not a
-    # failure of the tool itself.
-    return ToolResult(f"exit code: {proc.returncode}\n{text}")

@@ -1,0 +1,85 @@
+"""The agent's shell tool: one command in the session's workdir, with a timeout, its whole
+process group killed on timeout, and its output capped (head and tail kept)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+SHELL_OUTPUT_LIMIT = 20_000
+
+
+def run_shell(command: str, *, cwd: Path, timeout: float,
+              output_limit: int = SHELL_OUTPUT_LIMIT) -> tuple[str, bool]:
+    """Run `bash -c command` in `cwd`; returns (what the model reads, whether it failed)."""
+    head = bytearray()
+    tail = bytearray()
+    total = 0
+    half = output_limit // 2
+
+    def pump(stream: Any) -> None:
+        # Read as it comes and keep only the head and the tail: a chatty command must not
+        # fill memory, and errors usually sit at the end.
+        nonlocal total, tail
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            total += len(chunk)
+            room = half - len(head)
+            if room > 0:
+                head.extend(chunk[:room])
+                chunk = chunk[room:]
+            if chunk:
+                tail.extend(chunk)
+                if len(tail) > half:
+                    tail = tail[-half:]
+
+    try:
+        # A new session makes the command's whole process tree one group we can kill.
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return f"error: could not start bash: {exc}", True
+    reader = threading.Thread(target=pump, args=(proc.stdout,), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout
+    # EOF on the pipe, not the exit of bash, tells that output is complete; a background
+    # child holding the pipe open counts as still running.
+    reader.join(timeout)
+    timed_out = reader.is_alive()
+    if not timed_out:
+        try:
+            proc.wait(max(deadline - time.monotonic(), 0.01))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    if timed_out:
+        # Kill the group before reaping bash, while its id still names this group.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+        reader.join(2.0)
+    # Closing while the reader is still blocked (a process that escaped the group holds the
+    # pipe) would wait on the reader's lock; leave that stream to the daemon thread instead.
+    if proc.stdout is not None and not reader.is_alive():
+        proc.stdout.close()
+    output = bytes(head)
+    if total > len(head) + len(tail):
+        output += f"\n... [{total - len(head) - len(tail)} bytes of output omitted] ...\n".encode()
+    output += bytes(tail)
+    text = output.decode("utf-8", errors="replace")
+    if timed_out:
+        return f"error: command timed out after {timeout:g}s and was killed\n{text}", True
+    # A non-zero exit is a normal outcome for the model to read (a failing test, say), not a
+    # failure of the tool itself.
+    return f"exit code: {proc.returncode}\n{text}", False
