@@ -28,11 +28,22 @@
     // Events sent while the socket was down are lost; fetch the transcript as it is now.
     const app = $("#app");
     if (!app) return;
-    const res = await fetch("/s/" + app.dataset.sessionId + "/transcript", {credentials: "same-origin"});
+    // The whole page, not only the transcript: a run that ended (or was interrupted by a
+    // restart) while we were away must also take its Stop button along, and a checkout made
+    // in another tab changes the branch badge.
+    const res = await fetch("/s/" + app.dataset.sessionId, {credentials: "same-origin"});
     if (!res.ok) return;
-    const html = await res.text();
-    const t = $("#transcript");
-    if (t) { t.outerHTML = html; htmx.process($("#transcript")); scrollToEnd(true); }
+    const fresh = new DOMParser().parseFromString(await res.text(), "text/html");
+    ["#transcript", "#run-state", "#branch-badge", "#session-title"].forEach(function (sel) {
+      const now = $(sel);
+      const next = $(sel, fresh);
+      if (!now || !next) return;
+      // Fill the element in place: it keeps its listeners (the transcript's scroll follow).
+      Array.from(next.attributes).forEach(function (a) { now.setAttribute(a.name, a.value); });
+      now.innerHTML = next.innerHTML;
+      htmx.process(now);
+    });
+    scrollToEnd(true);
   }
 
   document.addEventListener("htmx:wsConnecting", function () {

@@ -65,6 +65,12 @@ class SessionStore:
         )
 
     def get(self, session_id: object) -> SessionHandle:
+        # A missing or non-string id is the caller's malformed input (HTTP bodies and query
+        # strings carry it), not an unknown session.
+        if session_id is None:
+            raise BadRequest("session_id is required")
+        if not isinstance(session_id, str):
+            raise BadRequest("session_id must be a string")
         if not is_session_id(session_id):
             raise NotFound(f"no session {session_id!r}")
         assert isinstance(session_id, str)

@@ -59,7 +59,6 @@ def routes() -> list[Route | WebSocketRoute | Mount]:
         Route("/sessions", pages.new_session, methods=["POST"]),
         Route("/sessions/list", pages.session_list),
         Route("/s/{session_id}", pages.session_page),
-        Route("/s/{session_id}/transcript", pages.transcript_fragment),
         Route("/api/sessions", api.endpoint(api.create_session, 201), methods=["POST"]),
         Route("/api/sessions", api.endpoint(api.list_sessions), methods=["GET"]),
         Route("/api/sessions/{session_id}", api.endpoint(api.get_session)),

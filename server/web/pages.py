@@ -112,16 +112,3 @@ async def session_list(request: Request) -> Response:
     return templates.TemplateResponse(request, "_session_list.html", {
         "sessions": rows, "current_id": request.query_params.get("current", ""),
     })
-
-
-async def transcript_fragment(request: Request) -> Response:
-    """The page asks for this after a reconnect, to catch up on events it missed."""
-    braid = request.app.state.braid
-    user_id = user_of(request)
-    if user_id is None:
-        return HTMLResponse("", status_code=401)
-    try:
-        view = await sessions.transcript(braid, user_id, request.path_params["session_id"])
-    except NotFound:
-        return HTMLResponse("", status_code=404)
-    return templates.TemplateResponse(request, "_transcript.html", {"transcript": view})

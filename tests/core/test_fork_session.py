@@ -13,7 +13,7 @@ import pytest
 from conftest import assert_fsck, git, new_session, run_turn
 from server.core import fork, sessions, timetravel, turns
 from server.core.braid import Braid, reindex
-from server.core.errors import Busy, NotFound
+from server.core.errors import BadRequest, Busy, NotFound
 from server.core.users import DEFAULT_USER
 
 USER = DEFAULT_USER
@@ -144,9 +144,12 @@ async def test_only_the_owner_may_fork(braid: Braid) -> None:
     before = sorted(p.name for p in braid.store.root.iterdir())
     with pytest.raises(NotFound):
         await fork.fork_session(braid, "someone-else", sid)
-    for bad in ("0" * 32, "nope", None, 5):
+    for unknown in ("0" * 32, "nope"):
         with pytest.raises(NotFound):
-            await fork.fork_session(braid, USER, bad)
+            await fork.fork_session(braid, USER, unknown)
+    for malformed in (None, 5):
+        with pytest.raises(BadRequest):
+            await fork.fork_session(braid, USER, malformed)
     assert sorted(p.name for p in braid.store.root.iterdir()) == before
     assert len(await sessions.list_sessions(braid, USER)) == 1
 

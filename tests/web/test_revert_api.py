@@ -109,10 +109,12 @@ def test_http_api(shared_server: Server, other_token: str) -> None:
     status, body = shared_server.api("GET", f"/api/turns/{tid}/diff?session_id={sid}&path=a.txt")
     assert status == 200 and "+alpha two" in body["diff"]
     for path, token in [(f"/api/turns/{tid}/files?session_id={sid}", other_token),
-                        (f"/api/turns/{tid}/files", None),
                         (f"/api/turns/{'1' * 32}/files?session_id={sid}", None)]:
         status, body = shared_server.api("GET", path, token=token)
         assert status == 404 and body["error"]["code"] == "not_found", (path, body)
+    # A missing parameter is bad input (DESIGN §5), not an unknown session.
+    status, body = shared_server.api("GET", f"/api/turns/{tid}/files")
+    assert status == 400 and body["error"]["code"] == "bad_request", body
     status, body = shared_server.api("POST", f"/api/turns/{tid}/revert",
                                      {"session_id": sid}, token=other_token)
     assert status == 404 and files(work) == after2
