@@ -15,14 +15,17 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pygit2
+
 from .errors import BadRequest
 from .git_session import GitSession, commit_info
-from .sessions import DAG_LIMIT, _dag, transcript_at
+from .sessions import transcript_at
 from .subagents import is_sub_branch, last_answer, short_name
 
 if TYPE_CHECKING:
     from .braid import Braid
 
+DAG_LIMIT = 5000
 ROWS = 200
 MAX_ROWS = DAG_LIMIT
 ROW_H = 30
@@ -39,6 +42,43 @@ _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 # changed nothing, reuse one walk. Per repository path, the last key and its data.
 _CACHE: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 CACHE_SESSIONS = 64
+
+
+def commit_graph(git: GitSession, limit: int) -> dict[str, Any]:
+    """Every commit reachable from a branch, newest first, each with the branch it belongs
+    to (the first branch, main first, whose first-parent chain reaches it)."""
+    branches = git.branches()
+    tips_by_oid: dict[str, list[str]] = {}
+    for name, oid in branches.items():
+        tips_by_oid.setdefault(oid, []).append(name)
+    sort = pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.TIME
+    walker = git.repo.walk(None, sort)
+    for oid in branches.values():
+        walker.push(pygit2.Oid(hex=oid))
+    # Which branch a commit belongs to: the first branch (main first) whose first-parent
+    # chain reaches it.
+    owner: dict[str, str] = {}
+    order = sorted(branches, key=lambda n: (n != "main", n))
+    for name in order:
+        commit = git.commit(branches[name])
+        while str(commit.id) not in owner:
+            owner[str(commit.id)] = name
+            if not commit.parents:
+                break
+            commit = commit.parents[0]
+    nodes = []
+    for commit in walker:
+        if len(nodes) >= limit:
+            break
+        info = commit_info(commit)
+        node = info.as_dict()
+        node["branch"] = owner.get(info.id, "")
+        node["label"] = info.summary
+        node["tips"] = tips_by_oid.get(info.id, [])
+        nodes.append(node)
+    return {"nodes": nodes, "branches": [{"name": n, "head": h} for n, h in
+                                         sorted(branches.items())],
+            "head": str(git.head_oid()), "current_branch": git.branch}
 
 
 def graph(git: GitSession, limit: int = DAG_LIMIT) -> dict[str, Any]:
@@ -58,7 +98,7 @@ def graph(git: GitSession, limit: int = DAG_LIMIT) -> dict[str, Any]:
 
 
 def _build(git: GitSession, limit: int) -> dict[str, Any]:
-    data = _dag(git, limit)
+    data = commit_graph(git, limit)
     results: dict[str, str] = {}
     for branch in data["branches"]:
         if is_sub_branch(branch["name"]):

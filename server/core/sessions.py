@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 
 from .errors import BadRequest, Busy, NotFound
-from .git_session import GitSession, commit_info
+from .git_session import GitSession
 from .ids import is_message_id
 from .lineage import attach_siblings
 from .turn_changes import annotate_turns
@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from .braid import Braid
     from .store import SessionHandle
 
-DAG_LIMIT = 5000
 
 
 async def create_session(braid: Braid, user_id: str, title: object = "") -> dict[str, Any]:
@@ -178,47 +177,8 @@ async def checkout(braid: Braid, user_id: str, session_id: object, ref: object) 
     return result
 
 
-def _dag(git: GitSession, limit: int) -> dict[str, Any]:
-    branches = git.branches()
-    tips_by_oid: dict[str, list[str]] = {}
-    for name, oid in branches.items():
-        tips_by_oid.setdefault(oid, []).append(name)
-    walker = git.repo.walk(None, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.TIME)
-    for oid in branches.values():
-        walker.push(pygit2.Oid(hex=oid))
-    # Which branch a commit belongs to: the first branch (main first) whose first-parent
-    # chain reaches it.
-    owner: dict[str, str] = {}
-    order = sorted(branches, key=lambda n: (n != "main", n))
-    for name in order:
-        commit = git.commit(branches[name])
-        while str(commit.id) not in owner:
-            owner[str(commit.id)] = name
-            if not commit.parents:
-                break
-            commit = commit.parents[0]
-    nodes = []
-    for commit in walker:
-        if len(nodes) >= limit:
-            break
-        info = commit_info(commit)
-        node = info.as_dict()
-        node["branch"] = owner.get(info.id, "")
-        node["label"] = info.summary
-        node["tips"] = tips_by_oid.get(info.id, [])
-        nodes.append(node)
-    return {"nodes": nodes, "branches": [{"name": n, "head": h} for n, h in
-                                         sorted(branches.items())],
-            "head": str(git.head_oid()), "current_branch": git.branch}
-
-
-async def get_dag(braid: Braid, user_id: str, session_id: object) -> dict[str, Any]:
-    handle = braid.store.get_owned(user_id, session_id)
-    return await handle.call(lambda git: _dag(git, DAG_LIMIT))
-
-
 __all__ = [
-    "FINAL", "build_turns", "checkout", "create_session", "get_dag", "get_run",
+    "FINAL", "build_turns", "checkout", "create_session", "get_run",
     "list_sessions", "read_run", "run_to_end", "session_info", "start_turn", "transcript",
     "transcript_at",
 ]

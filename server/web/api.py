@@ -77,8 +77,3 @@ async def get_run(request: Request, user_id: str) -> Any:
     return await sessions.get_run(request.app.state.braid, user_id,
                                   required_query(request, "session_id"),
                                   request.path_params["run_id"])
-
-
-async def get_dag(request: Request, user_id: str) -> Any:
-    return await sessions.get_dag(request.app.state.braid, user_id,
-                                  request.path_params["session_id"])
