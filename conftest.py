@@ -3,6 +3,7 @@ WebSocket client, and git checks through the `git` CLI."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -238,6 +239,18 @@ async def run_turn(braid: Any, session_id: str, text: str, user_id: str = "local
     from server.core import sessions
 
     return await sessions.run_to_end(braid, user_id, session_id, text)
+
+
+async def next_event(queue: asyncio.Queue[dict[str, Any]], name: str) -> dict[str, Any]:
+    """The data of the next `name` event on an EventBus queue."""
+
+    async def wait() -> dict[str, Any]:
+        while True:
+            frame = await queue.get()
+            if frame["event"] == name:
+                return frame["data"]
+
+    return await asyncio.wait_for(wait(), timeout=20)
 
 
 @pytest.fixture(scope="module")

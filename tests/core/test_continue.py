@@ -3,7 +3,6 @@ demo model, with the session repositories checked through the git CLI."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_fsck, git, new_session, run_turn
+from conftest import assert_fsck, git, new_session, next_event, run_turn
 from server.core import sessions, timetravel, turns
 from server.core.braid import Braid, reindex
 from server.core.errors import BadRequest, Busy, NotFound
@@ -24,15 +23,6 @@ TWO_BATCHES = "write a.txt 1\nwrite b.txt 2\nbatch\nwrite c.txt 3"
 
 async def cont(braid: Braid, session_id: str, run_id: str, **params: Any) -> dict[str, Any]:
     return await timetravel.continue_run_to_end(braid, USER, session_id, run_id, **params)
-
-
-async def next_event(queue: asyncio.Queue[dict[str, Any]], name: str) -> dict[str, Any]:
-    async def wait() -> dict[str, Any]:
-        while True:
-            frame = await queue.get()
-            if frame["event"] == name:
-                return frame["data"]
-    return await asyncio.wait_for(wait(), timeout=20)
 
 
 def trailers(path: Path, rev: str) -> dict[str, str]:

@@ -3,7 +3,6 @@ real openai client; the session repositories are checked with the git CLI."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections.abc import Awaitable, Callable
@@ -12,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_fsck, git, new_session, run_turn
+from conftest import assert_fsck, git, new_session, next_event, run_turn
 from server.core import sessions, turns
 from server.core.braid import Braid
 from server.core.errors import Busy, NotFound
@@ -47,15 +46,6 @@ def run_record(path: Path, run_id: str) -> dict[str, Any]:
 
 def changed_files(path: Path, oid: str) -> list[str]:
     return sorted(git(path, "show", "--format=", "--name-only", oid).split())
-
-
-async def next_event(queue: asyncio.Queue[dict[str, Any]], name: str) -> dict[str, Any]:
-    async def wait() -> dict[str, Any]:
-        while True:
-            frame = await queue.get()
-            if frame["event"] == name:
-                return frame["data"]
-    return await asyncio.wait_for(wait(), timeout=20)
 
 
 async def test_a_turn_writes_a_file_with_tool_batch_and_turn_commits(braid: Braid) -> None:
