@@ -289,3 +289,20 @@ def login(shared_server: Any) -> Any:
         return page
 
     return do
+
+
+def send_from_page(page: Any, text: str, *, until_done: bool = False) -> str:
+    """Type a message in the composer, press Enter, and return the run id of the turn it
+    starts (after it completes, with `until_done`)."""
+    from playwright.sync_api import expect
+
+    before = page.locator("section.turn").count()
+    page.fill("#composer-text", text)
+    page.press("#composer-text", "Enter")
+    turn = page.locator("section.turn").nth(before)
+    turn.wait_for(timeout=15_000)
+    if until_done:
+        expect(turn).to_have_attribute("data-status", "COMPLETED", timeout=15_000)
+    else:
+        expect(page.locator("#composer-text")).to_have_value("")
+    return str(turn.get_attribute("data-run-id"))

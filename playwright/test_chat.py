@@ -10,20 +10,15 @@ from typing import Any
 
 from playwright.sync_api import Page, expect
 
+from conftest import send_from_page
+
 # The root conftest's `Server` (the name `conftest` here is playwright/conftest.py).
 Server = Any
 TIMEOUT = 15_000
 
 
 def send(page: Page, text: str) -> str:
-    """Type a message, press Enter, and return the run id of the turn it starts."""
-    before = page.locator("section.turn").count()
-    page.fill("#composer-text", text)
-    page.press("#composer-text", "Enter")
-    turn = page.locator("section.turn").nth(before)
-    turn.wait_for(timeout=TIMEOUT)
-    expect(page.locator("#composer-text")).to_have_value("")
-    return str(turn.get_attribute("data-run-id"))
+    return send_from_page(page, text)
 
 
 def turn(page: Page, run_id: str) -> Any:

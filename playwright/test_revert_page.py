@@ -9,20 +9,15 @@ from typing import Any
 
 from playwright.sync_api import Page, expect
 
+from conftest import send_from_page
+
 Server = Any  # the root conftest's `Server`
 TIMEOUT = 15_000
 LINES = "\\n".join(f"line {i}" for i in range(1, 9))
 
 
 def send(page: Page, text: str) -> str:
-    """Send a message and wait for its turn to finish; returns the turn's id."""
-    before = page.locator("section.turn").count()
-    page.fill("#composer-text", text)
-    page.press("#composer-text", "Enter")
-    turn = page.locator("section.turn").nth(before)
-    turn.wait_for(timeout=TIMEOUT)
-    expect(turn).to_have_attribute("data-status", "COMPLETED", timeout=TIMEOUT)
-    return str(turn.get_attribute("data-run-id"))
+    return send_from_page(page, text, until_done=True)
 
 
 def chips(page: Page, run_id: str) -> Any:
