@@ -24,7 +24,7 @@ from pygit2.enums import FileMode, MergeFlag
 from .backups import Entry, check_writable, tree_entry, write_entry
 from .errors import BadRequest, Busy, Conflict, NotFound
 from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
-from .ids import is_message_id, new_message_id, now_iso
+from .ids import message_id_param, new_message_id, now_iso
 from .turn_changes import (
     FileChange,
     TurnSpan,
@@ -49,11 +49,7 @@ NAMES_IN_NOTE = 20
 
 
 def turn_id_param(value: object) -> str:
-    if not isinstance(value, str):
-        raise BadRequest("turn_id must be a string")
-    if not is_message_id(value):
-        raise NotFound(f"no turn {value!r}")
-    return value
+    return message_id_param(value, "turn_id", "turn")
 
 
 def force_param(value: object) -> bool:

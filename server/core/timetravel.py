@@ -22,14 +22,14 @@ from .checkpoints import (
     locate_run,
     resolve_index,
 )
-from .errors import BadRequest, Busy, NotFound
+from .errors import BadRequest, Busy
 from .git_session import (
     GitSession,
     history_path,
     run_path,
     to_json_bytes,
 )
-from .ids import is_message_id, new_message_id, now_iso
+from .ids import message_id_param, new_message_id, now_iso
 from .turns import (
     MAX_TEXT,
     TurnContext,
@@ -213,14 +213,6 @@ def execute_plan(git: GitSession, handle: SessionHandle, plan: Plan
 # -- the core calls -----------------------------------------------------------------------
 
 
-def _run_id(value: object) -> str:
-    if not isinstance(value, str):
-        raise BadRequest("run_id must be a string")
-    if not is_message_id(value):
-        raise NotFound(f"no run {value!r}")
-    return value
-
-
 async def continue_run(
     braid: Braid, user_id: str, session_id: object, run_id: object, *,
     continue_from: object = None, input: object = None, fork: object = None,
@@ -228,7 +220,7 @@ async def continue_run(
 ) -> dict[str, Any]:
     """Continue a run (DESIGN §4): returns the run going on (events follow like a turn)."""
     handle = braid.store.get_owned(user_id, session_id)
-    run_id = _run_id(run_id)
+    run_id = message_id_param(run_id, "run_id", "run")
     options = parse_options(continue_from, input, fork, regenerate, replace_original)
     sid = handle.session_id
     if braid.runs.find(sid, run_id):
@@ -286,6 +278,6 @@ async def continue_run_to_end(braid: Braid, user_id: str, session_id: object, ru
 async def list_checkpoints(braid: Braid, user_id: str, session_id: object,
                            run_id: object) -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
-    run_id = _run_id(run_id)
+    run_id = message_id_param(run_id, "run_id", "run")
     checkpoints = await handle.call(lambda git: checkpoint_timeline(git, run_id))
     return {"run_id": run_id, "checkpoints": checkpoints}

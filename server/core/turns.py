@@ -239,6 +239,8 @@ async def launch(
     braid.bus.publish(handle.session_id, "run_started", {
         "run_id": ctx.run_id, "run": dict(ctx.run), "branch": active.branch,
         "messages": [dict(m) for m in ctx.messages],
+        # The first turn names the session: the sidebar needs redrawing only then.
+        "titled": "session.json" in ctx.pending,
     })
     active.task = asyncio.create_task(drive(braid, ctx, active), name=f"run-{ctx.run_id}")
     return active

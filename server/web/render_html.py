@@ -80,7 +80,7 @@ async def _run_started(r: HtmlRenderer, data: dict[str, Any]) -> str:
     meta = r.ctx.braid.store.get(r.ctx.session_id).meta
     return (oob_append("transcript", render("_turn.html", turn=turn))
             + render("_title.html", title=meta.get("title"))
-            + await r.session_list()
+            + (await r.session_list() if data.get("titled") else "")
             + await r.run_state())
 
 
