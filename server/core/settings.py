@@ -21,6 +21,9 @@ class Settings:
     checkpoint: str = "tool-batch"
     shell: bool = False
     shell_timeout: float = 30.0
+    # Folders a session may be imported from (DESIGN §7): the server user's home by default.
+    import_roots: list[Path] = field(default_factory=lambda: [Path.home()])
+    import_max_file: int = 5 * 1024 * 1024
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -39,4 +42,9 @@ class Settings:
             raise ValueError(f"BRAID_CHECKPOINT must be one of {', '.join(CHECKPOINT_MODES)}")
         s.checkpoint = mode
         s.shell = env.get("BRAID_SHELL", "off").lower() in ("on", "1", "true", "yes")
+        if env.get("BRAID_IMPORT_ROOTS"):
+            s.import_roots = [Path(p).expanduser() for p in
+                              env["BRAID_IMPORT_ROOTS"].split(os.pathsep) if p]
+        if env.get("BRAID_IMPORT_MAX_FILE"):
+            s.import_max_file = int(env["BRAID_IMPORT_MAX_FILE"])
         return s
