@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..core.braid import Braid
 from ..core.settings import Settings
-from . import api, dag_actions, dag_views, pages, revert_actions, timetravel_actions
+from . import api, dag_actions, dag_views, import_actions, pages, revert_actions, timetravel_actions
 from .templating import ROOT
 from .ws import session_socket
 
@@ -84,6 +84,10 @@ def routes() -> list[Route | WebSocketRoute | Mount]:
         Route("/api/sessions/{session_id}/fork", api.endpoint(timetravel_actions.api_fork, 201),
               methods=["POST"]),
         Route("/s/{session_id}/fork", timetravel_actions.fork_page, methods=["POST"]),
+        Route("/api/sessions/{session_id}/export", api.endpoint(import_actions.api_export),
+              methods=["POST"]),
+        Route("/api/sessions/{session_id}/update_from_source",
+              api.endpoint(import_actions.api_update), methods=["POST"]),
         WebSocketRoute("/ws/sessions/{session_id}", session_socket),
         Mount("/static", StaticFiles(directory=str(ROOT / "static")), name="static"),
         Mount("/vendor/htmx", StaticFiles(directory=str(modules / "htmx.org" / "dist"),
