@@ -18,6 +18,7 @@ from .errors import BadRequest, Busy
 from .export_branch import export_to_branch
 from .git_session import SIGNATURE_EMAIL, SIGNATURE_NAME, GitSession
 from .importing import SOURCE_BASE_REF
+from .revert import force_param
 from .sources import OpenedRepo, Source, allowed_path
 from .treeops import Changes, Entry, apply_changes, tree_files, workdir_tree
 from .turns import snapshot_user_edits
@@ -128,14 +129,6 @@ def _to_param(value: object) -> str:
     return str(value)
 
 
-def _force_param(value: object) -> bool:
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise BadRequest("force must be a boolean")
-    return value
-
-
 def _folder_param(settings: Settings, value: object, meta: dict[str, Any]) -> Path:
     source = meta.get("source") or {}
     if value in (None, ""):
@@ -152,7 +145,7 @@ def _folder_param(settings: Settings, value: object, meta: dict[str, Any]) -> Pa
 
 def _branch_export(git: GitSession, settings: Settings, meta: dict[str, Any]) -> dict:
     source = meta.get("source") or {}
-    if source.get("kind") != "git":
+    if not source.get("base_commit"):
         raise BadRequest("export to a branch needs a session imported from a git repository; "
                          "export to a folder instead")
     src = Source.from_meta(source)
@@ -172,7 +165,7 @@ async def export_session(braid: Braid, user_id: str, session_id: object, to: obj
                          path: object = None, force: object = None) -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
     target = _to_param(to)
-    force_flag = _force_param(force)
+    force_flag = force_param(force)
     if braid.runs.for_session(handle.session_id):
         raise Busy("a run is going on in this session: export when it ends")
     meta = dict(handle.meta)

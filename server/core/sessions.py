@@ -53,6 +53,9 @@ def _describe(git: GitSession, handle: SessionHandle) -> dict[str, Any]:
         "head": str(git.head_oid()),
         "branch": git.branch,
         "branches": [{"name": n, "head": h} for n, h in sorted(branches.items())],
+        # An imported session's source and import summary (skipped files), if any.
+        "source": handle.meta.get("source"),
+        "import": handle.meta.get("import"),
     }
 
 

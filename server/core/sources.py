@@ -47,6 +47,7 @@ class Source:
         out: dict[str, Any] = {"kind": self.kind, "path_or_url": self.path_or_url}
         if self.kind == "git":
             out["ref"] = self.ref
+        if self.kind == "git" or base_commit:
             out["base_commit"] = base_commit
         return out
 
@@ -136,6 +137,16 @@ def _git(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[b
                           timeout=timeout, check=False)
 
 
+def folder_head(folder: Path) -> str | None:
+    """The HEAD commit of the repository whose work tree is exactly `folder`, if any: the
+    base a folder import's export to a branch starts from."""
+    top = _git(["-C", str(folder), "rev-parse", "--show-toplevel"])
+    if top.returncode != 0 or Path(top.stdout.decode().strip()) != folder:
+        return None
+    head = _git(["-C", str(folder), "rev-parse", "--verify", "-q", "HEAD^{commit}"])
+    return head.stdout.decode().strip() or None if head.returncode == 0 else None
+
+
 def list_folder(folder: Path) -> list[str]:
     """The folder's files as `git ls-files --others --cached --exclude-standard` lists them
     (through a throwaway git dir when the folder is not in a repository)."""
@@ -201,7 +212,7 @@ def snapshot_folder(repo: pygit2.Repository, folder: Path, max_file: int,
                     workdir: Path | None = None) -> Snapshot:
     """The folder's files as blobs and trees in `repo` (and copied into `workdir`)."""
     trees = TreeWriter(repo)
-    snap = Snapshot(tree=None)
+    snap = Snapshot(tree=None, base_commit=folder_head(folder))
     for rel in list_folder(folder):
         try:
             st = os.lstat(folder / rel)

@@ -89,7 +89,9 @@ def test_folder_import_holds_what_git_ls_files_lists(srv: Server, roots: Path) -
         [f"workdir/{p}" for p in expected]
     assert git(path, "status", "--porcelain") == ""
     meta = json.loads((path / "session.json").read_text())
-    assert meta["source"] == {"kind": "folder", "path_or_url": str(src)}
+    # The folder is a repository's work tree: its HEAD is the base an export starts from.
+    assert meta["source"] == {"kind": "folder", "path_or_url": str(src),
+                              "base_commit": git(src, "rev-parse", "HEAD").strip()}
     assert_fsck(path)
     # The session works as any other: a turn on the imported files.
     run = srv.run(body["session_id"], "append README.md more")
@@ -107,7 +109,7 @@ def test_folder_outside_a_repository_is_listed_by_git_too(srv: Server, roots: Pa
     status, body = srv.api("POST", "/api/sessions", {"source": {"path": str(src)},
                                                     "title": "Mine"})
     assert status == 201, body
-    assert body["title"] == "Mine"
+    assert body["title"] == "Mine" and "base_commit" not in body["source"]
     files = workdir_files(srv.session_path(body["session_id"]) / "workdir")
     assert sorted(files) == [".gitignore", "keep.c"]
 
