@@ -77,7 +77,16 @@ async def new_session(request: Request) -> Response:
         return _login_redirect()
     if not origin_allowed(request):
         return HTMLResponse("cross-site form refused", status_code=403)
-    created = await sessions.create_session(request.app.state.braid, user_id)
+    braid = request.app.state.braid
+    here = str((await request.form()).get("from") or "")
+    # An untouched "New session" (other than the one shown) is reused: empty sessions must
+    # not pile up in the list.
+    for row in await sessions.list_sessions(braid, user_id):
+        if row["session_id"] != here and not row.get("title") \
+                and not row.get("forked_from_session_id") \
+                and not await braid.index.list_runs(row["session_id"]):
+            return RedirectResponse(f"/s/{row['session_id']}", status_code=303)
+    created = await sessions.create_session(braid, user_id)
     return RedirectResponse(f"/s/{created['session_id']}", status_code=303)
 
 
@@ -107,8 +116,9 @@ async def session_list(request: Request) -> Response:
     if user_id is None:
         return HTMLResponse("", status_code=401)
     query = request.query_params.get("q", "")
-    rows = await sessions.list_sessions(request.app.state.braid, user_id, query)
-    rows = order_by_lineage(rows) if not query else rows
-    return templates.TemplateResponse(request, "_session_list.html", {
-        "sessions": rows, "current_id": request.query_params.get("current", ""),
-    })
+    archived = request.query_params.get("archived") == "1"
+    rows = await sessions.list_sessions(request.app.state.braid, user_id, query, archived)
+    rows = order_by_lineage(rows) if not query and not archived else rows
+    return templates.TemplateResponse(
+        request, "_archived_list.html" if archived else "_session_list.html",
+        {"sessions": rows, "current_id": request.query_params.get("current", "")})
