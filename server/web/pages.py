@@ -9,6 +9,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..core import sessions
 from ..core.errors import NotFound
+from . import live
 from .auth import COOKIE, origin_allowed, user_of
 from .templating import templates
 
@@ -98,16 +99,17 @@ async def session_page(request: Request) -> Response:
     session_id = request.path_params["session_id"]
     try:
         info = await sessions.session_info(braid, user_id, session_id)
-        view = await sessions.transcript(braid, user_id, session_id)
+        # A reload mid-run shows the live turn so far; the socket's catch-up goes on from it.
+        view = await live.page_transcript(braid, user_id, session_id, info["branch"])
     except NotFound:
         return templates.TemplateResponse(
             request, "login.html", {"error": "No such session."}, status_code=404
         )
     rows = order_by_lineage(await sessions.list_sessions(braid, user_id))
-    live = [a.run_id for a in braid.runs.foreground(session_id)]
+    running = [a.run_id for a in braid.runs.foreground(session_id)]
     return templates.TemplateResponse(request, "session.html", {
         "session": info, "transcript": view, "sessions": rows, "current_id": session_id,
-        "running": live, "branch": info["branch"],
+        "running": running, "branch": info["branch"],
     })
 
 
