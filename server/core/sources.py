@@ -26,6 +26,7 @@ import pygit2
 from pygit2.enums import FileMode
 
 from .errors import BadRequest, Forbidden
+from .packwriter import PackWriter
 from .settings import Settings
 
 BRAIDIGNORE = ".braidignore"
@@ -198,14 +199,25 @@ class TreeWriter:
         return builder.write()
 
 
-def _put(workdir: Path | None, rel: str, data: bytes, executable: bool) -> None:
-    if workdir is None:
-        return
-    dest = workdir / rel
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_bytes(data)
-    if executable:
-        dest.chmod(0o755)
+class Files:
+    """Copies into `workdir` (None: nowhere), making each folder once."""
+
+    def __init__(self, workdir: Path | None) -> None:
+        self.workdir = workdir
+        self._made: set[str] = set()
+
+    def put(self, rel: str, data: bytes, executable: bool) -> None:
+        if self.workdir is None:
+            return
+        parent = rel.rpartition("/")[0]
+        if parent and parent not in self._made:
+            (self.workdir / parent).mkdir(parents=True, exist_ok=True)
+            self._made.add(parent)
+        dest = self.workdir / rel
+        with open(dest, "wb") as f:
+            f.write(data)
+        if executable:
+            dest.chmod(0o755)
 
 
 def snapshot_folder(repo: pygit2.Repository, folder: Path, max_file: int,
@@ -213,26 +225,34 @@ def snapshot_folder(repo: pygit2.Repository, folder: Path, max_file: int,
     """The folder's files as blobs and trees in `repo` (and copied into `workdir`)."""
     trees = TreeWriter(repo)
     snap = Snapshot(tree=None, base_commit=folder_head(folder))
-    for rel in list_folder(folder):
-        try:
-            st = os.lstat(folder / rel)
-        except OSError:  # listed by the index but gone from disk
-            continue
-        if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
-            snap.skipped.append({"path": rel, "size": st.st_size, "reason": "not a file"})
-            continue
-        if st.st_size > max_file:
-            snap.skipped.append({"path": rel, "size": st.st_size, "reason": "too large"})
-            continue
-        data = (folder / rel).read_bytes()
-        executable = bool(st.st_mode & 0o100)
-        trees.add(rel, repo.create_blob(data),
-                  FileMode.BLOB_EXECUTABLE if executable else FileMode.BLOB)
-        _put(workdir, rel, data, executable)
-        snap.files += 1
-        snap.bytes += len(data)
-    snap.tree = trees.write()
+    files = Files(workdir)
+    with PackWriter(repo) as pack:
+        for rel in list_folder(folder):
+            _copy_one(folder, rel, max_file, pack, trees, files, snap)
+    snap.tree = trees.write()  # after the pack is in place: trees name existing blobs
     return snap
+
+
+def _copy_one(folder: Path, rel: str, max_file: int, pack: PackWriter, trees: TreeWriter,
+              files: Files, snap: Snapshot) -> None:
+    """One listed file: skipped with its reason, or packed and copied."""
+    try:
+        st = os.lstat(folder / rel)
+    except OSError:  # listed by the index but gone from disk
+        return
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+        snap.skipped.append({"path": rel, "size": st.st_size, "reason": "not a file"})
+        return
+    if st.st_size > max_file:
+        snap.skipped.append({"path": rel, "size": st.st_size, "reason": "too large"})
+        return
+    with open(folder / rel, "rb") as f:
+        data = f.read()
+    executable = bool(st.st_mode & 0o100)
+    trees.add(rel, pack.add(data), FileMode.BLOB_EXECUTABLE if executable else FileMode.BLOB)
+    files.put(rel, data, executable)
+    snap.files += 1
+    snap.bytes += len(data)
 
 
 def _walk_tree(tree: pygit2.Tree, prefix: str = "") -> Iterator[tuple[str, pygit2.Object]]:
@@ -255,21 +275,22 @@ def snapshot_git(repo: pygit2.Repository, src: pygit2.Repository, commit: pygit2
     """`commit`'s tree copied from `src`'s object database into `repo` (and `workdir`)."""
     trees = TreeWriter(repo)
     snap = Snapshot(tree=None, base_commit=str(commit.id))
-    for rel, entry in _walk_tree(commit.tree):
-        mode = entry.filemode
-        if mode not in (FileMode.BLOB, FileMode.BLOB_EXECUTABLE):
-            snap.skipped.append({"path": rel, "size": 0, "reason": "not a file"})
-            continue
-        size = src.odb.read_header(entry.id)[1]  # without inflating it
-        if size > max_file:
-            snap.skipped.append({"path": rel, "size": size, "reason": "too large"})
-            continue
-        data = entry.data
-        oid = repo.create_blob(data) if repo is not src else entry.id
-        trees.add(rel, oid, mode)
-        _put(workdir, rel, data, mode == FileMode.BLOB_EXECUTABLE)
-        snap.files += 1
-        snap.bytes += len(data)
+    files = Files(workdir)
+    with PackWriter(repo) as pack:
+        for rel, entry in _walk_tree(commit.tree):
+            mode = entry.filemode
+            if mode not in (FileMode.BLOB, FileMode.BLOB_EXECUTABLE):
+                snap.skipped.append({"path": rel, "size": 0, "reason": "not a file"})
+                continue
+            size = src.odb.read_header(entry.id)[1]  # without inflating it
+            if size > max_file:
+                snap.skipped.append({"path": rel, "size": size, "reason": "too large"})
+                continue
+            data = entry.data
+            trees.add(rel, pack.add(data), mode)
+            files.put(rel, data, mode == FileMode.BLOB_EXECUTABLE)
+            snap.files += 1
+            snap.bytes += len(data)
     snap.tree = trees.write()
     return snap
 

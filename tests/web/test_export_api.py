@@ -225,7 +225,7 @@ def test_export_errors(srv: Server, roots: Path, tmp_path: Path) -> None:
         (sid, {"to": "zip"}, 400, "to must be"),
         (sid, {"to": "folder", "path": str(tmp_path / "outside")}, 403, "BRAID_IMPORT_ROOTS"),
         (sid, {"to": "folder", "path": str(src / "a.txt")}, 400, "is a file"),
-        (sid, {"to": "folder", "force": "yes"}, 400, "force must be"),
+        (sid, {"to": "folder", "force": "maybe"}, 400, "force must be"),
         (plain, {"to": "folder"}, 400, "path is required"),
         ("0" * 32, {"to": "folder"}, 404, "no session"),
     ]
