@@ -19,6 +19,7 @@ from .ids import now_iso
 from .index import Index
 from .model_client import ModelClient
 from .packing import Packer
+from .session_meta import purge_deleted
 from .settings import Settings
 from .store import SessionStore
 from .turns import RunRegistry
@@ -55,6 +56,7 @@ class Braid:
         user's token (to print in the login URL)."""
         fresh_index = not self.index.path.exists()
         await self.index.open()
+        await purge_deleted(self)  # deletions a killed server left half done
         if fresh_index:
             await reindex(self)
         await recover_interrupted(self)
