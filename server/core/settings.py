@@ -21,6 +21,7 @@ class Settings:
     checkpoint: str = "tool-batch"
     shell: bool = False
     shell_timeout: float = 30.0
+    context_tokens: int = 32_000
     # Folders a session may be imported from (DESIGN §7): the server user's home by default.
     import_roots: list[Path] = field(default_factory=lambda: [Path.home()])
     import_max_file: int = 5 * 1024 * 1024
@@ -42,9 +43,17 @@ class Settings:
             raise ValueError(f"BRAID_CHECKPOINT must be one of {', '.join(CHECKPOINT_MODES)}")
         s.checkpoint = mode
         s.shell = env.get("BRAID_SHELL", "off").lower() in ("on", "1", "true", "yes")
+        tokens = env.get("BRAID_CONTEXT_TOKENS", "").strip()
+        if tokens:
+            if not tokens.isdigit() or int(tokens) < 100:
+                raise ValueError("BRAID_CONTEXT_TOKENS must be a whole number of at least 100")
+            s.context_tokens = int(tokens)
         if env.get("BRAID_IMPORT_ROOTS"):
             s.import_roots = [Path(p).expanduser() for p in
                               env["BRAID_IMPORT_ROOTS"].split(os.pathsep) if p]
-        if env.get("BRAID_IMPORT_MAX_FILE"):
-            s.import_max_file = int(env["BRAID_IMPORT_MAX_FILE"])
+        cap = env.get("BRAID_IMPORT_MAX_FILE", "").strip()
+        if cap:
+            if not cap.isdigit():
+                raise ValueError("BRAID_IMPORT_MAX_FILE must be a whole number of bytes")
+            s.import_max_file = int(cap)
         return s
