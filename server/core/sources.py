@@ -89,7 +89,10 @@ def _text_param(value: object, name: str) -> str:
 def allowed_path(settings: Settings, raw: str) -> Path:
     """The real path behind `raw` if it lies under one of BRAID_IMPORT_ROOTS, else
     `forbidden`. Checked before existence, so nothing outside the roots is revealed."""
-    path = Path(os.path.realpath(Path(raw).expanduser()))
+    given = Path(raw).expanduser()
+    if not given.is_absolute():
+        raise BadRequest(f"{raw} is not an absolute path")
+    path = Path(os.path.realpath(given))
     for root in settings.import_roots:
         real_root = os.path.realpath(root.expanduser())
         if os.path.commonpath([real_root, str(path)]) == real_root:

@@ -243,3 +243,39 @@ def test_export_errors(srv: Server, roots: Path, tmp_path: Path) -> None:
         assert reply["type"] == "error" and reply["error"]["code"] == "bad_request"
     finally:
         ws.close()
+
+
+def test_a_sub_agent_merge_exports_as_a_merge_commit(srv: Server, roots: Path) -> None:
+    work = roots / "repo"
+    work.mkdir()
+    git(work, "init", "-q", "-b", "main")
+    (work / "base.txt").write_text("base\n")
+    base = commit_all(work, "base")
+    _, created = srv.api("POST", "/api/sessions", {"source": {"git": str(work)}})
+    sid = created["session_id"]
+    turn = srv.run(sid, "write main.txt main")
+    branches = []
+    for label in ("red", "blue"):
+        status, child = srv.api("POST", f"/api/sessions/{sid}/sub_agents", {
+            "parent_turn_id": turn["run_id"], "prompt": f"write {label}.txt {label}",
+            "label": label})
+        assert status == 200, child
+        branches.append(child["branch"])
+    status, merged = srv.api("POST", f"/api/sessions/{sid}/merge",
+                             {"branches": branches, "message": "merge both"})
+    assert status == 200, merged
+    status, out = srv.api("POST", f"/api/sessions/{sid}/export", {"to": "branch"})
+    assert status == 200, out
+    tip = out["branch"]
+    first_parent = git(work, "rev-list", "--first-parent", "--reverse", f"{base}..{tip}").split()
+    assert first_parent == out["commits"] and len(first_parent) == 2
+    main_commit, merge = first_parent
+    parents = git(work, "log", "-1", "--format=%P", merge).split()
+    assert len(parents) == 3 and parents[0] == main_commit
+    for parent, label in zip(parents[1:], ("red", "blue"), strict=True):
+        assert changed(work, parent) == {f"{label}.txt": "A"}  # the sub-agent's own turn
+        assert git(work, "rev-parse", f"{parent}^").strip() == main_commit
+    assert sorted(git(work, "ls-tree", "--name-only", tip).split()) == [
+        "base.txt", "blue.txt", "main.txt", "red.txt"]
+    assert "merge both" in git(work, "log", "-1", "--format=%B", merge)
+    assert_fsck(work)

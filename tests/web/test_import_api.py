@@ -196,6 +196,7 @@ def test_bad_sources_are_clear_errors_and_create_nothing(srv: Server, roots: Pat
         ({"git": str(roots)}, 400, "bad_request", "not a git repository"),
         ({"git": "--upload-pack=touch /tmp/x"}, 400, "bad_request", "not a valid"),
         ({"path": 5}, 400, "bad_request", "source.path"),
+        ({"path": "project"}, 400, "bad_request", "not an absolute path"),
         ({"path": "a", "git": "b"}, 400, "bad_request", "source must be"),
         ("folder", 400, "bad_request", "source must be"),
     ]
