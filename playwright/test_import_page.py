@@ -60,6 +60,7 @@ def test_new_session_from_a_folder_then_export_to_branch(page: Page, server_fact
     page.click("#export-branch")
     result = page.locator("#export-result")
     expect(result).to_contain_text("Exported 1 commit to branch", timeout=TIMEOUT)
+    expect(result).to_contain_text("(created)")
     branch = page.locator("#export-branch-name").inner_text()
     assert branch.startswith("braid/project-")
     assert git(project, "rev-parse", f"{branch}^").strip() == head
@@ -67,6 +68,9 @@ def test_new_session_from_a_folder_then_export_to_branch(page: Page, server_fact
     assert (project / "README.md").read_text() == "# project\n"  # the work tree untouched
     assert git(project, "status", "--porcelain") == ""
     assert git(project, "rev-parse", "HEAD").strip() == head
+
+    page.click("#update-source")
+    expect(result).to_contain_text("The source has not changed", timeout=TIMEOUT)
 
     # Export to folder: the user's own change there is a listed conflict, left alone.
     (project / "README.md").write_text("# project, edited by me\n")

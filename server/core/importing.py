@@ -7,7 +7,9 @@ folder is made or removes it, so a failed import leaves nothing behind."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +25,7 @@ from .git_session import (
     WORKTREES,
     to_json_bytes,
 )
+from .ids import is_session_id
 from .sources import (
     OpenedRepo,
     Snapshot,
@@ -132,6 +135,28 @@ def build_import(path: Path, meta: dict[str, Any], source: Source, settings: Set
     return meta
 
 
+_STARTED = time.time()
+
+
+def sweep_leftovers(sessions_root: Path, tmp_root: Path) -> None:
+    """Remove what an import killed mid-way (kill -9) left: a session folder with neither
+    session.json nor a first commit, a clone. Only from before this process started (ours
+    are live); a folder with a commit is left for recovery to judge."""
+    candidates = [p for p in sessions_root.iterdir() if is_session_id(p.name)] \
+        if sessions_root.is_dir() else []
+    candidates += list(tmp_root.glob("clone-*")) if tmp_root.is_dir() else []
+    for path in candidates:
+        try:
+            git_dir = path / ".git"
+            committed = (git_dir / "refs" / "heads" / "main").exists() or \
+                (git_dir / "packed-refs").exists()
+            if not (path / "session.json").exists() and not committed \
+                    and path.stat().st_mtime < _STARTED:
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass
+
+
 async def import_session(braid: Braid, user_id: str, raw_source: object, title: str,
                          model: object = None) -> dict[str, Any]:
     extra: dict[str, Any] = {}
@@ -144,6 +169,7 @@ async def import_session(braid: Braid, user_id: str, raw_source: object, title: 
         await braid.index.upsert_session(handle.meta)
         return {"session_id": handle.session_id, "title": handle.meta["title"]}
     source = parse_source(braid.settings, raw_source)
+    sweep_leftovers(braid.store.root, braid.settings.data_dir / "tmp")
 
     def build(path: Path, meta: dict[str, Any]) -> None:
         build_import(path, meta, source, braid.settings)

@@ -215,6 +215,29 @@ def test_export_to_folder_never_overwrites_the_users_changes(srv: Server, roots:
     assert_fsck(srv.session_path(sid))
 
 
+def test_update_from_a_folder_source(srv: Server, roots: Path) -> None:
+    src = make_folder(roots)
+    _, created = srv.api("POST", "/api/sessions", {"source": {"path": str(src)}})
+    sid = created["session_id"]
+    path = srv.session_path(sid)
+    srv.run(sid, "write a.txt session a")
+    (src / "b.txt").write_text("b from the user\n")
+    (src / "c.txt").unlink()
+    (src / "new.txt").write_text("new\n")
+    (src / "a.txt").write_text("a from the user\n")
+    status, up = srv.api("POST", f"/api/sessions/{sid}/update_from_source", {})
+    assert status == 200, up
+    assert up["updated_paths"] == ["b.txt", "c.txt", "new.txt"]
+    assert [c["path"] for c in up["conflicts"]] == ["a.txt"]
+    files = {p.name: p.read_text() for p in (path / "workdir").iterdir()}
+    assert files == {"a.txt": "session a\n", "b.txt": "b from the user\n", "new.txt": "new\n"}
+    assert git(path, "status", "--porcelain") == ""
+    # Brought in once: a second update finds nothing new.
+    status, again = srv.api("POST", f"/api/sessions/{sid}/update_from_source", {})
+    assert again["changed"] is False, again
+    assert_fsck(path)
+
+
 def test_export_errors(srv: Server, roots: Path, tmp_path: Path) -> None:
     src = make_folder(roots)
     _, created = srv.api("POST", "/api/sessions", {"source": {"path": str(src)}})

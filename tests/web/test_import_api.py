@@ -43,6 +43,8 @@ def make_project(base: Path) -> Path:
     (src / ".braidignore").write_text("secrets.env\n")
     (src / "secrets.env").write_text("TOKEN=1\n")
     (src / "big.bin").write_bytes(b"\0" * (6 * 1024 * 1024))
+    (src / "empty.txt").write_bytes(b"")
+    (src / "copy.md").write_text("# project\n")  # the same blob as README.md, packed once
     git(src, "init", "-q", "-b", "main")
     git(src, "add", "README.md", "src/main.py")
     git(src, "-c", "user.name=T", "-c", "user.email=t@x", "commit", "-qm", "first")
