@@ -18,7 +18,7 @@ import pygit2
 from pygit2.enums import FileMode, FileStatus
 
 from .errors import Conflict, NotFound
-from .history import HISTORY, RUNS, Entry, Listings, history_path, run_path
+from .history import HISTORY, RUNS, Entry, Lines, Listings, history_path, run_path
 from .watch import WATCHERS, Watcher
 
 SIGNATURE_NAME = "Braid"
@@ -114,6 +114,7 @@ class GitSession:
         self._index_pending: dict[str, tuple[pygit2.Oid, int] | None] = {}
         # The history and run listings of recently used trees (see history.py).
         self.listings = Listings(self.repo)
+        self.lines = Lines(self.repo)
         # A file-system watcher on workdir/ (watch.py), opened by the first look.
         self._watch = watch
         self._watcher: Watcher | None = None
