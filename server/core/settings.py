@@ -21,6 +21,10 @@ class Settings:
     checkpoint: str = "tool-batch"
     shell: bool = False
     shell_timeout: float = 30.0
+    model_timeout: float = 120.0  # seconds between streamed chunks
+    model_retries: int = 2  # retries of a request that failed before streaming
+    endpoints_file: Path | None = None
+    tool_choice: str | None = None  # the default endpoint's (see endpoints.py)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -38,5 +42,23 @@ class Settings:
         if mode not in CHECKPOINT_MODES:
             raise ValueError(f"BRAID_CHECKPOINT must be one of {', '.join(CHECKPOINT_MODES)}")
         s.checkpoint = mode
+        s.model_timeout = _number(env, "BRAID_MODEL_TIMEOUT", s.model_timeout)
+        s.model_retries = int(_number(env, "BRAID_MODEL_RETRIES", s.model_retries))
+        if env.get("BRAID_ENDPOINTS"):
+            s.endpoints_file = Path(env["BRAID_ENDPOINTS"]).expanduser()
+        s.tool_choice = env.get("BRAID_TOOL_CHOICE") or None
         s.shell = env.get("BRAID_SHELL", "off").lower() in ("on", "1", "true", "yes")
         return s
+
+
+def _number(env: dict[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, not {raw!r}") from None
+    if value < 0 or value != value:
+        raise ValueError(f"{name} must not be negative")
+    return value
