@@ -108,11 +108,16 @@ def load_endpoints_file(path: Path) -> list[Endpoint]:
         raw = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ValueError(f"BRAID_ENDPOINTS: cannot read {where}: {e.strerror or e}") from e
+    data: Any = None
     try:
-        data: Any = json.loads(raw) if raw.lstrip().startswith(("{", "[")) \
-            else tomllib.loads(raw)
-    except (ValueError, tomllib.TOMLDecodeError) as e:
-        raise ValueError(f"BRAID_ENDPOINTS: {where} is neither valid JSON nor TOML: {e}") from e
+        data = json.loads(raw)
+    except ValueError as json_error:
+        try:
+            data = tomllib.loads(raw)
+        except tomllib.TOMLDecodeError as e:
+            as_json = path.suffix.lower() == ".json"
+            raise ValueError(f"BRAID_ENDPOINTS: {where} is neither valid JSON nor TOML: "
+                             f"{json_error if as_json else e}") from e
     entries = data.get("endpoints") if isinstance(data, dict) else data
     if not isinstance(entries, list):
         raise ValueError(f"BRAID_ENDPOINTS: {where} must hold a list named endpoints")

@@ -127,7 +127,12 @@ class ModelClient:
 
     def resolve(self, model: str | None = None, endpoint: str | None = None
                 ) -> tuple[Endpoint, str]:
-        """The endpoint and model id a turn uses: the session's choice, else the default."""
+        """The endpoint and model id a turn uses: the session's choice, else the default.
+        A choice is a model id, or `id@endpoint` where two endpoints serve the same id."""
+        if model and "@" in model:
+            model_id, _, name = model.rpartition("@")
+            if name in self.endpoints:
+                return self.resolve(model_id or None, name)
         if endpoint and endpoint in self.endpoints:
             ep = self.endpoints[endpoint]
             if ep.is_demo:

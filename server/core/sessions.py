@@ -58,6 +58,10 @@ async def session_info(braid: Braid, user_id: str, session_id: object) -> dict[s
     info["runs"] = [_run_row(r) for r in runs]
     live = {a.branch: a.run_id for a in braid.runs.for_session(handle.session_id)}
     info["running"] = live
+    from .model_choice import current
+
+    now = current(braid, handle)
+    info["model"], info["endpoint"] = now["ref"], now["endpoint"]
     return info
 
 

@@ -14,7 +14,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..core.braid import Braid
 from ..core.settings import Settings
-from . import api, dag_actions, dag_views, pages, revert_actions, timetravel_actions
+from . import (
+    api,
+    dag_actions,
+    dag_views,
+    model_actions,
+    pages,
+    revert_actions,
+    timetravel_actions,
+)
 from .templating import ROOT
 from .ws import session_socket
 
@@ -84,6 +92,8 @@ def routes() -> list[Route | WebSocketRoute | Mount]:
         Route("/api/sessions/{session_id}/fork", api.endpoint(timetravel_actions.api_fork, 201),
               methods=["POST"]),
         Route("/s/{session_id}/fork", timetravel_actions.fork_page, methods=["POST"]),
+        Route("/api/models", api.endpoint(model_actions.api_models)),
+        Route("/s/{session_id}/model", model_actions.picker_fragment),
         WebSocketRoute("/ws/sessions/{session_id}", session_socket),
         Mount("/static", StaticFiles(directory=str(ROOT / "static")), name="static"),
         Mount("/vendor/htmx", StaticFiles(directory=str(modules / "htmx.org" / "dist"),

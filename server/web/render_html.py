@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any
 from markupsafe import escape
 
 from ..core import sessions
+from . import model_actions
 from .dag_views import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, dag_changed, is_sub_agent_run
+from .model_actions import MODEL_RESULTS
 from .render_revert import REVERT_ERRORS, REVERT_EVENTS, REVERT_RESULTS, files_for
 from .render_timetravel import TIMETRAVEL_EVENTS, with_siblings
 from .templating import dom_id, render
@@ -110,7 +112,7 @@ async def _run_done(r: HtmlRenderer, data: dict[str, Any]) -> str:
     html += await r.run_state()
     if data.get("error"):
         html += r.toast(f"Run failed: {data['error']}")
-    return html
+    return html + await model_actions.session_tokens(r)
 
 
 async def _session_changed(r: HtmlRenderer, data: dict[str, Any]) -> str:
@@ -134,7 +136,7 @@ EVENTS: dict[str, Renderer] = {
     **TIMETRAVEL_EVENTS,  # run_continued
 }
 
-RESULTS: dict[str, Renderer] = {**REVERT_RESULTS, **DAG_RESULTS}
+RESULTS: dict[str, Renderer] = {**REVERT_RESULTS, **DAG_RESULTS, **MODEL_RESULTS}
 
 # Per-action error frames (`error` = {code, message, details?}); the default is a toast.
 ERRORS: dict[str, Callable[[HtmlRenderer, dict[str, Any]], Awaitable[str]]] = {

@@ -1,0 +1,70 @@
+"""The model picker's web side (DESIGN §5, §8): `GET /api/models`, the picker partial
+(`/s/{id}/model`, fetched by the page once it has loaded, since listing asks each endpoint's
+`GET /v1/models`), and its HTML frames: a new choice or a finished turn redraws the picker and
+the session's token count."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from ..core import model_choice
+from ..core.errors import NotFound
+from .auth import user_of
+from .templating import render
+
+if TYPE_CHECKING:
+    from .actions import ActionContext, Handler
+    from .render_html import HtmlRenderer
+
+
+async def api_models(request: Request, user_id: str) -> Any:
+    return await model_choice.list_models(request.app.state.braid)
+
+
+async def picker_html(braid: Any, user_id: str, session_id: str) -> str:
+    handle = braid.store.get_owned(user_id, session_id)
+    listed = await model_choice.list_models(braid)
+    now = model_choice.current(braid, handle)
+    models = [m for m in listed["models"] if m.get("ref")]
+    if now["ref"] not in {m["ref"] for m in models}:
+        models.insert(0, {"id": now["id"], "endpoint": now["endpoint"], "ref": now["ref"]})
+    down = [m for m in listed["models"] if m.get("error")]
+    usage = await model_choice.session_usage(braid, user_id, session_id)
+    return render("_model_picker.html", models=models, current=now, down=down, usage=usage,
+                  session_id=session_id)
+
+
+async def picker_fragment(request: Request) -> Response:
+    user_id = user_of(request)
+    if user_id is None:
+        return HTMLResponse("", status_code=401)
+    try:
+        html = await picker_html(request.app.state.braid, user_id,
+                                 request.path_params["session_id"])
+    except NotFound:
+        return HTMLResponse("", status_code=404)
+    return HTMLResponse(html)
+
+
+async def update_session(ctx: ActionContext, p: dict[str, Any]) -> dict[str, Any]:
+    # Only the model part of `update_session`; title/archive are the session menu's.
+    return await model_choice.set_model(ctx.braid, ctx.user_id, ctx.session_id, p.get("model"))
+
+
+MODEL_ACTIONS: dict[str, Handler] = {"update_session": update_session}
+
+
+async def _redraw(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    return await picker_html(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
+
+
+MODEL_RESULTS = {"update_session": _redraw}
+
+
+async def session_tokens(r: HtmlRenderer) -> str:
+    """The session's token count, redrawn out of band when a turn ends."""
+    usage = await model_choice.session_usage(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
+    return render("_session_tokens.html", usage=usage, oob=True)
