@@ -18,6 +18,7 @@ from .git_session import DISK, RUNS, GitSession, to_json_bytes
 from .ids import now_iso
 from .index import Index
 from .model_client import ModelClient
+from .session_meta import purge_deleted
 from .settings import Settings
 from .store import SessionStore
 from .turns import RunRegistry
@@ -53,6 +54,7 @@ class Braid:
         user's token (to print in the login URL)."""
         fresh_index = not self.index.path.exists()
         await self.index.open()
+        await purge_deleted(self)  # deletions a killed server left half done
         if fresh_index:
             await reindex(self)
         await recover_interrupted(self)

@@ -1,14 +1,13 @@
 """Model choice per session (DESIGN §4, §5): the models every endpoint offers
 (`GET /api/models`), the session's choice kept in `session.json` (`model`: an id, or
-`id@endpoint`; absent = the server's default), and the tokens a branch's turns used."""
+`id@endpoint`; absent = the server's default; written by session_meta.update_session, checked
+here), and the tokens a branch's turns used."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from .errors import BadRequest
-from .git_session import GitSession, to_json_bytes
-from .ids import now_iso
 
 if TYPE_CHECKING:
     from .braid import Braid
@@ -48,35 +47,6 @@ def check_model(braid: Braid, value: object) -> str | None:
     if model_id and endpoint not in braid.model.endpoints:
         raise BadRequest(f"no endpoint named {endpoint!r}")
     return value.strip()
-
-
-def _commit_meta(git: GitSession, meta: dict[str, Any], summary: str) -> None:
-    data = to_json_bytes(meta)
-    for branch in sorted(git.branches()):
-        if not branch.startswith("sub_"):
-            git.commit_on_branch(branch, {"session.json": data}, summary=summary,
-                                 kind="user-edit")
-
-
-async def set_model(braid: Braid, user_id: str, session_id: object, value: object
-                    ) -> dict[str, Any]:
-    """Keep the session's model choice in session.json (committed on its branches)."""
-    from .sessions import session_info
-
-    handle = braid.store.get_owned(user_id, session_id)
-    model = check_model(braid, value)
-    meta = dict(handle.meta)
-    if model is None:
-        meta.pop("model", None)
-    else:
-        meta["model"] = model
-    if meta != handle.meta:
-        summary = f"Model: {model or 'default'}"
-        await handle.call(lambda git: _commit_meta(git, meta, summary))
-        handle.meta.clear()
-        handle.meta.update(meta)
-        await braid.index.upsert_session(handle.meta, now_iso())
-    return await session_info(braid, user_id, handle.session_id)
 
 
 def usage_total(runs: list[dict[str, Any]]) -> dict[str, Any]:

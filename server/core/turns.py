@@ -45,6 +45,9 @@ class ActiveRun:
     # Why the task was cancelled: "cancel" (the user) or "shutdown" (the server).
     stop_reason: str = "cancel"
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    # What a page opened mid-run shows: the turn so far and the text streaming now.
+    ctx: TurnContext | None = None
+    partial: str = ""
 
 
 class RunRegistry:
@@ -227,6 +230,7 @@ async def launch(
 ) -> ActiveRun:
     """Start driving a prepared turn in the background."""
     active.run_id = ctx.run_id
+    active.ctx = ctx
     endpoint, model = braid.model.resolve(handle.meta.get("model"), handle.meta.get("endpoint"))
     ctx.run["model"], ctx.run["endpoint"] = model, endpoint.name
     await braid.index.upsert_run(handle.session_id, ctx.run)
@@ -265,6 +269,7 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
             async for kind, value in stream:
                 if kind == "delta":
                     partial += value
+                    active.partial = partial
                     braid.bus.publish(sid, "message_delta", {
                         "run_id": ctx.run_id, "message_id": msg_id, "delta": value})
                 elif kind == "reply":
@@ -276,7 +281,7 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
                               reasoning=reply.reasoning or None,
                               finish_reason=reply.finish_reason, usage=reply.usage or None)
             msg["id"] = msg_id
-            partial = ""
+            partial = active.partial = ""
             add_message(ctx, msg)
             if reply.finish_reason == "length":
                 ctx.run["warning"] = ("the answer was cut off: the model reached its token "

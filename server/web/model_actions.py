@@ -1,7 +1,7 @@
 """The model picker's web side (DESIGN §5, §8): `GET /api/models`, the picker partial
 (`/s/{id}/model`, fetched by the page once it has loaded, since listing asks each endpoint's
-`GET /v1/models`), and its HTML frames: a new choice or a finished turn redraws the picker and
-the session's token count."""
+`GET /v1/models`), and its HTML frames: a new choice (`update_session` {model}, see
+session_meta.py) redraws the picker in every tab, a finished turn the session's token count."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from .auth import user_of
 from .templating import render
 
 if TYPE_CHECKING:
-    from .actions import ActionContext, Handler
     from .render_html import HtmlRenderer
 
 
@@ -47,21 +46,6 @@ async def picker_fragment(request: Request) -> Response:
     except NotFound:
         return HTMLResponse("", status_code=404)
     return HTMLResponse(html)
-
-
-async def update_session(ctx: ActionContext, p: dict[str, Any]) -> dict[str, Any]:
-    # Only the model part of `update_session`; title/archive are the session menu's.
-    return await model_choice.set_model(ctx.braid, ctx.user_id, ctx.session_id, p.get("model"))
-
-
-MODEL_ACTIONS: dict[str, Handler] = {"update_session": update_session}
-
-
-async def _redraw(r: HtmlRenderer, data: dict[str, Any]) -> str:
-    return await picker_html(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
-
-
-MODEL_RESULTS = {"update_session": _redraw}
 
 
 async def session_tokens(r: HtmlRenderer) -> str:

@@ -76,7 +76,7 @@ def test_the_sessions_model_is_kept_and_used(server_factory: Any, tmp_path: Path
     assert status == 200 and info["model"] == "smollm2@local"
     # Back to the default model: the next turn is the demo's.
     ws = again.socket(sid)
-    assert ws.call("update_session", model=None)["data"]["model"] == "demo"
+    assert ws.call("update_session", model=None)["data"]["model_in_use"] == "demo"
     ws.close()
     assert again.run(sid, "say demo again")["messages"][-1]["content"] == "demo again"
     assert_fsck(again.session_path(sid))
