@@ -131,6 +131,7 @@ async def fork_session(braid: Braid, user_id: str, session_id: object) -> dict[s
         "root_session_id": source.meta.get("root_session_id") or source.session_id,
     }
     target = braid.store.path(new_id)
+    await braid.packer.wait_idle(source.session_id)  # the object files must not move now
     try:
         await source.call(lambda git: clone_session(git, target, meta))
     except BaseException:

@@ -25,6 +25,7 @@ class Settings:
     model_retries: int = 2  # retries of a request that failed before streaming
     endpoints_file: Path | None = None
     tool_choice: str | None = None  # the default endpoint's (see endpoints.py)
+    context_tokens: int = 32_000
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -48,6 +49,11 @@ class Settings:
             s.endpoints_file = Path(env["BRAID_ENDPOINTS"]).expanduser()
         s.tool_choice = env.get("BRAID_TOOL_CHOICE") or None
         s.shell = env.get("BRAID_SHELL", "off").lower() in ("on", "1", "true", "yes")
+        tokens = env.get("BRAID_CONTEXT_TOKENS", "").strip()
+        if tokens:
+            if not tokens.isdigit() or int(tokens) < 100:
+                raise ValueError("BRAID_CONTEXT_TOKENS must be a whole number of at least 100")
+            s.context_tokens = int(tokens)
         return s
 
 

@@ -13,8 +13,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from . import context
 from .errors import BadRequest, Busy, NotFound
-from .git_session import DISK, WORKDIR, GitSession, history_path, run_path, to_json_bytes
+from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
 from .ids import new_message_id, now_iso
 from .model_client import ModelError
 from .model_messages import arguments_error, to_model
@@ -32,6 +33,7 @@ SYSTEM_PROMPT = (
 )
 log = logging.getLogger("braid")
 MAX_BATCHES = 40
+DEFAULT_CONTEXT_TOKENS = 32_000
 MAX_TEXT = 100_000
 FINAL = ("COMPLETED", "ERROR", "CANCELLED", "INTERRUPTED", "REGENERATED")
 
@@ -97,6 +99,7 @@ class TurnContext:
     pending: dict[str, bytes] = field(default_factory=dict)
     changed: set[str] = field(default_factory=set)
     tool_calls: int = 0
+    legacy: bool = False  # the branch's history is in the earlier layout (history.py)
 
     @property
     def run_id(self) -> str:
@@ -106,7 +109,7 @@ class TurnContext:
 def snapshot_user_edits(git: GitSession) -> str | None:
     """Commit what the user changed in workdir/ since HEAD as `user-edit`, so it is never
     attributed to, or clobbered by, a turn."""
-    dirty = git.dirty_workdir_paths()
+    dirty = git.changed_workdir_paths()
     if not dirty:
         return None
     names = ", ".join(p[len(WORKDIR) + 1:] for p in dirty[:5])
@@ -127,7 +130,7 @@ def new_message(role: str, run_id: str, content: str | None, **extra: Any) -> di
 
 
 def add_message(ctx: TurnContext, msg: dict[str, Any]) -> None:
-    path = history_path(ctx.next_seq, msg["role"], msg["id"])
+    path = history_path(ctx.next_seq, msg["role"], msg["id"], ctx.legacy)
     ctx.next_seq += 1
     ctx.messages.append(msg)
     ctx.pending[path] = to_json_bytes(msg)
@@ -147,8 +150,9 @@ def _prepare_new_turn(
     }
     run.update(fields)
     ctx = TurnContext(
-        handle=handle, run=run, run_file=run_path(git.run_count(), run_id),
-        prior=[dict(m) for m in git.iter_history()], messages=[], next_seq=git.next_seq(),
+        handle=handle, run=run, run_file=git.new_run_path(run_id),
+        prior=git.history_messages(), messages=[], next_seq=git.next_seq(),
+        legacy=git.legacy_history(),
     )
     for note in notes:  # system messages that open the turn (a merge turn's note)
         add_message(ctx, new_message("system", run_id, note))
@@ -188,9 +192,18 @@ def checkpoint(git: GitSession, ctx: TurnContext, kind: str, summary: str) -> st
     return str(oid)
 
 
-def model_messages(ctx: TurnContext, send_reasoning: bool = False) -> list[dict[str, Any]]:
-    """What the model is sent: the base prompt, then only this branch's messages."""
-    return to_model([*ctx.prior, *ctx.messages], SYSTEM_PROMPT, send_reasoning)
+def model_messages(ctx: TurnContext, budget: int = DEFAULT_CONTEXT_TOKENS,
+                   send_reasoning: bool = False) -> list[dict[str, Any]]:
+    """What the model is sent: the base prompt, then only this branch's messages, the newest
+    that fit the context budget (context.py), shaped so every server accepts them
+    (model_messages.py); the run record keeps what the call used."""
+    sent, used = context.fit((ctx.prior, ctx.messages), budget,
+                             context.estimate({"content": SYSTEM_PROMPT}))
+    ctx.run["context"] = dict(used, budget=budget)
+    out = to_model(sent, SYSTEM_PROMPT, send_reasoning)
+    if used["omitted_messages"]:
+        out.insert(1, {"role": "system", "content": context.note_text(used["omitted_messages"])})
+    return out
 
 
 async def send_message(braid: Braid, user_id: str, session_id: object, text: object) -> str:
@@ -263,9 +276,9 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
             # A forced tool choice holds for a turn's first call only: forced after the
             # tool's result too, the model could never give its answer.
             choice = (endpoint.tool_choice or None) if batch == 0 else None
-            stream = braid.model.stream(
-                model_messages(ctx, endpoint.send_reasoning), tools, model=model,
-                endpoint=endpoint.name, tool_choice=choice)
+            sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning)
+            stream = braid.model.stream(sent, tools, model=model, endpoint=endpoint.name,
+                                        tool_choice=choice)
             async for kind, value in stream:
                 if kind == "delta":
                     partial += value
@@ -346,6 +359,7 @@ async def _finish(
     # Writing the index costs O(files in the repo); it is done after the turn, off the
     # checkpoint path, so `git status` tells the truth between turns.
     await ctx.handle.call(lambda git: git.flush_index())
+    braid.packer.touch(sid, ctx.handle.path)
 
 
 def _answer_open_calls(ctx: TurnContext) -> None:
@@ -385,7 +399,7 @@ def run_tool(braid: Braid, git: GitSession, ctx: TurnContext, call: dict[str, An
     ctx.changed.update(result.changed)
     if name == "shell":
         # A shell command may change anything: found by one status scan, after it ran.
-        for rel in git.dirty_workdir_paths():
+        for rel in git.changed_workdir_paths():
             ctx.changed.add(rel[len(WORKDIR) + 1:])
         for hook in braid.after_shell_hooks:
             hook(git, ctx.run_id, sorted(ctx.changed))
