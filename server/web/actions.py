@@ -10,6 +10,7 @@ from typing import Any
 from ..core import sessions, turns
 from ..core.braid import Braid
 from .dag_actions import DAG_ACTIONS
+from .file_actions import FILE_ACTIONS
 from .revert_actions import REVERT_ACTIONS
 from .session_actions import SESSION_ACTIONS
 from .timetravel_actions import TIMETRAVEL_ACTIONS
@@ -46,4 +47,5 @@ ACTIONS: dict[str, Handler] = {
     **DAG_ACTIONS,  # spawn_sub_agent, merge_branches, get_dag
     **TIMETRAVEL_ACTIONS,  # continue_run, list_checkpoints, fork_session
     **SESSION_ACTIONS,  # update_session
+    **FILE_ACTIONS,  # list_files
 }
