@@ -17,6 +17,7 @@ _NAMES: ContextVar[Names | None] = ContextVar("braid_names", default=None)
 _RUN_BRANCH = re.compile(r"run/([0-9a-f]{32})")
 _SUB_BRANCH = re.compile(rf"{PREFIX}[0-9a-f]+_([A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*)_[0-9a-f]{{8}}")
 _HEX = re.compile(r"(?<![0-9a-zA-Z])[0-9a-f]{7,40}(?![0-9a-zA-Z])")
+_AT_COMMIT = re.compile(r" at commit `?[0-9a-f]{7,40}`?")
 _ANY = re.compile(rf"{_RUN_BRANCH.pattern}|{_SUB_BRANCH.pattern}|{_HEX.pattern}")
 
 
@@ -101,7 +102,8 @@ def readable(text: object) -> str:
             return names.branch(token)
         return names.run(token) or "its last commit"
 
-    return _ANY.sub(name, str(text or ""))
+    text = _AT_COMMIT.sub("", str(text or ""))  # "…at commit `<sha>`" says nothing readable
+    return _ANY.sub(name, text)
 
 
 def humanize(text: object) -> Markup:

@@ -109,7 +109,14 @@ def is_long(text: object) -> bool:
     return len(value) > LONG_CHARS or value.count("\n") > LONG_LINES
 
 
+def title_text(value: object) -> str:
+    """A session title on one line: a typed `\\n` (the demo model's newline) or a real line
+    break never shows as such."""
+    return " ".join(str(value or "").replace("\\n", " ").split())
+
+
 env.filters["markdown"] = render_markdown
+env.filters["title_text"] = title_text
 env.filters["ago"] = ago
 env.filters["is_long"] = is_long
 env.filters["filesize"] = filesize
