@@ -131,5 +131,5 @@ def test_a_fork_gets_its_own_title(page: Page, login: Any, shared_server: Server
     expect(page).not_to_have_url(re.compile(sid), timeout=TIMEOUT)
     expect(page.locator("#session-title")).to_have_text("say plan the trip (fork)")
     fork_id = page.url.rsplit("/", 1)[1]
-    expect(page.locator(f"#session-list [data-session-id='{fork_id}']")).to_have_text(
+    expect(page.locator(f"#session-list [data-session-id='{fork_id}'] .session-name")).to_have_text(
         "say plan the trip (fork)")
