@@ -111,8 +111,8 @@ def test_code_copy_timestamps_tokens_and_show_more(page: Page, login: Any,
     stamp = last.locator(".turn-meta time.ts")
     expect(stamp).to_have_text(re.compile(r"just now|\d+ min ago"))
     assert re.search(r"\d{4}", stamp.get_attribute("title") or "")
-    expect(last.locator(".turn-model")).to_have_text("demo")
-    expect(last.locator(".turn-tokens")).to_have_text(re.compile(r"^\d+ tokens$"))
+    expect(last.locator(".turn-usage .turn-model")).to_have_text("demo")
+    expect(last.locator(".turn-usage")).to_have_text(re.compile(r"^demo ≈?\d+ tokens$"))
     expect(page.locator(".msg-user time.ts").first).to_be_visible()
     # The long answer is collapsed behind "Show more".
     block = last.locator(".md.collapsible")
