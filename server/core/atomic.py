@@ -76,8 +76,10 @@ def finish_checkout(git: GitSession, record: dict[str, Any]) -> None:
         ref = git.repo.references[f"refs/heads/{name}"]
     tree = ref.peel(pygit2.Commit).tree
     paths = [str(p) for p in record.get("paths") or ()]
-    journal.apply_tree(git, tree, [p for p in paths if journal._entry(tree, p) is None])
-    journal.apply_tree(git, tree, [p for p in paths if journal._entry(tree, p) is not None])
+    journal.apply_tree(git, tree, [p for p in paths if journal._entry(tree, p) is None],
+                       strict=False)
+    journal.apply_tree(git, tree, [p for p in paths if journal._entry(tree, p) is not None],
+                       strict=False)
     git.repo.set_head(f"refs/heads/{name}")
 
 

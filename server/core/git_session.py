@@ -311,8 +311,10 @@ class GitSession:
     def _stage_one(self, rel: str, content: Change) -> tuple[pygit2.Oid, int] | None:
         abs_path = self.path / rel
         if content is DISK:
-            if guarded.is_temp(rel.rsplit("/", 1)[-1]):
-                return None  # a killed writer's leftover never enters a commit
+            if guarded.is_temp(rel.rsplit("/", 1)[-1]) or guarded.behind_link(self.path, rel):
+                # A killed writer's leftover never enters a commit, and a file seen through
+                # a symlinked folder is not in this tree (it may be outside the session).
+                return None
             try:
                 st = os.lstat(abs_path)
             except (FileNotFoundError, NotADirectoryError):  # a file now stands on a parent

@@ -108,6 +108,15 @@ def check(root: Path, rel: str, deleting: Iterable[str] = ()) -> None:
                              {"conflicts": [], "path": rel})
 
 
+def behind_link(root: Path, rel: str) -> bool:
+    """Whether a parent folder of `rel` is a symlink or a file (so `rel` is not in `root`)."""
+    try:
+        check(root, rel)
+    except (UnsafePath, BadRequest):
+        return True
+    return False
+
+
 def write(root: Path, rel: str, data: bytes, *, executable: bool = False,
           symlink: bool = False) -> None:
     """Make `root/rel` hold `data` (a regular file, or a symlink whose target is `data`),

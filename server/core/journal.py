@@ -35,6 +35,7 @@ from pygit2.enums import FileMode
 
 from . import crash, guarded
 from .git_session import GitSession, commit_info
+from .ids import is_session_id
 
 log = logging.getLogger("braid.journal")
 INTENT = "braid-intent.json"
@@ -110,23 +111,28 @@ def _entry(tree: pygit2.Tree | None, rel: str) -> tuple[pygit2.Oid, int] | None:
     return None if isinstance(obj, pygit2.Tree) else (obj.id, int(obj.filemode))
 
 
-def apply_tree(git: GitSession, tree: pygit2.Tree | None, paths: Iterable[str]) -> None:
+def apply_tree(git: GitSession, tree: pygit2.Tree | None, paths: Iterable[str],
+               strict: bool = True) -> None:
     """Make each repo-relative path on disk be what `tree` holds (absent: deleted), through
-    the guarded writer, and the index entries of those paths with it."""
+    the guarded writer, and the index entries of those paths with it. Not `strict`
+    (recovery): a path the writer refuses (a folder swapped for a symlink since) is skipped
+    and left for the next user-edit snapshot, rather than stopping the start."""
     git.flush_index()
     wanted = {rel: _entry(tree, rel) for rel in paths}
     # Deletions first, so a file can replace a folder that empties (and the other way).
     for rel in sorted(wanted, key=lambda r: wanted[r] is not None):
         entry = wanted[rel]
-        if entry is None:
-            guarded.delete(git.path, rel, prune_below=rel.split("/")[0])
-            continue
-        if _on_disk_is(git, rel, entry):
-            continue
-        oid, mode = entry
-        guarded.write(git.path, rel, git.repo[oid].data,
-                      executable=mode == FileMode.BLOB_EXECUTABLE,
-                      symlink=mode == FileMode.LINK)
+        try:
+            if entry is None:
+                guarded.delete(git.path, rel, prune_below=rel.split("/")[0])
+            elif not _on_disk_is(git, rel, entry):
+                guarded.write(git.path, rel, git.repo[entry[0]].data,
+                              executable=entry[1] == FileMode.BLOB_EXECUTABLE,
+                              symlink=entry[1] == FileMode.LINK)
+        except guarded.UnsafePath:
+            if strict:
+                raise
+            log.warning("recovery left %s alone: the writer refused it", rel)
     parents = {str(Path(rel).parent) for rel in wanted}
     guarded.remove_temp_files(git.path, [p for p in parents if p != "."])
     index = git.repo.index
@@ -136,7 +142,10 @@ def apply_tree(git: GitSession, tree: pygit2.Tree | None, paths: Iterable[str]) 
             if rel in index:
                 index.remove(rel)
         elif os.path.lexists(git.path / rel):
-            index.add(rel)
+            try:
+                index.add(rel)
+            except (pygit2.GitError, OSError):  # beyond a symlink: not in this tree now
+                log.warning("left %s out of the index", rel)
     index.write()
 
 
@@ -172,7 +181,7 @@ def settle(git: GitSession, record: dict[str, Any]) -> str:
                         info.kind)
     target = git.repo[tip].peel(pygit2.Commit).tree if tip is not None else None
     if git.branch == branch:
-        apply_tree(git, target, paths)
+        apply_tree(git, target, paths, strict=False)
         if not done:
             _remove_untracked(git, [str(p) for p in record.get("untracked") or ()])
     crash.at("recovery.after_rollback")
@@ -248,7 +257,24 @@ def recover_folders(root: Path) -> list[str]:
             shutil.rmtree(folder, ignore_errors=True)
             log.warning("removed the half-made session folder %s", session_id)
         marker.unlink(missing_ok=True)
+    for folder in root.iterdir():
+        # Left by a server that wrote no marker yet: a session folder that never got its
+        # first commit (or its fork's checkout) is no session.
+        if is_session_id(folder.name) and not (folder / "session.json").exists() \
+                and _never_finished(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            log.warning("removed the half-made session folder %s", folder.name)
     return kept
+
+
+def _never_finished(folder: Path) -> bool:
+    try:
+        repo = pygit2.Repository(str(folder))
+    except (pygit2.GitError, KeyError, ValueError, OSError):
+        return not any(folder.iterdir()) or (folder / ".git").is_dir()
+    if repo.head_is_unborn:
+        return True
+    return commit_info(repo.head.peel(pygit2.Commit)).kind == "fork"
 
 
 def _is_finished_fork(folder: Path) -> bool:
