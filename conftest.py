@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -306,3 +307,48 @@ def send_from_page(page: Any, text: str, *, until_done: bool = False) -> str:
     else:
         expect(page.locator("#composer-text")).to_have_value("")
     return str(turn.get_attribute("data-run-id"))
+
+
+class ConsoleErrors:
+    """Console errors and uncaught exceptions of every page of a browser test's context."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.allowed: list[str] = []
+
+    def allow(self, pattern: str) -> None:
+        """Expect errors matching the regular expression `pattern` (a deliberate 401 page,
+        a socket that cannot connect while the test has the server stopped)."""
+        self.allowed.append(pattern)
+
+    def allow_server_down(self) -> None:
+        self.allow(r"WebSocket connection to .* failed")
+        self.allow(r": Event$")  # htmx's ws extension logs the socket's error event
+
+    def watch(self, page: Any) -> None:
+        def on_console(msg: Any) -> None:
+            if msg.type == "error":
+                self.errors.append(f"console.error on {page.url}: {msg.text}")
+
+        page.on("console", on_console)
+        page.on("pageerror", lambda exc: self.errors.append(f"uncaught on {page.url}: {exc}"))
+
+    def unexpected(self) -> list[str]:
+        return [e for e in self.errors if not any(re.search(a, e) for a in self.allowed)]
+
+
+@pytest.fixture(autouse=True)
+def console_errors(request: pytest.FixtureRequest) -> Iterator[ConsoleErrors | None]:
+    """Browser tests fail on any console error (htmx:oobErrorNoTarget included) or uncaught
+    exception in any page they opened."""
+    if "page" not in request.fixturenames:
+        yield None
+        return
+    watcher = ConsoleErrors()
+    context = request.getfixturevalue("context")
+    for page in context.pages:
+        watcher.watch(page)
+    context.on("page", watcher.watch)
+    yield watcher
+    unexpected = watcher.unexpected()
+    assert not unexpected, "browser console errors:\n" + "\n".join(unexpected)

@@ -29,8 +29,9 @@ def squash(text: str | None) -> str:
     return re.sub(r"\s+", " ", text or "").strip()
 
 
-def test_login_url_sets_the_cookie_and_a_bad_token_is_refused(page: Page,
-                                                              shared_server: Server) -> None:
+def test_login_url_sets_the_cookie_and_a_bad_token_is_refused(
+        page: Page, shared_server: Server, console_errors: Any) -> None:
+    console_errors.allow(r"status of 401")  # the refused token's page
     page.goto(f"{shared_server.base_url}/")
     expect(page).to_have_url(re.compile(r"/login$"))
     response = page.goto(f"{shared_server.base_url}/login?token=wrong-token")
@@ -194,7 +195,8 @@ def test_phone_screen_shows_the_composer_and_toggles_the_sidebar(
 
 
 def test_connection_indicator_reconnects_after_a_restart(
-        page: Page, server_factory: Any, tmp_path: Path) -> None:
+        page: Page, server_factory: Any, tmp_path: Path, console_errors: Any) -> None:
+    console_errors.allow_server_down()
     data_dir = tmp_path / "restart-data"
     srv = server_factory(data_dir)
     session_id = srv.new_session()

@@ -1,5 +1,5 @@
 // Braid page behaviour that htmx does not cover: connection indicator and catch-up after a
-// reconnect, Enter to send, toasts, auto-scroll, the phone sidebar.
+// reconnect (asked of the server), Enter to send, toasts, auto-scroll, the phone sidebar.
 (function () {
   "use strict";
   let opened = 0;
@@ -24,26 +24,18 @@
     if (t && (force || t.dataset.follow !== "0")) t.scrollTop = t.scrollHeight;
   }
 
-  async function resync() {
-    // Events sent while the socket was down are lost; fetch the transcript as it is now.
-    const app = $("#app");
-    if (!app) return;
-    // The whole page, not only the transcript: a run that ended (or was interrupted by a
-    // restart) while we were away must also take its Stop button along, and a checkout made
-    // in another tab changes the branch badge.
-    const res = await fetch("/s/" + app.dataset.sessionId, {credentials: "same-origin"});
-    if (!res.ok) return;
-    const fresh = new DOMParser().parseFromString(await res.text(), "text/html");
-    ["#transcript", "#run-state", "#branch-badge", "#session-title"].forEach(function (sel) {
-      const now = $(sel);
-      const next = $(sel, fresh);
-      if (!now || !next) return;
-      // Fill the element in place: it keeps its listeners (the transcript's scroll follow).
-      Array.from(next.attributes).forEach(function (a) { now.setAttribute(a.name, a.value); });
-      now.innerHTML = next.innerHTML;
-      htmx.process(now);
-    });
-    scrollToEnd(true);
+  // The server's first frame on a socket is a catch-up, in order with the events after it
+  // (a fetch of the page would race with them). The first socket names the runs the page
+  // shows as running; a reconnect, which may have missed events, asks for a full redraw.
+  function catchUpQuery() {
+    if (opened > 0) return "&catchup=full";
+    const live = Array.from(document.querySelectorAll("#transcript > section.turn[data-status=RUNNING]"))
+      .map(function (t) { return t.dataset.runId; }).filter(Boolean);
+    return live.length ? "&live=" + encodeURIComponent(live.join(",")) : "";
+  }
+  if (window.htmx && htmx.createWebSocket) {
+    const create = htmx.createWebSocket;
+    htmx.createWebSocket = function (url) { return create(url + catchUpQuery()); };
   }
 
   document.addEventListener("htmx:wsConnecting", function () {
@@ -52,7 +44,7 @@
   document.addEventListener("htmx:wsOpen", function () {
     opened += 1;
     setConn("open", "Connected");
-    if (opened > 1) resync();
+    if (opened > 1) scrollToEnd(true);
   });
   document.addEventListener("htmx:wsClose", function () { setConn("reconnecting", "Reconnecting…"); });
   document.addEventListener("htmx:wsError", function () { setConn("reconnecting", "Reconnecting…"); });
@@ -108,7 +100,11 @@
     }
     const t = $("#transcript");
     if (t) {
-      t.addEventListener("scroll", function () { t.dataset.follow = nearBottom(t) ? "1" : "0"; });
+      // Delegated: a redraw replaces the transcript element (and would drop its listener).
+      document.addEventListener("scroll", function (e) {
+        const el = e.target;
+        if (el && el.id === "transcript") el.dataset.follow = nearBottom(el) ? "1" : "0";
+      }, true);
       new MutationObserver(function () { scrollToEnd(false); })
         .observe(document.querySelector(".main") || t, {childList: true, subtree: true, characterData: true});
       scrollToEnd(true);

@@ -20,6 +20,7 @@ from .ids import now_iso
 from .index import Index
 from .model_client import ModelClient
 from .recovery import prune_worktrees, recover_operations, turn_leftovers
+from .session_meta import purge_deleted
 from .settings import Settings
 from .store import SessionStore
 from .turns import RunRegistry
@@ -55,6 +56,7 @@ class Braid:
         user's token (to print in the login URL)."""
         fresh_index = not self.index.path.exists()
         await self.index.open()
+        await purge_deleted(self)  # deletions a killed server left half done
         # Half-done operations first, so runs are recovered on a consistent working tree.
         await recover_operations(self)
         if fresh_index:

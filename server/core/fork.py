@@ -14,6 +14,7 @@ them in place.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,6 +111,17 @@ def clone_session(git: GitSession, target: Path, meta: dict[str, Any]) -> dict[s
     return tips
 
 
+def fork_title(title: str) -> str:
+    """A fork's name tells it from its source: "x" → "x (fork)" → "x (fork 2)" → …"""
+    if not title:
+        return ""
+    match = re.fullmatch(r"(.*) \(fork(?: (\d+))?\)", title)
+    if match is None:
+        return f"{title[:110]} (fork)"
+    n = int(match.group(2) or 1) + 1
+    return f"{match.group(1)[:106]} (fork {n})"
+
+
 async def fork_session(braid: Braid, user_id: str, session_id: object) -> dict[str, Any]:
     """Copy a session the user owns into a new one; returns the new session's lineage."""
     source = braid.store.get_owned(user_id, session_id)
@@ -118,7 +130,7 @@ async def fork_session(braid: Braid, user_id: str, session_id: object) -> dict[s
     new_id = new_session_id()
     meta = {
         "session_id": new_id,
-        "title": source.meta.get("title") or "",
+        "title": fork_title(source.meta.get("title") or ""),
         "user_id": source.user_id,
         "created_at": now_iso(),
         "forked_from_session_id": source.session_id,

@@ -18,7 +18,9 @@ CREATE TABLE IF NOT EXISTS sessions (
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL,
     forked_from_session_id TEXT,
-    root_session_id TEXT
+    root_session_id TEXT,
+    archived INTEGER NOT NULL DEFAULT 0,
+    model TEXT
 );
 CREATE INDEX IF NOT EXISTS sessions_by_user ON sessions(user_id, updated_at);
 CREATE TABLE IF NOT EXISTS runs (
@@ -38,8 +40,10 @@ CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
 
 SESSION_COLUMNS = (
     "session_id", "user_id", "title", "created_at", "updated_at",
-    "forked_from_session_id", "root_session_id",
+    "forked_from_session_id", "root_session_id", "archived", "model",
 )
+# Columns added after the first release: an older index file gets them on open.
+ADDED_SESSION_COLUMNS = {"archived": "INTEGER NOT NULL DEFAULT 0", "model": "TEXT"}
 RUN_COLUMNS = (
     "session_id", "run_id", "status", "branch", "forked_from_run_id",
     "forked_from_message_index", "regenerated_from", "created_at", "updated_at",
@@ -56,6 +60,11 @@ class Index:
         self._db.row_factory = aiosqlite.Row
         await self._db.execute("PRAGMA journal_mode=WAL")
         await self._db.executescript(SCHEMA)
+        async with self._db.execute("PRAGMA table_info(sessions)") as cur:
+            have = {r[1] for r in await cur.fetchall()}
+        for name, decl in ADDED_SESSION_COLUMNS.items():
+            if name not in have:
+                await self._db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {decl}")
         await self._db.commit()
 
     async def close(self) -> None:
@@ -71,6 +80,7 @@ class Index:
     async def upsert_session(self, meta: dict[str, Any], updated_at: str | None = None) -> None:
         row = {c: meta.get(c) for c in SESSION_COLUMNS}
         row["title"] = row["title"] or ""
+        row["archived"] = 1 if row["archived"] else 0
         row["updated_at"] = updated_at or meta.get("updated_at") or meta["created_at"]
         await self._upsert("sessions", SESSION_COLUMNS, row)
 
@@ -93,16 +103,33 @@ class Index:
         )
         await self.db.commit()
 
-    async def list_sessions(self, user_id: str, query: str = "") -> list[dict[str, Any]]:
-        sql = "SELECT * FROM sessions WHERE user_id = ?"
-        args: list[Any] = [user_id]
+    async def list_sessions(self, user_id: str, query: str = "",
+                            archived: bool = False) -> list[dict[str, Any]]:
+        """The user's sessions, archived ones only when `archived`, else the others."""
+        sql = "SELECT * FROM sessions WHERE user_id = ? AND archived = ?"
+        args: list[Any] = [user_id, 1 if archived else 0]
         if query:
             sql += " AND title LIKE ? ESCAPE '\\'"
             escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             args.append(f"%{escaped}%")
         sql += " ORDER BY created_at DESC"
         async with self.db.execute(sql, args) as cur:
-            return [dict(r) for r in await cur.fetchall()]
+            rows = [dict(r) for r in await cur.fetchall()]
+        for row in rows:
+            row["archived"] = bool(row["archived"])
+        return rows
+
+    async def count_archived(self, user_id: str) -> int:
+        async with self.db.execute(
+            "SELECT count(*) FROM sessions WHERE user_id = ? AND archived = 1", (user_id,)
+        ) as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def delete_session(self, session_id: str) -> None:
+        await self.db.execute("DELETE FROM runs WHERE session_id = ?", (session_id,))
+        await self.db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
+        await self.db.commit()
 
     async def list_runs(self, session_id: str) -> list[dict[str, Any]]:
         async with self.db.execute(

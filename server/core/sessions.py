@@ -30,10 +30,12 @@ async def create_session(braid: Braid, user_id: str, title: object = "") -> dict
     return {"session_id": handle.session_id, "title": handle.meta["title"]}
 
 
-async def list_sessions(braid: Braid, user_id: str, query: object = "") -> list[dict[str, Any]]:
+async def list_sessions(braid: Braid, user_id: str, query: object = "",
+                        archived: bool = False) -> list[dict[str, Any]]:
+    """Newest first; archived sessions are listed only when asked for (and then only they)."""
     if not isinstance(query, str):
         raise BadRequest("q must be a string")
-    return await braid.index.list_sessions(user_id, query.strip()[:100])
+    return await braid.index.list_sessions(user_id, query.strip()[:100], archived)
 
 
 def _describe(git: GitSession, handle: SessionHandle) -> dict[str, Any]:
@@ -42,6 +44,8 @@ def _describe(git: GitSession, handle: SessionHandle) -> dict[str, Any]:
         "session_id": handle.session_id,
         "title": handle.meta.get("title", ""),
         "user_id": handle.user_id,
+        "archived": bool(handle.meta.get("archived")),
+        "model": handle.meta.get("model"),
         "forked_from_session_id": handle.meta.get("forked_from_session_id"),
         "root_session_id": handle.meta.get("root_session_id"),
         "created_at": handle.meta.get("created_at"),

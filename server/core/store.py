@@ -53,6 +53,7 @@ class SessionStore:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
         self._handles: dict[str, SessionHandle] = {}
+        self._deleted: set[str] = set()  # being deleted: no new handle may open them
         self._create_lock = asyncio.Lock()
 
     def path(self, session_id: str) -> Path:
@@ -76,6 +77,8 @@ class SessionStore:
         assert isinstance(session_id, str)
         handle = self._handles.get(session_id)
         if handle is None:
+            if session_id in self._deleted:
+                raise NotFound(f"no session {session_id}")
             path = self.path(session_id)
             if not (path / "session.json").exists():
                 raise NotFound(f"no session {session_id}")
@@ -117,6 +120,11 @@ class SessionStore:
             shutil.rmtree(path, ignore_errors=True)
             raise
         return self.get(session_id)
+
+    def forget(self, session_id: str) -> None:
+        """Drop a session's handle (it is being deleted); later lookups are `NotFound`."""
+        self._handles.pop(session_id, None)
+        self._deleted.add(session_id)
 
     def register(self, session_id: str) -> SessionHandle:
         """Open a session folder that another core function created (a fork)."""

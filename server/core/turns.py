@@ -44,6 +44,9 @@ class ActiveRun:
     # Why the task was cancelled: "cancel" (the user) or "shutdown" (the server).
     stop_reason: str = "cancel"
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    # What a page opened mid-run shows: the turn so far and the text streaming now.
+    ctx: TurnContext | None = None
+    partial: str = ""
 
 
 class RunRegistry:
@@ -241,6 +244,7 @@ async def launch(
 ) -> ActiveRun:
     """Start driving a prepared turn in the background."""
     active.run_id = ctx.run_id
+    active.ctx = ctx
     ctx.run["model"] = braid.model.model
     await braid.index.upsert_run(handle.session_id, ctx.run)
     await braid.index.upsert_session(handle.meta, ctx.run["updated_at"])
@@ -272,6 +276,7 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
             async for kind, value in braid.model.stream(model_messages(ctx), tools):
                 if kind == "delta":
                     partial += value
+                    active.partial = partial
                     braid.bus.publish(sid, "message_delta", {
                         "run_id": ctx.run_id, "message_id": msg_id, "delta": value})
                 else:
@@ -281,7 +286,7 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
             msg = new_message("assistant", ctx.run_id, reply.content or None,
                               tool_calls=reply.tool_calls or None)
             msg["id"] = msg_id
-            partial = ""
+            partial = active.partial = ""
             add_message(ctx, msg)
             if not reply.tool_calls:
                 break

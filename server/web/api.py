@@ -49,8 +49,9 @@ async def create_session(request: Request, user_id: str) -> Any:
 
 
 async def list_sessions(request: Request, user_id: str) -> Any:
+    archived = request.query_params.get("archived", "") in ("1", "true")
     rows = await sessions.list_sessions(request.app.state.braid, user_id,
-                                        request.query_params.get("q", ""))
+                                        request.query_params.get("q", ""), archived)
     return {"sessions": rows}
 
 

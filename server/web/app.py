@@ -14,7 +14,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..core.braid import Braid
 from ..core.settings import Settings
-from . import api, dag_actions, dag_views, pages, revert_actions, timetravel_actions
+from . import (
+    api,
+    dag_actions,
+    dag_views,
+    pages,
+    revert_actions,
+    session_actions,
+    timetravel_actions,
+)
 from .templating import ROOT
 from .ws import session_socket
 
@@ -62,6 +70,10 @@ def routes() -> list[Route | WebSocketRoute | Mount]:
         Route("/api/sessions", api.endpoint(api.create_session, 201), methods=["POST"]),
         Route("/api/sessions", api.endpoint(api.list_sessions), methods=["GET"]),
         Route("/api/sessions/{session_id}", api.endpoint(api.get_session)),
+        Route("/api/sessions/{session_id}", api.endpoint(session_actions.api_patch),
+              methods=["PATCH"]),
+        Route("/api/sessions/{session_id}", session_actions.api_delete, methods=["DELETE"]),
+        Route("/s/{session_id}/delete", session_actions.delete_page, methods=["POST"]),
         Route("/api/sessions/{session_id}/runs", api.endpoint(api.post_run), methods=["POST"]),
         Route("/api/sessions/{session_id}/dag", api.endpoint(dag_actions.api_dag)),
         Route("/api/sessions/{session_id}/sub_agents", api.endpoint(dag_actions.api_spawn),

@@ -9,6 +9,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..core import sessions
 from ..core.errors import NotFound
+from . import live
 from .auth import COOKIE, origin_allowed, user_of
 from .templating import templates
 
@@ -77,7 +78,16 @@ async def new_session(request: Request) -> Response:
         return _login_redirect()
     if not origin_allowed(request):
         return HTMLResponse("cross-site form refused", status_code=403)
-    created = await sessions.create_session(request.app.state.braid, user_id)
+    braid = request.app.state.braid
+    here = str((await request.form()).get("from") or "")
+    # An untouched "New session" (other than the one shown) is reused: empty sessions must
+    # not pile up in the list.
+    for row in await sessions.list_sessions(braid, user_id):
+        if row["session_id"] != here and not row.get("title") \
+                and not row.get("forked_from_session_id") \
+                and not await braid.index.list_runs(row["session_id"]):
+            return RedirectResponse(f"/s/{row['session_id']}", status_code=303)
+    created = await sessions.create_session(braid, user_id)
     return RedirectResponse(f"/s/{created['session_id']}", status_code=303)
 
 
@@ -89,16 +99,17 @@ async def session_page(request: Request) -> Response:
     session_id = request.path_params["session_id"]
     try:
         info = await sessions.session_info(braid, user_id, session_id)
-        view = await sessions.transcript(braid, user_id, session_id)
+        # A reload mid-run shows the live turn so far; the socket's catch-up goes on from it.
+        view = await live.page_transcript(braid, user_id, session_id, info["branch"])
     except NotFound:
         return templates.TemplateResponse(
             request, "login.html", {"error": "No such session."}, status_code=404
         )
     rows = order_by_lineage(await sessions.list_sessions(braid, user_id))
-    live = [a.run_id for a in braid.runs.foreground(session_id)]
+    running = [a.run_id for a in braid.runs.foreground(session_id)]
     return templates.TemplateResponse(request, "session.html", {
         "session": info, "transcript": view, "sessions": rows, "current_id": session_id,
-        "running": live, "branch": info["branch"],
+        "running": running, "branch": info["branch"],
     })
 
 
@@ -107,8 +118,9 @@ async def session_list(request: Request) -> Response:
     if user_id is None:
         return HTMLResponse("", status_code=401)
     query = request.query_params.get("q", "")
-    rows = await sessions.list_sessions(request.app.state.braid, user_id, query)
-    rows = order_by_lineage(rows) if not query else rows
-    return templates.TemplateResponse(request, "_session_list.html", {
-        "sessions": rows, "current_id": request.query_params.get("current", ""),
-    })
+    archived = request.query_params.get("archived") == "1"
+    rows = await sessions.list_sessions(request.app.state.braid, user_id, query, archived)
+    rows = order_by_lineage(rows) if not query and not archived else rows
+    return templates.TemplateResponse(
+        request, "_archived_list.html" if archived else "_session_list.html",
+        {"sessions": rows, "current_id": request.query_params.get("current", "")})

@@ -11,6 +11,7 @@ from markupsafe import escape
 from ..core import sessions
 from .dag_views import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, dag_changed, is_sub_agent_run
 from .render_revert import REVERT_ERRORS, REVERT_EVENTS, REVERT_RESULTS, files_for
+from .render_session import SESSION_EVENTS, SESSION_RESULTS
 from .render_timetravel import TIMETRAVEL_EVENTS, with_siblings
 from .templating import dom_id, render
 
@@ -132,9 +133,10 @@ EVENTS: dict[str, Renderer] = {
     **REVERT_EVENTS,
     **DAG_EVENTS,
     **TIMETRAVEL_EVENTS,  # run_continued
+    **SESSION_EVENTS,  # session_updated, session_deleted
 }
 
-RESULTS: dict[str, Renderer] = {**REVERT_RESULTS, **DAG_RESULTS}
+RESULTS: dict[str, Renderer] = {**REVERT_RESULTS, **DAG_RESULTS, **SESSION_RESULTS}
 
 # Per-action error frames (`error` = {code, message, details?}); the default is a toast.
 ERRORS: dict[str, Callable[[HtmlRenderer, dict[str, Any]], Awaitable[str]]] = {

@@ -11,6 +11,7 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..core.errors import BadRequest, BraidError, NotFound
+from . import live
 from .actions import ACTIONS, ActionContext
 from .auth import origin_allowed, user_of
 from .render_html import HtmlRenderer
@@ -125,7 +126,19 @@ async def session_socket(ws: WebSocket) -> None:
         fmt = "html"
     conn = Connection(ws, ActionContext(braid, user_id, session_id), fmt)
     queue = braid.bus.subscribe(session_id)
+    # Taken with the subscription, before any await: the catch-up frame and the queued
+    # events after it neither miss nor repeat anything (a page opened mid-run streams on).
+    running = live.snapshot(braid, session_id)
     writer = asyncio.create_task(conn.writer())
+    if conn.html is not None:
+        try:
+            full = ws.query_params.get("catchup") == "full"
+            shown = [r for r in ws.query_params.get("live", "").split(",") if r][:20]
+            first = await live.catch_up(conn.html, running, full, shown)
+            if first:
+                conn.out.put_nowait(first)
+        except Exception:  # noqa: BLE001 - the socket works without its catch-up
+            log.exception("catch-up of session %s failed", session_id)
     forwarder = asyncio.create_task(conn.forward_events(queue))
     try:
         while True:

@@ -68,7 +68,7 @@ async def test_a_fork_carries_the_whole_history_and_shares_objects(braid: Braid)
     assert git(dst, "rev-parse", "--abbrev-ref", "HEAD").strip() == source_branch
     meta = meta_at(dst)
     assert meta["forked_from_session_id"] == sid and meta["root_session_id"] == sid
-    assert meta["user_id"] == USER and meta["title"] == "write a.txt one"
+    assert meta["user_id"] == USER and meta["title"] == "write a.txt one (fork)"
     assert json.loads((dst / "session.json").read_text()) == meta
     # Objects are hard-linked, not rewritten: the same inode in both repositories.
     head_obj = git(src, "rev-parse", "main").strip()
@@ -93,7 +93,7 @@ async def test_a_chain_of_forks_has_its_lineage(braid: Braid) -> None:
     leaf_made = await fork.fork_session(braid, USER, mid)
     leaf = leaf_made["session_id"]
     assert leaf_made == {"session_id": leaf, "forked_from_session_id": mid,
-                         "root_session_id": root, "title": "say root"}
+                         "root_session_id": root, "title": "say root (fork 2)"}
     expected = {root: (None, root), mid: (root, root), leaf: (mid, root)}
     for session_id, (parent, first) in expected.items():
         meta = meta_at(braid.store.path(session_id))

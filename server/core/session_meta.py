@@ -1,0 +1,148 @@
+"""Rename, archive, set the model of, and delete a session (DESIGN §4 "Sessions").
+
+`update_session` keeps the fields in `session.json`, committed (`user-edit`) on every branch
+the user can show, so whichever branch is checked out (now or after a restart) names the
+session the same way; sub-agent branches are left alone (their worktrees may be live).
+`delete_session` is the one operation that destroys: the folder is first renamed out of the
+store (the atomic point of deletion), then the index rows and the files go; a server killed
+in between finishes the job at its next start (`purge_deleted`)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import unicodedata
+from typing import TYPE_CHECKING, Any
+
+from .errors import BadRequest
+from .git_session import GitSession, to_json_bytes
+from .ids import is_session_id, now_iso
+
+if TYPE_CHECKING:
+    from .braid import Braid
+    from .store import SessionHandle
+
+MAX_TITLE = 120
+MAX_MODEL = 200
+DELETED_PREFIX = ".deleted-"
+UPDATABLE = ("title", "archived", "model")
+
+
+def clean_text(value: object, name: str, limit: int) -> str:
+    """A one-line, printable, non-empty string of at most `limit` characters."""
+    if not isinstance(value, str):
+        raise BadRequest(f"{name} must be a string")
+    text = value.strip()
+    if not text:
+        raise BadRequest(f"{name} must not be empty")
+    if len(text) > limit:
+        raise BadRequest(f"{name} is longer than {limit} characters")
+    for ch in text:
+        # Control characters (NUL, newlines, escapes) and lone surrogates cannot be shown
+        # on one line or stored as UTF-8.
+        if unicodedata.category(ch) in ("Cc", "Cs", "Cf") and ch not in "\u200d":
+            raise BadRequest(f"{name} must not contain control characters")
+    return text
+
+
+def parse_update(params: dict[str, Any]) -> dict[str, Any]:
+    """The fields a client asked to change, each checked strictly (no coercion)."""
+    changes: dict[str, Any] = {}
+    if "title" in params:
+        changes["title"] = clean_text(params["title"], "title", MAX_TITLE)
+    if "archived" in params:
+        if not isinstance(params["archived"], bool):
+            raise BadRequest("archived must be true or false")
+        changes["archived"] = params["archived"]
+    if "model" in params:
+        model = params["model"]
+        # null (or "") goes back to the server's default model.
+        changes["model"] = None if model is None or model == "" else \
+            clean_text(model, "model", MAX_MODEL)
+    return changes
+
+
+def _summary(changes: dict[str, Any]) -> str:
+    parts = []
+    if "title" in changes:
+        parts.append(f"Rename session: {changes['title']}")
+    if "archived" in changes:
+        parts.append("Archive session" if changes["archived"] else "Restore session")
+    if "model" in changes:
+        parts.append(f"Model: {changes['model'] or 'default'}")
+    return "; ".join(parts)
+
+
+def write_meta(git: GitSession, meta: dict[str, Any], summary: str) -> None:
+    """Commit `session.json` on each branch whose copy differs (not on sub-agent branches)."""
+    data = to_json_bytes(meta)
+    for branch, tip in sorted(git.branches().items()):
+        if branch.startswith("sub_"):
+            continue
+        commit = git.commit(tip)
+        try:
+            if git.repo[commit.tree["session.json"].id].data == data:
+                continue
+        except KeyError:
+            pass
+        git.commit_on_branch(branch, {"session.json": data}, summary=summary, kind="user-edit")
+
+
+async def update_session(braid: Braid, user_id: str, session_id: object,
+                         params: dict[str, Any]) -> dict[str, Any]:
+    """Apply {title?, archived?, model?}; returns the session as `GET /api/sessions/{id}`."""
+    from .sessions import session_info
+
+    handle = braid.store.get_owned(user_id, session_id)
+    changes = parse_update(params)
+    if changes:
+        meta = dict(handle.meta)
+        for key, value in changes.items():
+            if value is None or value is False:
+                meta.pop(key, None)  # absent means default / not archived
+            else:
+                meta[key] = value
+        if meta != handle.meta:
+            await handle.call(lambda git: write_meta(git, meta, _summary(changes)))
+            handle.meta.clear()
+            handle.meta.update(meta)
+            await braid.index.upsert_session(handle.meta, now_iso())
+            braid.bus.publish(handle.session_id, "session_updated",
+                              {"changes": sorted(changes)})
+    return await session_info(braid, user_id, handle.session_id)
+
+
+async def delete_session(braid: Braid, user_id: str, session_id: object) -> None:
+    """Stop its runs, then remove the session folder and its index rows."""
+    handle = braid.store.get_owned(user_id, session_id)
+    for active in braid.runs.for_session(handle.session_id):
+        if active.task is not None and not active.task.done():
+            active.stop_reason = "cancel"
+            active.task.cancel()
+    for active in braid.runs.for_session(handle.session_id):
+        await active.done.wait()
+    braid.bus.publish(handle.session_id, "session_deleted", {})
+    await _drop(braid, handle)
+
+
+async def _drop(braid: Braid, handle: SessionHandle) -> None:
+    sid = handle.session_id
+    braid.store.forget(sid)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, handle.close)  # waits for git work queued before
+    trash = braid.store.root / f"{DELETED_PREFIX}{sid}"
+    await loop.run_in_executor(None, handle.path.rename, trash)
+    await braid.index.delete_session(sid)
+    await loop.run_in_executor(None, lambda: shutil.rmtree(trash, ignore_errors=True))
+
+
+async def purge_deleted(braid: Braid) -> int:
+    """At start-up: finish deletions a killed server left half done."""
+    count = 0
+    for path in braid.store.root.glob(f"{DELETED_PREFIX}*"):
+        sid = path.name[len(DELETED_PREFIX):]
+        if is_session_id(sid):
+            await braid.index.delete_session(sid)
+        shutil.rmtree(path, ignore_errors=True)
+        count += 1
+    return count

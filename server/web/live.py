@@ -1,0 +1,97 @@
+"""Live turns on a page opened (or a socket connected) mid-run: the turn so far, rendered from
+the run's in-memory messages and the text streaming now, so a reload or a second tab shows
+the run and keeps streaming it.
+
+The socket's catch-up is exact: the connection subscribes to the session's events and takes
+the snapshot in the same step (no `await` between), and the catch-up frame is sent before any
+queued event. Deltas after the snapshot follow it; none before it is sent twice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core import sessions
+from ..core.braid import Braid
+from ..core.errors import BraidError
+from .render_html import HtmlRenderer, turn_from_event
+from .render_revert import files_for
+from .render_timetravel import with_siblings
+from .templating import render
+
+LiveTurn = dict[str, Any]
+
+
+def snapshot(braid: Braid, session_id: str) -> list[LiveTurn]:
+    """The foreground runs of a session as they are this instant (synchronous on purpose)."""
+    out: list[LiveTurn] = []
+    for active in braid.runs.foreground(session_id):
+        ctx = active.ctx
+        if ctx is None:  # claimed, not started: its run_started event is still to come
+            continue
+        run = dict(ctx.run, status="RUNNING")  # it may be committing its end right now
+        out.append({"run_id": ctx.run_id, "branch": active.branch, "run": run,
+                    "messages": [dict(m) for m in ctx.messages], "partial": active.partial})
+    return out
+
+
+def live_turn(item: LiveTurn) -> dict[str, Any]:
+    turn = turn_from_event(item, streaming=True)
+    turn["live_text"] = item["partial"]
+    return turn
+
+
+def merge_live(view: dict[str, Any], live: list[LiveTurn], branch: str) -> dict[str, Any]:
+    """A transcript view with each live run of `branch` shown as its live turn, at the end."""
+    shown = [item for item in live if item["branch"] == branch]
+    if not shown:
+        return view
+    ids = {item["run_id"] for item in shown}
+    turns = [t for t in view["turns"] if t.get("run_id") not in ids]
+    return {**view, "turns": turns + [live_turn(item) for item in shown]}
+
+
+async def page_transcript(braid: Braid, user_id: str, session_id: str,
+                          branch: str) -> dict[str, Any]:
+    live = snapshot(braid, session_id)
+    view = await sessions.transcript(braid, user_id, session_id)
+    return merge_live(view, live, branch)
+
+
+async def catch_up(r: HtmlRenderer, live: list[LiveTurn], full: bool,
+                   shown_live: list[str]) -> str:
+    """The first frame of a socket. `full` (a reconnect: events may have been missed) redraws
+    the transcript, run state, branch and title. Otherwise `shown_live` names the runs the
+    page showed as running: each is redrawn as it is now (live, or finished), and a run that
+    started after the page was rendered is appended."""
+    branch = await sessions.current_branch(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
+    if full:
+        view = await sessions.transcript(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
+        info = r.ctx.braid.store.get(r.ctx.session_id).meta
+        return (render("_transcript.html", transcript=merge_live(view, live, branch))
+                + await r.run_state() + render("_branch.html", branch=branch)
+                + render("_title.html", title=info.get("title")))
+    html = ""
+    live_ids = set()
+    for item in live:
+        if item["branch"] != branch:
+            continue
+        live_ids.add(item["run_id"])
+        turn = render("_turn.html", turn=await with_siblings(r, live_turn(item)))
+        if item["run_id"] in shown_live:
+            html += turn  # replaces the page's copy (same id)
+        else:
+            html += f'<div id="transcript" hx-swap-oob="beforeend">{turn}</div>'
+    for run_id in shown_live:
+        if run_id in live_ids:
+            continue
+        try:  # it ended between the page's render and this socket
+            run = await sessions.get_run(r.ctx.braid, r.ctx.user_id, r.ctx.session_id, run_id)
+        except BraidError:
+            continue
+        data = {"run_id": run_id, "run": run, "messages": run.get("messages") or []}
+        turn = await with_siblings(r, turn_from_event(data, streaming=False))
+        turn["files"] = await files_for(r, data)
+        html += render("_turn.html", turn=turn)
+    if shown_live or live_ids:
+        html += await r.run_state()
+    return html
