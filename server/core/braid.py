@@ -19,6 +19,7 @@ from .git_session import RUNS, GitSession, to_json_bytes
 from .ids import now_iso
 from .index import Index
 from .model_client import ModelClient
+from .packing import Packer
 from .recovery import prune_worktrees, recover_operations, turn_leftovers
 from .session_meta import purge_deleted
 from .settings import Settings
@@ -45,6 +46,7 @@ class Braid:
         self.users = Users(self.data_dir / "users.sqlite3")
         self.bus = EventBus()
         self.runs = RunRegistry()
+        self.packer = Packer()  # packs idle sessions' loose objects in the background
         self.model = ModelClient(settings)
         self.before_write_hooks: list[BeforeWrite] = []
         self.after_shell_hooks: list[AfterShell] = []
@@ -89,6 +91,7 @@ class Braid:
                 await asyncio.wait_for(active.done.wait(), timeout=10)
             except TimeoutError:
                 log.warning("run %s did not stop in time", active.run_id)
+        await self.packer.close()
         await self.model.close()
         await self.index.close()
         self.store.close()
@@ -184,7 +187,7 @@ def _read_session(git: GitSession) -> tuple[dict[str, Any], list[dict[str, Any]]
     # so that start-up recovery commits it as INTERRUPTED even when the index was lost too.
     import json
 
-    for record in (git.path / RUNS).glob("*/*.json"):
+    for record in (git.path / RUNS).rglob("*.json"):  # either layout
         if record.stem in runs:
             continue
         try:

@@ -20,7 +20,7 @@ from typing import Any
 import pygit2
 
 from .errors import BadRequest, NotFound
-from .git_session import HISTORY, GitSession, commit_info
+from .git_session import GitSession, commit_info
 
 # The commits that are a run's own checkpoints (a fork's first commit included).
 CHECKPOINT_KINDS = frozenset({"tool-batch", "turn", "fork", "sub-agent", "merge"})
@@ -57,16 +57,12 @@ class RunOnBranch:
 
 def history_entries(git: GitSession, commit: pygit2.Commit,
                     newest_first: bool = False) -> Iterator[Entry]:
-    try:
-        history = commit.tree[HISTORY]
-    except KeyError:
-        return
-    shards = sorted((s for s in history if isinstance(s, pygit2.Tree)), key=lambda s: s.name,
-                    reverse=newest_first)
-    for shard in shards:
-        for entry in sorted(shard, key=lambda e: e.name, reverse=newest_first):
-            path = f"{HISTORY}/{shard.name}/{entry.name}"
-            yield Entry(path, int(entry.name.split("-", 1)[0]), git.read_json(commit, path))
+    """The branch's message files at `commit`, from the listing kept in memory."""
+    files = git.history_entries(commit)
+    messages = git.history_messages(commit)
+    order = range(len(files) - 1, -1, -1) if newest_first else range(len(files))
+    for i in order:
+        yield Entry(files[i].path, files[i].seq, messages[i])
 
 
 def run_entries(git: GitSession, commit: pygit2.Commit, run_id: str) -> list[Entry]:

@@ -137,6 +137,7 @@ async def fork_session(braid: Braid, user_id: str, session_id: object) -> dict[s
         "root_session_id": source.meta.get("root_session_id") or source.session_id,
     }
     target = braid.store.path(new_id)
+    await braid.packer.wait_idle(source.session_id)  # the object files must not move now
     # A marker next to the folder: a kill before the fork is whole leaves it, and start-up
     # removes the half-made folder (journal.recover_folders).
     journal.begin_folder(braid.store.root, new_id, "fork")

@@ -19,14 +19,13 @@ from pygit2.enums import FileMode, FileStatus
 
 from . import crash, guarded
 from .errors import Conflict, NotFound
+from .history import HISTORY, RUNS, Entry, Listings, history_path, run_path
+from .watch import WATCHERS, Watcher
 
 SIGNATURE_NAME = "Braid"
 SIGNATURE_EMAIL = "braid@localhost"
-HISTORY = "history"
-RUNS = "runs"
 WORKDIR = "workdir"
 WORKTREES = "_worktrees"
-SHARD = 1000
 TRAILER_KIND = "Braid-Kind"
 TRAILER_RUN = "Braid-Run"
 TRAILER_INDEX = "Braid-Message-Index"
@@ -97,12 +96,7 @@ def commit_info(commit: pygit2.Commit) -> CommitInfo:
     )
 
 
-def history_path(seq: int, role: str, message_id: str) -> str:
-    return f"{HISTORY}/{seq // SHARD:03d}/{seq:06d}-{role}-{message_id}.json"
-
-
-def run_path(ordinal: int, run_id: str) -> str:
-    return f"{RUNS}/{ordinal // SHARD:03d}/{run_id}.json"
+__all__ = ["HISTORY", "RUNS", "Entry", "history_path", "run_path"]
 
 
 def to_json_bytes(obj: Any) -> bytes:
@@ -110,7 +104,7 @@ def to_json_bytes(obj: Any) -> bytes:
 
 
 class GitSession:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, watch: bool = False) -> None:
         self.path = Path(path)
         self.repo = pygit2.Repository(str(self.path))
         self.signature = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL)
@@ -119,6 +113,13 @@ class GitSession:
         # Index entries not yet written: writing the index is O(files in the repo), so
         # tool-batch checkpoints defer it to the turn's end (or the next status scan).
         self._index_pending: dict[str, tuple[pygit2.Oid, int] | None] = {}
+        # The history and run listings of recently used trees (see history.py).
+        self.listings = Listings(self.repo)
+        # A file-system watcher on workdir/ (watch.py), opened by the first look.
+        self._watch = watch
+        self._watcher: Watcher | None = None
+        # Paths the last look found changed: looked at again until they match HEAD.
+        self._carry: set[str] = set()
 
     # -- creation -------------------------------------------------------------------------
 
@@ -193,56 +194,60 @@ class GitSession:
             return None
         return entry if isinstance(entry, pygit2.Tree) else None
 
+    def history_messages(self, commit: pygit2.Commit | None = None) -> list[dict[str, Any]]:
+        """Every message of the branch at `commit`, oldest first, kept in memory and moved
+        by what changed (history.py). The list and its dicts are shared: copy to change."""
+        commit = commit or self.head_commit()
+        return self.listings.messages(self._subtree(commit.tree, HISTORY), self._blob_json)
+
     def iter_history(self, commit: pygit2.Commit | None = None) -> Iterator[dict[str, Any]]:
         """Every message of the branch at `commit`, oldest first. Each message dict is shared
         with the cache: copy before changing it."""
+        yield from self.history_messages(commit)
+
+    def history_entries(self, commit: pygit2.Commit | None = None) -> list[Entry]:
+        """The message files of the branch at `commit` (path, seq, blob), oldest first."""
         commit = commit or self.head_commit()
-        history = self._subtree(commit.tree, HISTORY)
-        if history is None:
-            return
-        for shard in sorted(history, key=lambda e: e.name):
-            if not isinstance(shard, pygit2.Tree):
-                continue
-            for entry in sorted(shard, key=lambda e: e.name):
-                yield self._blob_json(entry.id)
+        return self.listings.get(HISTORY, self._subtree(commit.tree, HISTORY)).entries
 
     def next_seq(self, commit: pygit2.Commit | None = None) -> int:
-        """The next message number, found from the last shard only (cost independent of
-        the length of the chat)."""
+        """The next message number (one past the newest file)."""
         commit = commit or self.head_commit()
-        history = self._subtree(commit.tree, HISTORY)
-        if history is None or len(history) == 0:
-            return 0
-        last_shard = max((e for e in history if isinstance(e, pygit2.Tree)), key=lambda e: e.name)
-        names = [e.name for e in last_shard]
-        return int(max(names).split("-", 1)[0]) + 1 if names else 0
+        return self.listings.get(HISTORY, self._subtree(commit.tree, HISTORY)).next_number()
+
+    def history_path(self, seq: int, role: str, message_id: str,
+                     commit: pygit2.Commit | None = None) -> str:
+        """Where message `seq` goes on the branch at `commit`, in that history's layout."""
+        commit = commit or self.head_commit()
+        listing = self.listings.get(HISTORY, self._subtree(commit.tree, HISTORY))
+        return history_path(seq, role, message_id, listing.legacy)
+
+    def legacy_history(self, commit: pygit2.Commit | None = None) -> bool:
+        commit = commit or self.head_commit()
+        return self.listings.get(HISTORY, self._subtree(commit.tree, HISTORY)).legacy
+
+    def new_run_path(self, run_id: str, commit: pygit2.Commit | None = None) -> str:
+        """Where a new run's record goes on the branch at `commit` (the next ordinal, in that
+        tree's layout)."""
+        commit = commit or self.head_commit()
+        listing = self.listings.get(RUNS, self._subtree(commit.tree, RUNS))
+        return run_path(listing.next_number(), run_id, listing.legacy)
 
     def iter_runs(self, commit: pygit2.Commit | None = None) -> Iterator[dict[str, Any]]:
         commit = commit or self.head_commit()
-        runs = self._subtree(commit.tree, RUNS)
-        if runs is None:
-            return
-        for shard in sorted(runs, key=lambda e: e.name):
-            if isinstance(shard, pygit2.Tree):
-                for entry in shard:
-                    yield self._blob_json(entry.id)
+        for entry in self.listings.get(RUNS, self._subtree(commit.tree, RUNS)).entries:
+            yield self._blob_json(entry.blob)
 
     def find_run_path(self, run_id: str, commit: pygit2.Commit | None = None) -> str | None:
         commit = commit or self.head_commit()
-        runs = self._subtree(commit.tree, RUNS)
-        if runs is None:
-            return None
-        for shard in runs:
-            if isinstance(shard, pygit2.Tree) and f"{run_id}.json" in shard:
-                return f"{RUNS}/{shard.name}/{run_id}.json"
-        return None
+        listing, index = self.listings.run_index(self._subtree(commit.tree, RUNS))
+        at = index.get(run_id)
+        return listing.entries[at].path if at is not None else None
 
     def run_count(self, commit: pygit2.Commit | None = None) -> int:
+        """The next run ordinal (the number of runs when none was ever taken out)."""
         commit = commit or self.head_commit()
-        runs = self._subtree(commit.tree, RUNS)
-        if runs is None:
-            return 0
-        return sum(len(s) for s in runs if isinstance(s, pygit2.Tree))
+        return self.listings.get(RUNS, self._subtree(commit.tree, RUNS)).next_number()
 
     def workdir_files(self, commit: pygit2.Commit | None = None) -> dict[str, pygit2.Oid]:
         """Workdir-relative path → blob id for every file of `workdir/` at `commit`."""
@@ -412,6 +417,80 @@ class GitSession:
                 continue
             out.append(path)
         return sorted(out)
+
+    def changed_workdir_paths(self) -> list[str]:
+        """`dirty_workdir_paths()` in O(changed files): the watcher names the candidates and
+        each is compared with HEAD. The first look, and any look the watcher cannot answer,
+        scans everything instead."""
+        if not self._watch:
+            return self.dirty_workdir_paths()
+        watcher = self._watcher
+        candidates = watcher.take() if watcher is not None else None
+        if candidates is None:
+            if watcher is not None:
+                WATCHERS.forget(watcher)
+            # Opened before the scan: a change made during it is seen by the next look.
+            self._watcher = WATCHERS.open(self.path / WORKDIR, Path(self.repo.path))
+            found = self.dirty_workdir_paths()
+        else:
+            WATCHERS.touch(watcher)
+            found = self._differing(candidates | self._carry)
+        self._carry = {p[len(WORKDIR) + 1:] for p in found}
+        return found
+
+    def _differing(self, candidates: Iterable[str]) -> list[str]:
+        head = self._subtree(self.head_commit().tree, WORKDIR)
+        work = self.path / WORKDIR
+        out: set[str] = set()
+        todo = list(candidates)
+        seen: set[str] = set()
+        while todo:
+            rel = todo.pop()
+            if rel in seen or not rel:
+                continue
+            seen.add(rel)
+            try:
+                entry = head[rel] if head is not None else None
+            except KeyError:
+                entry = None
+            if isinstance(entry, pygit2.Tree):  # a folder in HEAD: look at what it held
+                files: dict[str, pygit2.Oid] = {}
+                self._walk(entry, f"{rel}/", files)
+                todo.extend(files)
+                entry = None
+            try:
+                st = os.lstat(work / rel)
+            except (FileNotFoundError, NotADirectoryError):
+                if entry is not None:
+                    out.add(rel)
+                continue
+            if stat.S_ISDIR(st.st_mode):  # a new folder may hold files made before its watch
+                for dirpath, _, names in os.walk(work / rel):
+                    base = os.path.relpath(dirpath, work)
+                    todo.extend(f"{base}/{n}" for n in names)
+                if entry is not None:
+                    out.add(rel)  # a file replaced by a folder
+                continue
+            if self._file_differs(work / rel, st, entry, rel):
+                out.add(rel)
+        return sorted(f"{WORKDIR}/{rel}" for rel in out)
+
+    def _file_differs(self, path: Path, st: os.stat_result, entry: Any, rel: str) -> bool:
+        if stat.S_ISLNK(st.st_mode):
+            oid, mode = pygit2.hash(os.readlink(path).encode()), FileMode.LINK
+        elif stat.S_ISREG(st.st_mode):
+            oid = pygit2.hashfile(str(path))
+            mode = FileMode.BLOB_EXECUTABLE if st.st_mode & 0o100 else FileMode.BLOB
+        else:
+            return False
+        if entry is None:
+            return not self.repo.path_is_ignored(f"{WORKDIR}/{rel}")
+        return entry.id != oid or entry.filemode != mode
+
+    def close(self) -> None:
+        if self._watcher is not None:
+            WATCHERS.forget(self._watcher)
+            self._watcher = None
 
     def checkout_branch(self, name: str) -> None:
         from .atomic import checkout  # journaled, through the guarded writer

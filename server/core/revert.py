@@ -24,7 +24,7 @@ from pygit2.enums import FileMode, MergeFlag
 from . import crash, journal
 from .backups import Entry, check_writable, tree_entry, write_entry
 from .errors import BadRequest, Busy, Conflict, NotFound
-from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
+from .git_session import DISK, WORKDIR, GitSession, to_json_bytes
 from .ids import message_id_param, new_message_id, now_iso
 from .turn_changes import (
     FileChange,
@@ -269,7 +269,7 @@ def _commit(git: GitSession, run_id: str, record_path: str, record: dict[str, An
     changes: dict[str, Any] = {f"{WORKDIR}/{p}": DISK if e is not None else None
                                for p, e in result.items()}
     changes[record_path] = to_json_bytes(record)
-    changes[history_path(git.next_seq(), "system", note["id"])] = to_json_bytes(note)
+    changes[git.history_path(git.next_seq(), "system", note["id"])] = to_json_bytes(note)
     verb = "Revert" if kind == "revert" else "Redo"
     summary = f"{verb} turn {run_id[:10]}: {_names(sorted(result)) or 'no file changed'}"
     # All or nothing under kill -9: the intent names every path before the first write.

@@ -21,6 +21,7 @@ class Settings:
     checkpoint: str = "tool-batch"
     shell: bool = False
     shell_timeout: float = 30.0
+    context_tokens: int = 32_000
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -39,4 +40,9 @@ class Settings:
             raise ValueError(f"BRAID_CHECKPOINT must be one of {', '.join(CHECKPOINT_MODES)}")
         s.checkpoint = mode
         s.shell = env.get("BRAID_SHELL", "off").lower() in ("on", "1", "true", "yes")
+        tokens = env.get("BRAID_CONTEXT_TOKENS", "").strip()
+        if tokens:
+            if not tokens.isdigit() or int(tokens) < 100:
+                raise ValueError("BRAID_CONTEXT_TOKENS must be a whole number of at least 100")
+            s.context_tokens = int(tokens)
         return s

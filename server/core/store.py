@@ -36,7 +36,7 @@ class SessionHandle:
 
     def _git_here(self) -> GitSession:
         if self._git is None:
-            self._git = GitSession(self.path)
+            self._git = GitSession(self.path, watch=True)
         return self._git
 
     async def call(self, fn: Callable[[GitSession], T]) -> T:
@@ -45,6 +45,8 @@ class SessionHandle:
         return await loop.run_in_executor(self._executor, lambda: fn(self._git_here()))
 
     def close(self) -> None:
+        if self._git is not None:
+            self._executor.submit(self._git.close)
         self._executor.shutdown(wait=True)
 
 

@@ -33,8 +33,6 @@ from .git_session import (
     WORKTREES,
     GitSession,
     commit_message,
-    history_path,
-    run_path,
     to_json_bytes,
 )
 from .ids import is_message_id, new_message_id, now_iso
@@ -85,18 +83,9 @@ def short_name(branch: str) -> str:
 def last_answer(git: GitSession, commit: pygit2.Commit) -> str:
     """The last final answer (an assistant message without tool calls) on the branch at
     `commit`. Reads the history from its end, so a long chat costs no more than a short one."""
-    history = git._subtree(commit.tree, HISTORY)
-    if history is None:
-        return ""
-    shards = sorted((e for e in history if isinstance(e, pygit2.Tree)),
-                    key=lambda e: e.name, reverse=True)
-    for shard in shards:
-        for entry in sorted(shard, key=lambda e: e.name, reverse=True):
-            if "-assistant-" not in entry.name:
-                continue
-            msg = git._blob_json(entry.id)
-            if msg.get("content") and not msg.get("tool_calls"):
-                return str(msg["content"])
+    for msg in reversed(git.history_messages(commit)):
+        if msg.get("role") == "assistant" and msg.get("content") and not msg.get("tool_calls"):
+            return str(msg["content"])
     return ""
 
 
@@ -165,7 +154,7 @@ def recover_worktree(git: GitSession, name: str, run_id: str | None = None
     run = None
     if (folder / ".git").exists():
         child = GitSession(folder)
-        ids = [run_id] if run_id else [r.stem for r in sorted((folder / RUNS).glob("*/*.json"))]
+        ids = [run_id] if run_id else [r.stem for r in sorted((folder / RUNS).rglob("*.json"))]
         for rid in ids:
             run = _interrupt_on_disk(child, rid) or run
         snapshot_user_edits(child)
@@ -214,8 +203,8 @@ def write_result(git: GitSession, parent_branch: str, session_id: str, parent_tu
         "sub_agent": msg["sub_agent"],
     }
     changes = {
-        history_path(git.next_seq(tip), "assistant", run_id): to_json_bytes(msg),
-        run_path(git.run_count(tip), run_id): to_json_bytes(run),
+        git.history_path(git.next_seq(tip), "assistant", run_id, tip): to_json_bytes(msg),
+        git.new_run_path(run_id, tip): to_json_bytes(run),
     }
     # Through the working tree when the parent branch is checked out: journaled.
     guard = journal.intent(git, "sub-agent", changes) if git.branch == parent_branch \

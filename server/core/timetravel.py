@@ -23,12 +23,7 @@ from .checkpoints import (
     resolve_index,
 )
 from .errors import BadRequest, Busy
-from .git_session import (
-    GitSession,
-    history_path,
-    run_path,
-    to_json_bytes,
-)
+from .git_session import GitSession, to_json_bytes
 from .ids import message_id_param, new_message_id, now_iso
 from .turns import (
     MAX_TEXT,
@@ -158,7 +153,8 @@ def _fork(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
         changes[owner_record] = None
     copies = _copies(view.messages[:k], new_id)
     for i, msg in enumerate(copies):
-        changes[history_path(first_seq + i, msg["role"], msg["id"])] = to_json_bytes(msg)
+        changes[git.history_path(first_seq + i, msg["role"], msg["id"], base)] = \
+            to_json_bytes(msg)
     now = now_iso()
     record = {
         "run_id": new_id, "session_id": handle.session_id, "status": "RUNNING",
@@ -168,13 +164,13 @@ def _fork(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
         "continue_from": plan.options.continue_from, "error": None, "message_count": k,
         "parent_run_id": None,
     }
-    record_path = run_path(git.run_count(base), new_id)
+    record_path = git.new_run_path(new_id, base)
     changes[record_path] = to_json_bytes(record)
     git.write_checkpoint(changes, summary=f"Fork of run {view.run_id[:10]} at message {k}",
                          kind="fork", run_id=new_id, message_index=k)
     ctx = TurnContext(handle=handle, run=record, run_file=record_path,
-                      prior=[dict(e.message) for e in prior], messages=copies,
-                      next_seq=first_seq + k)
+                      prior=[e.message for e in prior], messages=copies,
+                      next_seq=first_seq + k, legacy=git.legacy_history(base))
     return ctx, marked
 
 
@@ -183,12 +179,12 @@ def _resume(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Pla
     if git.branch != view.branch:
         git.checkout_branch(view.branch)
     first_seq = view.entries[0].seq
-    prior = [dict(e.message) for e in history_entries(git, git.head_commit())
-             if e.seq < first_seq]
+    prior = [e.message for e in history_entries(git, git.head_commit()) if e.seq < first_seq]
     record = dict(view.record, status="RUNNING", error=None, updated_at=now_iso(),
                   resumed_from_message_index=plan.message_index)
     return TurnContext(handle=handle, run=record, run_file=view.record_path, prior=prior,
-                       messages=[dict(m) for m in view.messages], next_seq=git.next_seq())
+                       messages=[dict(m) for m in view.messages], next_seq=git.next_seq(),
+                       legacy=git.legacy_history())
 
 
 def execute_plan(git: GitSession, handle: SessionHandle, plan: Plan

@@ -13,9 +13,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import crash, guarded, names
+from . import context, crash, guarded, names
 from .errors import BadRequest, Busy, NotFound
-from .git_session import DISK, WORKDIR, GitSession, history_path, run_path, to_json_bytes
+from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
 from .ids import new_message_id, now_iso
 from .tools import Workspace
 
@@ -31,6 +31,7 @@ SYSTEM_PROMPT = (
     "user can revert what you did. Answer concisely in Markdown."
 )
 MAX_BATCHES = 40
+DEFAULT_CONTEXT_TOKENS = 32_000
 MAX_TEXT = 100_000
 FINAL = ("COMPLETED", "ERROR", "CANCELLED", "INTERRUPTED", "REGENERATED")
 
@@ -96,6 +97,7 @@ class TurnContext:
     pending: dict[str, bytes] = field(default_factory=dict)
     changed: set[str] = field(default_factory=set)
     tool_calls: int = 0
+    legacy: bool = False  # the branch's history is in the earlier layout (history.py)
 
     @property
     def run_id(self) -> str:
@@ -105,7 +107,7 @@ class TurnContext:
 def snapshot_user_edits(git: GitSession) -> str | None:
     """Commit what the user changed in workdir/ since HEAD as `user-edit`, so it is never
     attributed to, or clobbered by, a turn."""
-    dirty, unnamed = names.split(git.dirty_workdir_paths())
+    dirty, unnamed = names.split(git.changed_workdir_paths())
     if unnamed:
         log.warning("left out of the user-edit commit (not UTF-8): %s",
                     ", ".join(names.shown(p) for p in unnamed))
@@ -129,7 +131,7 @@ def new_message(role: str, run_id: str, content: str | None, **extra: Any) -> di
 
 
 def add_message(ctx: TurnContext, msg: dict[str, Any]) -> None:
-    path = history_path(ctx.next_seq, msg["role"], msg["id"])
+    path = history_path(ctx.next_seq, msg["role"], msg["id"], ctx.legacy)
     ctx.next_seq += 1
     ctx.messages.append(msg)
     ctx.pending[path] = to_json_bytes(msg)
@@ -150,8 +152,9 @@ def _prepare_new_turn(
     }
     run.update(fields)
     ctx = TurnContext(
-        handle=handle, run=run, run_file=run_path(git.run_count(), run_id),
-        prior=[dict(m) for m in git.iter_history()], messages=[], next_seq=git.next_seq(),
+        handle=handle, run=run, run_file=git.new_run_path(run_id),
+        prior=git.history_messages(), messages=[], next_seq=git.next_seq(),
+        legacy=git.legacy_history(),
     )
     for note in notes:  # system messages that open the turn (a merge turn's note)
         add_message(ctx, new_message("system", run_id, note))
@@ -190,10 +193,17 @@ def checkpoint(git: GitSession, ctx: TurnContext, kind: str, summary: str) -> st
     return str(oid)
 
 
-def model_messages(ctx: TurnContext) -> list[dict[str, Any]]:
-    """What the model is sent: the base prompt, then only this branch's messages."""
+def model_messages(ctx: TurnContext, budget: int = DEFAULT_CONTEXT_TOKENS
+                   ) -> list[dict[str, Any]]:
+    """What the model is sent: the base prompt, then only this branch's messages, the newest
+    that fit the context budget (context.py); the run record keeps what the call used."""
     out: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
-    for msg in [*ctx.prior, *ctx.messages]:
+    sent, used = context.fit((ctx.prior, ctx.messages), budget,
+                             context.estimate({"content": SYSTEM_PROMPT}))
+    ctx.run["context"] = dict(used, budget=budget)
+    if used["omitted_messages"]:
+        out.append({"role": "system", "content": context.note_text(used["omitted_messages"])})
+    for msg in sent:
         item: dict[str, Any] = {"role": msg["role"], "content": msg.get("content") or ""}
         if msg.get("tool_calls"):
             item["tool_calls"] = msg["tool_calls"]
@@ -273,7 +283,8 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
             partial = ""
             reply = None
             crash.at("turn.model")
-            async for kind, value in braid.model.stream(model_messages(ctx), tools):
+            sent = model_messages(ctx, braid.settings.context_tokens)
+            async for kind, value in braid.model.stream(sent, tools):
                 if kind == "delta":
                     partial += value
                     active.partial = partial
@@ -348,6 +359,7 @@ async def _finish(
         data["error"] = error
     braid.bus.publish(sid, event, data)
     braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id})
+    braid.packer.touch(sid, ctx.handle.path)
 
 
 def _close_and_commit(git: GitSession, ctx: TurnContext, status: str) -> str:
@@ -392,7 +404,7 @@ def run_tool(braid: Braid, git: GitSession, ctx: TurnContext, call: dict[str, An
     ctx.changed.update(result.changed)
     if name == "shell":
         # A shell command may change anything: found by one status scan, after it ran.
-        dirty, unnamed = names.split(git.dirty_workdir_paths())
+        dirty, unnamed = names.split(git.changed_workdir_paths())
         for rel in dirty:
             ctx.changed.add(rel[len(WORKDIR) + 1:])
         if unnamed:

@@ -15,7 +15,6 @@ from conftest import assert_fsck, git
 from server.core.errors import Conflict, NotFound
 from server.core.git_session import (
     DISK,
-    SHARD,
     GitSession,
     commit_message,
     history_path,
@@ -78,7 +77,8 @@ def test_checkpoint_touches_only_the_changed_subtrees(repo: GitSession) -> None:
     after = git(path, "rev-parse", "HEAD").strip()
 
     # Untouched subtrees are the very same tree objects: nothing outside the path was rebuilt.
-    for sub in ("workdir/a", "workdir/c", "history", "history/000", "session.json"):
+    for sub in ("workdir/a", "workdir/c", "history", "history/000",
+                "history/000/00", "session.json"):
         assert tree_oid(path, before, sub) == tree_oid(path, after, sub), sub
     for sub in ("workdir", "workdir/b"):
         assert tree_oid(path, before, sub) != tree_oid(path, after, sub), sub
@@ -138,31 +138,35 @@ def test_trailers_written_and_parsed(repo: GitSession) -> None:
                                     "Braid-Message-Index": "0"}
 
 
-def test_history_path_shards_by_thousand() -> None:
-    assert SHARD == 1000
-    assert history_path(0, "user", "m") == "history/000/000000-user-m.json"
-    assert history_path(999, "tool", "m") == "history/000/000999-tool-m.json"
-    assert history_path(1000, "assistant", "m") == "history/001/001000-assistant-m.json"
-    assert history_path(12_345, "user", "m") == "history/012/012345-user-m.json"
-    assert run_path(0, "r") == "runs/000/r.json"
-    assert run_path(1000, "r") == "runs/001/r.json"
+def test_history_path_shards_by_hundred() -> None:
+    assert history_path(0, "user", "m") == "history/000/00/000000-user-m.json"
+    assert history_path(99, "tool", "m") == "history/000/00/000099-tool-m.json"
+    assert history_path(100, "assistant", "m") == "history/000/01/000100-assistant-m.json"
+    assert history_path(12_345, "user", "m") == "history/001/23/012345-user-m.json"
+    assert run_path(0, "r") == "runs/000/00/r.json"
+    assert run_path(1000, "r") == "runs/000/10/r.json"
+    assert run_path(10_100, "r") == "runs/001/01/r.json"
+    # The earlier layout, which old sessions keep.
+    assert history_path(1000, "user", "m", legacy=True) == "history/001/001000-user-m.json"
+    assert run_path(1000, "r", legacy=True) == "runs/001/r.json"
 
 
-def test_a_thousand_and_one_messages_land_in_two_shards(repo: GitSession) -> None:
+def test_no_history_folder_holds_more_than_a_hundred(repo: GitSession) -> None:
     path = repo.path
-    first = dict(message(s) for s in range(600))
+    first = dict(message(s) for s in range(150))
     repo.write_checkpoint(first, summary="first", kind="turn")
-    assert repo.next_seq() == 600
-    rest = dict(message(s, "assistant") for s in range(600, 1001))
+    assert repo.next_seq() == 150
+    rest = dict(message(s, "assistant") for s in range(150, 201))
     repo.write_checkpoint(rest, summary="rest", kind="turn")
-    assert repo.next_seq() == 1001
-    shards = git(path, "ls-tree", "--name-only", "HEAD", "history/").split()
-    assert shards == ["history/000", "history/001"]
-    assert len(git(path, "ls-tree", "--name-only", "HEAD", "history/000/").split()) == 1000
-    assert git(path, "ls-tree", "--name-only", "HEAD", "history/001/").split() == [
-        history_path(1000, "assistant", f"{1000:032x}")]
+    assert repo.next_seq() == 201
+    assert git(path, "ls-tree", "--name-only", "HEAD", "history/").split() == ["history/000"]
+    assert git(path, "ls-tree", "--name-only", "HEAD", "history/000/").split() == [
+        "history/000/00", "history/000/01", "history/000/02"]
+    assert len(git(path, "ls-tree", "--name-only", "HEAD", "history/000/01/").split()) == 100
+    assert git(path, "ls-tree", "--name-only", "HEAD", "history/000/02/").split() == [
+        history_path(200, "assistant", f"{200:032x}")]
     contents = [m["content"] for m in repo.iter_history()]
-    assert contents == [f"m{s}" for s in range(1001)]
+    assert contents == [f"m{s}" for s in range(201)]
     assert git(path, "status", "--porcelain") == ""
     assert_fsck(path)
 
@@ -202,7 +206,7 @@ def test_readers_and_branches(repo: GitSession) -> None:
     repo.write_checkpoint({run_path(0, "r1"): to_json_bytes(run), "workdir/x.txt": b"x\n"},
                           summary="turn", kind="turn", run_id="r1", message_index=0)
     assert list(repo.iter_runs()) == [run]
-    assert repo.find_run_path("r1") == "runs/000/r1.json"
+    assert repo.find_run_path("r1") == "runs/000/00/r1.json"
     assert repo.find_run_path("nope") is None
     assert repo.run_count() == 1
     assert set(repo.workdir_files()) == {"x.txt"}

@@ -101,7 +101,7 @@ async def test_revert_and_unrevert_give_back_each_turns_files(braid: Braid) -> N
     assert result["commit_id"] == s.head() and s.kind() == "revert"
     assert git(s.path, "rev-parse", "HEAD^").strip() == head_before
     assert s.status() == ""  # the commit and the index tell the truth
-    record = json.loads(git(s.path, "show", f"HEAD:runs/000/{tid}.json"))
+    record = json.loads(git(s.path, "show", f"HEAD:runs/000/00/{tid}.json"))
     assert record["reverted"] is True and record["status"] == "COMPLETED"
 
     again = await revert.unrevert_turn(braid, USER, s.id, tid)

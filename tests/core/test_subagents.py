@@ -70,7 +70,7 @@ async def test_spawn_red_then_blue_keeps_both_branches_and_reports_in_the_parent
         assert msg["sub_agent"]["commit_id"] == result["commit_id"]
     last = trailers(path, "main")
     assert last["Braid-Kind"] == "sub-agent" and last["Braid-Run"] == blue["summary_run_id"]
-    record = json.loads(git(path, "show", f"main:runs/000/{blue['summary_run_id']}.json"))
+    record = json.loads(git(path, "show", f"main:runs/000/00/{blue['summary_run_id']}.json"))
     assert record["status"] == "COMPLETED" and record["parent_run_id"] == turn_id
 
     # A child's branch starts with a `sub-agent` commit that drops the parent's history and
@@ -277,7 +277,8 @@ async def test_a_failing_sub_agent_reports_its_error_in_the_parent(braid: Braid)
     assert result["status"] == "ERROR" and result["final_text"] == ""
     last = json.loads(git(path, "show", f"main:{tree_files(path, 'main', 'history/')[-1]}"))
     assert "stopped (error)" in last["content"] and "boom" in last["content"]
-    record = json.loads(git(path, "show", f"{result['branch']}:runs/000/{result['run_id']}.json"))
+    record = json.loads(git(path, "show",
+                            f"{result['branch']}:runs/000/00/{result['run_id']}.json"))
     assert record["status"] == "ERROR"
     assert len(worktrees(path)) == 1
     assert_fsck(path)

@@ -41,7 +41,7 @@ def kinds(path: Path) -> list[str]:
 
 
 def run_record(path: Path, run_id: str) -> dict[str, Any]:
-    return json.loads(git(path, "show", f"HEAD:runs/000/{run_id}.json"))
+    return json.loads(git(path, "show", f"HEAD:runs/000/00/{run_id}.json"))
 
 
 def changed_files(path: Path, oid: str) -> list[str]:
@@ -70,7 +70,7 @@ async def test_a_turn_writes_a_file_with_tool_batch_and_turn_commits(braid: Brai
 
     # One file per message, named by sequence, role and id; the run record is final.
     history = git(path, "ls-tree", "-r", "--name-only", "HEAD", "history/").split()
-    expected = [f"history/000/{i:06d}-{m['role']}-{m['id']}.json"
+    expected = [f"history/000/00/{i:06d}-{m['role']}-{m['id']}.json"
                 for i, m in enumerate(done["messages"])]
     assert history == expected
     first = json.loads(git(path, "show", f"HEAD:{expected[0]}"))

@@ -183,7 +183,8 @@ def test_a_sub_agent_killed_with_the_server_is_interrupted_on_its_branch(
     assert status == 200, run
     assert run["status"] == "INTERRUPTED" and run["branch"] == started["branch"]
     assert [m["role"] for m in run["messages"]][:3] == ["user", "assistant", "tool"]
-    record = json.loads(git(path, "show", f"{started['branch']}:runs/000/{started['run_id']}.json"))
+    record = json.loads(git(path, "show",
+                            f"{started['branch']}:runs/000/00/{started['run_id']}.json"))
     assert record["status"] == "INTERRUPTED"
     assert git(path, "show", f"{started['branch']}:workdir/half.txt") == "half\n"
     assert len(git(path, "worktree", "list").splitlines()) == 1

@@ -34,7 +34,7 @@ def snapshot(server: Server) -> dict[str, Any]:
 
 
 def run_record(path: Path, run_id: str) -> dict[str, Any]:
-    return json.loads(git(path, "show", f"HEAD:runs/000/{run_id}.json"))
+    return json.loads(git(path, "show", f"HEAD:runs/000/00/{run_id}.json"))
 
 
 def test_sigkill_mid_run_then_restart_and_reindex(server_factory: Any, tmp_path: Path) -> None:

@@ -1,0 +1,61 @@
+"""The context budget (DESIGN §4): what of a branch's messages the model is sent.
+
+The base system prompt, then the newest messages of the branch that fit BRAID_CONTEXT_TOKENS
+(estimated: ~4 characters a token, plus a little per message), cut where no tool result is
+separated from the assistant message that called it, and one system note saying how many
+earlier messages were left out. Nothing is deleted: the full history stays in git. The cost
+follows what is sent, not the length of the chat: the messages are walked from the newest.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+CHARS_PER_TOKEN = 4
+PER_MESSAGE = 4  # role and framing tokens of each message
+
+
+def estimate(msg: dict[str, Any]) -> int:
+    chars = len(msg.get("content") or "")
+    if msg.get("tool_calls"):
+        chars += len(json.dumps(msg["tool_calls"]))
+    return PER_MESSAGE + (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+
+
+def note_text(omitted: int) -> str:
+    word = "message" if omitted == 1 else "messages"
+    return (f"Context budget: the {omitted} earliest {word} of this conversation "
+            "are not shown here (the full history is kept in git).")
+
+
+def fit(parts: Sequence[Sequence[dict[str, Any]]], budget: int, system_tokens: int
+        ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The newest messages of `parts` (the branch's messages in order, as a few lists, so
+    none is copied whole) that fit `budget` tokens with the system prompt, oldest first, and
+    what the call uses: `{tokens, sent_messages, omitted_messages}`."""
+    total = sum(len(p) for p in parts)
+    used = system_tokens + estimate({"content": note_text(total)})
+    kept: list[dict[str, Any]] = []
+    last_user_seen = False
+    for part in reversed(parts):
+        for msg in reversed(part):
+            cost = estimate(msg)
+            # The newest user message always goes (the model must see what it answers).
+            if used + cost > budget and last_user_seen:
+                break
+            kept.append(msg)
+            used += cost
+            last_user_seen = last_user_seen or msg.get("role") == "user"
+        else:
+            continue
+        break
+    kept.reverse()
+    # A tool result whose call was cut off would be rejected by the model API.
+    while kept and kept[0].get("role") == "tool":
+        used -= estimate(kept.pop(0))
+    omitted = total - len(kept)
+    if not omitted:
+        used -= estimate({"content": note_text(total)})
+    return kept, {"tokens": used, "sent_messages": len(kept), "omitted_messages": omitted}

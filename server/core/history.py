@@ -1,0 +1,194 @@
+"""The history layout (DESIGN §3) and the in-memory listings that keep its reads O(change).
+
+`history/AAA/BB/<seq>-<role>-<id>.json` and `runs/AAA/BB/<run_id>.json` (AAA = n // 10000,
+BB = n // 100 % 100): a checkpoint rewrites a few trees of at most 100 entries, however long
+the chat. Sessions written with the earlier layout (`history/NNN/…`, `runs/NNN/…`, 1,000 per
+folder) keep it: a tree's layout is read from the tree itself, so old sessions open, show,
+revert and continue, and every reader here takes both.
+
+A `Listing` is the flat view of one such tree (its leaf folders in order and their entries).
+Moving it to another version of the tree re-reads only the leaf folders that differ, so the
+branch's messages stay in memory with the open session and a new checkpoint costs the
+folders it touched, not the chat. Like every pygit2 object, listings stay on their thread.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pygit2
+
+HISTORY = "history"
+RUNS = "runs"
+LEGACY_SHARD = 1000
+CACHED_LISTINGS = 6
+
+
+def history_path(seq: int, role: str, message_id: str, legacy: bool = False) -> str:
+    if legacy:
+        return f"{HISTORY}/{seq // LEGACY_SHARD:03d}/{seq:06d}-{role}-{message_id}.json"
+    return f"{HISTORY}/{seq // 10000:03d}/{seq // 100 % 100:02d}/{seq:06d}-{role}-{message_id}.json"
+
+
+def run_path(ordinal: int, run_id: str, legacy: bool = False) -> str:
+    if legacy:
+        return f"{RUNS}/{ordinal // LEGACY_SHARD:03d}/{run_id}.json"
+    return f"{RUNS}/{ordinal // 10000:03d}/{ordinal // 100 % 100:02d}/{run_id}.json"
+
+
+def is_legacy(tree: pygit2.Tree | None) -> bool:
+    """A `history/` or `runs/` tree in the earlier layout: its folders hold files directly."""
+    if tree is None:
+        return False
+    for shard in tree:
+        if isinstance(shard, pygit2.Tree):
+            for entry in shard:
+                return not isinstance(entry, pygit2.Tree)
+    return False
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One file of a listed tree: its repo-relative path, its number (a message's seq, a
+    run's ordinal) and its blob."""
+
+    path: str
+    seq: int
+    blob: pygit2.Oid
+    name: str
+
+
+@dataclass
+class Listing:
+    top: str
+    tree_id: pygit2.Oid | None = None
+    legacy: bool = False
+    shards: list[tuple[str, pygit2.Oid]] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    entries: list[Entry] = field(default_factory=list)
+    # Filled on demand: run id → entry index (runs), parsed messages (history).
+    by_stem: dict[str, int] | None = None
+    messages: list[Any] | None = None
+
+    def copy(self) -> Listing:
+        return Listing(self.top, self.tree_id, self.legacy, list(self.shards), list(self.starts),
+                       list(self.entries))
+
+    def next_number(self) -> int:
+        """The next seq (history) or ordinal (runs): after the last entry of the last folder,
+        so the newest folder never holds more than its share."""
+        if not self.shards:
+            return 0
+        if self.top == HISTORY:
+            return self.entries[-1].seq + 1 if self.entries else 0
+        if self.legacy:
+            return len(self.entries)
+        path, _ = self.shards[-1]
+        aaa, bb = path.split("/")[1:3]
+        return int(aaa) * 10000 + int(bb) * 100 + (len(self.entries) - self.starts[-1])
+
+
+def _leaf_shards(tree: pygit2.Tree, prefix: str, depth: int) -> list[tuple[str, pygit2.Oid]]:
+    out: list[tuple[str, pygit2.Oid]] = []
+    for entry in tree:  # git keeps tree entries sorted; the names are zero-padded
+        if not isinstance(entry, pygit2.Tree):
+            continue
+        path = f"{prefix}/{entry.name}"
+        if depth == 1:
+            out.append((path, entry.id))
+        else:
+            out.extend(_leaf_shards(entry, path, depth - 1))
+    return out
+
+
+def _number(top: str, name: str, ordinal: int) -> int:
+    if top == HISTORY:
+        head = name.split("-", 1)[0]
+        return int(head) if head.isdigit() else ordinal
+    return ordinal
+
+
+def move_listing(repo: pygit2.Repository, listing: Listing, tree: pygit2.Tree | None) -> None:
+    """Bring `listing` to `tree` (the top folder at another commit), re-reading only the leaf
+    folders that differ from the ones it holds."""
+    if tree is None:
+        listing.tree_id, listing.shards, listing.starts, listing.entries = None, [], [], []
+        listing.by_stem = listing.messages = None
+        return
+    if listing.tree_id == tree.id:
+        return
+    legacy = is_legacy(tree)
+    shards = _leaf_shards(tree, listing.top, 1 if legacy else 2)
+    keep = 0
+    if legacy == listing.legacy:
+        limit = min(len(shards), len(listing.shards))
+        while keep < limit and shards[keep] == listing.shards[keep]:
+            keep += 1
+    cut = listing.starts[keep] if keep < len(listing.starts) else len(listing.entries)
+    if listing.by_stem is not None:
+        for gone in listing.entries[cut:]:
+            listing.by_stem.pop(gone.name.rsplit(".", 1)[0], None)
+    del listing.entries[cut:]
+    del listing.starts[keep:]
+    for path, oid in shards[keep:]:
+        listing.starts.append(len(listing.entries))
+        for entry in repo[oid]:
+            if isinstance(entry, pygit2.Tree):
+                continue
+            n = len(listing.entries)
+            listing.entries.append(Entry(f"{path}/{entry.name}", _number(listing.top, entry.name,
+                                                                         n), entry.id,
+                                         entry.name))
+    listing.tree_id, listing.legacy, listing.shards = tree.id, legacy, shards
+    if listing.messages is not None:
+        del listing.messages[cut:]
+    if listing.by_stem is not None:
+        for i in range(cut, len(listing.entries)):
+            listing.by_stem[listing.entries[i].name.rsplit(".", 1)[0]] = i
+
+
+class Listings:
+    """A few listings per top folder, most recently used last; a miss moves a copy of the
+    newest one, so switching between a branch and its fork re-reads only what differs."""
+
+    def __init__(self, repo: pygit2.Repository) -> None:
+        self.repo = repo
+        self._by_top: dict[str, OrderedDict[pygit2.Oid | None, Listing]] = {
+            HISTORY: OrderedDict(), RUNS: OrderedDict()}
+
+    def get(self, top: str, tree: pygit2.Tree | None) -> Listing:
+        cache = self._by_top[top]
+        key = tree.id if tree is not None else None
+        hit = cache.get(key)
+        if hit is not None:
+            cache.move_to_end(key)
+            return hit
+        listing = next(reversed(cache.values())).copy() if cache else Listing(top)
+        if cache:
+            newest = next(reversed(cache.values()))
+            listing.messages = list(newest.messages) if newest.messages is not None else None
+            listing.by_stem = dict(newest.by_stem) if newest.by_stem is not None else None
+        move_listing(self.repo, listing, tree)
+        cache[key] = listing
+        while len(cache) > CACHED_LISTINGS:
+            cache.popitem(last=False)
+        return listing
+
+    def messages(self, tree: pygit2.Tree | None, load: Callable[[pygit2.Oid], Any]) -> list[Any]:
+        """The parsed messages of a `history/` tree, oldest first (shared: do not change)."""
+        listing = self.get(HISTORY, tree)
+        if listing.messages is None:
+            listing.messages = []
+        have = len(listing.messages)
+        if have < len(listing.entries):
+            listing.messages.extend(load(e.blob) for e in listing.entries[have:])
+        return listing.messages
+
+    def run_index(self, tree: pygit2.Tree | None) -> tuple[Listing, dict[str, int]]:
+        listing = self.get(RUNS, tree)
+        if listing.by_stem is None:
+            listing.by_stem = {e.name.rsplit(".", 1)[0]: i for i, e in enumerate(listing.entries)}
+        return listing, listing.by_stem

@@ -1,0 +1,77 @@
+"""The context budget (DESIGN §4): the model is sent the newest messages that fit, cut at a
+tool-call-safe boundary, with one note saying how many were left out; git keeps them all."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from conftest import git, new_session, run_turn
+from server.core import context
+from server.core.settings import Settings
+
+FILLER = "lorem ipsum dolor sit amet " * 12  # ~80 tokens a message
+
+
+async def test_a_long_session_sends_only_the_newest_messages_and_a_note(make_braid: Any
+                                                                         ) -> None:
+    braid = await make_braid(context_tokens=2000)
+    sid, path = await new_session(braid)
+    for i in range(40):
+        await run_turn(braid, sid, f"say m{i} {FILLER}")
+    done = await run_turn(braid, sid, "recall")
+    recalled = done["messages"][-1]["content"].split(" | ")
+    assert recalled[-1] == "recall"
+    shown = [r.split(" ", 2)[1] for r in recalled[:-1]]
+    assert 5 < len(shown) < 20  # only the newest fit 2,000 tokens
+    assert shown == [f"m{i}" for i in range(40 - len(shown), 40)]
+    context_used = done["context"]
+    assert context_used["omitted_messages"] == 81 - context_used["sent_messages"]
+    assert context_used["tokens"] <= 2000 and context_used["budget"] == 2000
+
+    notes = await run_turn(braid, sid, "notes")
+    text = notes["messages"][-1]["content"]
+    assert text.startswith("Context budget: the ") and "earliest messages" in text
+    # Nothing was deleted: git holds every message.
+    names = git(path, "ls-tree", "-r", "--name-only", "HEAD", "history/").split()
+    assert len(names) == 2 * 42
+    record_path = f"runs/000/00/{done['run_id']}.json"
+    record = json.loads(git(path, "show", f"HEAD:{record_path}"))
+    assert record["context"] == context_used
+
+
+async def test_a_short_session_sends_everything(braid: Any) -> None:
+    sid, _ = await new_session(braid)
+    await run_turn(braid, sid, "say one")
+    done = await run_turn(braid, sid, "recall")
+    assert done["messages"][-1]["content"] == "say one | recall"
+    assert done["context"]["omitted_messages"] == 0 and done["context"]["budget"] == 32000
+    assert (await run_turn(braid, sid, "notes"))["messages"][-1]["content"] == "no notes"
+
+
+def test_the_cut_never_separates_a_tool_result_from_its_call() -> None:
+    call = {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "c1", "function": {"name": "read_file", "arguments": "{}"}}]}
+    result = {"role": "tool", "tool_call_id": "c1", "content": "x" * 400}
+    history = [{"role": "user", "content": "old " * 200}, call, result,
+               {"role": "assistant", "content": "done"}, {"role": "user", "content": "new"}]
+    budget = context.estimate(result) + 60
+    kept, used = context.fit([history], budget, 10)
+    assert kept and kept[0]["role"] != "tool"
+    assert kept[-1]["content"] == "new"
+    assert used["omitted_messages"] == len(history) - len(kept)
+    # The newest user message is always sent, however small the budget.
+    kept, used = context.fit([history], 1, 10)
+    assert [m["content"] for m in kept] == ["new"] and used["omitted_messages"] == 4
+
+
+def test_the_setting_is_read_from_the_environment() -> None:
+    assert Settings.from_env({}).context_tokens == 32000
+    assert Settings.from_env({"BRAID_CONTEXT_TOKENS": "2000"}).context_tokens == 2000
+    for bad in ("lots", "-5", "12"):
+        try:
+            Settings.from_env({"BRAID_CONTEXT_TOKENS": bad})
+        except ValueError as e:
+            assert "BRAID_CONTEXT_TOKENS" in str(e)
+        else:
+            raise AssertionError(bad)
