@@ -295,6 +295,9 @@ class GitSession:
         base_tree = self.repo[parent].peel(pygit2.Commit).tree if parent else None
         entries: dict[str, tuple[pygit2.Oid, int] | None] = {}
         for rel, content in changes.items():
+            if content is DISK and guarded.left_out(self.path, rel):
+                self._index_pending[rel] = None  # not in the tree: not in the index either
+                continue
             entries[rel] = self._stage_one(rel, content)
         if tree is None:
             tree = self._rebuild(base_tree, _nest(entries))
@@ -316,10 +319,6 @@ class GitSession:
     def _stage_one(self, rel: str, content: Change) -> tuple[pygit2.Oid, int] | None:
         abs_path = self.path / rel
         if content is DISK:
-            if guarded.is_temp(rel.rsplit("/", 1)[-1]) or guarded.behind_link(self.path, rel):
-                # A killed writer's leftover never enters a commit, and a file seen through
-                # a symlinked folder is not in this tree (it may be outside the session).
-                return None
             try:
                 st = os.lstat(abs_path)
             except (FileNotFoundError, NotADirectoryError):  # a file now stands on a parent

@@ -108,8 +108,12 @@ def check(root: Path, rel: str, deleting: Iterable[str] = ()) -> None:
                              {"conflicts": [], "path": rel})
 
 
-def behind_link(root: Path, rel: str) -> bool:
-    """Whether a parent folder of `rel` is a symlink or a file (so `rel` is not in `root`)."""
+def left_out(root: Path, rel: str) -> bool:
+    """Whether a file found on disk at `rel` must stay out of a commit: a killed writer's
+    temporary file, or a file seen through a symlinked folder (not in this tree at all; it
+    may be outside the session)."""
+    if is_temp(rel.rsplit("/", 1)[-1]):
+        return True
     try:
         check(root, rel)
     except (UnsafePath, BadRequest):
