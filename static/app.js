@@ -49,14 +49,49 @@
   document.addEventListener("htmx:wsClose", function () { setConn("reconnecting", "Reconnecting…"); });
   document.addEventListener("htmx:wsError", function () { setConn("reconnecting", "Reconnecting…"); });
 
+  // The composer: the text stays until the server accepts it (a refused send loses
+  // nothing), Send waits while a run goes, and the draft of each session survives a reload.
+  let sending = null;
+  function draftKey() { const app = $("#app"); return app ? "braid.draft." + app.dataset.sessionId : null; }
+  function saveDraft(text) {
+    const key = draftKey();
+    if (!key) return;
+    try { if (text) localStorage.setItem(key, text); else localStorage.removeItem(key); } catch (err) { /* private mode */ }
+  }
+  function isRunning() { const rs = $("#run-state"); return !!rs && rs.dataset.running === "1"; }
+  function syncComposer() {
+    const btn = $("#send-btn");
+    const hint = $("#composer-hint");
+    const running = isRunning();
+    if (btn) {
+      btn.disabled = running || sending !== null;
+      btn.title = running ? "A run is going: Send works when it ends (Esc stops it)" : "Send (Enter)";
+    }
+    if (hint) hint.textContent = running ? "The agent is working. Keep typing; Send works when it ends, Esc stops it." : "";
+  }
   document.addEventListener("htmx:wsAfterSend", function (e) {
     const form = e.target && e.target.closest ? e.target.closest("#composer") : null;
     if (form) {
-      const ta = $("textarea", form);
-      ta.value = "";
-      autosize(ta);
+      sending = $("textarea", form).value;
+      syncComposer();
       scrollToEnd(true);
     }
+  });
+  document.addEventListener("htmx:oobAfterSwap", function (e) {
+    const target = e.detail && e.detail.target;
+    const id = target && target.id;
+    if (id === "composer-ack") {
+      const ack = $("#composer-ack");
+      const ta = $("#composer-text");
+      if (ack && ta && ack.dataset.state === "accepted" && sending !== null) {
+        // Typing that came after the send stays.
+        ta.value = ta.value.indexOf(sending) === 0 ? ta.value.slice(sending.length).replace(/^\n+/, "") : ta.value;
+        saveDraft(ta.value);
+        autosize(ta);
+      }
+      sending = null;
+    }
+    syncComposer();
   });
 
   function autosize(ta) {
@@ -68,12 +103,17 @@
     const ta = e.target;
     if (ta && ta.id === "composer-text" && e.key === "Enter" && !e.shiftKey && !e.isComposing) {
       e.preventDefault();
+      if (isRunning() || sending !== null) { syncComposer(); return; }
+      if (ta.value.trim()) ta.form.requestSubmit();
+    }
+    if (ta && ta.id === "dag-continue-input" && e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
       if (ta.value.trim()) ta.form.requestSubmit();
     }
     if (e.key === "Escape") document.body.classList.remove("sidebar-open");
   });
   document.addEventListener("input", function (e) {
-    if (e.target && e.target.id === "composer-text") autosize(e.target);
+    if (e.target && e.target.id === "composer-text") { autosize(e.target); saveDraft(e.target.value); }
   });
 
   document.addEventListener("click", function (e) {
@@ -111,5 +151,21 @@
     }
   }
 
+  function restoreDraft() {
+    const ta = $("#composer-text");
+    const key = draftKey();
+    if (!ta || !key) return;
+    let draft = null;
+    try { draft = localStorage.getItem(key); } catch (err) { /* private mode */ }
+    if (draft && !ta.value) { ta.value = draft; autosize(ta); }
+    // Ready to type on load (not on touch screens, where it would pop the keyboard up).
+    if (!location.hash && window.matchMedia && window.matchMedia("(pointer: fine)").matches) {
+      ta.focus();
+      ta.setSelectionRange(ta.value.length, ta.value.length);
+    }
+    syncComposer();
+  }
+
   document.addEventListener("DOMContentLoaded", watch);
+  document.addEventListener("DOMContentLoaded", restoreDraft);
 })();

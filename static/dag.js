@@ -67,12 +67,36 @@
       const detail = document.getElementById("dag-detail");
       if (detail) detail.innerHTML = "";
     }
-    if (form.id === "merge-form") {
-      ticked.clear();
-      form.querySelectorAll("input[name=branches]").forEach(function (b) { b.checked = false; });
-      const message = form.querySelector("#merge-message");
-      if (message) message.value = "";
-    }
+  });
+
+  // The ticks and the message stay until the merge is made (a refused merge keeps them, so
+  // picking "take theirs" and pressing Merge again just works).
+  function mergeDone() {
+    const form = document.getElementById("merge-form");
+    ticked.clear();
+    if (!form) return;
+    form.querySelectorAll("input[name=branches]").forEach(function (b) { b.checked = false; });
+    const message = form.querySelector("#merge-message");
+    if (message) message.value = "";
+  }
+
+  // What opens in the panel is brought into view (it may start below the window's end).
+  function reveal(el) {
+    if (!el || !el.firstElementChild) return;
+    el.scrollIntoView({block: "nearest"});
+    const focusable = el.querySelector(".dag-close");
+    if (focusable) focusable.focus({preventScroll: true});
+  }
+
+  document.addEventListener("htmx:oobAfterSwap", function (e) {
+    const target = e.detail && e.detail.target;
+    if (!target) return;
+    if (target.id === "merge-ack") mergeDone();
+    if (target.id === "dag-conflicts") reveal(document.getElementById("dag-conflicts"));
+  });
+  document.addEventListener("htmx:afterSwap", function (e) {
+    const target = e.detail && e.detail.target;
+    if (target && target.id === "dag-detail") reveal(document.getElementById("dag-detail"));
   });
 
   // The graph is redrawn on every dag_changed; keep what the user had ticked.

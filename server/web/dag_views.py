@@ -151,6 +151,11 @@ DAG_EVENTS: dict[str, Any] = {
     "sub_agent_done": sub_agent_done,
     "merged": merged,
 }
-DAG_RESULTS: dict[str, Any] = {"spawn_sub_agent": no_html, "merge_branches": no_html}
+async def merge_done(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    # Tells this tab's merge form to clear its ticks and message (kept while refused).
+    return '<span id="merge-ack" hidden data-state="merged"></span>'
+
+
+DAG_RESULTS: dict[str, Any] = {"spawn_sub_agent": no_html, "merge_branches": merge_done}
 # Error renderers take the frame's `error` object: {code, message, details?}.
 DAG_ERRORS: dict[str, Any] = {"merge_branches": merge_error}

@@ -57,12 +57,26 @@ def blocks(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def segments(turn: dict[str, Any]) -> list[dict[str, Any]]:
+    """A turn as the bubbles it shows: each user message opens a segment (its own bubble),
+    followed by the answer's messages up to the next one. A continued run holds several user
+    messages; `index` is each one's place in the run (for Edit & rerun)."""
+    out = [{"user": turn.get("user"), "index": 0, "parts": []}]
+    for i, msg in enumerate(turn.get("parts") or ()):
+        if msg["role"] == "user":
+            out.append({"user": msg, "index": i + 1, "parts": []})
+        else:
+            out[-1]["parts"].append(msg)
+    return out
+
+
 env.filters["markdown"] = render_markdown
 env.filters["dom_id"] = dom_id
 env.filters["pretty"] = pretty
 env.globals["tool_args"] = tool_args
 env.globals["tool_target"] = tool_target
 env.globals["blocks"] = blocks
+env.globals["segments"] = segments
 
 
 def render(name: str, **ctx: Any) -> str:
