@@ -1,4 +1,4 @@
-"""`braid serve | reindex | user add NAME` (DESIGN §7)."""
+"""`braid serve | reindex | user add NAME | open PATH | export SESSION` (DESIGN §7)."""
 
 from __future__ import annotations
 
@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("name")
     q.add_argument("--data-dir")
     q.set_defaults(fn=user_add)
+    from .cli_project import add_commands
+
+    add_commands(sub, _settings)  # braid open PATH, braid export SESSION --to PATH
     args = parser.parse_args(argv)
     return int(args.fn(args))
 

@@ -20,11 +20,16 @@ if TYPE_CHECKING:
 
 
 
-async def create_session(braid: Braid, user_id: str, title: object = "") -> dict[str, Any]:
+async def create_session(braid: Braid, user_id: str, title: object = "",
+                         source: object = None, model: object = None) -> dict[str, Any]:
     if title is None:
         title = ""
     if not isinstance(title, str):
         raise BadRequest("title must be a string")
+    if source is not None or model is not None:
+        from .importing import import_session  # a session from the user's project
+
+        return await import_session(braid, user_id, source, title, model)
     handle = await braid.store.create(user_id, title)
     await braid.index.upsert_session(handle.meta)
     return {"session_id": handle.session_id, "title": handle.meta["title"]}
@@ -52,6 +57,9 @@ def _describe(git: GitSession, handle: SessionHandle) -> dict[str, Any]:
         "head": str(git.head_oid()),
         "branch": git.branch,
         "branches": [{"name": n, "head": h} for n, h in sorted(branches.items())],
+        # An imported session's source and import summary (skipped files), if any.
+        "source": handle.meta.get("source"),
+        "import": handle.meta.get("import"),
     }
 
 

@@ -22,6 +22,9 @@ class Settings:
     shell: bool = False
     shell_timeout: float = 30.0
     context_tokens: int = 32_000
+    # Folders a session may be imported from (DESIGN §7): the server user's home by default.
+    import_roots: list[Path] = field(default_factory=lambda: [Path.home()])
+    import_max_file: int = 5 * 1024 * 1024
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -45,4 +48,12 @@ class Settings:
             if not tokens.isdigit() or int(tokens) < 100:
                 raise ValueError("BRAID_CONTEXT_TOKENS must be a whole number of at least 100")
             s.context_tokens = int(tokens)
+        if env.get("BRAID_IMPORT_ROOTS"):
+            s.import_roots = [Path(p).expanduser() for p in
+                              env["BRAID_IMPORT_ROOTS"].split(os.pathsep) if p]
+        cap = env.get("BRAID_IMPORT_MAX_FILE", "").strip()
+        if cap:
+            if not cap.isdigit():
+                raise ValueError("BRAID_IMPORT_MAX_FILE must be a whole number of bytes")
+            s.import_max_file = int(cap)
         return s

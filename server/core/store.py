@@ -102,7 +102,11 @@ class SessionStore:
         *,
         forked_from_session_id: str | None = None,
         root_session_id: str | None = None,
+        extra_meta: dict[str, Any] | None = None,
+        build: Callable[[Path, dict[str, Any]], object] = GitSession.create,
     ) -> SessionHandle:
+        """A new session folder made by `build(path, meta)` (an import writes its own first
+        commit); if `build` fails, nothing of the folder is left."""
         if not isinstance(title, str):
             raise BadRequest("title must be a string")
         session_id = new_session_id()
@@ -113,11 +117,12 @@ class SessionStore:
             "created_at": now_iso(),
             "forked_from_session_id": forked_from_session_id,
             "root_session_id": root_session_id or session_id,
+            **(extra_meta or {}),
         }
         path = self.path(session_id)
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(None, GitSession.create, path, meta)
+            await loop.run_in_executor(None, build, path, meta)
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise

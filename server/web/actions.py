@@ -10,6 +10,7 @@ from typing import Any
 from ..core import sessions, turns
 from ..core.braid import Braid
 from .dag_actions import DAG_ACTIONS
+from .import_actions import IMPORT_ACTIONS
 from .revert_actions import REVERT_ACTIONS
 from .session_actions import SESSION_ACTIONS
 from .timetravel_actions import TIMETRAVEL_ACTIONS
@@ -45,5 +46,6 @@ ACTIONS: dict[str, Handler] = {
     **REVERT_ACTIONS,  # list_turn_files, turn_diff, revert_turn, unrevert_turn
     **DAG_ACTIONS,  # spawn_sub_agent, merge_branches, get_dag
     **TIMETRAVEL_ACTIONS,  # continue_run, list_checkpoints, fork_session
+    **IMPORT_ACTIONS,  # export_session, update_from_source
     **SESSION_ACTIONS,  # update_session
 }

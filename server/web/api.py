@@ -45,7 +45,8 @@ def endpoint(fn: Endpoint, status: int = 200) -> Callable[[Request], Awaitable[R
 
 async def create_session(request: Request, user_id: str) -> Any:
     data = await body(request)
-    return await sessions.create_session(request.app.state.braid, user_id, data.get("title"))
+    return await sessions.create_session(request.app.state.braid, user_id, data.get("title"),
+                                         data.get("source"), data.get("model"))
 
 
 async def list_sessions(request: Request, user_id: str) -> Any:

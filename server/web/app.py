@@ -12,12 +12,15 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .. import runinfo
 from ..core.braid import Braid
 from ..core.settings import Settings
 from . import (
     api,
     dag_actions,
     dag_views,
+    import_actions,
+    import_views,
     pages,
     revert_actions,
     session_actions,
@@ -66,6 +69,7 @@ def routes() -> list[Route | WebSocketRoute | Mount]:
         Route("/logout", pages.logout, methods=["POST", "GET"]),
         Route("/sessions", pages.new_session, methods=["POST"]),
         Route("/sessions/list", pages.session_list),
+        Route("/sessions/import", import_views.new_from, methods=["POST"]),
         Route("/s/{session_id}", pages.session_page),
         Route("/api/sessions", api.endpoint(api.create_session, 201), methods=["POST"]),
         Route("/api/sessions", api.endpoint(api.list_sessions), methods=["GET"]),
@@ -96,6 +100,10 @@ def routes() -> list[Route | WebSocketRoute | Mount]:
         Route("/api/sessions/{session_id}/fork", api.endpoint(timetravel_actions.api_fork, 201),
               methods=["POST"]),
         Route("/s/{session_id}/fork", timetravel_actions.fork_page, methods=["POST"]),
+        Route("/api/sessions/{session_id}/export", api.endpoint(import_actions.api_export),
+              methods=["POST"]),
+        Route("/api/sessions/{session_id}/update_from_source",
+              api.endpoint(import_actions.api_update), methods=["POST"]),
         WebSocketRoute("/ws/sessions/{session_id}", session_socket),
         Mount("/static", StaticFiles(directory=str(ROOT / "static")), name="static"),
         Mount("/vendor/htmx", StaticFiles(directory=str(modules / "htmx.org" / "dist"),
@@ -112,6 +120,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         token = await braid.start()
+        runinfo.write(braid.data_dir, settings.host, settings.port)  # for `braid open`
         if settings.token is None:
             host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
             print(f"Braid is running. Open: http://{host}:{settings.port}/login?token={token}",
@@ -119,6 +128,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         try:
             yield
         finally:
+            runinfo.clear(braid.data_dir)
             await braid.stop()
 
     app = Starlette(routes=routes(), middleware=[Middleware(SecurityHeaders)],

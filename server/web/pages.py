@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from starlette.requests import Request
@@ -37,6 +38,14 @@ def order_by_lineage(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _next_page(value: str | None) -> str:
+    """Where a login goes on (`braid open` names the new session): only a session page of
+    this site, never another URL."""
+    if value and re.fullmatch(r"/s/[0-9a-f]{32}", value):
+        return value
+    return "/"
+
+
 async def login(request: Request) -> Response:
     braid = request.app.state.braid
     token = request.query_params.get("token")
@@ -50,7 +59,7 @@ async def login(request: Request) -> Response:
         return templates.TemplateResponse(
             request, "login.html", {"error": "That token is not valid."}, status_code=401
         )
-    response = RedirectResponse("/", status_code=303)
+    response = RedirectResponse(_next_page(request.query_params.get("next")), status_code=303)
     response.set_cookie(COOKIE, token, httponly=True, samesite="lax", max_age=30 * 86400)
     return response
 

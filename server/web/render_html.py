@@ -10,6 +10,7 @@ from markupsafe import escape
 
 from ..core import sessions
 from .dag_views import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, dag_changed, is_sub_agent_run
+from .import_views import IMPORT_ERRORS, IMPORT_RESULTS
 from .render_composer import COMPOSER_ERRORS, COMPOSER_RESULTS
 from .render_revert import REVERT_ERRORS, REVERT_EVENTS, REVERT_RESULTS, files_for
 from .render_session import SESSION_EVENTS, SESSION_RESULTS
@@ -138,11 +139,12 @@ EVENTS: dict[str, Renderer] = {
 }
 
 RESULTS: dict[str, Renderer] = {**REVERT_RESULTS, **DAG_RESULTS, **SESSION_RESULTS,
-                                 **COMPOSER_RESULTS}
+                                 **COMPOSER_RESULTS, **IMPORT_RESULTS}
 
 # Per-action error frames (`error` = {code, message, details?}); the default is a toast.
 ERRORS: dict[str, Callable[[HtmlRenderer, dict[str, Any]], Awaitable[str]]] = {
     **REVERT_ERRORS,
     **DAG_ERRORS,
+    **IMPORT_ERRORS,  # export_session, update_from_source: shown in #export-result
     **COMPOSER_ERRORS,
 }

@@ -1,0 +1,154 @@
+"""A session from the user's own project (DESIGN §4 "Import and export"): the source's files
+become the session's first commit (`Braid-Kind: import`), written as blobs and trees directly
+(no `git add`), and `session.json` names the source and, for git, the base commit.
+
+Everything that can fail (roots, a missing path, a bad ref, a clone) fails before the session
+folder is made or removes it, so a failed import leaves nothing behind."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+from pygit2.enums import FileMode
+
+from .errors import BadRequest
+from .git_session import (
+    SIGNATURE_EMAIL,
+    SIGNATURE_NAME,
+    TRAILER_KIND,
+    WORKDIR,
+    WORKTREES,
+    to_json_bytes,
+)
+from .sources import (
+    OpenedRepo,
+    Snapshot,
+    Source,
+    parse_source,
+    resolve_commit,
+    snapshot_folder,
+    snapshot_git,
+)
+
+if TYPE_CHECKING:
+    from .braid import Braid
+    from .settings import Settings
+
+TRAILER_SOURCE = "Braid-Source"
+TRAILER_SOURCE_COMMIT = "Braid-Source-Commit"
+# The source's files as last brought in (the import, or the last "Update from source"): the
+# base of three-way updates and folder exports. A commit whose tree is the workdir's.
+SOURCE_BASE_REF = "refs/braid/source-base"
+
+
+def import_message(source: Source, snap: Snapshot) -> str:
+    where = source.path_or_url + (f" at {source.ref}" if source.ref else "")
+    lines = [f"Import {where}"[:200], ""]
+    if snap.skipped:
+        lines += [f"Skipped {len(snap.skipped)} file(s):"]
+        lines += [f"  {s['path']} ({s['reason']}, {s['size']} bytes)" for s in snap.skipped[:50]]
+        lines.append("")
+    lines += [f"{TRAILER_KIND}: import", f"{TRAILER_SOURCE}: {source.kind} {source.path_or_url}"]
+    if snap.base_commit:
+        lines.append(f"{TRAILER_SOURCE_COMMIT}: {snap.base_commit}")
+    return "\n".join(lines) + "\n"
+
+
+def take_snapshot(repo: pygit2.Repository, source: Source, settings: Settings,
+                  workdir: Path | None = None) -> Snapshot:
+    """The source's files now, as a tree in `repo` (and files in `workdir`)."""
+    if source.kind == "folder":
+        assert source.local is not None
+        if not source.local.is_dir():
+            raise BadRequest(f"the source folder {source.path_or_url} is gone")
+        return snapshot_folder(repo, source.local, settings.import_max_file, workdir)
+    opened = OpenedRepo(source, settings.data_dir / "tmp")
+    try:
+        commit = resolve_commit(opened.repo, source.ref)
+        return snapshot_git(repo, opened.repo, commit, settings.import_max_file, workdir)
+    finally:
+        opened.close()
+
+
+def check_source_readable(source: Source, settings: Settings) -> None:
+    """Fail early (before any session folder exists) on a repository that cannot be read
+    or a ref it does not have. A URL is checked by the clone itself, later."""
+    if source.kind == "git" and source.local is not None:
+        opened = OpenedRepo(source, settings.data_dir / "tmp")
+        try:
+            resolve_commit(opened.repo, source.ref)
+        finally:
+            opened.close()
+
+
+def set_source_base(repo: pygit2.Repository, tree: pygit2.Oid | None, note: str) -> None:
+    tree = tree or repo.TreeBuilder().write()
+    sig = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL)
+    oid = repo.create_commit(None, sig, sig, note + "\n", tree, [])
+    repo.references.create(SOURCE_BASE_REF, oid, force=True)
+
+
+def refresh_index(repo: pygit2.Repository, path: Path, tree: pygit2.Oid) -> None:
+    """The index = the commit's tree, with stat data filled in by one `git update-index
+    --refresh` pass, so later status checks do not rehash every imported file."""
+    index = repo.index
+    index.read_tree(repo[tree])
+    index.write()
+    subprocess.run(["git", "-C", str(path), "update-index", "-q", "--refresh"],
+                   capture_output=True, check=False)
+
+
+def build_import(path: Path, meta: dict[str, Any], source: Source, settings: Settings
+                 ) -> dict[str, Any]:
+    """Make the session folder at `path` with the import as its first (root) commit."""
+    check_source_readable(source, settings)
+    path.mkdir(parents=True, exist_ok=False)
+    repo = pygit2.init_repository(str(path), bare=False, initial_head="main")
+    (path / WORKDIR).mkdir()
+    exclude = path / ".git" / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    exclude.write_text(f"/{WORKTREES}/\n")
+    snap = take_snapshot(repo, source, settings, path / WORKDIR)
+    meta["source"] = source.meta(snap.base_commit)
+    meta["import"] = snap.summary()
+    if not meta.get("title"):
+        meta["title"] = Path(source.path_or_url.rstrip("/")).name.removesuffix(".git")[:120]
+    data = to_json_bytes(meta)
+    root = repo.TreeBuilder()
+    root.insert("session.json", repo.create_blob(data), FileMode.BLOB)
+    if snap.tree is not None:
+        root.insert(WORKDIR, snap.tree, FileMode.TREE)
+    tree = root.write()
+    sig = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL)
+    repo.create_commit("refs/heads/main", sig, sig, import_message(source, snap), tree, [])
+    # A folder with session.json is a session (store.all_ids): written only once the
+    # commit holds everything, so a crash before leaves no half session the app would list.
+    (path / "session.json").write_bytes(data)
+    set_source_base(repo, snap.tree, f"Source files at import ({source.path_or_url})")
+    refresh_index(repo, path, tree)
+    return meta
+
+
+async def import_session(braid: Braid, user_id: str, raw_source: object, title: str,
+                         model: object = None) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
+    if model is not None:
+        if not isinstance(model, str) or not model.strip():
+            raise BadRequest("model must be a non-empty string")
+        extra["model"] = model.strip()
+    if raw_source is None:  # a plain new session with its model chosen
+        handle = await braid.store.create(user_id, title, extra_meta=extra)
+        await braid.index.upsert_session(handle.meta)
+        return {"session_id": handle.session_id, "title": handle.meta["title"]}
+    source = parse_source(braid.settings, raw_source)
+
+    def build(path: Path, meta: dict[str, Any]) -> None:
+        build_import(path, meta, source, braid.settings)
+
+    handle = await braid.store.create(user_id, title, extra_meta=extra, build=build)
+    await braid.index.upsert_session(handle.meta)
+    return {"session_id": handle.session_id, "title": handle.meta["title"],
+            "source": handle.meta["source"], "import": handle.meta["import"]}

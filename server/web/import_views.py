@@ -1,0 +1,70 @@
+"""The page's side of import/export: the "New session from…" form route and the HTML frames
+for `export_session` / `update_from_source` results and errors (the `#export-result`
+partial, in every case the same one the page includes)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from ..core import sessions
+from ..core.errors import BraidError
+from .auth import origin_allowed, user_of
+from .templating import render
+
+if TYPE_CHECKING:
+    from .render_html import HtmlRenderer
+
+
+def source_of(form: dict[str, str]) -> dict[str, Any]:
+    where = form.get("where", "").strip()
+    ref = form.get("ref", "").strip()
+    if form.get("kind") == "git":
+        return {"git": where, **({"ref": ref} if ref else {})}
+    return {"path": where}
+
+
+async def new_from(request: Request) -> Response:
+    """POST /sessions/import: a session from a folder or a git repository. htmx gets the
+    form back with the error, or an HX-Redirect to the new session."""
+    user_id = user_of(request)
+    if user_id is None:
+        return RedirectResponse("/login", status_code=303)
+    if not origin_allowed(request):
+        return HTMLResponse("cross-site form refused", status_code=403)
+    raw = await request.form()
+    form = {k: str(raw.get(k) or "") for k in ("kind", "where", "ref")}
+    htmx = request.headers.get("hx-request") == "true"
+    try:
+        created = await sessions.create_session(request.app.state.braid, user_id, "",
+                                                source_of(form))
+    except BraidError as e:
+        html = render("_new_from.html", form=form, error=e.message)
+        return HTMLResponse(html, status_code=200 if htmx else 400)
+    url = f"/s/{created['session_id']}"
+    if htmx:
+        return HTMLResponse("", headers={"HX-Redirect": url})
+    return RedirectResponse(url, status_code=303)
+
+
+def _result(result: dict[str, Any]) -> str:
+    return render("_export_result.html", result=result)
+
+
+async def _exported(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    kind = "branch" if "branch" in data else "folder"
+    return _result({**data, "kind": kind})
+
+
+async def _updated(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    return _result({**data, "kind": "update"})
+
+
+async def _failed(r: HtmlRenderer, error: dict[str, Any]) -> str:
+    return _result({"error": error.get("message") or "failed"})
+
+
+IMPORT_RESULTS = {"export_session": _exported, "update_from_source": _updated}
+IMPORT_ERRORS = {"export_session": _failed, "update_from_source": _failed}

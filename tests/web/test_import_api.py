@@ -1,0 +1,209 @@
+"""Import (DESIGN §4 "Import and export", §5 `POST /api/sessions` with `source`) against a real
+server: a folder matches `git ls-files --others --cached --exclude-standard`, a tag matches
+`git archive`, and every bad source is a clear error that creates nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import Server, assert_fsck, git
+
+
+def workdir_files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def make_project(base: Path) -> Path:
+    """A folder as users have them: a .gitignore (with a nested one), node_modules/, build
+    output, a .braidignore, a file over the 5 MB cap, and an untracked file next to
+    committed ones."""
+    src = base / "project"
+    (src / "node_modules" / "left-pad").mkdir(parents=True)
+    (src / "node_modules" / "left-pad" / "index.js").write_text("module.exports = 1\n")
+    (src / "src" / "gen").mkdir(parents=True)
+    (src / ".gitignore").write_text("node_modules/\n*.log\n/dist\n")
+    (src / "src" / ".gitignore").write_text("gen/\n!keep.log\n")
+    (src / "src" / "main.py").write_text("print('hi')\n")
+    (src / "src" / "keep.log").write_text("kept by a negation\n")
+    (src / "src" / "gen" / "out.py").write_text("generated\n")
+    (src / "debug.log").write_text("noise\n")
+    (src / "dist").mkdir()
+    (src / "dist" / "bundle.js").write_text("bundle\n")
+    (src / "README.md").write_text("# project\n")
+    (src / "run.sh").write_text("#!/bin/sh\necho run\n")
+    (src / "run.sh").chmod(0o755)
+    (src / ".braidignore").write_text("secrets.env\n")
+    (src / "secrets.env").write_text("TOKEN=1\n")
+    (src / "big.bin").write_bytes(b"\0" * (6 * 1024 * 1024))
+    git(src, "init", "-q", "-b", "main")
+    git(src, "add", "README.md", "src/main.py")
+    git(src, "-c", "user.name=T", "-c", "user.email=t@x", "commit", "-qm", "first")
+    return src
+
+
+def ls_files(folder: Path) -> list[str]:
+    return sorted(git(folder, "ls-files", "--others", "--cached", "--exclude-standard")
+                  .splitlines())
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> Path:
+    (tmp_path / "roots").mkdir()
+    return tmp_path / "roots"
+
+
+@pytest.fixture
+def srv(server_factory: Any, roots: Path) -> Server:
+    return server_factory(BRAID_IMPORT_ROOTS=str(roots))
+
+
+def test_folder_import_holds_what_git_ls_files_lists(srv: Server, roots: Path) -> None:
+    src = make_project(roots)
+    status, body = srv.api("POST", "/api/sessions", {"source": {"path": str(src)}})
+    assert status == 201, body
+    path = srv.session_path(body["session_id"])
+    expected = [p for p in ls_files(src) if p not in ("big.bin", "secrets.env")]
+    assert "node_modules/left-pad/index.js" not in expected and "src/keep.log" in expected
+    files = workdir_files(path / "workdir")
+    assert sorted(files) == expected
+    assert all(files[p] == (src / p).read_bytes() for p in expected)
+    assert (path / "workdir" / "run.sh").stat().st_mode & 0o100
+    assert body["import"]["skipped"] == [{"path": "big.bin", "size": 6 * 1024 * 1024,
+                                          "reason": "too large"}]
+    assert body["title"] == "project"
+    # The import is the session's first commit; its tree has the same files.
+    log = git(path, "log", "--format=%H %s").splitlines()
+    assert len(log) == 1
+    message = git(path, "log", "-1", "--format=%B")
+    assert "Braid-Kind: import" in message and f"Braid-Source: folder {src}" in message
+    assert "big.bin" in message
+    assert sorted(git(path, "ls-tree", "-r", "--name-only", "HEAD", "workdir/").split()) == \
+        [f"workdir/{p}" for p in expected]
+    assert git(path, "status", "--porcelain") == ""
+    meta = json.loads((path / "session.json").read_text())
+    # The folder is a repository's work tree: its HEAD is the base an export starts from.
+    assert meta["source"] == {"kind": "folder", "path_or_url": str(src),
+                              "base_commit": git(src, "rev-parse", "HEAD").strip()}
+    assert_fsck(path)
+    # The session works as any other: a turn on the imported files.
+    run = srv.run(body["session_id"], "append README.md more")
+    assert run["status"] == "COMPLETED"
+    assert (path / "workdir" / "README.md").read_text() == "# project\nmore\n"
+    assert (src / "README.md").read_text() == "# project\n"  # the source is untouched
+
+
+def test_folder_outside_a_repository_is_listed_by_git_too(srv: Server, roots: Path) -> None:
+    src = roots / "plain"
+    (src / "build").mkdir(parents=True)
+    (src / ".gitignore").write_text("build/\n")
+    (src / "build" / "x.o").write_text("o")
+    (src / "keep.c").write_text("int main;\n")
+    status, body = srv.api("POST", "/api/sessions", {"source": {"path": str(src)},
+                                                    "title": "Mine"})
+    assert status == 201, body
+    assert body["title"] == "Mine" and "base_commit" not in body["source"]
+    files = workdir_files(srv.session_path(body["session_id"]) / "workdir")
+    assert sorted(files) == [".gitignore", "keep.c"]
+
+
+def make_repo(base: Path) -> tuple[Path, Path]:
+    """A work tree with two tagged commits, and a bare clone of it."""
+    work = base / "repo"
+    work.mkdir()
+    git(work, "init", "-q", "-b", "main")
+    (work / "a.txt").write_text("one\n")
+    (work / "lib").mkdir()
+    (work / "lib" / "util.py").write_text("def f():\n    return 1\n")
+    git(work, "add", "-A")
+    git(work, "-c", "user.name=T", "-c", "user.email=t@x", "commit", "-qm", "v1")
+    git(work, "tag", "-a", "v1", "-m", "version 1")
+    (work / "a.txt").write_text("two\n")
+    (work / "b.txt").write_text("new\n")
+    git(work, "add", "-A")
+    git(work, "-c", "user.name=T", "-c", "user.email=t@x", "commit", "-qm", "v2")
+    bare = base / "repo.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(bare)], check=True)
+    return work, bare
+
+
+def archive(repo: Path, ref: str) -> dict[str, bytes]:
+    data = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", ref],
+                          capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers()  # type: ignore
+                if m.isfile()}
+
+
+@pytest.mark.parametrize("how", ["path", "file_url"])
+def test_git_import_at_a_tag_equals_git_archive(srv: Server, roots: Path, how: str) -> None:
+    _, bare = make_repo(roots)
+    where = str(bare) if how == "path" else f"file://{bare}"
+    status, body = srv.api("POST", "/api/sessions", {"source": {"git": where, "ref": "v1"}})
+    assert status == 201, body
+    path = srv.session_path(body["session_id"])
+    assert workdir_files(path / "workdir") == archive(bare, "v1")
+    tag_commit = git(bare, "rev-parse", "v1^{commit}").strip()
+    meta = json.loads((path / "session.json").read_text())
+    assert meta["source"] == {"kind": "git", "path_or_url": str(bare), "ref": "v1",
+                              "base_commit": tag_commit}
+    assert f"Braid-Source-Commit: {tag_commit}" in git(path, "log", "-1", "--format=%B")
+    assert git(path, "status", "--porcelain") == ""
+    assert_fsck(path)
+
+
+def test_git_import_defaults_to_head_of_a_work_tree(srv: Server, roots: Path) -> None:
+    work, _ = make_repo(roots)
+    (work / "dirty.txt").write_text("not committed\n")
+    status, body = srv.api("POST", "/api/sessions", {"source": {"git": str(work)}})
+    assert status == 201, body
+    files = workdir_files(srv.session_path(body["session_id"]) / "workdir")
+    assert files == archive(work, "HEAD")  # the committed tree, not the work tree
+    assert git(work, "status", "--porcelain") == "?? dirty.txt\n"
+
+
+def assert_nothing_created(srv: Server, before: set[str]) -> None:
+    sessions = srv.data_dir / "sessions"
+    assert {p.name for p in sessions.iterdir()} == before
+    assert not list((srv.data_dir / "tmp").glob("*")) if (srv.data_dir / "tmp").exists() \
+        else True
+
+
+def test_bad_sources_are_clear_errors_and_create_nothing(srv: Server, roots: Path,
+                                                         tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (roots / "file.txt").write_text("x")
+    (roots / "link").symlink_to(outside)
+    _, bare = make_repo(roots)
+    before = {p.name for p in (srv.data_dir / "sessions").iterdir()}
+    cases = [
+        ({"path": str(outside)}, 403, "forbidden", "BRAID_IMPORT_ROOTS"),
+        ({"path": str(roots / "link")}, 403, "forbidden", "BRAID_IMPORT_ROOTS"),
+        ({"git": str(outside / "missing.git")}, 403, "forbidden", "BRAID_IMPORT_ROOTS"),
+        ({"path": str(roots / "missing")}, 400, "bad_request", "no such folder"),
+        ({"path": str(roots / "file.txt")}, 400, "bad_request", "is a file"),
+        ({"git": "http://127.0.0.1:9/nothing.git"}, 400, "bad_request", "could not clone"),
+        ({"git": str(roots / "missing.git")}, 400, "bad_request", "no such folder"),
+        ({"git": str(bare), "ref": "v9"}, 400, "bad_request", "no commit"),
+        ({"git": str(roots)}, 400, "bad_request", "not a git repository"),
+        ({"git": "--upload-pack=touch /tmp/x"}, 400, "bad_request", "not a valid"),
+        ({"path": 5}, 400, "bad_request", "source.path"),
+        ({"path": "project"}, 400, "bad_request", "not an absolute path"),
+        ({"path": "a", "git": "b"}, 400, "bad_request", "source must be"),
+        ("folder", 400, "bad_request", "source must be"),
+    ]
+    for source, code, name, words in cases:
+        status, body = srv.api("POST", "/api/sessions", {"source": source})
+        assert status == code, (source, body)
+        assert body["error"]["code"] == name and words in body["error"]["message"], body
+        assert_nothing_created(srv, before)
+    status, listed = srv.api("GET", "/api/sessions")
+    assert {s["session_id"] for s in listed["sessions"]} == before
