@@ -46,6 +46,7 @@ class RunOnBranch:
     branch: str
     tip: pygit2.Commit
     entries: list[Entry]
+    git: GitSession | None = field(default=None, repr=False, compare=False)
     # run_checkpoints(), walked once per view.
     line: tuple[list[tuple[int, pygit2.Commit]], pygit2.Commit] | None = field(
         default=None, repr=False, compare=False)
@@ -67,14 +68,16 @@ def history_entries(git: GitSession, commit: pygit2.Commit,
 
 def run_entries(git: GitSession, commit: pygit2.Commit, run_id: str) -> list[Entry]:
     """The run's messages on the branch at `commit`, oldest first. A run's messages are
-    contiguous, so the scan runs from the end and stops once it has passed them."""
-    found: list[Entry] = []
-    for entry in history_entries(git, commit, newest_first=True):
-        if entry.message.get("run_id") == run_id:
-            found.append(entry)
-        elif found:
-            break
-    return found[::-1]
+    contiguous, so the scan runs from the end (in memory) and stops once it has passed them."""
+    files = git.history_entries(commit)
+    messages = git.history_messages(commit)
+    end = len(messages)
+    while end > 0 and messages[end - 1].get("run_id") != run_id:
+        end -= 1
+    start = end
+    while start > 0 and messages[start - 1].get("run_id") == run_id:
+        start -= 1
+    return [Entry(files[i].path, files[i].seq, messages[i]) for i in range(start, end)]
 
 
 def locate_run(git: GitSession, run_id: str) -> RunOnBranch:
@@ -95,7 +98,8 @@ def locate_run(git: GitSession, run_id: str) -> RunOnBranch:
     if fallback is None:
         raise NotFound(f"no run {run_id}")
     name, tip, path, record = fallback
-    return RunOnBranch(run_id, dict(record), path, name, tip, run_entries(git, tip, run_id))
+    return RunOnBranch(run_id, dict(record), path, name, tip, run_entries(git, tip, run_id),
+                       git=git)
 
 
 def safe_indexes(messages: list[dict[str, Any]]) -> list[int]:
@@ -145,6 +149,37 @@ def run_checkpoints(view: RunOnBranch) -> tuple[list[tuple[int, pygit2.Commit]],
     commit before the run (the newest one that does not hold the run's record yet)."""
     if view.line is not None:
         return view.line
+    if view.git is None:
+        view.line = _walk_checkpoints(view)
+        return view.line
+    repo = view.git.repo
+    oids, end = view.git.lines.get(view.tip.id)
+    # The record is on the line from the run's first commit to the tip: find that commit by
+    # bisection, then read forward over the run's own commits only.
+    lo, hi = 0, end
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if view.record_path in repo[oids[mid]].peel(pygit2.Commit).tree:
+            hi = mid
+        else:
+            lo = mid + 1
+    before = repo[oids[lo - 1] if lo > 0 else oids[lo]].peel(pygit2.Commit)
+    found: list[tuple[int, pygit2.Commit]] = []
+    for i in range(lo, end + 1):
+        commit = repo[oids[i]].peel(pygit2.Commit)
+        info = commit_info(commit)
+        if info.kind not in CHECKPOINT_KINDS or info.message_index is None:
+            continue
+        if info.run_id == view.run_id:
+            found.append((info.message_index, commit))
+        elif info.run_id:
+            break  # a later run's checkpoint: this run's are all behind it
+    view.line = (found[::-1], before)
+    return view.line
+
+
+def _walk_checkpoints(view: RunOnBranch
+                      ) -> tuple[list[tuple[int, pygit2.Commit]], pygit2.Commit]:
     found: list[tuple[int, pygit2.Commit]] = []
     before = view.tip
     for commit in _first_parent_line(view.tip):
@@ -155,8 +190,7 @@ def run_checkpoints(view: RunOnBranch) -> tuple[list[tuple[int, pygit2.Commit]],
         if info.run_id == view.run_id and info.kind in CHECKPOINT_KINDS \
                 and info.message_index is not None:
             found.append((info.message_index, commit))
-    view.line = (found, before)
-    return view.line
+    return found, before
 
 
 def find_checkpoint(git: GitSession, view: RunOnBranch, k: int

@@ -9,18 +9,20 @@ follows what is sent, not the length of the chat: the messages are walked from t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 CHARS_PER_TOKEN = 4
 PER_MESSAGE = 4  # role and framing tokens of each message
+CALL_OVERHEAD = 40  # a tool call's id, type and JSON framing, in characters
 
 
 def estimate(msg: dict[str, Any]) -> int:
     chars = len(msg.get("content") or "")
-    if msg.get("tool_calls"):
-        chars += len(json.dumps(msg["tool_calls"]))
+    for call in msg.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        chars += CALL_OVERHEAD + len(str(fn.get("name") or "")) + len(str(fn.get("arguments")
+                                                                          or ""))
     return PER_MESSAGE + (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
 
 

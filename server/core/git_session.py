@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from pygit2.enums import FileMode, FileStatus
 
 from . import crash, guarded
 from .errors import Conflict, NotFound
-from .history import HISTORY, RUNS, Entry, Listings, history_path, run_path
+from .history import HISTORY, RUNS, Entry, Lines, Listings, history_path, run_path
 from .watch import WATCHERS, Watcher
 
 SIGNATURE_NAME = "Braid"
@@ -115,6 +116,7 @@ class GitSession:
         self._index_pending: dict[str, tuple[pygit2.Oid, int] | None] = {}
         # The history and run listings of recently used trees (see history.py).
         self.listings = Listings(self.repo)
+        self.lines = Lines(self.repo)
         # A file-system watcher on workdir/ (watch.py), opened by the first look.
         self._watch = watch
         self._watcher: Watcher | None = None
@@ -430,7 +432,7 @@ class GitSession:
                 WATCHERS.forget(watcher)
             # Opened before the scan: a change made during it is seen by the next look.
             self._watcher = WATCHERS.open(self.path / WORKDIR, Path(self.repo.path))
-            found = self.dirty_workdir_paths()
+            found = self._scan_workdir()
         else:
             WATCHERS.touch(watcher)
             found = self._differing(candidates | self._carry)
@@ -485,6 +487,40 @@ class GitSession:
         if entry is None:
             return not self.repo.path_is_ignored(f"{WORKDIR}/{rel}")
         return entry.id != oid or entry.filemode != mode
+
+    def _add_all(self) -> None:
+        self.flush_index()
+        done = subprocess.run(["git", "-c", "gc.auto=0", "-C", str(self.path), "add", "-A",
+                               "--", WORKDIR], capture_output=True, text=True)
+        # An empty workdir/ with nothing in the index under it matches no file: no change.
+        if done.returncode != 0 and "did not match any files" not in done.stderr:
+            raise RuntimeError(f"git add failed: {done.stderr.strip()}")
+
+    def _scan_workdir(self) -> list[str]:
+        """Every path under workdir/ that differs from HEAD, found by one `git add -A` over
+        workdir/ (its stat cache makes an unchanged file cost an lstat; a new one is hashed
+        once and staged with its stat data, ready for `commit_workdir`)."""
+        self._add_all()
+        index = self.repo.index
+        index.read(True)
+        diff = index.diff_to_tree(self.head_commit().tree)
+        out = set()
+        for delta in diff.deltas:
+            for rel in (delta.old_file.path, delta.new_file.path):
+                if rel.startswith(f"{WORKDIR}/"):
+                    out.add(rel)
+        return sorted(out)
+
+    def commit_workdir(self, *, summary: str, kind: str) -> pygit2.Oid:
+        """Commit everything that differs under workdir/ at once from what `git add -A`
+        staged: a first snapshot of a big folder costs what `git add -A && git commit`
+        costs, not a loose write and an index insert per file."""
+        self._add_all()
+        index = self.repo.index
+        index.read(True)
+        tree = index.write_tree()
+        self._carry = set()
+        return self.write_checkpoint({}, summary=summary, kind=kind, tree=tree)
 
     def close(self) -> None:
         if self._watcher is not None:

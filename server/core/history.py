@@ -192,3 +192,53 @@ class Listings:
         if listing.by_stem is None:
             listing.by_stem = {e.name.rsplit(".", 1)[0]: i for i, e in enumerate(listing.entries)}
         return listing, listing.by_stem
+
+
+@dataclass
+class _Line:
+    oids: list[pygit2.Oid]
+    pos: dict[pygit2.Oid, int]
+
+
+class Lines:
+    """First-parent lines of branches, oldest commit first, kept in memory: a line is walked
+    once, then only its new commits (a moved tip walks back until a commit it knows)."""
+
+    KEEP = 8
+
+    def __init__(self, repo: pygit2.Repository) -> None:
+        self.repo = repo
+        self._lines: list[_Line] = []
+
+    def get(self, tip: pygit2.Oid) -> tuple[list[pygit2.Oid], int]:
+        """The line ending at `tip` as (commit ids, index of `tip`). Shared: do not change."""
+        for line in self._lines:
+            at = line.pos.get(tip)
+            if at is not None:
+                return line.oids, at
+        walked: list[pygit2.Oid] = []
+        base: tuple[_Line, int] | None = None
+        oid: pygit2.Oid | None = tip
+        while oid is not None:
+            hit = next(((ln, ln.pos[oid]) for ln in self._lines if oid in ln.pos), None)
+            if hit is not None:
+                base = hit
+                break
+            walked.append(oid)
+            parents = self.repo[oid].parent_ids
+            oid = parents[0] if parents else None
+        walked.reverse()
+        if base is not None and base[1] == len(base[0].oids) - 1:
+            line = base[0]  # the tip moved on: extend the line in place
+        elif base is not None:
+            kept = base[0].oids[:base[1] + 1]
+            line = _Line(kept, {o: i for i, o in enumerate(kept)})
+            self._lines.append(line)
+        else:
+            line = _Line([], {})
+            self._lines.append(line)
+        for oid in walked:
+            line.pos[oid] = len(line.oids)
+            line.oids.append(oid)
+        del self._lines[:-self.KEEP]
+        return line.oids, len(line.oids) - 1

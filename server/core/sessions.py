@@ -7,12 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
+from .checkpoints import run_entries
 from .errors import BadRequest, Busy, NotFound
 from .git_session import GitSession
 from .ids import is_message_id
 from .lineage import attach_siblings
 from .turn_changes import annotate_turns
 from .turns import FINAL, snapshot_user_edits, start_turn
+
+PAGE_TURNS = 30  # the transcript shows the newest turns; older ones load on scroll-up
 
 if TYPE_CHECKING:
     from .braid import Braid
@@ -98,7 +101,7 @@ def read_run(git: GitSession, run_id: str) -> dict[str, Any]:
     if path is None:
         raise NotFound(f"no run {run_id}")
     run = dict(git.read_json(commit, path))
-    run["messages"] = [dict(m) for m in git.iter_history(commit) if m.get("run_id") == run_id]
+    run["messages"] = [dict(e.message) for e in run_entries(git, commit, run_id)]
     return run
 
 
@@ -134,18 +137,79 @@ def build_turns(messages: list[dict[str, Any]], runs: dict[str, dict[str, Any]])
     return items
 
 
-def transcript_at(git: GitSession, commit: pygit2.Commit | None = None) -> dict[str, Any]:
+def page_start(messages: list[dict[str, Any]], end: int, limit: int) -> int:
+    """Where the newest `limit` items (turns and notes, as `build_turns` groups them) before
+    message `end` begin. Walks back from `end` only, so a page costs what it shows."""
+    items = 0
+    current: object = _START
+    i = end
+    while i > 0:
+        msg = messages[i - 1]
+        if msg["role"] == "system":
+            new, current = True, _NOTE
+        else:
+            new = current in (_START, _NOTE) or msg.get("run_id") != current
+            current = msg.get("run_id")
+        if new:
+            if items == limit:
+                break
+            items += 1
+        i -= 1
+    return i
+
+
+_START, _NOTE = object(), object()
+
+
+def transcript_at(git: GitSession, commit: pygit2.Commit | None = None, *,
+                  limit: int | None = PAGE_TURNS, before: int | None = None) -> dict[str, Any]:
+    """The newest `limit` turns of the branch at `commit` (all when None) before its message
+    `before` (the end when None): the page shows these and loads older ones on scroll."""
     commit = commit or git.head_commit()
-    runs = {r["run_id"]: r for r in git.iter_runs(commit)}
-    messages = list(git.iter_history(commit))
-    items = build_turns(messages, runs)
+    messages = git.history_messages(commit)
+    end = len(messages) if before is None else min(before, len(messages))
+    start = page_start(messages, end, limit) if limit is not None else 0
+    shown = messages[start:end]
+    runs: dict[str, dict[str, Any]] = {}
+    for run_id in {m.get("run_id") for m in shown}:
+        path = git.find_run_path(run_id, commit) if run_id else None
+        if path is not None:
+            runs[run_id] = git.read_json(commit, path)
+    items = build_turns(shown, runs)
     annotate_turns(git, commit, items)  # each turn's file chips, all in one walk
-    return {"commit_id": str(commit.id), "turns": items}
+    return {"commit_id": str(commit.id), "turns": items, "start": start, "has_more": start > 0,
+            "total": len(messages)}
 
 
-async def transcript(braid: Braid, user_id: str, session_id: object) -> dict[str, Any]:
+def _page_params(before: object, commit: object) -> tuple[int | None, str | None]:
+    if before is not None and before != "":
+        if isinstance(before, str) and before.isdigit():
+            before = int(before)
+        if not isinstance(before, int) or isinstance(before, bool) or before < 0:
+            raise BadRequest("before must be a message number")
+    else:
+        before = None
+    if commit is not None and commit != "":
+        if not isinstance(commit, str) or len(commit) != 40 or \
+                any(c not in "0123456789abcdef" for c in commit):
+            raise BadRequest("commit must be a commit id")
+    else:
+        commit = None
+    return before, commit
+
+
+async def transcript(braid: Braid, user_id: str, session_id: object, *, before: object = None,
+                     commit: object = None) -> dict[str, Any]:
+    """The page's transcript: the newest turns of the branch shown, or (`before`, `commit`)
+    the ones before message `before` of that commit's branch."""
     handle = braid.store.get_owned(user_id, session_id)
-    view = await handle.call(lambda git: transcript_at(git))
+    at, rev = _page_params(before, commit)
+
+    def work(git: GitSession) -> dict[str, Any]:
+        return transcript_at(git, git.commit(rev) if rev else None, before=at)
+
+    view = await handle.call(work)
+    view["session_id"] = handle.session_id
     # The `‹ 2/3 ›` switcher: which turns have sibling runs (forks) and where they live.
     attach_siblings(view["turns"], await braid.index.list_runs(handle.session_id))
     return view

@@ -32,6 +32,7 @@ SYSTEM_PROMPT = (
 )
 MAX_BATCHES = 40
 DEFAULT_CONTEXT_TOKENS = 32_000
+BULK_EDITS = 300
 MAX_TEXT = 100_000
 FINAL = ("COMPLETED", "ERROR", "CANCELLED", "INTERRUPTED", "REGENERATED")
 
@@ -115,9 +116,10 @@ def snapshot_user_edits(git: GitSession) -> str | None:
         return None
     listed = ", ".join(p[len(WORKDIR) + 1:] for p in dirty[:5])
     more = f" and {len(dirty) - 5} more" if len(dirty) > 5 else ""
-    oid = git.write_checkpoint(
-        {p: DISK for p in dirty}, summary=f"User edits: {listed}{more}", kind="user-edit"
-    )
+    summary = f"User edits: {listed}{more}"
+    if len(dirty) > BULK_EDITS:  # a folder dropped in: one `git add -A`, as git would
+        return str(git.commit_workdir(summary=summary, kind="user-edit"))
+    oid = git.write_checkpoint({p: DISK for p in dirty}, summary=summary, kind="user-edit")
     return str(oid)
 
 

@@ -25,6 +25,7 @@ from . import (
     revert_actions,
     session_actions,
     timetravel_actions,
+    transcript_pages,
 )
 from .templating import ROOT
 from .ws import session_socket
@@ -85,6 +86,7 @@ def routes() -> list[Route | WebSocketRoute | Mount]:
         Route("/api/sessions/{session_id}/merge", api.endpoint(dag_actions.api_merge),
               methods=["POST"]),
         Route("/s/{session_id}/dag", dag_views.dag_fragment),
+        Route("/s/{session_id}/turns", transcript_pages.older_turns),
         Route("/s/{session_id}/dag/node/{commit_id}", dag_views.node_fragment),
         Route("/api/runs/{run_id}", api.endpoint(api.get_run)),
         Route("/api/turns/{turn_id}/files", api.endpoint(revert_actions.api_turn_files)),

@@ -1,0 +1,31 @@
+"""The transcript's older turns (DESIGN §8): the page shows the newest turns of the branch and
+loads older ones as the user scrolls up, so its size does not grow with the chat."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from ..core import sessions
+from ..core.errors import BadRequest, NotFound
+from .auth import user_of
+from .templating import render
+
+
+async def older_turns(request: Request) -> Response:
+    """`GET /s/{id}/turns?before=N`: the turns before the branch's message N, under the
+    marker that loads the ones before them."""
+    braid = request.app.state.braid
+    user_id = user_of(request)
+    if user_id is None:
+        return HTMLResponse("", status_code=401)
+    try:
+        view = await sessions.transcript(braid, user_id, request.path_params["session_id"],
+                                         before=request.query_params.get("before"),
+                                         commit=request.query_params.get("commit"))
+    except NotFound:
+        return HTMLResponse("", status_code=404)
+    except BadRequest as e:
+        return HTMLResponse(e.message, status_code=400)
+    html = render("_older_turns.html", transcript=view) if view["has_more"] else ""
+    return HTMLResponse(html + render("_transcript_items.html", transcript=view))

@@ -1,0 +1,83 @@
+"""User edits are found in O(changed files) by the session's file watcher (watch.py), with a
+full scan at the first look or when the watcher cannot answer; only under workdir/."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+from conftest import git, new_session, run_turn
+from server.core.watch import WATCHERS
+
+
+def changed(path: Any, rev: str) -> list[str]:
+    return sorted(git(path, "diff-tree", "--no-commit-id", "--name-only", "-r", rev).split())
+
+
+def kind(path: Any, rev: str) -> str:
+    return git(path, "log", "-1", "--format=%B", rev).split("Braid-Kind: ")[1].split()[0]
+
+
+async def test_edits_between_turns_are_committed_as_user_edit(braid: Any) -> None:
+    sid, path = await new_session(braid)
+    work = path / "workdir"
+    (work / "keep").mkdir()
+    for i in range(5):
+        (work / "keep" / f"f{i}.txt").write_text(f"{i}\n")
+    await run_turn(braid, sid, "say first")  # the first look: a full scan
+    assert kind(path, "HEAD~1") == "user-edit"
+    assert changed(path, "HEAD~1") == [f"workdir/keep/f{i}.txt" for i in range(5)]
+    handle = braid.store.get(sid)
+    assert await handle.call(lambda g: g._watcher is not None and not g._watcher.closed)
+
+    # Watched from now on: a change, a deletion, a new nested folder, an executable bit.
+    (work / "keep" / "f1.txt").write_text("changed\n")
+    (work / "keep" / "f2.txt").unlink()
+    os.makedirs(work / "new" / "deep")
+    (work / "new" / "deep" / "x.txt").write_text("x\n")
+    os.chmod(work / "keep" / "f3.txt", 0o755)
+    (path / "outside.txt").write_text("not in workdir\n")
+    done = await run_turn(braid, sid, "write a.txt agent")
+    assert done["status"] == "COMPLETED"
+    assert kind(path, "HEAD~2") == "user-edit"
+    assert changed(path, "HEAD~2") == ["workdir/keep/f1.txt", "workdir/keep/f2.txt",
+                                       "workdir/keep/f3.txt", "workdir/new/deep/x.txt"]
+    assert git(path, "status", "--porcelain") == "?? outside.txt\n"
+    (path / "outside.txt").unlink()
+
+    # The agent's own writes are not user edits; a folder removed is.
+    shutil.rmtree(work / "new")
+    await run_turn(braid, sid, "say again")
+    assert kind(path, "HEAD~1") == "user-edit"
+    assert changed(path, "HEAD~1") == ["workdir/new/deep/x.txt"]
+    await run_turn(braid, sid, "say nothing changed")
+    assert kind(path, "HEAD~1") == "turn"  # no user edit between these two turns
+    assert git(path, "status", "--porcelain") == ""
+
+
+async def test_a_closed_watcher_falls_back_on_a_full_scan(braid: Any) -> None:
+    sid, path = await new_session(braid)
+    await run_turn(braid, sid, "say first")
+    handle = braid.store.get(sid)
+    watcher = await handle.call(lambda g: g._watcher)
+    WATCHERS.forget(watcher)  # as when more sessions are open than watchers are kept
+    (path / "workdir" / "late.txt").write_text("edited while unwatched\n")
+    await run_turn(braid, sid, "say second")
+    assert kind(path, "HEAD~1") == "user-edit"
+    assert changed(path, "HEAD~1") == ["workdir/late.txt"]
+    assert await handle.call(lambda g: g._watcher is not watcher)
+    assert git(path, "status", "--porcelain") == ""
+
+
+async def test_many_files_dropped_in_are_one_user_edit(braid: Any) -> None:
+    sid, path = await new_session(braid)
+    await run_turn(braid, sid, "say first")
+    for i in range(400):
+        d = path / "workdir" / "lib" / f"m{i // 100}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i}.py").write_text(f"x = {i}\n")
+    await run_turn(braid, sid, "say after")
+    assert kind(path, "HEAD~1") == "user-edit"
+    assert len(changed(path, "HEAD~1")) == 400
+    assert git(path, "status", "--porcelain") == ""
