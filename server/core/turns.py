@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import context, crash, guarded, names
+from . import context, crash, guarded, names, proctree
 from .errors import BadRequest, Busy, NotFound
 from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
 from .ids import new_message_id, now_iso
@@ -327,6 +327,8 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
         if task is not None:
             task.uncancel()
         status = "INTERRUPTED" if active.stop_reason == "shutdown" else "CANCELLED"
+        # A shell command of this turn still running on the session thread dies with it.
+        proctree.kill_under(handle.path / WORKDIR)
     except ModelError as e:  # already logged by the client, with the server named
         status, error = "ERROR", e.message
         if e.partial is not None and e.partial.usage:
