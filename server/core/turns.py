@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -171,7 +172,10 @@ def write_pending_to_disk(git: GitSession, ctx: TurnContext) -> None:
     for rel, data in files.items():
         path = git.path / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        # Replaced, never changed in place: a fork hard-links its source's history files.
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
 
 
 def checkpoint(git: GitSession, ctx: TurnContext, kind: str, summary: str) -> str:
