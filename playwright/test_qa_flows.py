@@ -24,7 +24,7 @@ def test_a_restart_mid_run_leaves_no_stale_stop_button(page: Page, server_factor
     page.goto(f"{srv.base_url}/s/{sid}")
     conn = page.locator("#conn")
     expect(conn).to_have_attribute("data-state", "open", timeout=TIMEOUT)
-    page.fill("#composer-text", "slow 200\nsay one two three four five six seven eight")
+    page.fill("#composer-text", "slow 400\nsay one two three four five six seven eight")
     page.press("#composer-text", "Enter")
     turn = page.locator("#transcript > section.turn").last
     expect(turn.locator(".live span").first).to_be_attached(timeout=TIMEOUT)  # streaming

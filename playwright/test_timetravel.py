@@ -132,7 +132,7 @@ def test_resume_an_interrupted_run_in_place(page: Page, server_factory: Any) -> 
     sid = first.new_session()
     ws = first.socket(sid)
     try:
-        run_id = ws.call("send_message", text="slow 100\nsay one two three four five six")[
+        run_id = ws.call("send_message", text="slow 400\nsay one two three four five six")[
             "data"]["run_id"]
         ws.event("message_delta")
     finally:

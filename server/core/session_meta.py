@@ -95,6 +95,10 @@ async def update_session(braid: Braid, user_id: str, session_id: object,
 
     handle = braid.store.get_owned(user_id, session_id)
     changes = parse_update(params)
+    if changes.get("model"):
+        from .model_choice import check_model
+
+        check_model(braid, changes["model"])  # names an endpoint Braid knows
     if changes:
         meta = dict(handle.meta)
         for key, value in changes.items():

@@ -73,6 +73,11 @@ async def session_info(braid: Braid, user_id: str, session_id: object) -> dict[s
     info["runs"] = [_run_row(r) for r in runs]
     live = {a.branch: a.run_id for a in braid.runs.for_session(handle.session_id)}
     info["running"] = live
+    from .model_choice import current
+
+    now = current(braid, handle)
+    # `model` is the session's choice (None: the default); this is what its turns use.
+    info["model_in_use"], info["endpoint"] = now["ref"], now["endpoint"]
     return info
 
 

@@ -21,6 +21,10 @@ class Settings:
     checkpoint: str = "tool-batch"
     shell: bool = False
     shell_timeout: float = 30.0
+    model_timeout: float = 120.0  # seconds between streamed chunks
+    model_retries: int = 2  # retries of a request that failed before streaming
+    endpoints_file: Path | None = None
+    tool_choice: str | None = None  # the default endpoint's (see endpoints.py)
     context_tokens: int = 32_000
     # Folders a session may be imported from (DESIGN §7): the server user's home by default.
     import_roots: list[Path] = field(default_factory=lambda: [Path.home()])
@@ -42,6 +46,11 @@ class Settings:
         if mode not in CHECKPOINT_MODES:
             raise ValueError(f"BRAID_CHECKPOINT must be one of {', '.join(CHECKPOINT_MODES)}")
         s.checkpoint = mode
+        s.model_timeout = _number(env, "BRAID_MODEL_TIMEOUT", s.model_timeout)
+        s.model_retries = int(_number(env, "BRAID_MODEL_RETRIES", s.model_retries))
+        if env.get("BRAID_ENDPOINTS"):
+            s.endpoints_file = Path(env["BRAID_ENDPOINTS"]).expanduser()
+        s.tool_choice = env.get("BRAID_TOOL_CHOICE") or None
         s.shell = env.get("BRAID_SHELL", "off").lower() in ("on", "1", "true", "yes")
         tokens = env.get("BRAID_CONTEXT_TOKENS", "").strip()
         if tokens:
@@ -57,3 +66,16 @@ class Settings:
                 raise ValueError("BRAID_IMPORT_MAX_FILE must be a whole number of bytes")
             s.import_max_file = int(cap)
         return s
+
+
+def _number(env: dict[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, not {raw!r}") from None
+    if value < 0 or value != value:
+        raise ValueError(f"{name} must not be negative")
+    return value

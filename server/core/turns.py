@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,8 @@ from . import context
 from .errors import BadRequest, Busy, NotFound
 from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
 from .ids import new_message_id, now_iso
+from .model_client import ModelError
+from .model_messages import arguments_error, to_model
 from .tools import Workspace
 
 if TYPE_CHECKING:
@@ -29,6 +32,7 @@ SYSTEM_PROMPT = (
     "enabled); paths are relative to the workdir. Every turn is checkpointed in git, so the "
     "user can revert what you did. Answer concisely in Markdown."
 )
+log = logging.getLogger("braid")
 MAX_BATCHES = 40
 DEFAULT_CONTEXT_TOKENS = 32_000
 BULK_EDITS = 300
@@ -194,25 +198,17 @@ def checkpoint(git: GitSession, ctx: TurnContext, kind: str, summary: str) -> st
     return str(oid)
 
 
-def model_messages(ctx: TurnContext, budget: int = DEFAULT_CONTEXT_TOKENS
-                   ) -> list[dict[str, Any]]:
+def model_messages(ctx: TurnContext, budget: int = DEFAULT_CONTEXT_TOKENS,
+                   send_reasoning: bool = False) -> list[dict[str, Any]]:
     """What the model is sent: the base prompt, then only this branch's messages, the newest
-    that fit the context budget (context.py); the run record keeps what the call used."""
-    out: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
+    that fit the context budget (context.py), shaped so every server accepts them
+    (model_messages.py); the run record keeps what the call used."""
     sent, used = context.fit((ctx.prior, ctx.messages), budget,
                              context.estimate({"content": SYSTEM_PROMPT}))
     ctx.run["context"] = dict(used, budget=budget)
+    out = to_model(sent, SYSTEM_PROMPT, send_reasoning)
     if used["omitted_messages"]:
-        out.append({"role": "system", "content": context.note_text(used["omitted_messages"])})
-    for msg in sent:
-        item: dict[str, Any] = {"role": msg["role"], "content": msg.get("content") or ""}
-        if msg.get("tool_calls"):
-            item["tool_calls"] = msg["tool_calls"]
-            if not msg.get("content"):
-                item["content"] = None
-        if msg["role"] == "tool":
-            item["tool_call_id"] = msg.get("tool_call_id", "")
-        out.append(item)
+        out.insert(1, {"role": "system", "content": context.note_text(used["omitted_messages"])})
     return out
 
 
@@ -254,7 +250,8 @@ async def launch(
     """Start driving a prepared turn in the background."""
     active.run_id = ctx.run_id
     active.ctx = ctx
-    ctx.run["model"] = braid.model.model
+    endpoint, model = braid.model.resolve(handle.meta.get("model"), handle.meta.get("endpoint"))
+    ctx.run["model"], ctx.run["endpoint"] = model, endpoint.name
     await braid.index.upsert_run(handle.session_id, ctx.run)
     await braid.index.upsert_session(handle.meta, ctx.run["updated_at"])
     braid.bus.publish(handle.session_id, "run_started", {
@@ -275,28 +272,39 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
     partial = ""
     mode = braid.settings.checkpoint
     tools = Workspace.schemas(braid.settings.shell)
+    endpoint, model = braid.model.resolve(ctx.run.get("model"), ctx.run.get("endpoint"))
     try:
-        for _ in range(MAX_BATCHES):
+        for batch in range(MAX_BATCHES):
             msg_id = ctx.run_id if not any(m["role"] == "assistant" for m in ctx.messages) \
                 else new_message_id()
             partial = ""
             reply = None
-            sent = model_messages(ctx, braid.settings.context_tokens)
-            async for kind, value in braid.model.stream(sent, tools):
+            # A forced tool choice holds for a turn's first call only: forced after the
+            # tool's result too, the model could never give its answer.
+            choice = (endpoint.tool_choice or None) if batch == 0 else None
+            sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning)
+            stream = braid.model.stream(sent, tools, model=model, endpoint=endpoint.name,
+                                        tool_choice=choice)
+            async for kind, value in stream:
                 if kind == "delta":
                     partial += value
                     active.partial = partial
                     braid.bus.publish(sid, "message_delta", {
                         "run_id": ctx.run_id, "message_id": msg_id, "delta": value})
-                else:
+                elif kind == "reply":
                     reply = value
             assert reply is not None
             _add_usage(ctx.run, reply.usage)
-            msg = new_message("assistant", ctx.run_id, reply.content or None,
-                              tool_calls=reply.tool_calls or None)
+            msg = new_message("assistant", ctx.run_id, reply.content,
+                              tool_calls=reply.tool_calls or None,
+                              reasoning=reply.reasoning or None,
+                              finish_reason=reply.finish_reason, usage=reply.usage or None)
             msg["id"] = msg_id
             partial = active.partial = ""
             add_message(ctx, msg)
+            if reply.finish_reason == "length":
+                ctx.run["warning"] = ("the answer was cut off: the model reached its token "
+                                      "limit (finish_reason: length)")
             if not reply.tool_calls:
                 break
             for call in reply.tool_calls:
@@ -316,8 +324,13 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
         if task is not None:
             task.uncancel()
         status = "INTERRUPTED" if active.stop_reason == "shutdown" else "CANCELLED"
-    except Exception as e:  # noqa: BLE001 - any model or tool failure ends the run ERROR
+    except ModelError as e:  # already logged by the client, with the server named
+        status, error = "ERROR", e.message
+        if e.partial is not None and e.partial.usage:
+            _add_usage(ctx.run, e.partial.usage)
+    except Exception as e:  # noqa: BLE001 - any tool failure ends the run ERROR
         status, error = "ERROR", _error_text(e)
+        log.warning("run %s of session %s failed: %s", ctx.run_id, sid, error)
     if partial:
         add_message(ctx, new_message("assistant", ctx.run_id, partial, partial=True))
     await _finish(braid, ctx, active, status, error)
@@ -386,7 +399,9 @@ def run_tool(braid: Braid, git: GitSession, ctx: TurnContext, call: dict[str, An
     workspace = Workspace(git.path / WORKDIR, before_write=before_write,
                           shell_enabled=braid.settings.shell,
                           shell_timeout=braid.settings.shell_timeout)
-    result = workspace.execute(name, fn.get("arguments") or "{}")
+    bad_args = arguments_error(fn.get("arguments"))
+    result = _error_result(bad_args) if bad_args else \
+        workspace.execute(name, fn.get("arguments") or "{}")
     ctx.changed.update(result.changed)
     if name == "shell":
         # A shell command may change anything: found by one status scan, after it ran.
@@ -401,10 +416,19 @@ def run_tool(braid: Braid, git: GitSession, ctx: TurnContext, call: dict[str, An
     return msg
 
 
-def _add_usage(run: dict[str, Any], usage: dict[str, int]) -> None:
+def _error_result(text: str) -> Any:
+    from .tools import ToolResult
+
+    return ToolResult(text, is_error=True)
+
+
+def _add_usage(run: dict[str, Any], usage: dict[str, Any]) -> None:
     total = run.setdefault("usage", {})
     for key, value in usage.items():
-        total[key] = int(total.get(key, 0)) + int(value)
+        if key == "estimated":
+            total["estimated"] = bool(total.get("estimated")) or bool(value)
+        elif isinstance(value, int | float):
+            total[key] = int(total.get(key, 0)) + int(value)
 
 
 def _batch_summary(reply: Any) -> str:

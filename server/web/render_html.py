@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from markupsafe import escape
 
 from ..core import sessions
+from . import model_actions
 from .dag_views import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, dag_changed, is_sub_agent_run
 from .import_views import IMPORT_ERRORS, IMPORT_RESULTS
 from .render_composer import COMPOSER_ERRORS, COMPOSER_RESULTS
@@ -113,7 +114,7 @@ async def _run_done(r: HtmlRenderer, data: dict[str, Any]) -> str:
     html += await r.run_state()
     if data.get("error"):
         html += r.toast(f"Run failed: {data['error']}")
-    return html
+    return html + await model_actions.session_tokens(r)
 
 
 async def _session_changed(r: HtmlRenderer, data: dict[str, Any]) -> str:

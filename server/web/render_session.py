@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..core import sessions
+from . import model_actions
 from .templating import render
 
 if TYPE_CHECKING:
@@ -22,9 +23,11 @@ async def archived_list(r: HtmlRenderer) -> str:
 
 async def _session_updated(r: HtmlRenderer, data: dict[str, Any]) -> str:
     info = await sessions.session_info(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
+    picker = await model_actions.picker_html(r.ctx.braid, r.ctx.user_id, r.ctx.session_id) \
+        if "model" in (data.get("changes") or ()) else ""
     return (render("_title.html", title=info.get("title"))
             + render("_session_menu.html", session=info)
-            + await r.session_list() + await archived_list(r))
+            + await r.session_list() + await archived_list(r) + picker)
 
 
 async def _session_deleted(r: HtmlRenderer, data: dict[str, Any]) -> str:

@@ -50,8 +50,14 @@ def blocks(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         if msg["role"] != "assistant":
             continue
+        if msg.get("reasoning"):  # DeepSeek/Qwen-style thinking: shown folded
+            out.append({"kind": "reasoning", "text": msg["reasoning"]})
         if msg.get("content"):
-            out.append({"kind": "text", "text": msg["content"], "partial": msg.get("partial")})
+            # A draft a broken stream left, answered again after a resume: folded away.
+            superseded = bool(msg.get("partial")) and any(
+                m["role"] == "assistant" and not m.get("partial") for m in parts[i + 1:])
+            out.append({"kind": "text", "text": msg["content"], "partial": msg.get("partial"),
+                        "superseded": superseded})
         for call in msg.get("tool_calls") or ():
             out.append({"kind": "tool", "call": call, "result": results.get(call.get("id"))})
     return out

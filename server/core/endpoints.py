@@ -1,0 +1,154 @@
+"""Model endpoints: the embedded demo model, the default OpenAI-compatible endpoint
+(`OPENAI_BASE_URL`, `OPENAI_API_KEY`, `BRAID_MODEL`), and any named in `BRAID_ENDPOINTS`,
+a JSON or TOML file, so a local server and a hosted one can be used side by side:
+
+    [[endpoints]]                       # TOML; JSON: {"endpoints": [{...}, ...]} or [{...}]
+    name = "local"                      # how the page and session.json name it
+    base_url = "http://127.0.0.1:8080/v1"
+    api_key_env = "LOCAL_KEY"           # the key is read from this variable, never the file
+    models = ["smollm2"]                # optional: listed without asking GET /v1/models
+    tool_choice = "write_file"          # optional: auto | none | required | a tool's name
+    tools = ["write_file"]              # optional: only these tools are offered
+    named_tool_choice = false           # send a tool name as the OpenAI object form
+    send_reasoning = false              # replay reasoning_content to this server
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import BadRequest
+
+DEMO = "demo"
+DEFAULT = "default"
+TOOL_CHOICE_WORDS = ("auto", "none", "required")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    base_url: str | None  # None: the embedded demo model
+    api_key_env: str | None = None
+    api_key: str | None = None
+    models: tuple[str, ...] = ()
+    tool_choice: str | None = None
+    tools: tuple[str, ...] | None = None
+    named_tool_choice: bool = False
+    send_reasoning: bool = False
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def is_demo(self) -> bool:
+        return self.base_url is None
+
+    def key(self, env: dict[str, str] | None = None) -> str | None:
+        if self.api_key_env:
+            return (os.environ if env is None else env).get(self.api_key_env) or None
+        return self.api_key
+
+    def where(self) -> str:
+        return self.base_url or "the embedded demo model"
+
+
+def _text(entry: dict[str, Any], key: str, where: str) -> str | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{where}: {key} must be a non-empty string")
+    return value.strip()
+
+
+def _names(entry: dict[str, Any], key: str, where: str) -> tuple[str, ...] | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"{where}: {key} must be a list of names")
+    return tuple(value)
+
+
+def _bool(entry: dict[str, Any], key: str, where: str) -> bool:
+    value = entry.get(key, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{where}: {key} must be true or false")
+    return value
+
+
+def parse_endpoint(entry: object, where: str) -> Endpoint:
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where}: each endpoint must be a table/object")
+    name = _text(entry, "name", where)
+    base_url = _text(entry, "base_url", where)
+    if not name or not base_url:
+        raise ValueError(f"{where}: an endpoint needs a name and a base_url")
+    if name == DEMO:
+        raise ValueError(f"{where}: the name {DEMO!r} is the embedded demo model's")
+    if not base_url.startswith(("http://", "https://")):
+        raise ValueError(f"{where}: base_url must start with http:// or https://")
+    return Endpoint(
+        name=name, base_url=base_url.rstrip("/"),
+        api_key_env=_text(entry, "api_key_env", where),
+        models=_names(entry, "models", where) or (),
+        tool_choice=_text(entry, "tool_choice", where), tools=_names(entry, "tools", where),
+        named_tool_choice=_bool(entry, "named_tool_choice", where),
+        send_reasoning=_bool(entry, "send_reasoning", where),
+    )
+
+
+def load_endpoints_file(path: Path) -> list[Endpoint]:
+    """Read BRAID_ENDPOINTS; a bad file stops start-up with a message naming it."""
+    where = str(path)
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"BRAID_ENDPOINTS: cannot read {where}: {e.strerror or e}") from e
+    data: Any = None
+    try:
+        data = json.loads(raw)
+    except ValueError as json_error:
+        try:
+            data = tomllib.loads(raw)
+        except tomllib.TOMLDecodeError as e:
+            as_json = path.suffix.lower() == ".json"
+            raise ValueError(f"BRAID_ENDPOINTS: {where} is neither valid JSON nor TOML: "
+                             f"{json_error if as_json else e}") from e
+    entries = data.get("endpoints") if isinstance(data, dict) else data
+    if not isinstance(entries, list):
+        raise ValueError(f"BRAID_ENDPOINTS: {where} must hold a list named endpoints")
+    out = [parse_endpoint(e, f"{where} endpoint {i + 1}") for i, e in enumerate(entries)]
+    names = [e.name for e in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"BRAID_ENDPOINTS: {where} names an endpoint twice")
+    return out
+
+
+def endpoints_from_settings(settings: Any) -> list[Endpoint]:
+    """All endpoints, the demo model first: it always works."""
+    out = [Endpoint(name=DEMO, base_url=None, models=(DEMO,))]
+    if settings.openai_base_url or settings.model != DEMO:
+        out.append(Endpoint(
+            name=DEFAULT, base_url=(settings.openai_base_url or "https://api.openai.com/v1"),
+            api_key=settings.openai_api_key,
+            models=(settings.model,) if settings.model != DEMO else (),
+            tool_choice=getattr(settings, "tool_choice", None),
+        ))
+    if getattr(settings, "endpoints_file", None):
+        extra = load_endpoints_file(Path(settings.endpoints_file))
+        taken = {e.name for e in out}
+        for e in extra:
+            if e.name in taken:
+                raise ValueError(f"BRAID_ENDPOINTS: the name {e.name!r} is taken")
+        out.extend(extra)
+    return out
+
+
+def check_tool_choice(value: str | None) -> str | None:
+    if value is None or value in TOOL_CHOICE_WORDS or value.isidentifier():
+        return value
+    raise BadRequest("tool_choice must be auto, none, required or a tool's name")

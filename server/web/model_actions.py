@@ -1,0 +1,54 @@
+"""The model picker's web side (DESIGN §5, §8): `GET /api/models`, the picker partial
+(`/s/{id}/model`, fetched by the page once it has loaded, since listing asks each endpoint's
+`GET /v1/models`), and its HTML frames: a new choice (`update_session` {model}, see
+session_meta.py) redraws the picker in every tab, a finished turn the session's token count."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from ..core import model_choice
+from ..core.errors import NotFound
+from .auth import user_of
+from .templating import render
+
+if TYPE_CHECKING:
+    from .render_html import HtmlRenderer
+
+
+async def api_models(request: Request, user_id: str) -> Any:
+    return await model_choice.list_models(request.app.state.braid)
+
+
+async def picker_html(braid: Any, user_id: str, session_id: str) -> str:
+    handle = braid.store.get_owned(user_id, session_id)
+    listed = await model_choice.list_models(braid)
+    now = model_choice.current(braid, handle)
+    models = [m for m in listed["models"] if m.get("ref")]
+    if now["ref"] not in {m["ref"] for m in models}:
+        models.insert(0, {"id": now["id"], "endpoint": now["endpoint"], "ref": now["ref"]})
+    down = [m for m in listed["models"] if m.get("error")]
+    usage = await model_choice.session_usage(braid, user_id, session_id)
+    return render("_model_picker.html", models=models, current=now, down=down, usage=usage,
+                  session_id=session_id)
+
+
+async def picker_fragment(request: Request) -> Response:
+    user_id = user_of(request)
+    if user_id is None:
+        return HTMLResponse("", status_code=401)
+    try:
+        html = await picker_html(request.app.state.braid, user_id,
+                                 request.path_params["session_id"])
+    except NotFound:
+        return HTMLResponse("", status_code=404)
+    return HTMLResponse(html)
+
+
+async def session_tokens(r: HtmlRenderer) -> str:
+    """The session's token count, redrawn out of band when a turn ends."""
+    usage = await model_choice.session_usage(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
+    return render("_session_tokens.html", usage=usage, oob=True)
