@@ -25,13 +25,14 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .web.app import create_app
+    from .web.ws import WS_MAX_SIZE
 
     settings = _settings(args)
     if settings.token:
         print(f"Braid is running. Open: http://{settings.host}:{settings.port}/login?token="
               f"{settings.token}", flush=True)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
-                log_level="warning", ws_max_size=2_000_000)
+                log_level="warning", ws_max_size=WS_MAX_SIZE)
     return 0
 
 

@@ -51,6 +51,7 @@ class Braid:
         self.before_write_hooks: list[BeforeWrite] = []
         self.after_shell_hooks: list[AfterShell] = []
         self.extensions: dict[str, Any] = {}
+        self._reaper: asyncio.Task[None] | None = None
         install_backup_hooks(self)  # per-turn backups (DESIGN §4 "Revert a turn")
 
     async def start(self) -> str:
@@ -65,6 +66,7 @@ class Braid:
             await reindex(self)
         await recover_interrupted(self)
         await prune_worktrees(self)
+        self._reaper = asyncio.create_task(self._release_idle(), name="braid-idle")
         return self.users.set_token(DEFAULT_USER, self.settings.token or self._local_token())
 
     def _local_token(self) -> str:
@@ -81,7 +83,18 @@ class Braid:
             f.write(token + "\n")
         return token
 
+    async def _release_idle(self) -> None:
+        """Idle sessions give back their thread and repository (D14), now and then."""
+        step = max(0.5, min(5.0, self.settings.idle_seconds / 2))
+        while True:
+            await asyncio.sleep(step)
+            live = frozenset(a.session_id for a in self.runs.all())
+            self.store.release_idle(self.settings.idle_seconds, self.settings.open_sessions,
+                                    live)
+
     async def stop(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
         for active in self.runs.all():
             if active.task is not None and not active.task.done():
                 active.stop_reason = "shutdown"

@@ -164,7 +164,10 @@ class GitSession:
             raise NotFound(f"no commit {rev}") from e
 
     def branch_tip(self, name: str) -> pygit2.Oid:
-        ref = self.repo.references.get(f"refs/heads/{name}")
+        try:
+            ref = self.repo.references.get(f"refs/heads/{name}")
+        except (ValueError, pygit2.InvalidSpecError):  # not a name git accepts at all
+            ref = None
         if ref is None:
             raise NotFound(f"no branch {name}")
         return ref.target

@@ -212,13 +212,12 @@ def _start_merge(git: GitSession, handle: SessionHandle, into: str, branches: li
 
 def _check_params(branches: object, message: object, strategy: object) -> tuple[list[str], str,
                                                                              str]:
-    if isinstance(branches, str):
-        branches = [branches]
     if not isinstance(branches, list) or not branches:
         raise BadRequest("branches must be a non-empty list of branch names")
     if len(branches) > MAX_BRANCHES:
         raise BadRequest(f"at most {MAX_BRANCHES} branches can be merged at once")
-    if not all(isinstance(b, str) and b and not b.startswith("-") for b in branches):
+    if not all(isinstance(b, str) and b and not b.startswith("-") and "\0" not in b
+               for b in branches):
         raise BadRequest("branches must be branch names")
     if len(set(branches)) != len(branches):
         raise BadRequest("a branch is named twice")

@@ -242,7 +242,8 @@ async def checkout(braid: Braid, user_id: str, session_id: object, ref: object) 
     """Show another branch: its files in workdir/ and its transcript. The user's unsaved
     edits are committed on the branch they were made on first, so nothing is lost."""
     handle = braid.store.get_owned(user_id, session_id)
-    if not isinstance(ref, str) or not ref or ref.startswith("-") or ".." in ref:
+    if not isinstance(ref, str) or not ref or ref.startswith("-") or ".." in ref \
+            or "\0" in ref or len(ref) > 255:
         raise BadRequest("ref must be a branch name")
     if braid.runs.for_session(handle.session_id):
         raise Busy("a run is going on in this session")

@@ -29,6 +29,10 @@ class Settings:
     # Folders a session may be imported from (DESIGN §7): the server user's home by default.
     import_roots: list[Path] = field(default_factory=lambda: [Path.home()])
     import_max_file: int = 5 * 1024 * 1024
+    # An open session's thread and repository are given back after this many idle seconds,
+    # and at most this many stay open at once (least recently used released first).
+    idle_seconds: float = 60.0
+    open_sessions: int = 64
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -51,6 +55,8 @@ class Settings:
         if env.get("BRAID_ENDPOINTS"):
             s.endpoints_file = Path(env["BRAID_ENDPOINTS"]).expanduser()
         s.tool_choice = env.get("BRAID_TOOL_CHOICE") or None
+        s.idle_seconds = _number(env, "BRAID_IDLE_SECONDS", s.idle_seconds)
+        s.open_sessions = int(_number(env, "BRAID_OPEN_SESSIONS", s.open_sessions))
         s.shell = env.get("BRAID_SHELL", "off").lower() in ("on", "1", "true", "yes")
         tokens = env.get("BRAID_CONTEXT_TOKENS", "").strip()
         if tokens:

@@ -4,12 +4,13 @@ process group killed on timeout, and its output capped (head and tail kept)."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from . import proctree
 
 SHELL_OUTPUT_LIMIT = 20_000
 
@@ -37,8 +38,10 @@ def run_shell(command: str, *, cwd: Path, timeout: float,
                 if len(tail) > half:
                     tail = tail[-half:]
 
+    tag = proctree.new_tag()
     try:
-        # A new session makes the command's whole process tree one group we can kill.
+        # A new session makes the command's whole process tree one group we can kill; the
+        # tag in its environment finds the descendants that left the group (`setsid`).
         proc = subprocess.Popen(
             ["bash", "-c", command],
             cwd=cwd,
@@ -46,9 +49,12 @@ def run_shell(command: str, *, cwd: Path, timeout: float,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env={**os.environ, proctree.TAG: tag},
+            preexec_fn=proctree.limits(timeout),  # noqa: PLW1509 - only setrlimit calls
         )
     except OSError as exc:
         return f"error: could not start bash: {exc}", True
+    proctree.register(tag, cwd, proc)
     reader = threading.Thread(target=pump, args=(proc.stdout,), daemon=True)
     reader.start()
     deadline = time.monotonic() + timeout
@@ -62,13 +68,14 @@ def run_shell(command: str, *, cwd: Path, timeout: float,
         except subprocess.TimeoutExpired:
             timed_out = True
     if timed_out:
-        # Kill the group before reaping bash, while its id still names this group.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        # Kill the group before reaping bash, while its id still names this group, and
+        # every process that left it but still carries the tag.
+        proctree.kill_tree(tag, proc.pid)
         proc.wait()
         reader.join(2.0)
+    # A daemon the command left behind (`setsid cmd &`) ends with the command.
+    proctree.kill_tree(tag, None)
+    proctree.unregister(tag)
     # Closing while the reader is still blocked (a process that escaped the group holds the
     # pipe) would wait on the reader's lock; leave that stream to the daemon thread instead.
     if proc.stdout is not None and not reader.is_alive():

@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,8 +27,13 @@ class SessionHandle:
     def __init__(self, session_id: str, path: Path) -> None:
         self.session_id = session_id
         self.path = path
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"git-{session_id[:8]}")
+        # Opened on demand and given back when idle (`release`): a thousand sessions once
+        # looked at must not keep a thousand threads and repositories open (D14).
+        self._executor: ThreadPoolExecutor | None = None
         self._git: GitSession | None = None
+        self._draining: Future[None] | None = None
+        self._pending = 0
+        self.last_used = time.monotonic()
         self.meta: dict[str, Any] = json.loads((path / "session.json").read_text())
 
     @property
@@ -35,19 +41,56 @@ class SessionHandle:
         return str(self.meta.get("user_id", ""))
 
     def _git_here(self) -> GitSession:
+        draining = self._draining
+        if draining is not None:  # the released thread's last flush comes first
+            draining.result()
+            self._draining = None
         if self._git is None:
             self._git = GitSession(self.path, watch=True)
         return self._git
 
+    @property
+    def is_open(self) -> bool:
+        return self._executor is not None
+
     async def call(self, fn: Callable[[GitSession], T]) -> T:
         """Run `fn(git)` on this session's worker thread, after any work queued before it."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(self._git_here()))
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                1, thread_name_prefix=f"git-{self.session_id[:8]}")
+        self._pending += 1
+        try:
+            return await loop.run_in_executor(self._executor, lambda: fn(self._git_here()))
+        finally:
+            self._pending -= 1
+            self.last_used = time.monotonic()
+
+    def release(self) -> bool:
+        """Give back the thread and the repository (files, watcher) of an idle session; the
+        next `call` opens them again. Runs on the event loop, like `call`, so no call is in
+        flight. The deferred index entries are written first, on the old thread."""
+        if self._executor is None or self._pending:
+            return False
+        executor, git = self._executor, self._git
+        self._executor, self._git = None, None
+
+        def finish() -> None:
+            if git is not None:
+                git.flush_index()
+                git.close()
+
+        self._draining = executor.submit(finish)
+        executor.shutdown(wait=False)
+        return True
 
     def close(self) -> None:
+        if self._executor is None:
+            return
         if self._git is not None:
             self._executor.submit(self._git.close)
         self._executor.shutdown(wait=True)
+        self._executor = None
 
 
 class SessionStore:
@@ -127,6 +170,21 @@ class SessionStore:
             shutil.rmtree(path, ignore_errors=True)
             raise
         return self.get(session_id)
+
+    def release_idle(self, idle_seconds: float, max_open: int,
+                     keep: frozenset[str] = frozenset()) -> int:
+        """Release sessions idle for `idle_seconds`, and the least recently used idle ones
+        beyond `max_open` open at once. Returns how many were released."""
+        now = time.monotonic()
+        opened = sorted((h for h in self._handles.values()
+                         if h.is_open and h.session_id not in keep),
+                        key=lambda h: h.last_used)
+        released = 0
+        for i, handle in enumerate(opened):
+            over = len(opened) - i > max_open
+            if (over or now - handle.last_used >= idle_seconds) and handle.release():
+                released += 1
+        return released
 
     def forget(self, session_id: str) -> None:
         """Drop a session's handle (it is being deleted); later lookups are `NotFound`."""

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import context, crash, guarded, names
+from . import context, crash, guarded, names, proctree
 from .errors import BadRequest, Busy, NotFound
 from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
 from .ids import new_message_id, now_iso
@@ -178,7 +178,9 @@ def write_pending_to_disk(git: GitSession, ctx: TurnContext) -> None:
     files = dict(ctx.pending)
     files[ctx.run_file] = to_json_bytes(ctx.run)
     for rel, data in files.items():
-        guarded.write(git.path, rel, data)  # atomic: a kill leaves no half record
+        # Atomic (a kill leaves no half record), and replaced, never changed in place: a
+        # fork hard-links its source's history files.
+        guarded.write(git.path, rel, data)
 
 
 def checkpoint(git: GitSession, ctx: TurnContext, kind: str, summary: str) -> str:
@@ -327,6 +329,8 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
         if task is not None:
             task.uncancel()
         status = "INTERRUPTED" if active.stop_reason == "shutdown" else "CANCELLED"
+        # A shell command of this turn still running on the session thread dies with it.
+        proctree.kill_under(handle.path / WORKDIR)
     except ModelError as e:  # already logged by the client, with the server named
         status, error = "ERROR", e.message
         if e.partial is not None and e.partial.usage:

@@ -22,6 +22,8 @@ class ActionContext:
     braid: Braid
     user_id: str
     session_id: str
+    # "html" frames come from htmx forms, where one ticked box is a string, not a list.
+    fmt: str = "json"
 
 
 Handler = Callable[[ActionContext, dict[str, Any]], Awaitable[dict[str, Any]]]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -11,20 +10,19 @@ from starlette.responses import JSONResponse, Response
 
 from ..core import sessions
 from ..core.errors import BadRequest, BraidError
-from .auth import require_user
+from . import hostile
+from .auth import check_cookie_request, require_user
 from .errors import error_response
 
 Endpoint = Callable[[Request, str], Awaitable[Any]]
 
 
 async def body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
+    # Read while it streams in, capped: a 200 MB body is refused, never held in memory.
+    raw = await hostile.read_capped(request.stream(), request.headers.get("content-length"))
     if not raw:
         return {}
-    try:
-        data = json.loads(raw)
-    except ValueError as e:
-        raise BadRequest(f"malformed JSON body: {e}") from e
+    data = hostile.loads(raw, "body")
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object")
     return data
@@ -36,6 +34,7 @@ def endpoint(fn: Endpoint, status: int = 200) -> Callable[[Request], Awaitable[R
     async def handler(request: Request) -> Response:
         try:
             user_id = require_user(request)
+            check_cookie_request(request, request.method)
             return JSONResponse(await fn(request, user_id), status_code=status)
         except BraidError as e:
             return error_response(e)

@@ -7,6 +7,7 @@ import sys
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
@@ -19,6 +20,7 @@ from . import (
     api,
     dag_actions,
     dag_views,
+    errors,
     file_actions,
     highlight,
     import_actions,
@@ -70,7 +72,7 @@ def routes() -> list[Route | WebSocketRoute | Mount]:
     return [
         Route("/", pages.home),
         Route("/login", pages.login, methods=["GET", "POST"]),
-        Route("/logout", pages.logout, methods=["POST", "GET"]),
+        Route("/logout", pages.logout, methods=["POST"]),  # a link or an image cannot
         Route("/sessions", pages.new_session, methods=["POST"]),
         Route("/sessions/list", pages.session_list),
         Route("/sessions/import", import_views.new_from, methods=["POST"]),
@@ -145,6 +147,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
             await braid.stop()
 
     app = Starlette(routes=routes(), middleware=[Middleware(SecurityHeaders)],
+                    exception_handlers={HTTPException: errors.http_error,
+                                        Exception: errors.server_error},
                     lifespan=lifespan)
     app.state.braid = braid
     return app

@@ -30,7 +30,10 @@ async def spawn_sub_agent(ctx: ActionContext, p: dict[str, Any]) -> dict[str, An
 
 
 async def merge_branches(ctx: ActionContext, p: dict[str, Any]) -> dict[str, Any]:
-    return await merge.merge_branches(ctx.braid, ctx.user_id, ctx.session_id, p.get("branches"),
+    branches = p.get("branches")
+    if ctx.fmt == "html" and isinstance(branches, str):
+        branches = [branches]  # an htmx form sends one ticked box as a string
+    return await merge.merge_branches(ctx.braid, ctx.user_id, ctx.session_id, branches,
                                       p.get("message"), p.get("strategy"))
 
 

@@ -66,6 +66,8 @@ async def login(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
+    if not origin_allowed(request):
+        return HTMLResponse("cross-site form refused", status_code=403)
     response = _login_redirect()
     response.delete_cookie(COOKIE)
     return response

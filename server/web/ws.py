@@ -11,13 +11,16 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..core.errors import BadRequest, BraidError, NotFound
-from . import live
+from . import hostile, live
 from .actions import ACTIONS, ActionContext
 from .auth import origin_allowed, user_of
 from .render_html import HtmlRenderer
 
 log = logging.getLogger("braid.ws")
 MAX_FRAME = 1_000_000
+# What the server accepts on the wire (uvicorn's ws_max_size): frames between MAX_FRAME and
+# this get an error frame; only beyond it does the protocol close the socket (1009).
+WS_MAX_SIZE = 16_000_000
 
 
 def result_frame(action: str, request_id: Any, data: dict[str, Any]) -> dict[str, Any]:
@@ -31,11 +34,8 @@ def error_frame(action: Any, request_id: Any, error: BraidError) -> dict[str, An
 
 def parse_frame(text: str) -> dict[str, Any]:
     if len(text) > MAX_FRAME:
-        raise BadRequest("frame too large")
-    try:
-        frame = json.loads(text)
-    except ValueError as e:
-        raise BadRequest(f"malformed frame: {e}") from e
+        raise BadRequest(f"frame too large (at most {MAX_FRAME} characters)")
+    frame = hostile.loads(text)
     if not isinstance(frame, dict):
         raise BadRequest("a frame must be a JSON object")
     frame.pop("HEADERS", None)  # htmx's ws extension adds its request headers
@@ -45,6 +45,22 @@ def parse_frame(text: str) -> dict[str, Any]:
     if action not in ACTIONS:
         raise BadRequest(f"unknown action {action!r}", {"actions": sorted(ACTIONS)})
     return frame
+
+
+def _echo(text: str) -> tuple[Any, Any]:
+    """The action and request id to echo in a reply, even for a frame that is refused."""
+    if len(text) > MAX_FRAME:
+        return None, None
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError):
+        return None, None
+    if not isinstance(raw, dict):
+        return None, None
+    action, request_id = raw.get("action"), raw.get("request_id")
+    ok = all(isinstance(v, (str, int, type(None))) and (not isinstance(v, str)
+             or hostile.clean(v)) for v in (action, request_id))
+    return (action, request_id) if ok else (None, None)
 
 
 class Connection:
@@ -83,12 +99,7 @@ class Connection:
         action: Any = None
         request_id: Any = None
         try:
-            try:
-                raw = json.loads(text)
-                if isinstance(raw, dict):
-                    action, request_id = raw.get("action"), raw.get("request_id")
-            except ValueError:
-                pass
+            action, request_id = _echo(text)
             frame = parse_frame(text)
             data = await ACTIONS[frame["action"]](self.ctx, frame)
             await self.emit(result_frame(action, request_id, data))
@@ -124,7 +135,7 @@ async def session_socket(ws: WebSocket) -> None:
         return
     if fmt not in ("html", "json"):
         fmt = "html"
-    conn = Connection(ws, ActionContext(braid, user_id, session_id), fmt)
+    conn = Connection(ws, ActionContext(braid, user_id, session_id, fmt), fmt)
     queue = braid.bus.subscribe(session_id)
     # Taken with the subscription, before any await: the catch-up frame and the queued
     # events after it neither miss nor repeat anything (a page opened mid-run streams on).

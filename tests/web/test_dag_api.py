@@ -113,7 +113,9 @@ def test_socket_spawn_events_alias_and_merge_conflict(shared_server: Server) -> 
                              ({"parent_turn_id": turn_id, "prompt": 3}, "bad_request")):
             reply = ws.call("spawn_sub_agent", **params)
             assert reply["type"] == "error" and reply["error"]["code"] == code, reply
-        for params, code in (({"branches": "nope"}, "not_found"),
+        # A name is a name (no coercion): a string is not a list of branches.
+        for params, code in (({"branches": "nope"}, "bad_request"),
+                             ({"branches": ["nope"]}, "not_found"),
                              ({"branches": []}, "bad_request"),
                              ({"branches": branches, "strategy": "x"}, "bad_request")):
             reply = ws.call("merge_branches", **params)
