@@ -4,6 +4,7 @@ toast's "Revert anyway"."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,9 @@ def test_chips_diff_revert_redo_and_a_second_tab(page: Page, login: Any,
     assert (work / "a.txt").read_text() == "alpha\n"
     # The other tab updates without a reload: badge, Redo, and the note in the transcript.
     expect(other.locator(f"#footer-{tid} .badge-reverted")).to_be_visible(timeout=TIMEOUT)
-    expect(other.locator(".note").last).to_contain_text(f"Turn {tid} was reverted")
+    note = other.locator(".note").last
+    expect(note).to_contain_text(re.compile(r"Turn \d+ was reverted"))  # a name, not the hash
+    expect(note.locator(".named")).to_have_attribute("title", tid)
 
     other.locator(f"#footer-{tid} .redo-btn").click()
     expect(page.locator(f"#footer-{tid} .badge-reverted")).to_have_count(0, timeout=TIMEOUT)

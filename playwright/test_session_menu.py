@@ -101,3 +101,35 @@ def test_delete_asks_first_then_removes_the_folder(page: Page, login: Any,
                           (sid,)).fetchone() == (0,)
     finally:
         db.close()
+
+
+def test_empty_new_sessions_do_not_pile_up(page: Page, login: Any,
+                                           shared_server: Server) -> None:
+    used = shared_server.new_session()
+    shared_server.run(used, "say something")
+    login(page, used)
+    page.click("#new-session")
+    expect(page).not_to_have_url(re.compile(used))
+    first_new = page.url.rsplit("/", 1)[1]
+    expect(page.locator("#empty-state")).to_be_visible()
+    # Back on the used session, New session again: the untouched one is reused.
+    page.goto(f"{shared_server.base_url}/s/{used}")
+    page.click("#new-session")
+    expect(page).to_have_url(re.compile(first_new))
+    before = len(shared_server.api("GET", "/api/sessions")[1]["sessions"])
+    page.goto(f"{shared_server.base_url}/s/{used}")
+    page.click("#new-session")
+    expect(page).to_have_url(re.compile(first_new))
+    assert len(shared_server.api("GET", "/api/sessions")[1]["sessions"]) == before
+
+
+def test_a_fork_gets_its_own_title(page: Page, login: Any, shared_server: Server) -> None:
+    sid = shared_server.new_session()
+    shared_server.run(sid, "say plan the trip")
+    login(page, sid)
+    page.click("#fork-session")
+    expect(page).not_to_have_url(re.compile(sid), timeout=TIMEOUT)
+    expect(page.locator("#session-title")).to_have_text("say plan the trip (fork)")
+    fork_id = page.url.rsplit("/", 1)[1]
+    expect(page.locator(f"#session-list [data-session-id='{fork_id}'] .session-name")).to_have_text(
+        "say plan the trip (fork)")

@@ -24,8 +24,9 @@ from .git_session import TRAILER_KIND, TRAILER_RUN, WORKDIR, GitSession, parse_t
 # A turn's own commits. A merge turn begins with its `merge` commit (so reverting it takes the
 # merged files out, like `git revert -m 1`); a sub-agent's result is a `sub-agent` commit.
 # Not `fork`: a regenerate marks the *source* run with a record-only `fork` commit, which
-# must not stretch that run's span over later reverts.
-TURN_KINDS = frozenset({"tool-batch", "turn", "merge", "sub-agent"})
+# must not stretch that run's span over later reverts. A `user-edit` counts only when it names
+# a run: an upload from the file panel (other user edits belong to no run).
+TURN_KINDS = frozenset({"tool-batch", "turn", "merge", "sub-agent", "user-edit"})
 MAX_DIFF_BYTES = 400_000
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from ..core import sessions, turns
 from ..core.braid import Braid
 from .dag_actions import DAG_ACTIONS
+from .file_actions import FILE_ACTIONS
 from .import_actions import IMPORT_ACTIONS
 from .revert_actions import REVERT_ACTIONS
 from .session_actions import SESSION_ACTIONS
@@ -48,4 +49,5 @@ ACTIONS: dict[str, Handler] = {
     **TIMETRAVEL_ACTIONS,  # continue_run, list_checkpoints, fork_session
     **IMPORT_ACTIONS,  # export_session, update_from_source
     **SESSION_ACTIONS,  # update_session
+    **FILE_ACTIONS,  # list_files
 }

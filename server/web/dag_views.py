@@ -11,8 +11,9 @@ from starlette.responses import HTMLResponse, Response
 
 from ..core import dag, sessions
 from ..core.errors import BraidError
-from ..core.subagents import PREFIX, short_name
+from ..core.subagents import PREFIX
 from .auth import user_of
+from .names import branch_label, load_names
 from .templating import env, render
 
 if TYPE_CHECKING:
@@ -31,7 +32,8 @@ def node_kind(node: dict[str, Any], branch: str) -> str:
 
 
 def short_branch(name: object) -> str:
-    return short_name(str(name))
+    """A branch's readable name ("sub-agent alpha", "Edit of message 3"); hash on hover."""
+    return branch_label(name)
 
 
 env.filters["short_branch"] = short_branch
@@ -61,6 +63,8 @@ async def dag_fragment(request: Request) -> Response:
         return HTMLResponse("", status_code=401)
     session_id = request.path_params["session_id"]
     try:
+        braid.store.get_owned(user_id, session_id)
+        await load_names(braid, session_id)
         layout = await dag.get_layout(braid, user_id, session_id,
                                       request.query_params.get("rows"))
     except BraidError as e:
@@ -80,6 +84,8 @@ async def node_fragment(request: Request) -> Response:
     if user_id is None:
         return HTMLResponse("", status_code=401)
     try:
+        braid.store.get_owned(user_id, request.path_params["session_id"])
+        await load_names(braid, request.path_params["session_id"])
         node = await dag.get_node(braid, user_id, request.path_params["session_id"],
                                   request.path_params["commit_id"])
     except BraidError as e:

@@ -13,6 +13,7 @@ from typing import Any
 from ..core import sessions
 from ..core.braid import Braid
 from ..core.errors import BraidError
+from .names import load_names
 from .render_html import HtmlRenderer, turn_from_event
 from .render_revert import files_for
 from .render_timetravel import with_siblings
@@ -64,6 +65,7 @@ async def catch_up(r: HtmlRenderer, live: list[LiveTurn], full: bool,
     page showed as running: each is redrawn as it is now (live, or finished), and a run that
     started after the page was rendered is appended."""
     branch = await sessions.current_branch(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
+    await load_names(r.ctx.braid, r.ctx.session_id)
     if full:
         view = await sessions.transcript(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
         info = r.ctx.braid.store.get(r.ctx.session_id).meta

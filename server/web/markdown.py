@@ -6,7 +6,11 @@ from __future__ import annotations
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
-_md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+from .highlight import highlight_code
+
+# Fenced code is highlighted by Pygments (it escapes the code itself).
+_md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False,
+                                "highlight": lambda code, lang, _attrs: highlight_code(code, lang)})
 _md.enable("table").enable("strikethrough")
 
 

@@ -12,6 +12,7 @@ from ..core import sessions
 from ..core.errors import NotFound
 from . import live
 from .auth import COOKIE, origin_allowed, user_of
+from .names import load_names
 from .templating import templates
 
 
@@ -115,6 +116,7 @@ async def session_page(request: Request) -> Response:
             request, "login.html", {"error": "No such session."}, status_code=404
         )
     rows = order_by_lineage(await sessions.list_sessions(braid, user_id))
+    await load_names(braid, session_id)
     running = [a.run_id for a in braid.runs.foreground(session_id)]
     return templates.TemplateResponse(request, "session.html", {
         "session": info, "transcript": view, "sessions": rows, "current_id": session_id,

@@ -12,6 +12,7 @@ from ..core import sessions
 from . import model_actions
 from .dag_views import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, dag_changed, is_sub_agent_run
 from .import_views import IMPORT_ERRORS, IMPORT_RESULTS
+from .names import load_names
 from .render_composer import COMPOSER_ERRORS, COMPOSER_RESULTS
 from .render_revert import REVERT_ERRORS, REVERT_EVENTS, REVERT_RESULTS, files_for
 from .render_session import SESSION_EVENTS, SESSION_RESULTS
@@ -51,6 +52,8 @@ class HtmlRenderer:
 
     async def render(self, frame: dict[str, Any]) -> str:
         kind = frame.get("type")
+        if frame.get("event") != "message_delta":  # deltas name nothing; they come often
+            await load_names(self.ctx.braid, self.ctx.session_id)
         if kind == "error":
             on_error = ERRORS.get(frame.get("action") or "")
             return await on_error(self, frame["error"]) if on_error else \

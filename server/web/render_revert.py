@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from markupsafe import Markup, escape
+
 from ..core import revert
 from ..core.errors import BraidError
+from .highlight import highlight_diff_line
 from .templating import dom_id, render
 
 if TYPE_CHECKING:
@@ -16,22 +19,34 @@ if TYPE_CHECKING:
 Renderer = Any  # Callable[[HtmlRenderer, dict], Awaitable[str]]; avoids an import cycle
 
 
-def diff_lines(diff: str) -> list[tuple[str, str]]:
-    """(css class, text) for each line of a unified diff."""
-    out = []
-    for line in diff.splitlines():
-        if line.startswith(("diff --git", "index ", "--- ", "+++ ", "new file", "deleted file",
+MAX_HIGHLIGHTED_LINES = 3000
+
+
+def diff_lines(diff: str) -> list[tuple[str, Markup]]:
+    """(css class, html) for each line of a unified diff; the code of added, removed and
+    context lines is highlighted as its file's language. `index <hash>..<hash>` lines are
+    left out: they name blobs, not anything a reader knows."""
+    out: list[tuple[str, Markup]] = []
+    path: str | None = None
+    for n, line in enumerate(diff.splitlines()):
+        if line.startswith("index "):
+            continue
+        if line.startswith(("diff --git", "--- ", "+++ ", "new file", "deleted file",
                             "old mode", "new mode", "Binary files")):
-            kind = "meta"
-        elif line.startswith("@@"):
-            kind = "hunk"
-        elif line.startswith("+"):
-            kind = "add"
-        elif line.startswith("-"):
-            kind = "del"
-        else:
-            kind = "ctx"
-        out.append((kind, line))
+            if line.startswith("+++ ") or line.startswith("--- "):
+                name = line[4:].strip()
+                if name != "/dev/null":
+                    path = name[2:] if name[:2] in ("a/", "b/") else name
+            out.append(("meta", Markup(escape(line))))
+            continue
+        if line.startswith("@@"):
+            out.append(("hunk", Markup(escape(line))))
+            continue
+        kind = {"+": "add", "-": "del"}.get(line[:1], "ctx")
+        code = line[1:]
+        html = highlight_diff_line(path, code) if n < MAX_HIGHLIGHTED_LINES \
+            else Markup(escape(code))
+        out.append((kind, Markup(escape(line[:1])) + html))
     return out
 
 

@@ -41,7 +41,18 @@ async def _updated_result(r: HtmlRenderer, data: dict[str, Any]) -> str:
     return ""
 
 
+async def _uploaded(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    """An upload is a turn of its own in the transcript: chips, Revert."""
+    from .render_html import oob_append, turn_from_event
+    from .render_revert import files_for
+
+    turn = turn_from_event(data, streaming=False)
+    turn["files"] = await files_for(r, data)
+    return oob_append("transcript", render("_turn.html", turn=turn))
+
+
 SESSION_EVENTS: dict[str, Renderer] = {
+    "files_uploaded": _uploaded,
     "session_updated": _session_updated,
     "session_deleted": _session_deleted,
 }

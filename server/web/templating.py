@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from starlette.templating import Jinja2Templates
 
 from .markdown import render_markdown
+from .names import branch_label, humanize, readable
 
 ROOT = Path(__file__).resolve().parents[2]
 templates = Jinja2Templates(directory=str(ROOT / "templates"))
@@ -76,7 +78,57 @@ def segments(turn: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def filesize(value: object) -> str:
+    if not isinstance(value, int):
+        return ""
+    size = float(value)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return ""
+
+
+def ago(iso: object) -> str:
+    """How long ago, in words (the page refreshes it; the exact time is on hover)."""
+    try:
+        then = datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
+    except ValueError:
+        return ""
+    seconds = (datetime.now(UTC) - then).total_seconds()
+    if seconds < 45:
+        return "just now"
+    for size, unit in ((86400 * 365, "y"), (86400 * 30, "mo"), (86400, "d"), (3600, "h"),
+                       (60, "min")):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit} ago"
+    return "just now"
+
+
+LONG_CHARS = 1500
+LONG_LINES = 24
+
+
+def is_long(text: object) -> bool:
+    """Long enough to collapse behind "Show more"."""
+    value = str(text or "")
+    return len(value) > LONG_CHARS or value.count("\n") > LONG_LINES
+
+
+def title_text(value: object) -> str:
+    """A session title on one line: a typed `\\n` (the demo model's newline) or a real line
+    break never shows as such."""
+    return " ".join(str(value or "").replace("\\n", " ").split())
+
+
 env.filters["markdown"] = render_markdown
+env.filters["title_text"] = title_text
+env.filters["ago"] = ago
+env.filters["is_long"] = is_long
+env.filters["filesize"] = filesize
+env.filters["branch_label"] = branch_label
+env.filters["humanize"] = humanize
+env.filters["readable"] = readable
 env.filters["dom_id"] = dom_id
 env.filters["pretty"] = pretty
 env.globals["tool_args"] = tool_args

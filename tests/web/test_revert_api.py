@@ -193,7 +193,7 @@ def test_html_frames_render_chips_diffs_badges_and_conflicts(shared_server: Serv
         footer = next(f for f in frames if f'hx-swap-oob="innerHTML:#footer-{tid}"' in f)
         assert "badge-reverted" in footer and "unrevert_turn" in footer
         assert 'id="transcript" hx-swap-oob="beforeend"' in footer
-        assert f"Turn {tid} was reverted" in footer
+        assert f'title="{tid}">Turn ' in footer and "</span> was reverted" in footer
 
 
 def test_shell_created_file_is_a_chip_and_reverted(server_factory: Any) -> None:

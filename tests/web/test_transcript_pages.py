@@ -22,7 +22,7 @@ def page(srv: Server, path: str) -> tuple[int, str]:
 
 
 def bubbles(html: str) -> list[str]:
-    return re.findall(r'<div class="bubble bubble-user">say (t\d+)</div>', html)
+    return re.findall(r'<div class="bubble bubble-user"[^>]*>say (t\d+)</div>', html)
 
 
 def test_the_page_shows_the_newest_turns_and_loads_older_ones(shared_server: Server) -> None:

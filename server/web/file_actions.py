@@ -1,0 +1,167 @@
+"""The file panel over the socket and HTTP (DESIGN §5): `list_files`, `GET
+/api/sessions/{id}/files?ref=&path=` (a folder's entries as JSON, or a file's bytes),
+`GET /api/sessions/{id}/workdir.zip?ref=`, uploads (`POST /api/sessions/{id}/files`,
+multipart), and the panel's HTML partials. Each parses, calls one core function, returns."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+
+from ..core import files
+from ..core.errors import BadRequest, BraidError, Forbidden
+from .auth import origin_allowed, require_user, user_of
+from .errors import error_response
+from .highlight import as_text, highlight_lines
+from .names import load_names
+from .templating import render
+
+if TYPE_CHECKING:
+    from .actions import ActionContext, Handler
+
+FILE_VIEW_LIMIT = 2_000_000  # bytes shown in the panel; bigger files are download-only
+
+
+async def list_files(ctx: ActionContext, p: dict[str, Any]) -> dict[str, Any]:
+    return await files.list_files(ctx.braid, ctx.user_id, ctx.session_id, p.get("ref"),
+                                  p.get("path"))
+
+
+FILE_ACTIONS: dict[str, Handler] = {"list_files": list_files}
+
+
+def _attachment(name: str) -> str:
+    ascii_name = re.sub(r"[^A-Za-z0-9._-]", "_", name) or "file"
+    return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}"
+
+
+async def api_files(request: Request) -> Response:
+    """A folder's entries (JSON), or a file's bytes, as a download that never runs as a page
+    of this site (an uploaded .html or .js stays inert)."""
+    try:
+        user_id = require_user(request)
+        got = await files.get_path(request.app.state.braid, user_id,
+                                   request.path_params["session_id"],
+                                   request.query_params.get("ref"),
+                                   request.query_params.get("path"))
+    except BraidError as e:
+        return error_response(e)
+    if got["type"] == "dir":
+        return JSONResponse({k: got[k] for k in ("ref", "commit_id", "path", "entries")})
+    name = got["path"].rsplit("/", 1)[-1]
+    return Response(got["data"], media_type="application/octet-stream", headers={
+        "content-disposition": _attachment(name),
+        "content-security-policy": "sandbox; default-src 'none'",
+        "x-braid-commit": got["commit_id"],
+    })
+
+
+async def api_zip(request: Request) -> Response:
+    try:
+        user_id = require_user(request)
+        data, ref_name = await files.get_zip(request.app.state.braid, user_id,
+                                             request.path_params["session_id"],
+                                             request.query_params.get("ref"))
+    except BraidError as e:
+        return error_response(e)
+    label = ref_name[:12] if re.fullmatch(r"[0-9a-f]{40}", ref_name) else ref_name
+    name = f"workdir-{label.replace('/', '-')}.zip"
+    return Response(data, media_type="application/zip",
+                    headers={"content-disposition": _attachment(name)})
+
+
+async def _upload_parts(request: Request) -> tuple[list[tuple[object, bytes]], object]:
+    content_type = request.headers.get("content-type", "")
+    if not content_type.startswith("multipart/form-data"):
+        raise BadRequest("an upload is a multipart/form-data body with `files` parts")
+    try:
+        form = await request.form(max_files=files.UPLOAD_MAX_FILES, max_fields=50,
+                                  max_part_size=files.UPLOAD_MAX_FILE)
+    except Exception as e:  # noqa: BLE001 - python-multipart's errors are the client's input
+        raise BadRequest(f"malformed upload: {e}") from e
+    parts: list[tuple[object, bytes]] = []
+    try:
+        for item in form.getlist("files"):
+            if not isinstance(item, UploadFile):
+                raise BadRequest("each `files` part must be a file")
+            parts.append((item.filename, await item.read()))
+        return parts, form.get("dir")
+    finally:
+        await form.close()
+
+
+async def api_upload(request: Request) -> Response:
+    try:
+        user_id = require_user(request)
+        if not origin_allowed(request):
+            raise Forbidden("cross-site upload refused")
+        parts, folder = await _upload_parts(request)
+        made = await files.upload(request.app.state.braid, user_id,
+                                  request.path_params["session_id"], parts, folder)
+    except BraidError as e:
+        return error_response(e)
+    return JSONResponse(made, status_code=201)
+
+
+# -- the panel's partials -----------------------------------------------------------------
+
+
+def _crumbs(path: str) -> list[dict[str, str]]:
+    out = [{"name": "workdir", "path": ""}]
+    acc = ""
+    for part in [p for p in path.split("/") if p]:
+        acc = f"{acc}/{part}" if acc else part
+        out.append({"name": part, "path": acc})
+    return out
+
+
+def _partial_error(e: BraidError) -> HTMLResponse:
+    html = render("_toast.html", message=e.message, level="error")
+    return HTMLResponse(f'<div id="toasts" hx-swap-oob="beforeend">{html}</div>',
+                        status_code=200)
+
+
+async def files_fragment(request: Request) -> Response:
+    """The panel: the folder at `path` of the workdir at `ref`, with its breadcrumbs."""
+    user_id = user_of(request)
+    if user_id is None:
+        return HTMLResponse("", status_code=401)
+    sid = request.path_params["session_id"]
+    try:
+        got = await files.list_files(request.app.state.braid, user_id, sid,
+                                     request.query_params.get("ref"),
+                                     request.query_params.get("path"))
+    except BraidError as e:
+        return _partial_error(e)
+    await load_names(request.app.state.braid, sid)
+    at_commit = got["ref"] == got["commit_id"]
+    return HTMLResponse(render("_files.html", listing=got, session_id=sid,
+                               crumbs=_crumbs(got["path"]), at_commit=at_commit,
+                               ref_param=got["commit_id"] if at_commit else got["ref"],
+                               ref_label=request.query_params.get("label") or ""))
+
+
+async def file_view(request: Request) -> Response:
+    """One whole file, highlighted on the server, with its line numbers."""
+    user_id = user_of(request)
+    if user_id is None:
+        return HTMLResponse("", status_code=401)
+    sid = request.path_params["session_id"]
+    try:
+        got = await files.get_path(request.app.state.braid, user_id, sid,
+                                   request.query_params.get("ref"),
+                                   request.query_params.get("path"))
+        if got["type"] != "file":
+            raise BadRequest(f"{got['path']} is a folder")
+    except BraidError as e:
+        return _partial_error(e)
+    text = as_text(got["data"]) if got["size"] <= FILE_VIEW_LIMIT else None
+    lines = highlight_lines(got["path"], text) if text is not None else None
+    at_commit = got["ref"] == got["commit_id"]
+    return HTMLResponse(render("_file_view.html", file=got, lines=lines, session_id=sid,
+                               ref_param=got["commit_id"] if at_commit else got["ref"]))
