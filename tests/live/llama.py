@@ -88,7 +88,7 @@ def endpoints_toml(base_url: str) -> str:
         'tool_choice = "write_file"\nparams = { max_tokens = 120, temperature = 0, '
         'repeat_penalty = 1.3, repeat_last_n = 16 }\n'
         f'[[endpoints]]\nname = "llama-long"\nbase_url = "{base_url}"\ntool_choice = "none"\n'
-        'params = { max_tokens = 400, temperature = 0 }\n')
+        'params = { max_tokens = 1500, temperature = 0 }\n')
 
 
 @pytest.fixture
