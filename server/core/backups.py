@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import pygit2
 from pygit2.enums import FileMode
 
+from . import guarded
 from .errors import Conflict
 from .git_session import WORKDIR, GitSession
 
@@ -196,16 +197,9 @@ def check_writable(git: GitSession, rel: str, entry: Entry | None,
     """Raise `Conflict` unless `write_entry(git, rel, entry)` can safely be done, once the
     paths in `deleting` are gone: never write through a symlinked folder (it could lead
     outside the workdir), never over a folder or under a file that stays."""
+    guarded.check(git.path, f"{WORKDIR}/{rel}", {f"{WORKDIR}/{d}" for d in deleting})
     workdir = git.path / WORKDIR
     path = workdir / rel
-    current = workdir
-    for part in path.relative_to(workdir).parts[:-1]:
-        current = current / part
-        name = current.relative_to(workdir).as_posix()
-        if current.is_symlink() and name not in deleting:
-            raise Conflict(f"cannot restore {rel}: {name} is a symlink now")
-        if current.exists() and not current.is_dir() and name not in deleting:
-            raise Conflict(f"cannot restore {rel}: {name} is a file now")
     if entry is not None and path.is_dir() and not path.is_symlink():
         left = [p for p in path.rglob("*") if not p.is_dir()
                 and p.relative_to(workdir).as_posix() not in deleting]
@@ -214,34 +208,14 @@ def check_writable(git: GitSession, rel: str, entry: Entry | None,
 
 
 def write_entry(git: GitSession, rel: str, entry: Entry | None) -> None:
-    """Make workdir/`rel` on disk be `entry` (content and mode; None deletes it). Call
-    `check_writable` first, for every path of the change."""
-    workdir = git.path / WORKDIR
-    path = workdir / rel
+    """Make workdir/`rel` on disk be `entry` (content and mode; None deletes it), through the
+    guarded writer. Call `check_writable` first, for every path of the change."""
     if entry is None:
-        if path.is_symlink() or path.is_file():
-            path.unlink()
-            _prune_empty_dirs(workdir, path.parent)
+        guarded.delete(git.path, f"{WORKDIR}/{rel}", prune_below=WORKDIR)
         return
     oid, mode = entry
-    data = git.repo[oid].data
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.braid-tmp")
-    if tmp.is_symlink() or tmp.exists():
-        tmp.unlink()
-    if mode == FileMode.LINK:
-        os.symlink(data.decode(), tmp)
-    else:
-        tmp.write_bytes(data)
-        os.chmod(tmp, 0o755 if mode == FileMode.BLOB_EXECUTABLE else 0o644)
-    os.replace(tmp, path)
-
-
-def _prune_empty_dirs(workdir: Path, folder: Path) -> None:
-    # Git does not track folders: a folder emptied by a restore would linger as clutter.
-    while folder != workdir and folder.is_dir() and not any(folder.iterdir()):
-        folder.rmdir()
-        folder = folder.parent
+    guarded.write(git.path, f"{WORKDIR}/{rel}", git.repo[oid].data,
+                  executable=mode == FileMode.BLOB_EXECUTABLE, symlink=mode == FileMode.LINK)
 
 
 def install_hooks(braid: Braid) -> None:

@@ -11,14 +11,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import crash
 from .backups import install_hooks as install_backup_hooks
 from .errors import NotFound
 from .events import EventBus
-from .git_session import DISK, RUNS, GitSession, to_json_bytes
+from .git_session import RUNS, GitSession, to_json_bytes
 from .ids import now_iso
 from .index import Index
 from .model_client import ModelClient
 from .packing import Packer
+from .recovery import prune_worktrees, recover_operations, turn_leftovers
 from .session_meta import purge_deleted
 from .settings import Settings
 from .store import SessionStore
@@ -57,9 +59,12 @@ class Braid:
         fresh_index = not self.index.path.exists()
         await self.index.open()
         await purge_deleted(self)  # deletions a killed server left half done
+        # Half-done operations first, so runs are recovered on a consistent working tree.
+        await recover_operations(self)
         if fresh_index:
             await reindex(self)
         await recover_interrupted(self)
+        await prune_worktrees(self)
         return self.users.set_token(DEFAULT_USER, self.settings.token or self._local_token())
 
     def _local_token(self) -> str:
@@ -114,25 +119,28 @@ def _clear_stale_locks(git: GitSession) -> None:
 def _interrupt_on_disk(git: GitSession, run_id: str) -> dict[str, Any] | None:
     """Commit what a killed turn left on disk, with its run marked INTERRUPTED."""
     _clear_stale_locks(git)
-    records = list((git.path / RUNS).rglob(f"{run_id}.json"))  # either layout
+    records = [r for r in (git.path / RUNS).rglob(f"{run_id}.json") if r.is_file()]
     if not records:
         return None
     import json
 
-    run = json.loads(records[0].read_text())
+    try:
+        run = json.loads(records[0].read_text())
+    except ValueError:  # written atomically since; an older server's torn record
+        log.warning("run record %s does not parse", records[0])
+        return None
     if run.get("status") != "RUNNING":
         return run
     run["status"] = "INTERRUPTED"
     run["updated_at"] = now_iso()
     rel = str(records[0].relative_to(git.path))
-    changes: dict[str, Any] = {rel: to_json_bytes(run)}
-    for path in git.repo.status(untracked_files="all"):
-        # session.json too: a session's first turn gives it its title before any commit.
-        if (path == "session.json" or path.startswith(("history/", "workdir/", "runs/"))) \
-                and path != rel:
-            changes[path] = DISK
+    # session.json too: a session's first turn gives it its title before any commit. Temp
+    # files, broken files and repeated seqs are left out (recovery.turn_leftovers).
+    changes: dict[str, Any] = turn_leftovers(git, run_id, rel)
+    changes[rel] = to_json_bytes(run)
     git.write_checkpoint(changes, summary="Run interrupted", kind="turn", run_id=run_id,
                          message_index=run.get("message_count"))
+    crash.at("recovery.after_commit")
     # The dead process may have left index entries unwritten: rebuild the index from HEAD
     # (stat data is lost, so the next status rehashes once, but it tells the truth).
     index = git.repo.index

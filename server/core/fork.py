@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
+from . import crash, journal
 from .errors import Busy
 from .git_session import WORKDIR, GitSession, commit_message, to_json_bytes
 from .ids import new_session_id, now_iso
@@ -80,6 +81,7 @@ def clone_session(git: GitSession, target: Path, meta: dict[str, Any]) -> dict[s
     git.flush_index()
     head = git.branch if git.branch != "HEAD" else "main"
     repo = pygit2.init_repository(str(target), bare=False, initial_head=head)
+    crash.at("fork.after_init")
     link_objects(git.path / ".git" / "objects", target / ".git" / "objects")
     exclude = git.path / ".git" / "info" / "exclude"
     if exclude.exists():
@@ -100,8 +102,12 @@ def clone_session(git: GitSession, target: Path, meta: dict[str, Any]) -> dict[s
         oid = repo.create_commit(f"refs/heads/{branch}", signature, signature, message, tree,
                                  [tip.id])
         tips[branch] = str(oid)
+    crash.at("fork.after_commits")
+    # A fresh folder holds no symlink the checkout could be led through.
     repo.checkout(f"refs/heads/{head}", strategy=pygit2.enums.CheckoutStrategy.FORCE)
     (target / WORKDIR).mkdir(exist_ok=True)  # git keeps no empty folders
+    (target / ".git" / "info").mkdir(parents=True, exist_ok=True)
+    journal.ensure_excludes(GitSession(target))
     return tips
 
 
@@ -132,13 +138,19 @@ async def fork_session(braid: Braid, user_id: str, session_id: object) -> dict[s
     }
     target = braid.store.path(new_id)
     await braid.packer.wait_idle(source.session_id)  # the object files must not move now
+    # A marker next to the folder: a kill before the fork is whole leaves it, and start-up
+    # removes the half-made folder (journal.recover_folders).
+    journal.begin_folder(braid.store.root, new_id, "fork")
     try:
         await source.call(lambda git: clone_session(git, target, meta))
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
+        journal.end_folder(braid.store.root, new_id)
         raise
+    crash.at("fork.after_checkout")
     handle = braid.store.register(new_id)
     await braid.index.upsert_session(handle.meta)
     await braid.index.copy_runs(source.session_id, new_id)
+    journal.end_folder(braid.store.root, new_id)
     return {"session_id": new_id, "forked_from_session_id": source.session_id,
             "root_session_id": meta["root_session_id"], "title": meta["title"]}

@@ -18,6 +18,7 @@ from typing import Any
 import pygit2
 from pygit2.enums import FileMode, FileStatus
 
+from . import crash, guarded
 from .errors import Conflict, NotFound
 from .history import HISTORY, RUNS, Entry, Lines, Listings, history_path, run_path
 from .watch import WATCHERS, Watcher
@@ -131,7 +132,8 @@ class GitSession:
         (path / WORKDIR).mkdir()
         exclude = path / ".git" / "info" / "exclude"
         exclude.parent.mkdir(parents=True, exist_ok=True)
-        exclude.write_text(f"/{WORKTREES}/\n")
+        # Temporary names of the guarded writer: never shown by `git status`, never committed.
+        exclude.write_text(f"/{WORKTREES}/\n{guarded.TEMP_GLOB}\n")
         git = cls(path)
         git.write_checkpoint(
             {"session.json": to_json_bytes(dict(meta))},
@@ -295,6 +297,9 @@ class GitSession:
         base_tree = self.repo[parent].peel(pygit2.Commit).tree if parent else None
         entries: dict[str, tuple[pygit2.Oid, int] | None] = {}
         for rel, content in changes.items():
+            if content is DISK and guarded.left_out(self.path, rel):
+                self._index_pending[rel] = None  # not in the tree: not in the index either
+                continue
             entries[rel] = self._stage_one(rel, content)
         if tree is None:
             tree = self._rebuild(base_tree, _nest(entries))
@@ -303,12 +308,15 @@ class GitSession:
             self.flush_index()
         parents = ([parent] if parent else []) + list(extra_parents)
         message = commit_message(summary, kind, run_id, message_index)
+        crash.commit_point(kind, "before_commit")
         try:
-            return self.repo.create_commit(
+            oid = self.repo.create_commit(
                 ref, self.signature, self.signature, message, tree, parents
             )
         except pygit2.GitError as e:
             raise Conflict(f"branch moved while writing a checkpoint: {e}") from e
+        crash.commit_point(kind, "after_commit")
+        return oid
 
     def _stage_one(self, rel: str, content: Change) -> tuple[pygit2.Oid, int] | None:
         abs_path = self.path / rel
@@ -325,14 +333,10 @@ class GitSession:
             mode = FileMode.BLOB_EXECUTABLE if st.st_mode & 0o100 else FileMode.BLOB
             return self.repo.create_blob_fromdisk(str(abs_path)), mode
         if content is None:
-            if abs_path.is_file() or abs_path.is_symlink():
-                abs_path.unlink()
+            guarded.delete(self.path, rel)  # never through a symlinked folder
             return None
         assert isinstance(content, bytes)
-        abs_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = abs_path.with_name(f".{abs_path.name}.tmp")
-        tmp.write_bytes(content)
-        os.replace(tmp, abs_path)
+        guarded.write(self.path, rel, content)  # atomic; its temporary name is excluded
         return self.repo.create_blob(content), FileMode.BLOB
 
     def _rebuild(self, tree: pygit2.Tree | None, nested: dict[str, Any]) -> pygit2.Oid:
@@ -524,11 +528,9 @@ class GitSession:
             self._watcher = None
 
     def checkout_branch(self, name: str) -> None:
-        ref = self.repo.references.get(f"refs/heads/{name}")
-        if ref is None:
-            raise NotFound(f"no branch {name}")
-        self.flush_index()
-        self.repo.checkout(ref, strategy=pygit2.enums.CheckoutStrategy.FORCE)
+        from .atomic import checkout  # journaled, through the guarded writer
+
+        checkout(self, name)
 
     def create_branch(self, name: str, target: pygit2.Oid) -> None:
         if self.repo.references.get(f"refs/heads/{name}") is not None:

@@ -10,16 +10,15 @@ branches' results, given in a system note that opens the turn.
 
 from __future__ import annotations
 
-import os
-import shutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pygit2
-from pygit2.enums import DeltaStatus, FileMode, MergeFavor, MergeFlag
+from pygit2.enums import FileMode, MergeFavor, MergeFlag
 
+from . import atomic, crash, journal
 from .errors import BadRequest, Busy, Conflict
-from .git_session import DISK, WORKDIR, GitSession, to_json_bytes
+from .git_session import HISTORY, RUNS, WORKDIR, GitSession, to_json_bytes
 from .subagents import answer_of, last_answer
 from .turns import MAX_TEXT, TurnContext, _prepare_new_turn, launch, snapshot_user_edits
 
@@ -152,40 +151,6 @@ def plan_merge(git: GitSession, branches: list[str], strategy: str) -> MergePlan
     return plan
 
 
-def write_workdir(git: GitSession, old_oid: pygit2.Oid, new_oid: pygit2.Oid) -> dict[str, Any]:
-    """Bring workdir/ on disk from one tree to another; returns the checkpoint changes (only
-    the paths that differ, so the cost follows the merge, not the workdir)."""
-    diff = git.repo[old_oid].diff_to_tree(git.repo[new_oid])
-    changes: dict[str, Any] = {}
-    writes = []
-    for delta in diff.deltas:
-        if delta.status == DeltaStatus.DELETED:
-            rel = f"{WORKDIR}/{delta.old_file.path}"
-            target = git.path / rel
-            if target.is_file() or target.is_symlink():
-                target.unlink()
-            changes[rel] = None
-        else:
-            writes.append(delta.new_file)
-    for new in writes:
-        rel = f"{WORKDIR}/{new.path}"
-        target = git.path / rel
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        data = git.repo[new.id].data
-        if target.is_symlink() or target.exists():
-            target.unlink()
-        if new.mode == FileMode.LINK:
-            os.symlink(data.decode("utf-8", "surrogateescape"), target)
-        else:
-            target.write_bytes(data)
-            if new.mode == FileMode.BLOB_EXECUTABLE:
-                target.chmod(target.stat().st_mode | 0o111)
-        changes[rel] = DISK
-    return changes
-
-
 def merge_note(plan: MergePlan, branches: list[str], strategy: str) -> str:
     """The system note that opens a merge turn (DESIGN §6: `Merge turn` then `- BRANCH: TEXT`
     lines, and for the agent a `Conflicts:` list)."""
@@ -226,15 +191,21 @@ def _start_merge(git: GitSession, handle: SessionHandle, into: str, branches: li
     old_workdir = _workdir_tree(git, head, git.repo.TreeBuilder().write())
     fields = {"model": model, "merge": {"branches": branches, "strategy": strategy,
                                         "conflicts": sorted({c["path"] for c in plan.conflicts})}}
-    ctx = _prepare_new_turn(git, handle, message, fields, notes=(merge_note(plan, branches,
-                                                                            strategy),))
-    changes = write_workdir(git, old_workdir, plan.workdir_oid)
-    ctx.run["message_count"] = len(ctx.messages)
-    changes.update(ctx.pending)
-    changes[ctx.run_file] = to_json_bytes(ctx.run)
-    oid = git.write_checkpoint(
-        changes, summary=f"Merge {', '.join(branches)} into {into}"[:200], kind="merge",
-        run_id=ctx.run_id, message_index=len(ctx.messages), extra_parents=plan.tips)
+    written, deleted = atomic.merge_paths(git, old_workdir, plan.workdir_oid)
+    # All or nothing under kill -9: the intent comes before the turn's files and the merge's.
+    with journal.intent(git, "merge", [*written, *deleted, "session.json"],
+                        untracked=[HISTORY, RUNS]):
+        ctx = _prepare_new_turn(git, handle, message, fields,
+                                notes=(merge_note(plan, branches, strategy),))
+        crash.at("merge.after_turn_files")
+        changes = atomic.write_workdir(git, plan.workdir_oid, written, deleted)
+        crash.at("merge.after_files")
+        ctx.run["message_count"] = len(ctx.messages)
+        changes.update(ctx.pending)
+        changes[ctx.run_file] = to_json_bytes(ctx.run)
+        oid = git.write_checkpoint(
+            changes, summary=f"Merge {', '.join(branches)} into {into}"[:200], kind="merge",
+            run_id=ctx.run_id, message_index=len(ctx.messages), extra_parents=plan.tips)
     ctx.pending.clear()
     return ctx, plan, [str(oid), *(str(p) for p in git.commit(oid).parent_ids)]
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 from pygit2.enums import FileMode, MergeFlag
 
+from . import crash, journal
 from .backups import Entry, check_writable, tree_entry, write_entry
 from .errors import BadRequest, Busy, Conflict, NotFound
 from .git_session import DISK, WORKDIR, GitSession, to_json_bytes
@@ -261,9 +262,6 @@ def _commit(git: GitSession, run_id: str, record_path: str, record: dict[str, An
     deleting = frozenset(p for p, e in result.items() if e is None)
     for path, entry in result.items():
         check_writable(git, path, entry, deleting)  # all before any: a refusal changes nothing
-    # Deletions first, so a file can replace a folder the revert empties (and vice versa).
-    for path, entry in sorted(result.items(), key=lambda item: item[1] is not None):
-        write_entry(git, path, entry)
     # run_id null: the note belongs to no run, so it never shifts a run's message indexes.
     note = {"id": new_message_id(), "role": "system", "content": note_text, "run_id": None,
             "created_at": now_iso(), "kind": kind, "reverted_run_id": run_id}
@@ -274,7 +272,13 @@ def _commit(git: GitSession, run_id: str, record_path: str, record: dict[str, An
     changes[git.history_path(git.next_seq(), "system", note["id"])] = to_json_bytes(note)
     verb = "Revert" if kind == "revert" else "Redo"
     summary = f"{verb} turn {run_id[:10]}: {_names(sorted(result)) or 'no file changed'}"
-    commit_id = git.write_checkpoint(changes, summary=summary, kind=kind, run_id=run_id)
+    # All or nothing under kill -9: the intent names every path before the first write.
+    with journal.intent(git, kind, changes):
+        # Deletions first, so a file can replace a folder the revert empties (and back).
+        for path, entry in sorted(result.items(), key=lambda item: item[1] is not None):
+            write_entry(git, path, entry)
+        crash.at(f"{kind}.after_files")
+        commit_id = git.write_checkpoint(changes, summary=summary, kind=kind, run_id=run_id)
     return {"turn_id": run_id, "run_id": run_id, "commit_id": str(commit_id),
             "restored_paths": sorted(result), "reverted": kind == "revert",
             "run": record, "note": note}

@@ -13,6 +13,7 @@ naming the branch and commit, the worktree is removed (folder included) and the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import secrets
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
+from . import crash, journal
 from .errors import BadRequest, NotFound
 from .git_session import (
     HISTORY,
@@ -125,6 +127,7 @@ def open_sub_branch(git: GitSession, branch: str, label: str, prompt: str,
     path.parent.mkdir(exist_ok=True)
     ref = git.repo.references.get(f"refs/heads/{branch}")
     git.repo.add_worktree(branch, str(path), ref)
+    crash.at("subagent.after_worktree")
     (path / WORKDIR).mkdir(exist_ok=True)  # git keeps no empty folders
     return SubBranch(branch, path, parent_branch, str(head.id), str(oid))
 
@@ -203,9 +206,14 @@ def write_result(git: GitSession, parent_branch: str, session_id: str, parent_tu
         git.history_path(git.next_seq(tip), "assistant", run_id, tip): to_json_bytes(msg),
         git.new_run_path(run_id, tip): to_json_bytes(run),
     }
-    commit_id = str(git.commit_on_branch(parent_branch, changes,
-                                         summary=f"Sub-agent result: {label}",
-                                         kind="sub-agent", run_id=run_id, message_index=1))
+    # Through the working tree when the parent branch is checked out: journaled.
+    guard = journal.intent(git, "sub-agent", changes) if git.branch == parent_branch \
+        else contextlib.nullcontext()
+    with guard:
+        commit_id = str(git.commit_on_branch(parent_branch, changes,
+                                             summary=f"Sub-agent result: {label}",
+                                             kind="sub-agent", run_id=run_id,
+                                             message_index=1))
     return {"run_id": run_id, "run": run, "message": msg, "commit_id": commit_id}
 
 

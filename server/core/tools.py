@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from server.core.names import is_utf8, shown
 from server.core.patch import PatchError, apply_hunks, parse_patch
 from server.core.shell import run_shell
 
@@ -129,6 +130,8 @@ class Workspace:
             raise PathEscape("path must be a string")
         if "\x00" in path:
             raise PathEscape("path contains a NUL byte")
+        if not is_utf8(path):
+            raise PathEscape(f"path is not valid UTF-8: '{shown(path)}'")
         if path.startswith("/") or os.path.isabs(path):
             raise PathEscape(f"absolute paths are not allowed: {path!r}")
         parts: list[str] = []

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import context
+from . import context, crash, guarded, names
 from .endpoints import choice_for_call
 from .errors import BadRequest, Busy, NotFound
 from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .braid import Braid
     from .store import SessionHandle
 
+log = logging.getLogger("braid.turns")
 SYSTEM_PROMPT = (
     "You are Braid's agent. You work on the files of this session's workdir with your tools "
     "(read_file, list_files, write_file, edit_file, apply_patch, delete_file, and shell when "
@@ -111,12 +112,15 @@ class TurnContext:
 def snapshot_user_edits(git: GitSession) -> str | None:
     """Commit what the user changed in workdir/ since HEAD as `user-edit`, so it is never
     attributed to, or clobbered by, a turn."""
-    dirty = git.changed_workdir_paths()
+    dirty, unnamed = names.split(git.changed_workdir_paths())
+    if unnamed:
+        log.warning("left out of the user-edit commit (not UTF-8): %s",
+                    ", ".join(names.shown(p) for p in unnamed))
     if not dirty:
         return None
-    names = ", ".join(p[len(WORKDIR) + 1:] for p in dirty[:5])
+    listed = ", ".join(p[len(WORKDIR) + 1:] for p in dirty[:5])
     more = f" and {len(dirty) - 5} more" if len(dirty) > 5 else ""
-    summary = f"User edits: {names}{more}"
+    summary = f"User edits: {listed}{more}"
     if len(dirty) > BULK_EDITS:  # a folder dropped in: one `git add -A`, as git would
         return str(git.commit_workdir(summary=summary, kind="user-edit"))
     oid = git.write_checkpoint({p: DISK for p in dirty}, summary=summary, kind="user-edit")
@@ -144,6 +148,7 @@ def _prepare_new_turn(
     notes: tuple[str, ...] = (),
 ) -> TurnContext:
     snapshot_user_edits(git)
+    crash.at("turn.prepare")
     run_id = new_message_id()
     run = {
         "run_id": run_id, "session_id": handle.session_id, "status": "RUNNING",
@@ -174,12 +179,11 @@ def write_pending_to_disk(git: GitSession, ctx: TurnContext) -> None:
     files = dict(ctx.pending)
     files[ctx.run_file] = to_json_bytes(ctx.run)
     for rel, data in files.items():
-        path = git.path / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        guarded.write(git.path, rel, data)  # atomic: a kill leaves no half record
 
 
 def checkpoint(git: GitSession, ctx: TurnContext, kind: str, summary: str) -> str:
+    crash.at("turn.checkpoint")
     ctx.run["message_count"] = len(ctx.messages)
     ctx.run["updated_at"] = now_iso()
     changes: dict[str, Any] = dict(ctx.pending)
@@ -215,6 +219,8 @@ async def send_message(braid: Braid, user_id: str, session_id: object, text: obj
         raise BadRequest("text must be a non-empty string")
     if len(text) > MAX_TEXT:
         raise BadRequest(f"text is longer than {MAX_TEXT} characters")
+    if "\0" in text or not names.is_utf8(text):
+        raise BadRequest("text must not hold NUL characters or lone surrogates")
     handle = braid.store.get_owned(user_id, session_id)
     active = await start_turn(braid, handle, text)
     return active.run_id
@@ -276,6 +282,7 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
                 else new_message_id()
             partial = ""
             reply = None
+            crash.at("turn.model")
             choice = choice_for_call(endpoint.tool_choice, batch)  # forced: first call only
             sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning)
             stream = braid.model.stream(sent, tools, model=model, endpoint=endpoint.name,
@@ -338,16 +345,24 @@ async def _finish(
     ctx.run["status"] = status
     ctx.run["error"] = error
     try:
-        summary = _final_summary(ctx, status)
-
-        def close_and_commit(git: GitSession) -> str:
-            _answer_open_calls(ctx)
-            return checkpoint(git, ctx, "turn", summary)
-
-        commit_id = await ctx.handle.call(close_and_commit)
+        try:
+            commit_id = await ctx.handle.call(lambda git: _close_and_commit(git, ctx, status))
+        except Exception as e:  # noqa: BLE001 - the turn must still end with its event
+            log.exception("the last commit of run %s failed", ctx.run_id)
+            status, error = "ERROR", f"could not commit the turn: {_error_text(e)}"
+            ctx.run.update(status=status, error=error)
+            # Its messages and record at least: the files it could not take stay on disk
+            # for the next turn's user-edit snapshot.
+            ctx.changed.clear()
+            commit_id = await ctx.handle.call(lambda git: _close_and_commit(git, ctx, status))
         braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": commit_id,
                                               "kind": "turn"})
         await braid.index.upsert_run(sid, ctx.run)
+        # Writing the index costs O(files in the repo), once per turn: before the end event,
+        # so `git status` in the session folder is true when the client hears of it (D6).
+        await ctx.handle.call(lambda git: git.flush_index())
+    except Exception:  # noqa: BLE001 - the end event below is sent whatever failed
+        log.exception("run %s ended without its last commit", ctx.run_id)
     finally:
         braid.runs.release(active)
     event = {"COMPLETED": "run_completed", "ERROR": "run_error"}.get(status, "run_cancelled")
@@ -357,10 +372,13 @@ async def _finish(
         data["error"] = error
     braid.bus.publish(sid, event, data)
     braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id})
-    # Writing the index costs O(files in the repo); it is done after the turn, off the
-    # checkpoint path, so `git status` tells the truth between turns.
-    await ctx.handle.call(lambda git: git.flush_index())
     braid.packer.touch(sid, ctx.handle.path)
+
+
+def _close_and_commit(git: GitSession, ctx: TurnContext, status: str) -> str:
+    crash.at("turn.finish")
+    _answer_open_calls(ctx)
+    return checkpoint(git, ctx, "turn", _final_summary(ctx, status))
 
 
 def _answer_open_calls(ctx: TurnContext) -> None:
@@ -384,6 +402,7 @@ async def _checkpoint_event(braid: Braid, ctx: TurnContext, kind: str, summary: 
 
 def run_tool(braid: Braid, git: GitSession, ctx: TurnContext, call: dict[str, Any]) -> dict:
     """Run one tool call on the session thread and record its result message."""
+    crash.at("turn.tool")
     fn = call.get("function") or {}
     name = str(fn.get("name") or "")
 
@@ -400,8 +419,12 @@ def run_tool(braid: Braid, git: GitSession, ctx: TurnContext, call: dict[str, An
     ctx.changed.update(result.changed)
     if name == "shell":
         # A shell command may change anything: found by one status scan, after it ran.
-        for rel in git.changed_workdir_paths():
+        dirty, unnamed = names.split(git.changed_workdir_paths())
+        for rel in dirty:
             ctx.changed.add(rel[len(WORKDIR) + 1:])
+        if unnamed:
+            result.content += "\n" + names.refusal([p[len(WORKDIR) + 1:] for p in unnamed])
+            result.is_error = True
         for hook in braid.after_shell_hooks:
             hook(git, ctx.run_id, sorted(ctx.changed))
     ctx.tool_calls += 1

@@ -1,0 +1,111 @@
+"""Checkout and a merge's file writes as journaled, guarded operations (DESIGN §4 "Atomic
+operations"): every path is checked before the first write, written by the guarded writer,
+and covered by an intent record, so a kill in the middle is finished or undone at start-up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pygit2
+
+from . import crash, guarded, journal
+from .git_session import DISK, WORKDIR, GitSession
+
+
+def changed_paths(repo: pygit2.Repository, old: pygit2.Tree | None, new: pygit2.Tree | None,
+                  prefix: str = "") -> tuple[list[str], list[str]]:
+    """(paths written, paths deleted) to go from `old` to `new`, with `prefix` prepended."""
+    empty = repo[repo.TreeBuilder().write()]
+    diff = (old or empty).diff_to_tree(new or empty)
+    written, deleted = [], []
+    for delta in diff.deltas:
+        if delta.status == pygit2.enums.DeltaStatus.DELETED:
+            deleted.append(prefix + delta.old_file.path)
+        else:
+            written.append(prefix + delta.new_file.path)
+            if delta.old_file.path != delta.new_file.path:
+                deleted.append(prefix + delta.old_file.path)
+    return written, deleted
+
+
+def check_all(git: GitSession, written: list[str], deleted: list[str]) -> None:
+    """Refuse (`UnsafePath`) before anything changes if any write would leave its folder."""
+    for rel in written:
+        guarded.check(git.path, rel, deleted)
+    for rel in deleted:
+        guarded.parts_of(rel)
+
+
+def checkout(git: GitSession, name: str) -> None:
+    """Switch the session to branch `name`: only the paths that differ are written (deletions
+    first), then HEAD moves and those index entries follow."""
+    ref = git.repo.references.get(f"refs/heads/{name}")
+    if ref is None:
+        from .errors import NotFound
+
+        raise NotFound(f"no branch {name}")
+    git.flush_index()
+    old = git.head_commit().tree
+    new = ref.peel(pygit2.Commit).tree
+    written, deleted = changed_paths(git.repo, old, new)
+    check_all(git, written, deleted)
+    paths = written + deleted
+    record = journal.begin(git, "checkout", paths, to=name)
+    try:
+        journal.apply_tree(git, new, deleted)
+        journal.apply_tree(git, new, written)
+        crash.at("checkout.after_files")
+        git.repo.set_head(f"refs/heads/{name}")
+        crash.at("checkout.after_head")
+    except BaseException:
+        # Back to where it was: the old branch's files on the changed paths.
+        git.repo.set_head(f"refs/heads/{record['branch']}")
+        journal.apply_tree(git, old, paths)
+        journal.end(git)
+        raise
+    journal.end(git)
+
+
+def finish_checkout(git: GitSession, record: dict[str, Any]) -> None:
+    """Roll an interrupted checkout forward: the target branch's files, then HEAD."""
+    name = str(record.get("to"))
+    ref = git.repo.references.get(f"refs/heads/{name}")
+    if ref is None:  # the target vanished: go back instead
+        name = str(record.get("branch"))
+        ref = git.repo.references[f"refs/heads/{name}"]
+    tree = ref.peel(pygit2.Commit).tree
+    paths = [str(p) for p in record.get("paths") or ()]
+    journal.apply_tree(git, tree, [p for p in paths if journal._entry(tree, p) is None],
+                       strict=False)
+    journal.apply_tree(git, tree, [p for p in paths if journal._entry(tree, p) is not None],
+                       strict=False)
+    git.repo.set_head(f"refs/heads/{name}")
+
+
+def merge_paths(git: GitSession, old_oid: pygit2.Oid, new_oid: pygit2.Oid
+                ) -> tuple[list[str], list[str]]:
+    """(written, deleted) repo-relative paths to bring workdir/ from tree `old_oid` to
+    `new_oid`, refused (`UnsafePath`) before anything changes if a write would escape."""
+    written, deleted = changed_paths(git.repo, git.repo[old_oid], git.repo[new_oid],
+                                     f"{WORKDIR}/")
+    check_all(git, written, deleted)
+    return written, deleted
+
+
+def write_workdir(git: GitSession, new_oid: pygit2.Oid, written: list[str],
+                  deleted: list[str]) -> dict[str, Any]:
+    """Write a merge's workdir paths (inside its intent); returns the checkpoint changes."""
+    new_tree = _as_repo_tree(git, new_oid)
+    journal.apply_tree(git, new_tree, deleted)
+    journal.apply_tree(git, new_tree, written)
+    changes: dict[str, Any] = {rel: None for rel in deleted}
+    changes.update({rel: DISK for rel in written})
+    return changes
+
+
+def _as_repo_tree(git: GitSession, workdir_oid: pygit2.Oid) -> pygit2.Tree:
+    """A tree holding `workdir_oid` at `workdir/`, so repo-relative paths resolve in it."""
+    builder = git.repo.TreeBuilder()
+    builder.insert(WORKDIR, workdir_oid, pygit2.enums.FileMode.TREE)
+    return git.repo[builder.write()]
