@@ -163,3 +163,19 @@ def test_long_words_wrap_and_toasts_leave_send_free(page: Page, login: Any,
     expect(toast).to_contain_text("boom", timeout=TIMEOUT)
     no_overlap(toast, page.locator("#send-btn"))
     no_overlap(toast, page.locator("#composer-text"))
+
+
+def test_an_update_for_a_turn_not_shown_is_no_error(page: Page, login: Any,
+                                                    shared_server: Server) -> None:
+    # A turn not on the page (paged out) is reverted from elsewhere: its footer update has
+    # nothing to change and must not be an htmx:oobErrorNoTarget (console errors fail tests);
+    # the note still arrives.
+    sid = shared_server.new_session()
+    old = shared_server.run(sid, "write a.txt one")["run_id"]
+    shared_server.run(sid, "say later")
+    login(page, sid)
+    page.evaluate("(id) => document.getElementById('turn-' + id).remove()", old)
+    status, body = shared_server.api("POST", f"/api/turns/{old}/revert", {"session_id": sid})
+    assert status == 200, body
+    expect(page.locator(".note", has_text="was reverted")).to_have_count(1, timeout=TIMEOUT)
+    assert page.locator(f"#footer-{old}").count() == 0

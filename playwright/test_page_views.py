@@ -152,3 +152,17 @@ def test_screenshots_of_the_main_views(page: Page, login: Any, rich_session: dic
     page.screenshot(path=str(SHOTS / f"session-menu-{tag}.png"))
     for name in ("chat", "history", "files", "session-menu"):
         assert (SHOTS / f"{name}-{tag}.png").stat().st_size > 5000
+
+
+def test_a_forked_session_names_its_source_without_a_hash(page: Page, login: Any,
+                                                          rich_session: dict[str, Any],
+                                                          shared_server: Server) -> None:
+    status, made = shared_server.api("POST", f"/api/sessions/{rich_session['sid']}/fork")
+    assert status == 201, made
+    page.set_viewport_size({"width": 1400, "height": 900})
+    login(page, made["session_id"])
+    expect(page.locator("#dag .dag-node[data-kind=fork]").first).to_be_visible(timeout=TIMEOUT)
+    expect(page.locator("#dag .dag-label", has_text="Fork of another session").first) \
+        .to_be_visible()
+    text = visible_text(page)
+    assert re.findall(HASH, text) == [], re.findall(rf".{{0,40}}{HASH}.{{0,20}}", text)

@@ -325,3 +325,36 @@
   document.addEventListener("htmx:wsAfterMessage", refresh);
   setInterval(refresh, 30000);
 })();
+
+// Socket frames may update a turn the page does not show (paged out, or redrawn away): such
+// an update has nothing to change, so it is dropped here instead of making htmx report
+// htmx:oobErrorNoTarget. Only per-turn targets are dropped; any other missing target is
+// still an error.
+(function () {
+  "use strict";
+  const PER_TURN = /^#(turn|footer|live|parts|tool-status|tool-output|tool|diff|chips|revert|nav|meta|answer|msg)-/;
+
+  function targetOf(el) {
+    const spec = el.getAttribute("hx-swap-oob") || "true";
+    const m = spec.match(/^[A-Za-z]+:(#[\w-]+)$/);
+    if (m) return m[1];
+    return el.id ? "#" + el.id : null;
+  }
+
+  htmx.defineExtension("braid-oob", {
+    transformResponse: function (text, xhr) {
+      if (xhr) return text;  // only socket frames (htmx calls this with no xhr for them)
+      const tpl = document.createElement("template");
+      tpl.innerHTML = text;
+      let dropped = false;
+      Array.from(tpl.content.children).forEach(function (child) {
+        const sel = targetOf(child);
+        if (sel && PER_TURN.test(sel) && !document.getElementById(sel.slice(1))) {
+          child.remove();
+          dropped = true;
+        }
+      });
+      return dropped ? tpl.innerHTML : text;
+    }
+  });
+})();

@@ -38,9 +38,9 @@ def clean_text(value: object, name: str, limit: int) -> str:
     if len(text) > limit:
         raise BadRequest(f"{name} is longer than {limit} characters")
     for ch in text:
-        # Control characters (NUL, newlines, escapes) and lone surrogates cannot be shown
-        # on one line or stored as UTF-8.
-        if unicodedata.category(ch) in ("Cc", "Cs", "Cf") and ch not in "\u200d":
+        # Control characters (NUL, newlines, escapes), line separators and lone surrogates
+        # cannot be shown on one line or stored as UTF-8 (a zero-width joiner, in emoji, can).
+        if unicodedata.category(ch) in ("Cc", "Cs", "Cf", "Zl", "Zp") and ch != "\u200d":
             raise BadRequest(f"{name} must not contain control characters")
     return text
 
@@ -107,7 +107,17 @@ async def update_session(braid: Braid, user_id: str, session_id: object,
             else:
                 meta[key] = value
         if meta != handle.meta:
-            await handle.call(lambda git: write_meta(git, meta, _summary(changes)))
+            live = [a.ctx for a in braid.runs.for_session(handle.session_id) if a.ctx]
+
+            def work(git: GitSession) -> None:
+                write_meta(git, meta, _summary(changes))
+                # A first turn still to commit holds the session.json it titled: it must
+                # not put the old name back.
+                for ctx in live:
+                    if "session.json" in ctx.pending:
+                        ctx.pending["session.json"] = to_json_bytes(meta)
+
+            await handle.call(work)
             handle.meta.clear()
             handle.meta.update(meta)
             await braid.index.upsert_session(handle.meta, now_iso())

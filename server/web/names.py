@@ -118,6 +118,8 @@ def humanize(text: object) -> Markup:
         before = raw[last:match.start()]
         if token.startswith("run/") or token.startswith(PREFIX):
             label = names.branch(token)
+        elif re.search(r"(?i)\bsession $", before):  # "Fork of session <id>"
+            before, label = before[:-len("session ")], "another session"
         else:
             label = names.run(token) or ""
             if not label:
