@@ -102,7 +102,13 @@ def build_session(data: Path, turns: int, title: str) -> str:
     git = GitSession.create(data / "sessions" / sid, meta)
     for turn in range(turns):
         written_turn(git, sid, turn)
-    git.flush_index()
+    # The index as HEAD has it, then refreshed by git (one pass, not an insert per file).
+    git._index_pending.clear()
+    index = git.repo.index
+    index.read_tree(git.head_commit().tree)
+    index.write()
+    subprocess.run(["git", "-C", str(git.path), "update-index", "-q", "--refresh"],
+                   capture_output=True)
     pack_now(git.path)  # as the idle packer leaves a session at rest
     return sid
 
@@ -165,6 +171,18 @@ class Server:
         elapsed, run = self.json("POST", f"/api/sessions/{sid}/runs", {"input": text})
         assert run["status"] == "COMPLETED", run
         return elapsed, run
+
+    def ws_checkout(self, sid: str, ref: str) -> None:
+        from websockets.sync.client import connect
+
+        with connect(f"ws://127.0.0.1:{self.port}/ws/sessions/{sid}?format=json",
+                     additional_headers={"Authorization": f"Bearer {TOKEN}"}) as ws:
+            ws.send(json.dumps({"action": "checkout", "ref": ref, "request_id": "c"}))
+            while True:
+                frame = json.loads(ws.recv(timeout=60))
+                if frame.get("type") in ("result", "error") and frame.get("request_id") == "c":
+                    assert frame["type"] == "result", frame
+                    return
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -276,14 +294,16 @@ def big_workdir_section(srv: Server, data: Path, tmp: Path) -> None:
         row(f"one-file turn with {n:,} files (x 100 files)", ms(median(times[n])),
             f"{median(times[n]) / base:9.2f}")
     sid = sids[BIG]
-    edited = data / "sessions" / sid / "workdir" / "pkg05" / "mod50" / "file050500.py"
+    n = BIG // 2
+    rel = f"pkg{n // 10000:02d}/mod{n // 100 % 100:02d}/file{n:06d}.py"
+    edited = data / "sessions" / sid / "workdir" / rel
     if edited.exists():
         edited.write_text("# edited by the user\n")
         srv.turn(sid, "say after the edit")
         log = subprocess.run(["git", "-C", str(data / "sessions" / sid), "log", "-3",
                               "--format=%s", "--name-only"], capture_output=True, text=True,
                              check=True).stdout
-        found = "workdir/pkg05/mod50/file050500.py" in log and "User edits" in log
+        found = f"workdir/{rel}" in log and "User edits" in log
         status = subprocess.run(["git", "-C", str(data / "sessions" / sid), "status",
                                  "--porcelain"], capture_output=True, text=True).stdout
         print(f"   a user's edit to one of {BIG:,} files committed as user-edit: "
@@ -295,7 +315,9 @@ def time_travel_section(srv: Server, data: Path, sid: str, turns: int, small: st
     runs = sorted(info["runs"], key=lambda r: r["created_at"])
     early, last = runs[10]["run_id"], runs[-1]["run_id"]
     pages, page_bytes, lists, conts, forks, small_forks = [], 0, [], [], [], []
-    for _ in range(max(3, SAMPLES // 3)):
+    for i in range(max(3, SAMPLES // 3)):
+        if i:  # back on main, as the user left it
+            srv.ws_checkout(sid, "main")
         elapsed, status, raw = srv.call("GET", f"/s/{sid}")
         assert status == 200, status
         pages.append(elapsed)
@@ -303,12 +325,12 @@ def time_travel_section(srv: Server, data: Path, sid: str, turns: int, small: st
         for run_id in (early, last):
             elapsed, _ = srv.json("GET", f"/api/runs/{run_id}/checkpoints?session_id={sid}")
             lists.append(elapsed)
+        # Forked while main (all the turns) is checked out: a continue moves HEAD.
+        elapsed, _ = srv.json("POST", f"/api/sessions/{sid}/fork")
+        forks.append(elapsed)
         elapsed, _ = srv.json("POST", f"/api/runs/{early}/continue",
                               {"session_id": sid, "continue_from": "end", "input": "say hi"})
         conts.append(elapsed)
-        srv.json("POST", f"/api/sessions/{sid}/fork")  # warm, then measured
-        elapsed, _ = srv.json("POST", f"/api/sessions/{sid}/fork")
-        forks.append(elapsed)
         elapsed, _ = srv.json("POST", f"/api/sessions/{small}/fork")
         small_forks.append(elapsed)
     print(f"\n3. The page and time travel at {turns:,} turns\n")

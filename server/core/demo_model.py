@@ -277,13 +277,13 @@ def _deltas(reply: _Reply) -> list[dict[str, Any]]:
     return deltas
 
 
-def _completion_id(request: dict[str, Any]) -> str:
-    digest = hashlib.sha256(json.dumps(request, sort_keys=True, default=str).encode())
-    return "chatcmpl-demo-" + digest.hexdigest()[:24]
+def _completion_id(body: bytes) -> str:
+    # From the body as it came: re-encoding a long chat's request would cost as much again.
+    return "chatcmpl-demo-" + hashlib.sha256(body).hexdigest()[:24]
 
 
-async def _stream(request: dict[str, Any], reply: _Reply) -> AsyncIterator[bytes]:
-    base = {"id": _completion_id(request), "object": "chat.completion.chunk",
+async def _stream(request: dict[str, Any], reply: _Reply, cid: str) -> AsyncIterator[bytes]:
+    base = {"id": cid, "object": "chat.completion.chunk",
             "created": int(time.time()), "model": request.get("model") or MODEL_ID,
             "system_fingerprint": None}
     options = request.get("stream_options") or {}
@@ -306,12 +306,12 @@ async def _stream(request: dict[str, Any], reply: _Reply) -> AsyncIterator[bytes
     yield b"data: [DONE]\n\n"
 
 
-def _completion(request: dict[str, Any], reply: _Reply) -> dict[str, Any]:
+def _completion(request: dict[str, Any], reply: _Reply, cid: str) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     if reply.tool_calls:
         message["tool_calls"] = reply.tool_calls
     return {
-        "id": _completion_id(request), "object": "chat.completion", "created": int(time.time()),
+        "id": cid, "object": "chat.completion", "created": int(time.time()),
         "model": request.get("model") or MODEL_ID, "system_fingerprint": None,
         "choices": [{"index": 0, "message": message, "logprobs": None,
                      "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
@@ -349,17 +349,19 @@ def _load(body: bytes) -> dict[str, Any]:
 
 
 async def _chat(receive: Receive, send: Send) -> None:
-    request = _load(await _read_body(receive))
+    body = await _read_body(receive)
+    request = _load(body)
+    cid = _completion_id(body)
     reply = _respond(request)
     if not request.get("stream"):
         if reply.slow_ms:
             await asyncio.sleep(reply.slow_ms / 1000)
-        await _send_json(send, 200, _completion(request, reply))
+        await _send_json(send, 200, _completion(request, reply, cid))
         return
     headers = [(b"content-type", b"text/event-stream; charset=utf-8"),
                (b"cache-control", b"no-cache")]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
-    async for chunk in _stream(request, reply):
+    async for chunk in _stream(request, reply, cid):
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 

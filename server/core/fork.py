@@ -13,6 +13,7 @@ them in place.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -23,13 +24,14 @@ import pygit2
 
 from . import crash, journal
 from .errors import Busy
-from .git_session import WORKDIR, GitSession, commit_message, to_json_bytes
+from .git_session import HISTORY, WORKDIR, GitSession, commit_message, to_json_bytes
 from .ids import new_session_id, now_iso
 from .turns import snapshot_user_edits
 
 if TYPE_CHECKING:
     from .braid import Braid
 
+log = logging.getLogger("braid.fork")
 CARRIED_REFS = ("refs/heads/", "refs/braid/", "refs/tags/")
 OBJECT_SUFFIXES = (".pack", ".idx", ".rev", ".bitmap", ".mtimes")
 
@@ -103,12 +105,49 @@ def clone_session(git: GitSession, target: Path, meta: dict[str, Any]) -> dict[s
                                  [tip.id])
         tips[branch] = str(oid)
     crash.at("fork.after_commits")
-    # A fresh folder holds no symlink the checkout could be led through.
-    repo.checkout(f"refs/heads/{head}", strategy=pygit2.enums.CheckoutStrategy.FORCE)
+    try:
+        copy_worktree(git, repo, target, to_json_bytes(meta))
+    except OSError:  # a folder we cannot link or copy from: check out from git instead
+        log.warning("copying the working tree of %s failed; checking out", git.path,
+                    exc_info=True)
+        # A fresh folder holds no symlink the checkout could be led through.
+        repo.checkout(f"refs/heads/{head}", strategy=pygit2.enums.CheckoutStrategy.FORCE)
     (target / WORKDIR).mkdir(exist_ok=True)  # git keeps no empty folders
     (target / ".git" / "info").mkdir(parents=True, exist_ok=True)
     journal.ensure_excludes(GitSession(target))
     return tips
+
+
+def copy_worktree(git: GitSession, repo: pygit2.Repository, target: Path, meta: bytes) -> None:
+    """The fork's working tree and index from the source's, which match the source's HEAD
+    (its edits were just committed): the files the index names, history files hard-linked
+    (a message file is written once and never changed in place), the rest copied (run
+    records and workdir/ files change in place), and the index copied with `session.json`
+    updated. A checkout would read every blob back out of the packs instead."""
+    index = git.repo.index
+    index.read(False)
+    if index.conflicts is not None:
+        raise OSError("the source's index has conflicts")
+    made: set[Path] = set()
+    for entry in index:
+        if entry.path == "session.json":
+            continue
+        src, dst = git.path / entry.path, target / entry.path
+        if dst.parent not in made:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            made.add(dst.parent)
+        if entry.mode == pygit2.enums.FileMode.LINK:
+            os.symlink(os.readlink(src), dst)
+        elif entry.path.startswith(f"{HISTORY}/"):
+            _link_or_copy(str(src), str(dst))
+        else:
+            shutil.copy2(src, dst)
+    (target / "session.json").write_bytes(meta)
+    shutil.copy2(Path(git.repo.path) / "index", target / ".git" / "index")
+    fork_index = repo.index
+    fork_index.read(True)
+    fork_index.add("session.json")
+    fork_index.write()
 
 
 def fork_title(title: str) -> str:

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -23,7 +24,12 @@ INVALID_ARGS_KEY = "invalid_json_arguments"
 
 def valid_arguments(raw: object) -> str:
     """The arguments as a JSON text a server will parse."""
-    text = raw if isinstance(raw, str) else json.dumps(raw)
+    return _valid_text(raw if isinstance(raw, str) else json.dumps(raw))
+
+
+@functools.lru_cache(maxsize=16384)
+def _valid_text(text: str) -> str:
+    # Cached: every call of a long chat replays the same arguments (context budget: many).
     if not text.strip():
         return "{}"
     try:

@@ -85,6 +85,10 @@ class Packer:
         self._timers[session_id] = loop.call_later(IDLE_SECONDS, self._start, session_id,
                                                    folder)
 
+    def idle(self, session_id: str) -> bool:
+        """No repack of the session is due or going on."""
+        return session_id not in self._timers and session_id not in self._busy
+
     async def wait_idle(self, session_id: str) -> None:
         """Wait for a repack of the session to end, and hold off new ones until the next
         touch (a fork hard-links the object files: they must not move meanwhile)."""

@@ -179,7 +179,9 @@ def write_pending_to_disk(git: GitSession, ctx: TurnContext) -> None:
     files = dict(ctx.pending)
     files[ctx.run_file] = to_json_bytes(ctx.run)
     for rel, data in files.items():
-        guarded.write(git.path, rel, data)  # atomic: a kill leaves no half record
+        # Atomic (a kill leaves no half record), and replaced, never changed in place: a
+        # fork hard-links its source's history files.
+        guarded.write(git.path, rel, data)
 
 
 def checkpoint(git: GitSession, ctx: TurnContext, kind: str, summary: str) -> str:
