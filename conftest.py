@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent
-# The `replay` fixture: recorded real model servers behind a local HTTP server.
-pytest_plugins = ["tests.model_replay"]
+# `replay`: recorded real model servers behind a local HTTP server; `llama`: a real one.
+pytest_plugins = ["tests.model_replay", "tests.live.llama"]
 TOKEN = "test-token-0123456789"
 
 

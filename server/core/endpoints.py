@@ -11,6 +11,11 @@ a JSON or TOML file, so a local server and a hosted one can be used side by side
     tools = ["write_file"]              # optional: only these tools are offered
     named_tool_choice = false           # send a tool name as the OpenAI object form
     send_reasoning = false              # replay reasoning_content to this server
+    params = { max_tokens = 512 }       # optional: extra fields for every request
+
+A forced tool (`required` or a tool's name) holds for a turn's first model call; the calls
+after it send `tool_choice: "none"`, so the model answers from the tool's result (forced
+again, it could never answer; left on `auto`, a model that needed forcing rarely chooses well).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ class Endpoint:
     tools: tuple[str, ...] | None = None
     named_tool_choice: bool = False
     send_reasoning: bool = False
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    params: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_demo(self) -> bool:
@@ -98,7 +103,21 @@ def parse_endpoint(entry: object, where: str) -> Endpoint:
         tool_choice=_text(entry, "tool_choice", where), tools=_names(entry, "tools", where),
         named_tool_choice=_bool(entry, "named_tool_choice", where),
         send_reasoning=_bool(entry, "send_reasoning", where),
+        params=_params(entry, where),
     )
+
+
+RESERVED = frozenset({"model", "messages", "stream", "stream_options", "tools", "tool_choice"})
+
+
+def _params(entry: dict[str, Any], where: str) -> dict[str, Any]:
+    value = entry.get("params", {})
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: params must be a table/object of request fields")
+    taken = RESERVED & set(value)
+    if taken:
+        raise ValueError(f"{where}: params cannot set {', '.join(sorted(taken))}")
+    return dict(value)
 
 
 def load_endpoints_file(path: Path) -> list[Endpoint]:
@@ -152,3 +171,10 @@ def check_tool_choice(value: str | None) -> str | None:
     if value is None or value in TOOL_CHOICE_WORDS or value.isidentifier():
         return value
     raise BadRequest("tool_choice must be auto, none, required or a tool's name")
+
+
+def choice_for_call(tool_choice: str | None, call: int) -> str | None:
+    """The tool_choice of a turn's `call`-th model call (0 = the first)."""
+    if tool_choice in (None, "auto", "none"):
+        return tool_choice
+    return tool_choice if call == 0 else "none"

@@ -24,6 +24,7 @@ __all__ = ["ModelClient", "ModelError", "Reply"]
 
 log = logging.getLogger("braid.model")
 LIST_TTL = 30.0  # seconds a GET /v1/models answer is reused
+LIST_TIMEOUT = 3.0  # seconds the picker waits for an endpoint's list
 
 
 class ModelError(BraidError):
@@ -161,6 +162,7 @@ class ModelClient:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        kwargs["extra_body"].update(ep.params)
         if tool_choice and tool_choice not in TOOL_CHOICE_WORDS:
             named = [t for t in tools if t["function"]["name"] == tool_choice]
             if not named:
@@ -236,14 +238,14 @@ class ModelClient:
         ids = list(ep.models)
         error = None
         try:
-            page = await asyncio.wait_for(
-                self.client_for(ep).models.list(timeout=min(self.timeout, 10.0)),
-                min(self.timeout, 10.0) + 1)
+            client = self.client_for(ep).with_options(max_retries=0)
+            page = await asyncio.wait_for(client.models.list(timeout=LIST_TIMEOUT),
+                                          LIST_TIMEOUT + 1)
             for item in page.data:
                 if item.id not in ids:
                     ids.append(str(item.id))
         except Exception as e:  # noqa: BLE001 - a down server lists its configured models
-            error = describe(e, ep, "", min(self.timeout, 10.0))
+            error = describe(e, ep, "", LIST_TIMEOUT)
             log.warning("listing models: %s", error)
         self._listed[ep.name] = (time.monotonic(), ids, error)
         return ids, error

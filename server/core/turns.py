@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import context, crash, guarded, names, proctree
+from .endpoints import choice_for_call
 from .errors import BadRequest, Busy, NotFound
 from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
 from .ids import new_message_id, now_iso
@@ -284,9 +285,7 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
             partial = ""
             reply = None
             crash.at("turn.model")
-            # A forced tool choice holds for a turn's first call only: forced after the
-            # tool's result too, the model could never give its answer.
-            choice = (endpoint.tool_choice or None) if batch == 0 else None
+            choice = choice_for_call(endpoint.tool_choice, batch)  # forced: first call only
             sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning)
             stream = braid.model.stream(sent, tools, model=model, endpoint=endpoint.name,
                                         tool_choice=choice)

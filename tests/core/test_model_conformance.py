@@ -206,3 +206,25 @@ async def test_several_tool_calls_in_one_response_each_run(
     assert run["messages"][1]["reasoning"] == "two"
     # reasoning is not sent back by default
     assert all("reasoning_content" not in m for m in sent_messages(replay, 1))
+
+
+@pytest.mark.parametrize("named", [False, True])
+async def test_a_forced_tool_choice_shapes_the_first_call_only(
+        make_braid: MakeBraid, replay: ReplayServer, tmp_path: Path, named: bool) -> None:
+    endpoints = tmp_path / "endpoints.json"
+    endpoints.write_text(json.dumps([{
+        "name": "local", "base_url": replay.base_url, "tool_choice": "write_file",
+        "named_tool_choice": named, "params": {"max_tokens": 64, "temperature": 0}}]))
+    braid = await real(make_braid, replay, endpoints_file=endpoints)
+    replay.push(load_case(LCP, "forced-tool-call-direct").answer, text_stream("Done."))
+    sid, path = await new_session(braid)
+    braid.store.get(sid).meta["model"] = "smollm2@local"
+    run = await run_turn(braid, sid, "Create a file hello.txt containing hi")
+    assert run["status"] == "COMPLETED" and run["endpoint"] == "local"
+    first, second = replay.requests[0], replay.requests[1]
+    assert [t["function"]["name"] for t in first["tools"]] == ["write_file"]
+    assert first["tool_choice"] == ({"type": "function", "function": {"name": "write_file"}}
+                                    if named else "required")
+    assert second["tool_choice"] == "none"  # then the model answers from the result
+    assert first["max_tokens"] == 64 and first["temperature"] == 0
+    assert (path / "workdir/hello.txt").exists()
