@@ -19,7 +19,8 @@ from typing import Any
 import pygit2
 
 from .backups import BackupStore, Entry, tree_entry
-from .git_session import TRAILER_KIND, TRAILER_RUN, WORKDIR, GitSession, parse_trailers
+from .git_session import TRAILER_KIND, TRAILER_RUN, GitSession, parse_trailers
+from .treeops import workdir_tree
 
 # A turn's own commits. A merge turn begins with its `merge` commit (so reverting it takes the
 # merged files out, like `git revert -m 1`); a sub-agent's result is a `sub-agent` commit.
@@ -114,21 +115,11 @@ def _began_here(commit: pygit2.Commit, record_path: str | None) -> bool:
     return False
 
 
-def _workdir_tree(commit: pygit2.Commit | None) -> pygit2.Tree | None:
-    if commit is None:
-        return None
-    try:
-        obj = commit.tree[WORKDIR]
-    except KeyError:
-        return None
-    return obj if isinstance(obj, pygit2.Tree) else None
-
-
 def changes_of(git: GitSession, span: TurnSpan,
                backups: dict[str, Entry | None] | None = None) -> list[FileChange]:
     """Every workdir file the turn changed, sorted by path, with its content before and after."""
-    before_tree = _workdir_tree(span.before)
-    after_tree = _workdir_tree(span.last)
+    before_tree = workdir_tree(span.before)
+    after_tree = workdir_tree(span.last)
     before: dict[str, Entry | None] = {}
     after: dict[str, Entry | None] = {}
     if before_tree is not None or after_tree is not None:
