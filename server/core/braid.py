@@ -96,9 +96,7 @@ class Braid:
         if self._reaper is not None:
             self._reaper.cancel()
         for active in self.runs.all():
-            if active.task is not None and not active.task.done():
-                active.stop_reason = "shutdown"
-                active.task.cancel()
+            active.stop("shutdown")
         for active in self.runs.all():
             try:
                 await asyncio.wait_for(active.done.wait(), timeout=10)

@@ -130,9 +130,7 @@ async def delete_session(braid: Braid, user_id: str, session_id: object) -> None
     """Stop its runs, then remove the session folder and its index rows."""
     handle = braid.store.get_owned(user_id, session_id)
     for active in braid.runs.for_session(handle.session_id):
-        if active.task is not None and not active.task.done():
-            active.stop_reason = "cancel"
-            active.task.cancel()
+        active.stop("cancel")
     for active in braid.runs.for_session(handle.session_id):
         await active.done.wait()
     braid.bus.publish(handle.session_id, "session_deleted", {})

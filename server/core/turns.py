@@ -53,6 +53,20 @@ class ActiveRun:
     # What a page opened mid-run shows: the turn so far and the text streaming now.
     ctx: TurnContext | None = None
     partial: str = ""
+    # Where the task is: a cancel must neither hit a task before its first step (it would
+    # run none of its code, so never commit nor free its branch) nor one committing its end.
+    started: bool = False
+    finishing: bool = False
+    stop_requested: bool = False
+
+    def stop(self, reason: str) -> None:
+        """Ask the turn to stop: cancel it while the model or a tool runs; a turn not yet
+        started stops at its first step; one already committing its end is let finish."""
+        self.stop_reason = reason
+        self.stop_requested = True
+        task = self.task
+        if task is not None and self.started and not self.finishing and not task.done():
+            task.cancel()
 
 
 class RunRegistry:
@@ -278,7 +292,10 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
     mode = braid.settings.checkpoint
     tools = Workspace.schemas(braid.settings.shell)
     endpoint, model = braid.model.resolve(ctx.run.get("model"), ctx.run.get("endpoint"))
+    active.started = True
     try:
+        if active.stop_requested:  # cancelled between `launch` and this first step
+            raise asyncio.CancelledError
         for batch in range(MAX_BATCHES):
             msg_id = ctx.run_id if not any(m["role"] == "assistant" for m in ctx.messages) \
                 else new_message_id()
@@ -337,6 +354,8 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
     except Exception as e:  # noqa: BLE001 - any tool failure ends the run ERROR
         status, error = "ERROR", _error_text(e)
         log.warning("run %s of session %s failed: %s", ctx.run_id, sid, error)
+    # From here no cancel reaches the task (ActiveRun.stop): its last commit is never dropped.
+    active.finishing = True
     if partial:
         add_message(ctx, new_message("assistant", ctx.run_id, partial, partial=True))
     await _finish(braid, ctx, active, status, error)
@@ -504,9 +523,7 @@ async def cancel_run(braid: Braid, user_id: str, session_id: object,
         raise NotFound("no run is going on in this session")
     # Without a run id, stop what the user is watching rather than a sub-agent.
     active = next((a for a in live if not a.branch.startswith("sub_")), live[0])
-    if active.task is not None and not active.task.done():
-        active.stop_reason = "cancel"
-        active.task.cancel()
+    active.stop("cancel")
     await active.done.wait()
     runs = await braid.index.list_runs(handle.session_id)
     status = next((r["status"] for r in runs if r["run_id"] == active.run_id), "CANCELLED")

@@ -3,8 +3,10 @@ real openai client; the session repositories are checked with the git CLI."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -156,6 +158,52 @@ async def test_cancel_during_a_slow_run(braid: Braid) -> None:
         await turns.cancel_run(braid, USER, sid, "f" * 32)
     with pytest.raises(NotFound):
         await turns.cancel_run(braid, USER, sid)
+
+
+async def test_a_cancel_while_the_turn_commits_its_end_drops_nothing(braid: Braid) -> None:
+    # The CI flake of stop 15: the model had answered, the turn's last commit waited behind
+    # other work on the session thread, and a cancel then dropped it (the queued commit was
+    # cancelled with the task): the messages stayed untracked and no end event came.
+    sid, path = await new_session(braid)
+    queue = braid.bus.subscribe(sid)
+    handle = braid.store.get_owned(USER, sid)
+    gate = threading.Event()
+    run_id = await turns.send_message(braid, USER, sid, "say hello")
+    blocker = asyncio.ensure_future(handle.call(lambda git: gate.wait(10)))
+    active = braid.runs.find(sid, run_id)
+    assert active is not None and active.ctx is not None
+    for _ in range(400):  # until the answer is in and the turn waits for the thread
+        if any(m["role"] == "assistant" for m in active.ctx.messages):
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    cancel = asyncio.ensure_future(turns.cancel_run(braid, USER, sid, run_id))
+    await asyncio.sleep(0.05)
+    gate.set()
+    await blocker
+    result = await asyncio.wait_for(cancel, 10)
+    assert result == {"run_id": run_id, "status": "COMPLETED"}
+    assert (await next_event(queue, "run_completed"))["run_id"] == run_id
+    assert git(path, "status", "--porcelain") == ""
+    assert kinds(path) == ["user-edit", "turn"]
+    assert_fsck(path)
+
+
+async def test_a_cancel_before_the_turn_first_runs_still_ends_it(braid: Braid) -> None:
+    # A task cancelled before its first step runs none of its code: it would never commit
+    # nor free the branch, and `cancel_run` would wait forever.
+    sid, path = await new_session(braid)
+    queue = braid.bus.subscribe(sid)
+    run_id = await turns.send_message(braid, USER, sid, "say hello")
+    active = braid.runs.find(sid, run_id)
+    assert active is not None and not active.started  # the task has not had a step yet
+    result = await asyncio.wait_for(turns.cancel_run(braid, USER, sid, run_id), 10)
+    assert result == {"run_id": run_id, "status": "CANCELLED"}
+    assert (await next_event(queue, "run_cancelled"))["run_id"] == run_id
+    assert git(path, "status", "--porcelain") == ""
+    assert kinds(path) == ["user-edit", "turn"]
+    assert run_record(path, run_id)["status"] == "CANCELLED"
+    assert_fsck(path)
 
 
 async def test_user_edits_are_committed_before_the_next_turn(braid: Braid) -> None:
