@@ -18,13 +18,14 @@ from .events import EventBus
 from .git_session import RUNS, GitSession, to_json_bytes
 from .ids import now_iso
 from .index import Index
+from .live_runs import RunRegistry
+from .locks import BranchLocks, LocalBranchLocks
 from .model_client import ModelClient
 from .packing import Packer
 from .recovery import prune_worktrees, recover_operations, turn_leftovers
 from .session_meta import purge_deleted
 from .settings import Settings
 from .store import SessionStore
-from .turns import RunRegistry
 from .users import DEFAULT_USER, Users, new_token
 
 log = logging.getLogger("braid")
@@ -37,7 +38,7 @@ AfterShell = Callable[[GitSession, str, list[str]], None]
 
 
 class Braid:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, locks: BranchLocks | None = None) -> None:
         self.settings = settings
         self.data_dir = Path(settings.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -45,7 +46,10 @@ class Braid:
         self.index = Index(self.data_dir / "index.sqlite3")
         self.users = Users(self.data_dir / "users.sqlite3")
         self.bus = EventBus()
-        self.runs = RunRegistry()
+        # Who holds each branch (a turn, a revert, an upload, a merge): in this process by
+        # default; a shared backend where several processes serve one data dir.
+        self.locks: BranchLocks = locks or LocalBranchLocks()
+        self.runs = RunRegistry()  # the runs this process drives
         self.packer = Packer()  # packs idle sessions' loose objects in the background
         self.model = ModelClient(settings)
         self.before_write_hooks: list[BeforeWrite] = []

@@ -166,7 +166,7 @@ async def export_session(braid: Braid, user_id: str, session_id: object, to: obj
     handle = braid.store.get_owned(user_id, session_id)
     target = _to_param(to)
     force_flag = force_param(force)
-    if braid.runs.for_session(handle.session_id):
+    if await braid.locks.held(handle.session_id):
         raise Busy("a run is going on in this session: export when it ends")
     meta = dict(handle.meta)
     if target == "branch":

@@ -249,16 +249,14 @@ async def upload(braid: Braid, user_id: str, session_id: object,
     handle = braid.store.get_owned(user_id, session_id)
     checked = check_uploads(files, folder)
     branch = await handle.call(lambda git: git.branch)
-    active = braid.runs.claim(handle.session_id, branch, "")  # no turn may run meanwhile
-    try:
-        def work(git: GitSession) -> dict[str, Any]:
-            if git.branch != branch:
-                raise Busy(f"the session switched from branch {branch} to {git.branch}")
-            return commit_upload(git, handle.session_id, checked)
 
+    def work(git: GitSession) -> dict[str, Any]:
+        if git.branch != branch:
+            raise Busy(f"the session switched from branch {branch} to {git.branch}")
+        return commit_upload(git, handle.session_id, checked)
+
+    async with braid.locks.hold(handle.session_id, branch):  # no turn may run meanwhile
         made = await handle.call(work)
-    finally:
-        braid.runs.release(active)
     await braid.index.upsert_run(handle.session_id, made["run"])
     braid.bus.publish(handle.session_id, "files_uploaded", made)
     braid.bus.publish(handle.session_id, "dag_changed", {"run_id": made["run_id"]})

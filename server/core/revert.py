@@ -340,17 +340,14 @@ async def _exclusive(braid: Braid, handle: SessionHandle,
     """Run a revert or unrevert holding the branch like a turn does: refused (`Busy`) while a
     run is live on it, and no turn can start in the middle."""
     branch = await handle.call(lambda git: git.branch)
-    active = braid.runs.claim(handle.session_id, branch, "")
 
     def guarded(git: GitSession) -> dict[str, Any]:
         if git.branch != branch:
             raise Busy("the session switched branches; try again")
         return work(git)
 
-    try:
+    async with braid.locks.hold(handle.session_id, branch):
         result = await handle.call(guarded)
-    finally:
-        braid.runs.release(active)
     sid = handle.session_id
     event = {k: result[k] for k in ("turn_id", "run_id", "commit_id", "restored_paths",
                                     "conflicts", "reverted", "run", "note", "files")}

@@ -245,7 +245,7 @@ async def checkout(braid: Braid, user_id: str, session_id: object, ref: object) 
     if not isinstance(ref, str) or not ref or ref.startswith("-") or ".." in ref \
             or "\0" in ref or len(ref) > 255:
         raise BadRequest("ref must be a branch name")
-    if braid.runs.for_session(handle.session_id):
+    if await braid.locks.held(handle.session_id):
         raise Busy("a run is going on in this session")
 
     def work(git: GitSession) -> dict[str, Any]:

@@ -5,7 +5,7 @@ state with a first `sub-agent` commit that drops `history/` and `runs/` (the chi
 fresh conversation holding only its prompt), checks it out under `_worktrees/<branch>/`, and
 runs an ordinary turn there (turns.launch/drive) through a `SessionHandle` opened on the
 worktree: its own GitSession on its own worker thread, so several sub-agents and the parent
-work at the same time. The branch is claimed in the RunRegistry, never the parent's branch.
+work at the same time. The sub-agent holds its own branch (locks.py), never the parent's.
 When the turn ends, its answer is written into the parent branch as an assistant message
 naming the branch and commit, the worktree is removed (folder included) and the branch kept.
 """
@@ -36,16 +36,9 @@ from .git_session import (
     to_json_bytes,
 )
 from .ids import is_message_id, new_message_id, now_iso
+from .live_runs import ActiveRun, claim_turn
 from .store import SessionHandle
-from .turns import (
-    MAX_TEXT,
-    ActiveRun,
-    TurnContext,
-    _prepare_new_turn,
-    launch,
-    new_message,
-    snapshot_user_edits,
-)
+from .turns import MAX_TEXT, TurnContext, launch, new_message, open_turn, snapshot_user_edits
 
 if TYPE_CHECKING:
     from .braid import Braid
@@ -217,15 +210,6 @@ def write_result(git: GitSession, parent_branch: str, session_id: str, parent_tu
     return {"run_id": run_id, "run": run, "message": msg, "commit_id": commit_id}
 
 
-async def _wait_for_branch(braid: Braid, session_id: str, branch: str) -> None:
-    # The result message must not interleave with a turn's uncommitted messages.
-    while True:
-        live = [a for a in braid.runs.for_session(session_id) if a.branch == branch]
-        if not live:
-            return
-        await live[0].done.wait()
-
-
 @dataclass
 class _Spawn:
     braid: Braid
@@ -253,33 +237,32 @@ async def spawn_sub_agent(braid: Braid, user_id: str, session_id: object,
         raise NotFound(f"no turn {parent_turn_id}")
     name = clean_label(label)
     branch = f"{PREFIX}{parent_turn_id[:10]}_{name}_{secrets.token_hex(4)}"
-    active = braid.runs.claim(sid, branch, "")
     sub: SubBranch | None = None
     child: SessionHandle | None = None
-    try:
-        live = {a.branch for a in braid.runs.for_session(sid)}
-        parent_branch = await handle.call(lambda git: git.branch)
-        # Never snapshot under a live turn: its tools' files would pass for user edits.
-        snapshot = parent_branch not in live
-        sub = await handle.call(
-            lambda git: open_sub_branch(git, branch, name, prompt, snapshot, live))
-        braid.bus.publish(sid, "dag_changed", {"branch": branch})
-        child = SessionHandle(sid, sub.path)
-        fields = {"parent_run_id": parent_turn_id, "sub_agent": {
-            "branch": branch, "label": name, "parent_branch": sub.parent_branch,
-            "parent_turn_id": parent_turn_id, "base_commit_id": sub.base_commit_id}}
-        ctx = await child.call(lambda git: _prepare_new_turn(git, child, prompt, fields))
-        braid.bus.publish(sid, "sub_agent_started", {
-            "run_id": ctx.run_id, "branch": branch, "label": name, "prompt": prompt,
-            "parent_turn_id": parent_turn_id, "parent_branch": sub.parent_branch})
-        await launch(braid, child, ctx, active)
-    except BaseException:
-        braid.runs.release(active)
-        if child is not None:
-            child.close()
-        if sub is not None:
-            await handle.call(lambda git: remove_worktree(git, branch))
-        raise
+    async with claim_turn(braid.locks, braid.runs, sid, branch) as active:
+        try:
+            live = await braid.locks.held(sid)
+            parent_branch = await handle.call(lambda git: git.branch)
+            # Never snapshot under a live turn: its tools' files would pass for user edits.
+            snapshot = parent_branch not in live
+            sub = await handle.call(
+                lambda git: open_sub_branch(git, branch, name, prompt, snapshot, live))
+            braid.bus.publish(sid, "dag_changed", {"branch": branch})
+            child = SessionHandle(sid, sub.path)
+            fields = {"parent_run_id": parent_turn_id, "sub_agent": {
+                "branch": branch, "label": name, "parent_branch": sub.parent_branch,
+                "parent_turn_id": parent_turn_id, "base_commit_id": sub.base_commit_id}}
+            ctx = await child.call(lambda git: open_turn(git, child, prompt, fields))
+            braid.bus.publish(sid, "sub_agent_started", {
+                "run_id": ctx.run_id, "branch": branch, "label": name, "prompt": prompt,
+                "parent_turn_id": parent_turn_id, "parent_branch": sub.parent_branch})
+            await launch(braid, child, ctx, active)
+        except BaseException:  # the worktree goes too (claim_turn frees the branch)
+            if child is not None:
+                child.close()
+            if sub is not None:
+                await handle.call(lambda git: remove_worktree(git, branch))
+            raise
     spawn = _Spawn(braid, handle, parent_turn_id, name, sub, child)
     # Shielded: the result is written and the worktree removed even if the caller goes away.
     finishing = asyncio.create_task(_finish(spawn, ctx, active), name=f"sub-{branch}")
@@ -303,9 +286,11 @@ async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> dict[st
         info["commit_id"] = result["commit_id"] = await handle.call(
             lambda git: _close_worktree(git, branch))
         if status != "INTERRUPTED":  # a stopping server writes nothing more
-            await _wait_for_branch(braid, sid, sub.parent_branch)
-            summary = await handle.call(lambda git: write_result(
-                git, sub.parent_branch, sid, spawn.parent_turn_id, info))
+            # Held (after any turn there): the result must not interleave with a turn's
+            # uncommitted messages.
+            async with braid.locks.hold(sid, sub.parent_branch, wait=True):
+                summary = await handle.call(lambda git: write_result(
+                    git, sub.parent_branch, sid, spawn.parent_turn_id, info))
             await braid.index.upsert_run(sid, summary["run"])
             result["summary_run_id"] = summary["run_id"]
             result["summary_commit_id"] = summary["commit_id"]

@@ -25,6 +25,7 @@ from .checkpoints import (
 from .errors import BadRequest, Busy
 from .git_session import GitSession, to_json_bytes
 from .ids import message_id_param, new_message_id, now_iso
+from .live_runs import claim_turn
 from .turns import (
     MAX_TEXT,
     TurnContext,
@@ -224,10 +225,9 @@ async def continue_run(
     new_id = new_message_id()
     plan = await handle.call(lambda git: plan_continue(git, run_id, options, new_id))
     # Continuing switches the session's one workdir to the run's branch: nothing else may run.
-    if braid.runs.for_session(sid):
+    if await braid.locks.held(sid):
         raise Busy("a run is going on in this session")
-    active = braid.runs.claim(sid, plan.branch, "")
-    try:
+    async with claim_turn(braid.locks, braid.runs, sid, plan.branch) as active:
         ctx, marked, head = await handle.call(lambda git: execute_plan(git, handle, plan))
         if marked is not None:
             await braid.index.upsert_run(sid, marked)
@@ -237,9 +237,6 @@ async def continue_run(
             "source_run_id": run_id, "message_index": plan.message_index,
         })
         await launch(braid, handle, ctx, active)
-    except BaseException:
-        braid.runs.release(active)
-        raise
     if plan.fork:
         braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": head,
                                               "kind": "fork"})

@@ -18,6 +18,7 @@ from .endpoints import choice_for_call
 from .errors import BadRequest, Busy, NotFound
 from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
 from .ids import new_message_id, now_iso
+from .live_runs import ActiveRun, claim_turn
 from .model_client import ModelError
 from .model_messages import arguments_error, to_model
 from .tools import Workspace
@@ -39,68 +40,6 @@ DEFAULT_CONTEXT_TOKENS = 32_000
 BULK_EDITS = 300
 MAX_TEXT = 100_000
 FINAL = ("COMPLETED", "ERROR", "CANCELLED", "INTERRUPTED", "REGENERATED")
-
-
-@dataclass
-class ActiveRun:
-    session_id: str
-    run_id: str
-    branch: str
-    task: asyncio.Task[None] | None = None
-    # Why the task was cancelled: "cancel" (the user) or "shutdown" (the server).
-    stop_reason: str = "cancel"
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    # What a page opened mid-run shows: the turn so far and the text streaming now.
-    ctx: TurnContext | None = None
-    partial: str = ""
-    # Where the task is: a cancel must neither hit a task before its first step (it would
-    # run none of its code, so never commit nor free its branch) nor one committing its end.
-    started: bool = False
-    finishing: bool = False
-    stop_requested: bool = False
-
-    def stop(self, reason: str) -> None:
-        """Ask the turn to stop: cancel it while the model or a tool runs; a turn not yet
-        started stops at its first step; one already committing its end is let finish."""
-        self.stop_reason = reason
-        self.stop_requested = True
-        task = self.task
-        if task is not None and self.started and not self.finishing and not task.done():
-            task.cancel()
-
-
-class RunRegistry:
-    """Which runs are live. One run at a time per (session, branch)."""
-
-    def __init__(self) -> None:
-        self._by_branch: dict[tuple[str, str], ActiveRun] = {}
-
-    def claim(self, session_id: str, branch: str, run_id: str) -> ActiveRun:
-        if (session_id, branch) in self._by_branch:
-            raise Busy(f"a run is already going on branch {branch}")
-        active = self._by_branch[(session_id, branch)] = ActiveRun(session_id, run_id, branch)
-        return active
-
-    def release(self, active: ActiveRun) -> None:
-        if self._by_branch.get((active.session_id, active.branch)) is active:
-            del self._by_branch[(active.session_id, active.branch)]
-        active.done.set()
-
-    def for_session(self, session_id: str) -> list[ActiveRun]:
-        return [a for (sid, _), a in self._by_branch.items() if sid == session_id]
-
-    def foreground(self, session_id: str) -> list[ActiveRun]:
-        """Live runs the user is watching: sub-agents run on their own `sub_` branches."""
-        return [a for a in self.for_session(session_id) if not a.branch.startswith("sub_")]
-
-    def find(self, session_id: str, run_id: str) -> ActiveRun | None:
-        for active in self.for_session(session_id):
-            if active.run_id == run_id:
-                return active
-        return None
-
-    def all(self) -> list[ActiveRun]:
-        return list(self._by_branch.values())
 
 
 @dataclass
@@ -157,10 +96,12 @@ def add_message(ctx: TurnContext, msg: dict[str, Any]) -> None:
     ctx.pending[path] = to_json_bytes(msg)
 
 
-def _prepare_new_turn(
+def open_turn(
     git: GitSession, handle: SessionHandle, text: str, fields: dict[str, Any],
     notes: tuple[str, ...] = (),
 ) -> TurnContext:
+    """Open a turn on the session thread: snapshot user edits, then the user message (after
+    any `notes`) and a RUNNING record written to disk; `launch` then drives it."""
     snapshot_user_edits(git)
     crash.at("turn.prepare")
     run_id = new_message_id()
@@ -246,21 +187,17 @@ async def start_turn(
     braid: Braid, handle: SessionHandle, text: str, fields: dict[str, Any] | None = None
 ) -> ActiveRun:
     branch = await handle.call(lambda git: git.branch)
-    # Claimed under a placeholder id before any git work, so two sends cannot both pass.
-    active = braid.runs.claim(handle.session_id, branch, "")
 
     def prepare(git: GitSession) -> TurnContext:
         # A fork or a checkout queued before this may have switched the session's branch.
         if git.branch != branch:
             raise Busy(f"the session switched from branch {branch} to {git.branch}")
-        return _prepare_new_turn(git, handle, text, fields or {})
+        return open_turn(git, handle, text, fields or {})
 
-    try:
+    # Claimed under a placeholder id before any git work, so two sends cannot both pass.
+    async with claim_turn(braid.locks, braid.runs, handle.session_id, branch) as active:
         ctx = await handle.call(prepare)
-    except BaseException:
-        braid.runs.release(active)
-        raise
-    return await launch(braid, handle, ctx, active)
+        return await launch(braid, handle, ctx, active)
 
 
 async def launch(
@@ -387,7 +324,7 @@ async def _finish(
     except Exception:  # noqa: BLE001 - the end event below is sent whatever failed
         log.exception("run %s ended without its last commit", ctx.run_id)
     finally:
-        braid.runs.release(active)
+        await braid.runs.end(active)
     event = {"COMPLETED": "run_completed", "ERROR": "run_error"}.get(status, "run_cancelled")
     data: dict[str, Any] = {"run_id": ctx.run_id, "run": dict(ctx.run), "status": status,
                             "messages": [dict(m) for m in ctx.messages]}

@@ -191,7 +191,7 @@ async def test_bad_input_is_refused_and_changes_nothing(braid: Braid) -> None:
         await subagents.spawn_sub_agent(braid, USER, "0" * 32, turn_id, "say x")
     assert git(path, "rev-parse", "HEAD") == head
     assert git(path, "branch", "--list", "sub_*") == ""
-    assert braid.runs.for_session(sid) == []
+    assert braid.runs.for_session(sid) == [] and await braid.locks.held(sid) == set()
     # A label becomes a safe branch part: no slash (worktree names cannot hold one).
     result = await subagents.spawn_sub_agent(braid, USER, sid, turn_id, "say ok", "a/b c_d")
     assert result["branch"].split("_")[2] == "a-b-c-d"
@@ -209,7 +209,7 @@ async def test_a_busy_sub_agent_branch_refuses_a_second_run_and_cancel_ends_it(
         if frame["event"] == "sub_agent_started":
             started = frame["data"]
     with pytest.raises(Busy):
-        braid.runs.claim(sid, started["branch"], "x")
+        await braid.locks.acquire(sid, started["branch"])
     # The parent branch is free meanwhile: a turn runs there while the child works.
     parent = await sessions.run_to_end(braid, USER, sid, "say meanwhile")
     assert parent["status"] == "COMPLETED"
