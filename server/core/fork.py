@@ -187,7 +187,7 @@ async def fork_session(braid: Braid, user_id: str, session_id: object) -> dict[s
         journal.end_folder(braid.store.root, new_id)
         raise
     crash.at("fork.after_checkout")
-    handle = braid.store.register(new_id)
+    handle = braid.store.get(new_id)
     await braid.index.upsert_session(handle.meta)
     await braid.index.copy_runs(source.session_id, new_id)
     journal.end_folder(braid.store.root, new_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 from collections.abc import Iterable, Iterator, Mapping
@@ -183,16 +184,16 @@ class GitSession:
             entry = commit.tree[path]
         except KeyError as e:
             raise NotFound(f"{path} is not in commit {commit.id}") from e
-        return self._blob_json(entry.id)
+        return self.blob_json(entry.id)
 
-    def _blob_json(self, oid: pygit2.Oid) -> Any:
+    def blob_json(self, oid: pygit2.Oid) -> Any:
         cached = self._json_cache.get(oid)
         if cached is None:
             cached = json.loads(self.repo[oid].data)
             self._json_cache[oid] = cached
         return cached
 
-    def _subtree(self, tree: pygit2.Tree, name: str) -> pygit2.Tree | None:
+    def subtree(self, tree: pygit2.Tree, name: str) -> pygit2.Tree | None:
         try:
             entry = tree[name]
         except KeyError:
@@ -203,7 +204,7 @@ class GitSession:
         """Every message of the branch at `commit`, oldest first, kept in memory and moved
         by what changed (history.py). The list and its dicts are shared: copy to change."""
         commit = commit or self.head_commit()
-        return self.listings.messages(self._subtree(commit.tree, HISTORY), self._blob_json)
+        return self.listings.messages(self.subtree(commit.tree, HISTORY), self.blob_json)
 
     def iter_history(self, commit: pygit2.Commit | None = None) -> Iterator[dict[str, Any]]:
         """Every message of the branch at `commit`, oldest first. Each message dict is shared
@@ -213,52 +214,52 @@ class GitSession:
     def history_entries(self, commit: pygit2.Commit | None = None) -> list[Entry]:
         """The message files of the branch at `commit` (path, seq, blob), oldest first."""
         commit = commit or self.head_commit()
-        return self.listings.get(HISTORY, self._subtree(commit.tree, HISTORY)).entries
+        return self.listings.get(HISTORY, self.subtree(commit.tree, HISTORY)).entries
 
     def next_seq(self, commit: pygit2.Commit | None = None) -> int:
         """The next message number (one past the newest file)."""
         commit = commit or self.head_commit()
-        return self.listings.get(HISTORY, self._subtree(commit.tree, HISTORY)).next_number()
+        return self.listings.get(HISTORY, self.subtree(commit.tree, HISTORY)).next_number()
 
     def history_path(self, seq: int, role: str, message_id: str,
                      commit: pygit2.Commit | None = None) -> str:
         """Where message `seq` goes on the branch at `commit`, in that history's layout."""
         commit = commit or self.head_commit()
-        listing = self.listings.get(HISTORY, self._subtree(commit.tree, HISTORY))
+        listing = self.listings.get(HISTORY, self.subtree(commit.tree, HISTORY))
         return history_path(seq, role, message_id, listing.legacy)
 
     def legacy_history(self, commit: pygit2.Commit | None = None) -> bool:
         commit = commit or self.head_commit()
-        return self.listings.get(HISTORY, self._subtree(commit.tree, HISTORY)).legacy
+        return self.listings.get(HISTORY, self.subtree(commit.tree, HISTORY)).legacy
 
     def new_run_path(self, run_id: str, commit: pygit2.Commit | None = None) -> str:
         """Where a new run's record goes on the branch at `commit` (the next ordinal, in that
         tree's layout)."""
         commit = commit or self.head_commit()
-        listing = self.listings.get(RUNS, self._subtree(commit.tree, RUNS))
+        listing = self.listings.get(RUNS, self.subtree(commit.tree, RUNS))
         return run_path(listing.next_number(), run_id, listing.legacy)
 
     def iter_runs(self, commit: pygit2.Commit | None = None) -> Iterator[dict[str, Any]]:
         commit = commit or self.head_commit()
-        for entry in self.listings.get(RUNS, self._subtree(commit.tree, RUNS)).entries:
-            yield self._blob_json(entry.blob)
+        for entry in self.listings.get(RUNS, self.subtree(commit.tree, RUNS)).entries:
+            yield self.blob_json(entry.blob)
 
     def find_run_path(self, run_id: str, commit: pygit2.Commit | None = None) -> str | None:
         commit = commit or self.head_commit()
-        listing, index = self.listings.run_index(self._subtree(commit.tree, RUNS))
+        listing, index = self.listings.run_index(self.subtree(commit.tree, RUNS))
         at = index.get(run_id)
         return listing.entries[at].path if at is not None else None
 
     def run_count(self, commit: pygit2.Commit | None = None) -> int:
         """The next run ordinal (the number of runs when none was ever taken out)."""
         commit = commit or self.head_commit()
-        return self.listings.get(RUNS, self._subtree(commit.tree, RUNS)).next_number()
+        return self.listings.get(RUNS, self.subtree(commit.tree, RUNS)).next_number()
 
     def workdir_files(self, commit: pygit2.Commit | None = None) -> dict[str, pygit2.Oid]:
         """Workdir-relative path → blob id for every file of `workdir/` at `commit`."""
         commit = commit or self.head_commit()
         out: dict[str, pygit2.Oid] = {}
-        tree = self._subtree(commit.tree, WORKDIR)
+        tree = self.subtree(commit.tree, WORKDIR)
         if tree is not None:
             self._walk(tree, "", out)
         return out
@@ -346,7 +347,7 @@ class GitSession:
         builder = self.repo.TreeBuilder(tree) if tree is not None else self.repo.TreeBuilder()
         for name, change in nested.items():
             if isinstance(change, dict):
-                sub = self._subtree(tree, name) if tree is not None else None
+                sub = self.subtree(tree, name) if tree is not None else None
                 oid = self._rebuild(sub, change)
                 if len(self.repo[oid]) == 0:
                     if builder.get(name) is not None:
@@ -443,7 +444,7 @@ class GitSession:
         return found
 
     def _differing(self, candidates: Iterable[str]) -> list[str]:
-        head = self._subtree(self.head_commit().tree, WORKDIR)
+        head = self.subtree(self.head_commit().tree, WORKDIR)
         work = self.path / WORKDIR
         out: set[str] = set()
         todo = list(candidates)
@@ -530,10 +531,15 @@ class GitSession:
             WATCHERS.forget(self._watcher)
             self._watcher = None
 
-    def checkout_branch(self, name: str) -> None:
-        from .atomic import checkout  # journaled, through the guarded writer
-
-        checkout(self, name)
+    def remove_worktree(self, name: str) -> None:
+        """Forget a worktree and delete its folder (pygit2's prune leaves the folder)."""
+        try:
+            self.repo.lookup_worktree(name).prune(True)
+        except (KeyError, pygit2.GitError):
+            pass
+        folder = self.path / WORKTREES / name
+        if folder.exists():
+            shutil.rmtree(folder, ignore_errors=True)
 
     def create_branch(self, name: str, target: pygit2.Oid) -> None:
         if self.repo.references.get(f"refs/heads/{name}") is not None:

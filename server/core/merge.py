@@ -48,7 +48,7 @@ class MergePlan:
 def _workdir_tree(git: GitSession, commit: pygit2.Commit | None, empty: pygit2.Oid) -> pygit2.Oid:
     if commit is None:
         return empty
-    tree = git._subtree(commit.tree, WORKDIR)
+    tree = git.subtree(commit.tree, WORKDIR)
     return tree.id if tree is not None else empty
 
 

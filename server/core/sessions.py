@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
+from . import atomic
 from .checkpoints import run_entries
 from .errors import BadRequest, Busy, NotFound
 from .git_session import GitSession
@@ -251,7 +252,7 @@ async def checkout(braid: Braid, user_id: str, session_id: object, ref: object) 
     def work(git: GitSession) -> dict[str, Any]:
         git.branch_tip(ref)
         snapshot_user_edits(git)
-        git.checkout_branch(ref)
+        atomic.checkout(git, ref)
         return {"branch": git.branch, "head": str(git.head_oid())}
 
     result = await handle.call(work)

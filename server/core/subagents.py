@@ -17,7 +17,6 @@ import contextlib
 import logging
 import re
 import secrets
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +36,7 @@ from .git_session import (
 )
 from .ids import is_message_id, new_message_id, now_iso
 from .live_runs import ActiveRun, claim_turn
+from .recovery import prune_worktrees
 from .store import SessionHandle
 from .turns import MAX_TEXT, TurnContext, launch, new_message, open_turn, snapshot_user_edits
 
@@ -95,7 +95,6 @@ class SubBranch:
     path: Path
     parent_branch: str
     base_commit_id: str
-    start_commit_id: str
 
 
 def open_sub_branch(git: GitSession, branch: str, label: str, prompt: str,
@@ -122,49 +121,7 @@ def open_sub_branch(git: GitSession, branch: str, label: str, prompt: str,
     git.repo.add_worktree(branch, str(path), ref)
     crash.at("subagent.after_worktree")
     (path / WORKDIR).mkdir(exist_ok=True)  # git keeps no empty folders
-    return SubBranch(branch, path, parent_branch, str(head.id), str(oid))
-
-
-def remove_worktree(git: GitSession, name: str) -> None:
-    """Forget a worktree and delete its folder (pygit2's prune leaves the folder)."""
-    try:
-        git.repo.lookup_worktree(name).prune(True)
-    except (KeyError, pygit2.GitError):
-        pass
-    folder = git.path / WORKTREES / name
-    if folder.exists():
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def recover_worktree(git: GitSession, name: str, run_id: str | None = None
-                     ) -> dict[str, Any] | None:
-    """Commit what a dead server left in a worktree on its branch (its RUNNING run becomes
-    INTERRUPTED, as start-up recovery does for the parent's runs; other files are committed
-    as `user-edit`: nothing is destroyed), then remove the worktree."""
-    from .braid import _interrupt_on_disk
-
-    folder = git.path / WORKTREES / name
-    run = None
-    if (folder / ".git").exists():
-        child = GitSession(folder)
-        ids = [run_id] if run_id else [r.stem for r in sorted((folder / RUNS).rglob("*.json"))]
-        for rid in ids:
-            run = _interrupt_on_disk(child, rid) or run
-        snapshot_user_edits(child)
-        child.flush_index()
-    remove_worktree(git, name)
-    return run
-
-
-def prune_worktrees(git: GitSession, keep: set[str]) -> list[str]:
-    """Recover and remove the worktrees a dead server left behind (live sub-agents' are in
-    `keep`)."""
-    removed = []
-    for name in git.repo.list_worktrees():
-        if name not in keep:
-            recover_worktree(git, name)
-            removed.append(name)
-    return removed
+    return SubBranch(branch, path, parent_branch, str(head.id))
 
 
 def write_result(git: GitSession, parent_branch: str, session_id: str, parent_turn_id: str,
@@ -261,7 +218,7 @@ async def spawn_sub_agent(braid: Braid, user_id: str, session_id: object,
             if child is not None:
                 child.close()
             if sub is not None:
-                await handle.call(lambda git: remove_worktree(git, branch))
+                await handle.call(lambda git: git.remove_worktree(branch))
             raise
     spawn = _Spawn(braid, handle, parent_turn_id, name, sub, child)
     # Shielded: the result is written and the worktree removed even if the caller goes away.
@@ -302,5 +259,5 @@ async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> dict[st
 
 
 def _close_worktree(git: GitSession, branch: str) -> str:
-    remove_worktree(git, branch)
+    git.remove_worktree(branch)
     return str(git.branch_tip(branch))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import atomic
 from .checkpoints import (
     RunOnBranch,
     checkpoint_timeline,
@@ -140,7 +141,7 @@ def _fork(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
     if plan.options.regenerate and plan.options.replace_original:
         marked = _mark_regenerated(git, view, new_id)
     git.create_branch(plan.branch, base.id)
-    git.checkout_branch(plan.branch)
+    atomic.checkout(git, plan.branch)
     entries = list(history_entries(git, base))
     trailing = 0
     while owner and trailing < len(entries) \
@@ -178,7 +179,7 @@ def _fork(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
 def _resume(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
             ) -> TurnContext:
     if git.branch != view.branch:
-        git.checkout_branch(view.branch)
+        atomic.checkout(git, view.branch)
     first_seq = view.entries[0].seq
     prior = [e.message for e in history_entries(git, git.head_commit()) if e.seq < first_seq]
     record = dict(view.record, status="RUNNING", error=None, updated_at=now_iso(),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import context, crash, guarded, names, proctree
+from .backups import BackupStore
 from .endpoints import choice_for_call
 from .errors import BadRequest, Busy, NotFound
 from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
@@ -366,9 +367,10 @@ def run_tool(braid: Braid, git: GitSession, ctx: TurnContext, call: dict[str, An
     fn = call.get("function") or {}
     name = str(fn.get("name") or "")
 
+    backups = BackupStore(git)  # each file's pre-turn content, for revert (backups.py)
+
     def before_write(rel: str) -> None:
-        for hook in braid.before_write_hooks:
-            hook(git, ctx.run_id, str(git.path / WORKDIR / rel))
+        backups.backup_before_edit(ctx.run_id, str(git.path / WORKDIR / rel))
 
     workspace = Workspace(git.path / WORKDIR, before_write=before_write,
                           shell_enabled=braid.settings.shell,
@@ -385,8 +387,7 @@ def run_tool(braid: Braid, git: GitSession, ctx: TurnContext, call: dict[str, An
         if unnamed:
             result.content += "\n" + names.refusal([p[len(WORKDIR) + 1:] for p in unnamed])
             result.is_error = True
-        for hook in braid.after_shell_hooks:
-            hook(git, ctx.run_id, sorted(ctx.changed))
+        backups.backup_from_head(ctx.run_id, sorted(ctx.changed))
     ctx.tool_calls += 1
     msg = new_message("tool", ctx.run_id, result.content, tool_call_id=call.get("id", ""),
                       name=name, is_error=result.is_error or None)

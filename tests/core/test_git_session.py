@@ -12,6 +12,7 @@ import pygit2
 import pytest
 
 from conftest import assert_fsck, git
+from server.core import atomic
 from server.core.errors import Conflict, NotFound
 from server.core.git_session import (
     DISK,
@@ -214,12 +215,12 @@ def test_readers_and_branches(repo: GitSession) -> None:
     repo.create_branch("run/r2", head)
     with pytest.raises(Conflict):
         repo.create_branch("run/r2", head)
-    repo.checkout_branch("run/r2")
+    atomic.checkout(repo, "run/r2")
     assert repo.branch == "run/r2"
     assert git(path, "rev-parse", "--abbrev-ref", "HEAD").strip() == "run/r2"
     assert set(repo.branches()) == {"main", "run/r2"}
     with pytest.raises(NotFound):
-        repo.checkout_branch("nope")
+        atomic.checkout(repo, "nope")
     with pytest.raises(NotFound):
         repo.commit("not-a-rev")
     assert isinstance(repo.head_commit(), pygit2.Commit)

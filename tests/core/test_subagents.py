@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_fsck, git
-from server.core import sessions, subagents
+from server.core import atomic, sessions, subagents
 from server.core.braid import Braid
 from server.core.errors import BadRequest, Busy, NotFound
 from server.core.git_session import GitSession
@@ -256,7 +256,7 @@ def test_a_result_lands_on_its_branch_even_when_another_is_checked_out(tmp_path:
                                               "user_id": USER, "created_at": "now"})
     main_tip = git_.head_oid()
     git_.create_branch("other", main_tip)
-    git_.checkout_branch("other")
+    atomic.checkout(git_, "other")
     info = {"branch": "sub_x", "label": "x", "run_id": "r" * 32, "status": "COMPLETED",
             "final_text": "it worked", "commit_id": "c" * 40}
     summary = subagents.write_result(git_, "main", "s" * 32, "p" * 32, info)
