@@ -11,7 +11,7 @@ import os
 import shutil
 import stat
 import subprocess
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -199,61 +199,6 @@ class GitSession:
         except KeyError:
             return None
         return entry if isinstance(entry, pygit2.Tree) else None
-
-    def history_messages(self, commit: pygit2.Commit | None = None) -> list[dict[str, Any]]:
-        """Every message of the branch at `commit`, oldest first, kept in memory and moved
-        by what changed (history.py). The list and its dicts are shared: copy to change."""
-        commit = commit or self.head_commit()
-        return self.listings.messages(self.subtree(commit.tree, HISTORY), self.blob_json)
-
-    def iter_history(self, commit: pygit2.Commit | None = None) -> Iterator[dict[str, Any]]:
-        """Every message of the branch at `commit`, oldest first. Each message dict is shared
-        with the cache: copy before changing it."""
-        yield from self.history_messages(commit)
-
-    def history_entries(self, commit: pygit2.Commit | None = None) -> list[Entry]:
-        """The message files of the branch at `commit` (path, seq, blob), oldest first."""
-        commit = commit or self.head_commit()
-        return self.listings.get(HISTORY, self.subtree(commit.tree, HISTORY)).entries
-
-    def next_seq(self, commit: pygit2.Commit | None = None) -> int:
-        """The next message number (one past the newest file)."""
-        commit = commit or self.head_commit()
-        return self.listings.get(HISTORY, self.subtree(commit.tree, HISTORY)).next_number()
-
-    def history_path(self, seq: int, role: str, message_id: str,
-                     commit: pygit2.Commit | None = None) -> str:
-        """Where message `seq` goes on the branch at `commit`, in that history's layout."""
-        commit = commit or self.head_commit()
-        listing = self.listings.get(HISTORY, self.subtree(commit.tree, HISTORY))
-        return history_path(seq, role, message_id, listing.legacy)
-
-    def legacy_history(self, commit: pygit2.Commit | None = None) -> bool:
-        commit = commit or self.head_commit()
-        return self.listings.get(HISTORY, self.subtree(commit.tree, HISTORY)).legacy
-
-    def new_run_path(self, run_id: str, commit: pygit2.Commit | None = None) -> str:
-        """Where a new run's record goes on the branch at `commit` (the next ordinal, in that
-        tree's layout)."""
-        commit = commit or self.head_commit()
-        listing = self.listings.get(RUNS, self.subtree(commit.tree, RUNS))
-        return run_path(listing.next_number(), run_id, listing.legacy)
-
-    def iter_runs(self, commit: pygit2.Commit | None = None) -> Iterator[dict[str, Any]]:
-        commit = commit or self.head_commit()
-        for entry in self.listings.get(RUNS, self.subtree(commit.tree, RUNS)).entries:
-            yield self.blob_json(entry.blob)
-
-    def find_run_path(self, run_id: str, commit: pygit2.Commit | None = None) -> str | None:
-        commit = commit or self.head_commit()
-        listing, index = self.listings.run_index(self.subtree(commit.tree, RUNS))
-        at = index.get(run_id)
-        return listing.entries[at].path if at is not None else None
-
-    def run_count(self, commit: pygit2.Commit | None = None) -> int:
-        """The next run ordinal (the number of runs when none was ever taken out)."""
-        commit = commit or self.head_commit()
-        return self.listings.get(RUNS, self.subtree(commit.tree, RUNS)).next_number()
 
     def workdir_files(self, commit: pygit2.Commit | None = None) -> dict[str, pygit2.Oid]:
         """Workdir-relative path → blob id for every file of `workdir/` at `commit`."""

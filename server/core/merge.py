@@ -19,8 +19,8 @@ from pygit2.enums import FileMode, MergeFavor, MergeFlag
 from . import atomic, crash, journal
 from .errors import BadRequest, Busy, Conflict
 from .git_session import HISTORY, RUNS, WORKDIR, GitSession, to_json_bytes
+from .layout import answer_of, last_answer
 from .live_runs import claim_turn
-from .subagents import answer_of, last_answer
 from .turns import MAX_TEXT, TurnContext, launch, open_turn, snapshot_user_edits
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import crash, guarded, journal, names
+from . import crash, guarded, journal, layout, names
 from .errors import NotFound
 from .git_session import DISK, HISTORY, RUNS, WORKTREES, GitSession, to_json_bytes
 from .ids import now_iso
@@ -196,7 +196,7 @@ def turn_leftovers(git: GitSession, run_id: str, record_rel: str) -> dict[str, A
     guarded.remove_temp_files(git.path, [HISTORY, RUNS])
     changes: dict[str, Any] = {}
     status = git.repo.status(untracked_files="all")
-    floor = git.next_seq()  # every seq below it is given on the branch already
+    floor = layout.next_seq(git)  # every seq below it is given on the branch already
     taken: set[int] = set()
     head = git.head_commit().tree
     for path in sorted(status):

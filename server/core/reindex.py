@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from . import layout
 from .git_session import RUNS, GitSession
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ def read_session(git: GitSession) -> tuple[dict[str, Any], list[dict[str, Any]]]
     runs: dict[str, dict[str, Any]] = {}
     for name, tip in git.branches().items():
         commit = git.commit(tip)
-        for run in git.iter_runs(commit):
+        for run in layout.runs(git, commit):
             known = runs.get(run["run_id"])
             if known is None or run.get("branch") == name:
                 runs[run["run_id"]] = dict(run)

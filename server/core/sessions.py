@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
-from . import atomic
-from .checkpoints import run_entries
+from . import atomic, layout
 from .errors import BadRequest, Busy, NotFound
 from .git_session import GitSession
 from .ids import is_message_id
+from .layout import run_entries
 from .lineage import attach_siblings
 from .turn_changes import annotate_turns
 from .turns import FINAL, snapshot_user_edits, start_turn
@@ -91,16 +91,16 @@ def _run_row(run: dict[str, Any]) -> dict[str, Any]:
 def read_run(git: GitSession, run_id: str) -> dict[str, Any]:
     """A run's record and messages as the branch it lives on holds them."""
     commit = git.head_commit()
-    path = git.find_run_path(run_id, commit)
+    path = layout.find_run_path(git, run_id, commit)
     if path is None:
         for tip in git.branches().values():
             candidate = git.commit(tip)
-            path = git.find_run_path(run_id, candidate)
+            path = layout.find_run_path(git, run_id, candidate)
             if path is not None:
                 record = git.read_json(candidate, path)
                 if record.get("branch") in git.branches():
                     commit = git.commit(git.branch_tip(record["branch"]))
-                    path = git.find_run_path(run_id, commit) or path
+                    path = layout.find_run_path(git, run_id, commit) or path
                 else:
                     commit = candidate
                 break
@@ -172,13 +172,13 @@ def transcript_at(git: GitSession, commit: pygit2.Commit | None = None, *,
     """The newest `limit` turns of the branch at `commit` (all when None) before its message
     `before` (the end when None): the page shows these and loads older ones on scroll."""
     commit = commit or git.head_commit()
-    messages = git.history_messages(commit)
+    messages = layout.messages(git, commit)
     end = len(messages) if before is None else min(before, len(messages))
     start = page_start(messages, end, limit) if limit is not None else 0
     shown = messages[start:end]
     runs: dict[str, dict[str, Any]] = {}
     for run_id in {m.get("run_id") for m in shown}:
-        path = git.find_run_path(run_id, commit) if run_id else None
+        path = layout.find_run_path(git, run_id, commit) if run_id else None
         if path is not None:
             runs[run_id] = git.read_json(commit, path)
     items = build_turns(shown, runs)

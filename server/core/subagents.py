@@ -21,9 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pygit2
-
-from . import crash, journal
+from . import crash, journal, layout
 from .errors import BadRequest, NotFound
 from .git_session import (
     HISTORY,
@@ -35,6 +33,7 @@ from .git_session import (
     to_json_bytes,
 )
 from .ids import is_message_id, new_message_id, now_iso
+from .layout import answer_of
 from .live_runs import ActiveRun, claim_turn
 from .recovery import prune_worktrees
 from .store import SessionHandle
@@ -71,22 +70,6 @@ def short_name(branch: str) -> str:
         if len(parts) >= 4:
             return f"{'_'.join(parts[2:-1])}·{parts[-1][:4]}"
     return branch
-
-
-def last_answer(git: GitSession, commit: pygit2.Commit) -> str:
-    """The last final answer (an assistant message without tool calls) on the branch at
-    `commit`. Reads the history from its end, so a long chat costs no more than a short one."""
-    for msg in reversed(git.history_messages(commit)):
-        if msg.get("role") == "assistant" and msg.get("content") and not msg.get("tool_calls"):
-            return str(msg["content"])
-    return ""
-
-
-def answer_of(messages: list[dict[str, Any]]) -> str:
-    for msg in reversed(messages):
-        if msg["role"] == "assistant" and msg.get("content") and not msg.get("tool_calls"):
-            return str(msg["content"])
-    return ""
 
 
 @dataclass(frozen=True)
@@ -153,8 +136,8 @@ def write_result(git: GitSession, parent_branch: str, session_id: str, parent_tu
         "sub_agent": msg["sub_agent"],
     }
     changes = {
-        git.history_path(git.next_seq(tip), "assistant", run_id, tip): to_json_bytes(msg),
-        git.new_run_path(run_id, tip): to_json_bytes(run),
+        layout.next_message_path(git, "assistant", run_id, tip): to_json_bytes(msg),
+        layout.new_run_path(git, run_id, tip): to_json_bytes(run),
     }
     # Through the working tree when the parent branch is checked out: journaled.
     guard = journal.intent(git, "sub-agent", changes) if git.branch == parent_branch \

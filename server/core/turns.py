@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import context, crash, guarded, names, proctree
+from . import context, crash, guarded, layout, names, proctree
 from .backups import BackupStore
 from .endpoints import choice_for_call
 from .errors import BadRequest, Busy, NotFound
@@ -114,9 +114,9 @@ def open_turn(
     }
     run.update(fields)
     ctx = TurnContext(
-        handle=handle, run=run, run_file=git.new_run_path(run_id),
-        prior=git.history_messages(), messages=[], next_seq=git.next_seq(),
-        legacy=git.legacy_history(),
+        handle=handle, run=run, run_file=layout.new_run_path(git, run_id),
+        prior=layout.messages(git), messages=[], next_seq=layout.next_seq(git),
+        legacy=layout.is_legacy(git),
     )
     for note in notes:  # system messages that open the turn (a merge turn's note)
         add_message(ctx, new_message("system", run_id, note))
