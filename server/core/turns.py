@@ -8,27 +8,33 @@ Git work runs on the session's worker thread; the model stream runs on the event
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import context, crash, guarded, layout, names, proctree
-from .backups import BackupStore
+from . import context, crash, proctree
 from .endpoints import choice_for_call
 from .errors import Busy, NotFound
-from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
-from .ids import new_message_id, now_iso
+from .git_session import WORKDIR, GitSession
+from .ids import new_message_id
 from .live_runs import ActiveRun, claim_turn
 from .model_client import ModelError
-from .model_messages import arguments_error, to_model
+from .model_messages import to_model
 from .tools import Workspace
+from .turn_context import (
+    TurnContext,
+    add_message,
+    checkpoint,
+    new_message,
+    open_turn,
+    snapshot_user_edits,
+    write_pending_to_disk,
+)
+from .turn_tools import batch_summary, run_tool
 
 if TYPE_CHECKING:
     from .braid import Braid
     from .store import SessionHandle
 
-log = logging.getLogger("braid.turns")
 SYSTEM_PROMPT = (
     "You are Braid's agent. You work on the files of this session's workdir with your tools "
     "(read_file, list_files, write_file, edit_file, apply_patch, delete_file, and shell when "
@@ -38,123 +44,8 @@ SYSTEM_PROMPT = (
 log = logging.getLogger("braid")
 MAX_BATCHES = 40
 DEFAULT_CONTEXT_TOKENS = 32_000
-BULK_EDITS = 300
 MAX_TEXT = 100_000
 FINAL = ("COMPLETED", "ERROR", "CANCELLED", "INTERRUPTED", "REGENERATED")
-
-
-@dataclass
-class TurnContext:
-    """What a live turn carries between its model calls and its checkpoints."""
-
-    handle: SessionHandle
-    run: dict[str, Any]
-    run_file: str
-    prior: list[dict[str, Any]]
-    messages: list[dict[str, Any]]
-    next_seq: int
-    pending: dict[str, bytes] = field(default_factory=dict)
-    changed: set[str] = field(default_factory=set)
-    tool_calls: int = 0
-    legacy: bool = False  # the branch's history is in the earlier layout (history.py)
-
-    @property
-    def run_id(self) -> str:
-        return str(self.run["run_id"])
-
-
-def snapshot_user_edits(git: GitSession) -> str | None:
-    """Commit what the user changed in workdir/ since HEAD as `user-edit`, so it is never
-    attributed to, or clobbered by, a turn."""
-    dirty, unnamed = names.split(git.changed_workdir_paths())
-    if unnamed:
-        log.warning("left out of the user-edit commit (not UTF-8): %s",
-                    ", ".join(names.shown(p) for p in unnamed))
-    if not dirty:
-        return None
-    listed = ", ".join(p[len(WORKDIR) + 1:] for p in dirty[:5])
-    more = f" and {len(dirty) - 5} more" if len(dirty) > 5 else ""
-    summary = f"User edits: {listed}{more}"
-    if len(dirty) > BULK_EDITS:  # a folder dropped in: one `git add -A`, as git would
-        return str(git.commit_workdir(summary=summary, kind="user-edit"))
-    oid = git.write_checkpoint({p: DISK for p in dirty}, summary=summary, kind="user-edit")
-    return str(oid)
-
-
-def new_message(role: str, run_id: str, content: str | None, **extra: Any) -> dict[str, Any]:
-    msg: dict[str, Any] = {
-        "id": new_message_id(), "role": role, "content": content,
-        "run_id": run_id, "created_at": now_iso(),
-    }
-    msg.update({k: v for k, v in extra.items() if v is not None})
-    return msg
-
-
-def add_message(ctx: TurnContext, msg: dict[str, Any]) -> None:
-    path = history_path(ctx.next_seq, msg["role"], msg["id"], ctx.legacy)
-    ctx.next_seq += 1
-    ctx.messages.append(msg)
-    ctx.pending[path] = to_json_bytes(msg)
-
-
-def open_turn(
-    git: GitSession, handle: SessionHandle, text: str, fields: dict[str, Any],
-    notes: tuple[str, ...] = (),
-) -> TurnContext:
-    """Open a turn on the session thread: snapshot user edits, then the user message (after
-    any `notes`) and a RUNNING record written to disk; `launch` then drives it."""
-    snapshot_user_edits(git)
-    crash.at("turn.prepare")
-    run_id = new_message_id()
-    run = {
-        "run_id": run_id, "session_id": handle.session_id, "status": "RUNNING",
-        "branch": git.branch, "model": None, "usage": {}, "created_at": now_iso(),
-        "updated_at": now_iso(), "forked_from_run_id": None, "forked_from_message_index": None,
-        "regenerated_from": None, "error": None, "message_count": 0, "parent_run_id": None,
-    }
-    run.update(fields)
-    ctx = TurnContext(
-        handle=handle, run=run, run_file=layout.new_run_path(git, run_id),
-        prior=layout.messages(git), messages=[], next_seq=layout.next_seq(git),
-        legacy=layout.is_legacy(git),
-    )
-    for note in notes:  # system messages that open the turn (a merge turn's note)
-        add_message(ctx, new_message("system", run_id, note))
-    add_message(ctx, new_message("user", run_id, text))
-    if not handle.meta.get("title"):
-        handle.meta["title"] = text.strip().splitlines()[0][:60] if text.strip() else "Untitled"
-        ctx.pending["session.json"] = to_json_bytes(handle.meta)
-    write_pending_to_disk(git, ctx)
-    return ctx
-
-
-def write_pending_to_disk(git: GitSession, ctx: TurnContext) -> None:
-    # Written before the model is called, so a server killed mid-turn leaves the user's
-    # message and a RUNNING record on disk for recovery to commit.
-    ctx.run["message_count"] = len(ctx.messages)
-    files = dict(ctx.pending)
-    files[ctx.run_file] = to_json_bytes(ctx.run)
-    for rel, data in files.items():
-        # Atomic (a kill leaves no half record), and replaced, never changed in place: a
-        # fork hard-links its source's history files.
-        guarded.write(git.path, rel, data)
-
-
-def checkpoint(git: GitSession, ctx: TurnContext, kind: str, summary: str) -> str:
-    crash.at("turn.checkpoint")
-    ctx.run["message_count"] = len(ctx.messages)
-    ctx.run["updated_at"] = now_iso()
-    changes: dict[str, Any] = dict(ctx.pending)
-    changes[ctx.run_file] = to_json_bytes(ctx.run)
-    for rel in ctx.changed:
-        changes[f"{WORKDIR}/{rel}"] = DISK
-    oid = git.write_checkpoint(
-        changes, summary=summary, kind=kind, run_id=ctx.run_id,
-        message_index=len(ctx.messages), sync_index=False,
-    )
-    ctx.pending.clear()
-    ctx.changed.clear()
-    return str(oid)
 
 
 def model_messages(ctx: TurnContext, budget: int = DEFAULT_CONTEXT_TOKENS,
@@ -217,59 +108,17 @@ async def launch(
 
 async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
     """The model loop. Always ends with a `turn` commit holding the run's final status."""
-    handle = ctx.handle
-    sid = handle.session_id
     status, error = "COMPLETED", None
-    partial = ""
-    mode = braid.settings.checkpoint
-    tools = Workspace.schemas(braid.settings.shell)
     endpoint, model = braid.model.resolve(ctx.run.get("model"), ctx.run.get("endpoint"))
     active.started = True
     try:
         if active.stop_requested:  # cancelled between `launch` and this first step
             raise asyncio.CancelledError
         for batch in range(MAX_BATCHES):
-            msg_id = ctx.run_id if not any(m["role"] == "assistant" for m in ctx.messages) \
-                else new_message_id()
-            partial = ""
-            reply = None
-            crash.at("turn.model")
-            choice = choice_for_call(endpoint.tool_choice, batch)  # forced: first call only
-            sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning)
-            stream = braid.model.stream(sent, tools, model=model, endpoint=endpoint.name,
-                                        tool_choice=choice)
-            async for kind, value in stream:
-                if kind == "delta":
-                    partial += value
-                    active.partial = partial
-                    braid.bus.publish(sid, "message_delta", {
-                        "run_id": ctx.run_id, "message_id": msg_id, "delta": value})
-                elif kind == "reply":
-                    reply = value
-            assert reply is not None
-            _add_usage(ctx.run, reply.usage)
-            msg = new_message("assistant", ctx.run_id, reply.content,
-                              tool_calls=reply.tool_calls or None,
-                              reasoning=reply.reasoning or None,
-                              finish_reason=reply.finish_reason, usage=reply.usage or None)
-            msg["id"] = msg_id
-            partial = active.partial = ""
-            add_message(ctx, msg)
-            if reply.finish_reason == "length":
-                ctx.run["warning"] = ("the answer was cut off: the model reached its token "
-                                      "limit (finish_reason: length)")
+            reply, msg_id = await _model_call(braid, ctx, active, (endpoint, model), batch)
             if not reply.tool_calls:
                 break
-            for call in reply.tool_calls:
-                braid.bus.publish(sid, "tool_call", {"run_id": ctx.run_id, "call": call,
-                                                     "message_id": msg_id})
-            for call in reply.tool_calls:
-                result = await handle.call(lambda git, c=call: run_tool(braid, git, ctx, c))
-                braid.bus.publish(sid, "tool_result", {"run_id": ctx.run_id, "message": result})
-                if mode == "tools":
-                    await _checkpoint_event(braid, ctx, "tool-batch", "Tool call")
-            if mode in ("tool-batch", "tools") and (ctx.pending or ctx.changed):
-                await _checkpoint_event(braid, ctx, "tool-batch", _batch_summary(reply))
+            await _tool_batch(braid, ctx, reply, msg_id)
         else:
             status, error = "ERROR", f"stopped after {MAX_BATCHES} tool batches"
     except asyncio.CancelledError:
@@ -278,19 +127,72 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
             task.uncancel()
         status = "INTERRUPTED" if active.stop_reason == "shutdown" else "CANCELLED"
         # A shell command of this turn still running on the session thread dies with it.
-        proctree.kill_under(handle.path / WORKDIR)
+        proctree.kill_under(ctx.handle.path / WORKDIR)
     except ModelError as e:  # already logged by the client, with the server named
         status, error = "ERROR", e.message
         if e.partial is not None and e.partial.usage:
             _add_usage(ctx.run, e.partial.usage)
     except Exception as e:  # noqa: BLE001 - any tool failure ends the run ERROR
         status, error = "ERROR", _error_text(e)
-        log.warning("run %s of session %s failed: %s", ctx.run_id, sid, error)
+        log.warning("run %s of session %s failed: %s", ctx.run_id, ctx.handle.session_id, error)
     # From here no cancel reaches the task (ActiveRun.stop): its last commit is never dropped.
     active.finishing = True
-    if partial:
-        add_message(ctx, new_message("assistant", ctx.run_id, partial, partial=True))
+    if active.partial:  # the text streamed when the call broke off
+        add_message(ctx, new_message("assistant", ctx.run_id, active.partial, partial=True))
     await _finish(braid, ctx, active, status, error)
+
+
+async def _model_call(braid: Braid, ctx: TurnContext, active: ActiveRun,
+                      using: tuple[Any, str], batch: int) -> tuple[Any, str]:
+    """One model call, streamed as `message_delta` events; its reply joins the turn."""
+    endpoint, model = using
+    sid = ctx.handle.session_id
+    msg_id = ctx.run_id if not any(m["role"] == "assistant" for m in ctx.messages) \
+        else new_message_id()
+    active.partial = ""
+    reply = None
+    crash.at("turn.model")
+    choice = choice_for_call(endpoint.tool_choice, batch)  # forced: first call only
+    sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning)
+    tools = Workspace.schemas(braid.settings.shell)
+    stream = braid.model.stream(sent, tools, model=model, endpoint=endpoint.name,
+                                tool_choice=choice)
+    async for kind, value in stream:
+        if kind == "delta":
+            active.partial += value
+            braid.bus.publish(sid, "message_delta", {
+                "run_id": ctx.run_id, "message_id": msg_id, "delta": value})
+        elif kind == "reply":
+            reply = value
+    assert reply is not None
+    _add_usage(ctx.run, reply.usage)
+    msg = new_message("assistant", ctx.run_id, reply.content,
+                      tool_calls=reply.tool_calls or None, reasoning=reply.reasoning or None,
+                      finish_reason=reply.finish_reason, usage=reply.usage or None)
+    msg["id"] = msg_id
+    active.partial = ""
+    add_message(ctx, msg)
+    if reply.finish_reason == "length":
+        ctx.run["warning"] = ("the answer was cut off: the model reached its token "
+                              "limit (finish_reason: length)")
+    return reply, msg_id
+
+
+async def _tool_batch(braid: Braid, ctx: TurnContext, reply: Any, msg_id: str) -> None:
+    """The reply's tool calls, one after the other on the session thread, then a checkpoint
+    (`BRAID_CHECKPOINT`: one per batch, or per call)."""
+    sid = ctx.handle.session_id
+    mode = braid.settings.checkpoint
+    for call in reply.tool_calls:
+        braid.bus.publish(sid, "tool_call", {"run_id": ctx.run_id, "call": call,
+                                             "message_id": msg_id})
+    for call in reply.tool_calls:
+        result = await ctx.handle.call(lambda git, c=call: run_tool(braid, git, ctx, c))
+        braid.bus.publish(sid, "tool_result", {"run_id": ctx.run_id, "message": result})
+        if mode == "tools":
+            await _checkpoint_event(braid, ctx, "tool-batch", "Tool call")
+    if mode in ("tool-batch", "tools") and (ctx.pending or ctx.changed):
+        await _checkpoint_event(braid, ctx, "tool-batch", batch_summary(reply))
 
 
 async def _finish(
@@ -355,46 +257,6 @@ async def _checkpoint_event(braid: Braid, ctx: TurnContext, kind: str, summary: 
                       {"run_id": ctx.run_id, "commit_id": commit_id, "kind": kind})
 
 
-def run_tool(braid: Braid, git: GitSession, ctx: TurnContext, call: dict[str, Any]) -> dict:
-    """Run one tool call on the session thread and record its result message."""
-    crash.at("turn.tool")
-    fn = call.get("function") or {}
-    name = str(fn.get("name") or "")
-
-    backups = BackupStore(git)  # each file's pre-turn content, for revert (backups.py)
-
-    def before_write(rel: str) -> None:
-        backups.backup_before_edit(ctx.run_id, str(git.path / WORKDIR / rel))
-
-    workspace = Workspace(git.path / WORKDIR, before_write=before_write,
-                          shell_enabled=braid.settings.shell,
-                          shell_timeout=braid.settings.shell_timeout)
-    bad_args = arguments_error(fn.get("arguments"))
-    result = _error_result(bad_args) if bad_args else \
-        workspace.execute(name, fn.get("arguments") or "{}")
-    ctx.changed.update(result.changed)
-    if name == "shell":
-        # A shell command may change anything: found by one status scan, after it ran.
-        dirty, unnamed = names.split(git.changed_workdir_paths())
-        for rel in dirty:
-            ctx.changed.add(rel[len(WORKDIR) + 1:])
-        if unnamed:
-            result.content += "\n" + names.refusal([p[len(WORKDIR) + 1:] for p in unnamed])
-            result.is_error = True
-        backups.backup_from_head(ctx.run_id, sorted(ctx.changed))
-    ctx.tool_calls += 1
-    msg = new_message("tool", ctx.run_id, result.content, tool_call_id=call.get("id", ""),
-                      name=name, is_error=result.is_error or None)
-    add_message(ctx, msg)
-    return msg
-
-
-def _error_result(text: str) -> Any:
-    from .tools import ToolResult
-
-    return ToolResult(text, is_error=True)
-
-
 def _add_usage(run: dict[str, Any], usage: dict[str, Any]) -> None:
     total = run.setdefault("usage", {})
     for key, value in usage.items():
@@ -402,19 +264,6 @@ def _add_usage(run: dict[str, Any], usage: dict[str, Any]) -> None:
             total["estimated"] = bool(total.get("estimated")) or bool(value)
         elif isinstance(value, int | float):
             total[key] = int(total.get(key, 0)) + int(value)
-
-
-def _batch_summary(reply: Any) -> str:
-    parts = []
-    for call in reply.tool_calls[:4]:
-        fn = call.get("function") or {}
-        try:
-            args = json.loads(fn.get("arguments") or "{}")
-        except ValueError:
-            args = {}
-        target = args.get("path") or args.get("command") or ""
-        parts.append(f"{fn.get('name')} {target}".strip())
-    return "Tools: " + ", ".join(parts)
 
 
 def _final_summary(ctx: TurnContext, status: str) -> str:
@@ -457,3 +306,11 @@ async def cancel_run(braid: Braid, user_id: str, session_id: str,
     runs = await braid.index.list_runs(handle.session_id)
     status = next((r["status"] for r in runs if r["run_id"] == active.run_id), "CANCELLED")
     return {"run_id": active.run_id, "status": status}
+
+
+# Made in turn_context.py; imported from here by the features that open and run turns.
+__all__ = [
+    "FINAL", "MAX_TEXT", "ActiveRun", "TurnContext", "add_message", "cancel_run", "checkpoint",
+    "drive", "launch", "new_message", "open_turn", "send_message", "snapshot_user_edits",
+    "start_turn", "write_pending_to_disk",
+]
