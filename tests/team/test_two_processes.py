@@ -20,7 +20,9 @@ import pytest
 
 from conftest import ROOT, Server, WsClient, assert_fsck, free_port, git
 
-SLOW = "slow 250\nsay one two three four five six seven eight nine ten eleven twelve"
+# ~12 s of streaming: long enough that a loaded machine still acts while it runs (each test
+# that needs it running stops it itself, so no test waits for its end).
+SLOW = "slow 400\nsay " + " ".join(f"word{i}" for i in range(30))
 
 
 @pytest.fixture
@@ -43,20 +45,25 @@ def pair(tmp_path: Path, pg_url: str) -> Iterator[tuple[Server, Server]]:
 
 
 def events_of(ws: WsClient, run_id: str, until: str = "dag_changed",
-              timeout: float = 60) -> list[dict[str, Any]]:
-    """The socket's events of one run, up to and including its `until` event after its end."""
+              timeout: float = 60, start: int = 0) -> list[dict[str, Any]]:
+    """Every event of one run the socket got from its frame `start` on (those read while
+    waiting for a reply too), up to and including its `until` event after the run's end."""
     seen: list[dict[str, Any]] = []
     ended = False
     deadline = time.monotonic() + timeout
+    i = start
     while True:
-        frame = ws.next(timeout=max(0.1, deadline - time.monotonic()))
-        if frame.get("type") != "event" or frame["data"].get("run_id") != run_id:
-            continue
-        seen.append(frame)
-        if frame["event"] in ("run_completed", "run_error", "run_cancelled"):
-            ended = True
-        if ended and frame["event"] == until:
-            return seen
+        while i < len(ws.frames):
+            frame = ws.frames[i]
+            i += 1
+            if frame.get("type") != "event" or frame["data"].get("run_id") != run_id:
+                continue
+            seen.append(frame)
+            if frame["event"] in ("run_completed", "run_error", "run_cancelled"):
+                ended = True
+            if ended and frame["event"] == until:
+                return seen
+        ws.next(timeout=max(0.1, deadline - time.monotonic()))
 
 
 def html_socket(server: Server, sid: str) -> Any:
@@ -92,8 +99,10 @@ def test_two_sends_on_two_processes_make_one_run_and_one_busy(pair: Any) -> None
     again = loser.call("send_message", text="say later")
     assert again["type"] == "error" and again["error"]["code"] == "busy"
     winner = ws_a if loser is ws_b else ws_b
+    stopped = winner.call("cancel_run", run_id=run_id)
+    assert stopped["data"] == {"run_id": run_id, "status": "CANCELLED"}
     events_of(winner, run_id)
-    assert statuses(a, sid) == statuses(b, sid) == {run_id: "COMPLETED"}
+    assert statuses(a, sid) == statuses(b, sid) == {run_id: "CANCELLED"}
     path = a.session_path(sid)
     assert len(git(path, "log", "--format=%H", "--grep=Braid-Kind: turn").split()) == 1
     # Once it ended, the other process takes the next turn.
@@ -182,10 +191,11 @@ def test_kill_9_of_b_mid_run_is_interrupted_by_a_and_resumable_there(pair: Any) 
     assert git(path, "status", "--porcelain") == ""
     assert_fsck(path)
     # Resumed in place from A: the same run id, completed there.
+    mark = len(ws_a.frames)
     reply = ws_a.call("continue_run", run_id=run_id, input="say resumed")
     assert reply["type"] == "result", reply
     assert reply["data"]["run_id"] == run_id
-    done = events_of(ws_a, run_id)
+    done = events_of(ws_a, run_id, start=mark)
     assert any(f["event"] == "run_completed" for f in done)
     assert statuses(a, sid)[run_id] == "COMPLETED"
 
