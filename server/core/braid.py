@@ -9,32 +9,31 @@ import os
 from pathlib import Path
 
 from . import recovery
-from .events import EventBus
-from .index import Index
-from .live_runs import RunRegistry
-from .locks import BranchLocks, LocalBranchLocks
+from .backends import make_index, make_team, make_users
+from .locks import BranchLocks
 from .model_client import ModelClient
 from .packing import Packer
 from .settings import Settings
 from .store import SessionStore
-from .users import DEFAULT_USER, Users, new_token
+from .users import DEFAULT_USER, new_token
 
 log = logging.getLogger("braid")
 
 
 class Braid:
-    def __init__(self, settings: Settings, locks: BranchLocks | None = None) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.data_dir = Path(settings.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = SessionStore(self.data_dir / "sessions")
-        self.index = Index(self.data_dir / "index.sqlite3")
-        self.users = Users(self.data_dir / "users.sqlite3")
-        self.bus = EventBus()
-        # Who holds each branch (a turn, a revert, an upload, a merge): in this process by
-        # default; a shared backend where several processes serve one data dir.
-        self.locks: BranchLocks = locks or LocalBranchLocks()
-        self.runs = RunRegistry()  # the runs this process drives
+        # SQLite files in the data dir, or PostgreSQL with BRAID_DATABASE_URL (backends.py):
+        # then `team` coordinates several processes (the bus, branch locks, dead runs).
+        self.index = make_index(settings)
+        self.users = make_users(settings)
+        # `locks`: who holds each branch (a turn, a revert, an upload, a merge); `runs`: the
+        # runs this process drives (and, in a team, those it follows).
+        self.locks: BranchLocks
+        self.team, self.bus, self.runs, self.locks = make_team(self, settings)
         self.packer = Packer()  # packs idle sessions' loose objects in the background
         self.model = ModelClient(settings)
         self._reaper: asyncio.Task[None] | None = None
@@ -42,8 +41,7 @@ class Braid:
     async def start(self) -> str:
         """Open the index and recover runs a killed server left RUNNING. Returns the default
         user's token (to print in the login URL)."""
-        fresh_index = not self.index.path.exists()
-        await self.index.open()
+        fresh_index = await self.index.open()
         await recovery.start_up(self, fresh_index)
         self._reaper = asyncio.create_task(self._release_idle(), name="braid-idle")
         return self.users.set_token(DEFAULT_USER, self.settings.token or self._local_token())
@@ -83,5 +81,8 @@ class Braid:
                 log.warning("run %s did not stop in time", active.run_id)
         await self.packer.close()
         await self.model.close()
+        if self.team is not None:
+            await self.team.stop()
         await self.index.close()
+        self.users.close()
         self.store.close()

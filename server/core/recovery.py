@@ -41,13 +41,24 @@ _PROCESS_STARTED = time.time()
 
 async def start_up(braid: Braid, fresh_index: bool) -> None:
     """Everything a killed process left, before any request is served."""
-    await purge_deleted(braid)  # deletions a killed server left half done
-    # Half-done operations first, so runs are recovered on a consistent working tree.
-    await recover_operations(braid)
+    team = braid.team
+    # With other live processes on the data dir (a team server), their operations are
+    # not half done: only runs whose process is gone are recovered (pg_team.py).
+    alone = await team.start() if team is not None else True
+    if alone:
+        await purge_deleted(braid)  # deletions a killed server left half done
+        # Half-done operations first, so runs are recovered on a consistent working tree.
+        await recover_operations(braid)
     if fresh_index:
         await reindex(braid)
-    await recover_interrupted(braid)
-    await prune_orphan_worktrees(braid)
+    if team is not None:
+        await team.recover_orphans()
+    else:
+        await recover_interrupted(braid)
+    if alone:
+        await prune_orphan_worktrees(braid)
+    if team is not None:
+        await team.started()
 
 
 async def recover_operations(braid: Braid) -> None:
@@ -72,10 +83,12 @@ def _settle_session(git: GitSession) -> None:
     journal.recover(git)
 
 
-def clear_stale_locks(git: GitSession) -> None:
+def clear_stale_locks(git: GitSession, before: float | None = None) -> None:
     """Remove the lock files a server killed mid-write left in .git: git never clears them
     itself, and one left behind would stop every later write (and this recovery, and so the
-    server's start). Only locks older than this process are removed: only Braid writes here."""
+    server's start). Only locks older than this process are removed: only Braid writes here.
+    (`before`: older than that time, when another process died and this one recovers.)"""
+    cutoff = _PROCESS_STARTED if before is None else before
     # repo.path is the git dir (a linked worktree has its own, with its own index and HEAD);
     # branch refs live in the common dir.
     git_dir = Path(git.repo.path)
@@ -84,16 +97,17 @@ def clear_stale_locks(git: GitSession) -> None:
     for lock in {git_dir / "index.lock", git_dir / "HEAD.lock", common / "index.lock",
                  *(common / "refs" / "heads").rglob("*.lock")}:
         try:
-            if lock.stat().st_mtime < _PROCESS_STARTED:
+            if lock.stat().st_mtime < cutoff:
                 lock.unlink()
                 log.warning("removed stale lock %s", lock)
         except FileNotFoundError:
             pass
 
 
-def interrupt_on_disk(git: GitSession, run_id: str) -> dict[str, Any] | None:
+def interrupt_on_disk(git: GitSession, run_id: str, since: float | None = None
+                      ) -> dict[str, Any] | None:
     """Commit what a killed turn left on disk, with its run marked INTERRUPTED."""
-    clear_stale_locks(git)
+    clear_stale_locks(git, since)
     records = [r for r in (git.path / RUNS).rglob(f"{run_id}.json") if r.is_file()]
     if not records:
         return None
@@ -126,22 +140,31 @@ async def recover_interrupted(braid: Braid) -> None:
     for row in await braid.index.runs_with_status("RUNNING"):
         if braid.runs.find(row["session_id"], row["run_id"]):
             continue
-        try:
-            handle = braid.store.get(row["session_id"])
-        except NotFound:
-            continue
-        try:
-            run = await handle.call(lambda git, r=row["run_id"]: interrupt_on_disk(git, r))
-            if run is None and str(row.get("branch") or "").startswith("sub_"):
-                # Its files are in its worktree.
-                run = await handle.call(lambda git, r=row: recover_worktree(
-                    git, r["branch"], r["run_id"]))
-        except Exception:  # noqa: BLE001 - one broken session must not stop the server
-            log.exception("could not recover run %s of session %s", row["run_id"],
-                          row["session_id"])
-            run = None
-        row = dict(row, status="INTERRUPTED", updated_at=now_iso())
-        await braid.index.upsert_run(row["session_id"], run or row)
+        await interrupt_run(braid, row)
+
+
+async def interrupt_run(braid: Braid, row: dict[str, Any], since: float | None = None
+                        ) -> dict[str, Any] | None:
+    """Commit a run whose process died as INTERRUPTED and index it; None for an unknown
+    session. `since`: git lock files older than that are the dead process's."""
+    try:
+        handle = braid.store.get(row["session_id"])
+    except NotFound:
+        return None
+    try:
+        run = await handle.call(lambda git, r=row["run_id"]: interrupt_on_disk(git, r, since))
+        if run is None and str(row.get("branch") or "").startswith("sub_"):
+            # Its files are in its worktree.
+            run = await handle.call(lambda git, r=row: recover_worktree(
+                git, r["branch"], r["run_id"]))
+    except Exception:  # noqa: BLE001 - one broken session must not stop the server
+        log.exception("could not recover run %s of session %s", row["run_id"],
+                      row["session_id"])
+        run = None
+    row = dict(row, status="INTERRUPTED", updated_at=now_iso())
+    run = run or row
+    await braid.index.upsert_run(row["session_id"], run)
+    return run
 
 
 async def prune_orphan_worktrees(braid: Braid) -> None:

@@ -42,7 +42,7 @@ def read_session(git: GitSession) -> tuple[dict[str, Any], list[dict[str, Any]]]
 
 
 async def reindex(braid: Braid) -> tuple[int, int]:
-    """Rebuild index.sqlite3 from the repositories alone."""
+    """Rebuild the index (index.sqlite3, or PostgreSQL's) from the repositories alone."""
     await braid.index.clear()
     n_sessions = n_runs = 0
     for session_id in braid.store.all_ids():
