@@ -38,12 +38,6 @@ PALETTE = ("#0e9f6e", "#d97706", "#db2777", "#0891b2", "#7c3aed", "#65a30d", "#d
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
 
-# The graph is a function of the branch tips (and HEAD): two tabs, or a dag_changed that
-# changed nothing, reuse one walk. Per repository path, the last key and its data.
-_CACHE: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
-CACHE_SESSIONS = 64
-
-
 def commit_graph(git: GitSession, limit: int) -> dict[str, Any]:
     """Every commit reachable from a branch, newest first, each with the branch it belongs
     to (the first branch, main first, whose first-parent chain reaches it)."""
@@ -81,19 +75,20 @@ def commit_graph(git: GitSession, limit: int) -> dict[str, Any]:
             "head": str(git.head_oid()), "current_branch": git.branch}
 
 
-def graph(git: GitSession, limit: int = DAG_LIMIT) -> dict[str, Any]:
-    """The commit graph; a sub-agent branch's tip is labelled with the sub-agent's result."""
+def graph(git: GitSession, limit: int = DAG_LIMIT,
+          cache: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The commit graph; a sub-agent branch's tip is labelled with the sub-agent's result.
+
+    The graph is a function of the branch tips (and HEAD): two tabs, or a dag_changed that
+    changed nothing, reuse one walk. `cache` is the session's own (`SessionHandle.caches`,
+    used on its thread only): the last key and its data."""
     key = (tuple(sorted(git.branches().items())), git.branch, str(git.head_oid()), limit)
-    hit = _CACHE.get(str(git.path))
+    hit = cache.get("dag") if cache is not None else None
     if hit is not None and hit[0] == key:
         return dict(hit[1])
     data = _build(git, limit)
-    if len(_CACHE) >= CACHE_SESSIONS:
-        try:  # sessions' threads share the cache: another may change it meanwhile
-            _CACHE.pop(next(iter(_CACHE)), None)
-        except (RuntimeError, StopIteration):
-            pass
-    _CACHE[str(git.path)] = (key, data)
+    if cache is not None:
+        cache["dag"] = (key, data)
     return dict(data)
 
 
@@ -117,7 +112,7 @@ def _build(git: GitSession, limit: int) -> dict[str, Any]:
 
 async def get_dag(braid: Braid, user_id: str, session_id: object) -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
-    return await handle.call(lambda git: graph(git))
+    return await handle.call(lambda git: graph(git, cache=handle.caches))
 
 
 
