@@ -18,9 +18,11 @@ from .endpoints import choice_for_call
 from .errors import BadRequest, Busy, NotFound
 from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
 from .ids import new_message_id, now_iso
+from .lineage import sibling_map
 from .model_client import ModelError
 from .model_messages import arguments_error, to_model
 from .tools import ToolResult, Workspace
+from .turn_changes import files_of
 
 if TYPE_CHECKING:
     from .braid import Braid
@@ -300,6 +302,7 @@ async def launch(
     braid.bus.publish(handle.session_id, "run_started", {
         "run_id": ctx.run_id, "run": dict(ctx.run), "branch": active.branch,
         "messages": [dict(m) for m in ctx.messages],
+        "siblings": await siblings_of(braid, handle.session_id, ctx.run_id),
         # The first turn names the session: the sidebar needs redrawing only then.
         "titled": "session.json" in ctx.pending,
     })
@@ -392,6 +395,8 @@ async def _finish(
     sid = ctx.handle.session_id
     ctx.run["status"] = status
     ctx.run["error"] = error
+    files: list[dict[str, str]] = []
+    siblings = None
     try:
         try:
             commit_id = await _close_and_commit(ctx, status)
@@ -409,18 +414,33 @@ async def _finish(
         # Writing the index costs O(files in the repo), once per turn: before the end event,
         # so `git status` in the session folder is true when the client hears of it (D6).
         await ctx.handle.call(lambda git: git.flush_index())
+        files, siblings = await _end_extras(braid, ctx)
     except Exception:  # noqa: BLE001 - the end event below is sent whatever failed
         log.exception("run %s ended without its last commit", ctx.run_id)
     finally:
         braid.runs.release(active)
     event = {"COMPLETED": "run_completed", "ERROR": "run_error"}.get(status, "run_cancelled")
     data: dict[str, Any] = {"run_id": ctx.run_id, "run": dict(ctx.run), "status": status,
-                            "messages": [dict(m) for m in ctx.messages]}
+                            "messages": [dict(m) for m in ctx.messages], "files": files,
+                            "siblings": siblings}
     if error:
         data["error"] = error
     braid.bus.publish(sid, event, data)
     braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id})
     braid.packer.touch(sid, ctx.handle.path)
+
+
+async def _end_extras(braid: Braid, ctx: TurnContext) -> tuple[list[dict[str, str]],
+                                                                 dict[str, Any] | None]:
+    """The turn's chips and its `‹ 2/3 ›` place, for its end event: read once here rather
+    than by every tab that renders it."""
+    try:
+        branch = ctx.run.get("branch")
+        files = await ctx.handle.call(lambda git: files_of(git, ctx.run_id, branch))
+        return files, await siblings_of(braid, ctx.handle.session_id, ctx.run_id)
+    except Exception:  # noqa: BLE001 - the event goes out without them
+        log.exception("the chips of run %s could not be read", ctx.run_id)
+        return [], None
 
 
 async def _close_and_commit(ctx: TurnContext, status: str) -> str:
@@ -540,6 +560,11 @@ def record_tool(ctx: TurnContext, call: dict[str, Any], outcome: ToolOutcome) ->
                       name=name, is_error=outcome.is_error or None)
     add_message(ctx, msg)
     return msg
+
+
+async def siblings_of(braid: Braid, session_id: str, run_id: str) -> dict[str, Any] | None:
+    """The run's place among its sibling runs (`‹ 2/3 ›`), for its events' payloads."""
+    return sibling_map(await braid.index.list_runs(session_id)).get(run_id)
 
 
 def _add_usage(run: dict[str, Any], usage: dict[str, Any]) -> None:
