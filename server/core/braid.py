@@ -25,7 +25,7 @@ from .session_meta import purge_deleted
 from .settings import Settings
 from .store import SessionStore
 from .turns import RunRegistry
-from .users import DEFAULT_USER, Users, UsersOffLoop, new_token
+from .users import DEFAULT_USER, Users, new_token
 
 log = logging.getLogger("braid")
 _PROCESS_STARTED = time.time()
@@ -44,7 +44,6 @@ class Braid:
         self.store = SessionStore(self.data_dir / "sessions")
         self.index = Index(self.data_dir / "index.sqlite3")
         self.users = Users(self.data_dir / "users.sqlite3")
-        self.auth = UsersOffLoop(self.users)  # what code on the event loop calls
         self.bus = EventBus()
         self.runs = RunRegistry()
         self.packer = Packer()  # packs idle sessions' loose objects in the background
@@ -68,8 +67,7 @@ class Braid:
         await recover_interrupted(self)
         await prune_worktrees(self)
         self._reaper = asyncio.create_task(self._release_idle(), name="braid-idle")
-        return await self.auth.set_token(DEFAULT_USER, self.settings.token or
-                                         self._local_token())
+        return self.users.set_token(DEFAULT_USER, self.settings.token or self._local_token())
 
     def _local_token(self) -> str:
         """Without BRAID_TOKEN, the default user's token is made once and kept in the data
@@ -107,7 +105,6 @@ class Braid:
         await self.packer.close()
         await self.model.close()
         await self.index.close()
-        self.auth.close()
         self.store.close()
 
 

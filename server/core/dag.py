@@ -61,20 +61,18 @@ def commit_graph(git: GitSession, limit: int) -> dict[str, Any]:
             "head": str(git.head_oid()), "current_branch": git.branch}
 
 
-def graph(git: GitSession, limit: int = DAG_LIMIT,
-          cache: dict[str, Any] | None = None) -> dict[str, Any]:
+def graph(git: GitSession, limit: int = DAG_LIMIT) -> dict[str, Any]:
     """The commit graph; a sub-agent branch's tip is labelled with the sub-agent's result.
 
     The graph is a function of the branch tips (and HEAD): two tabs, or a dag_changed that
-    changed nothing, reuse one walk. `cache` is the session's own (`SessionHandle.caches`,
-    used on its thread only): the last key and its data."""
+    changed nothing, reuse one walk. The cache is the session's own (`GitSession.caches`,
+    used by whoever holds the session's repository): the last key and its data."""
     key = (tuple(sorted(git.branches().items())), git.branch, str(git.head_oid()), limit)
-    hit = cache.get("dag") if cache is not None else None
+    hit = git.caches.get("dag")
     if hit is not None and hit[0] == key:
         return dict(hit[1])
     data = _build(git, limit)
-    if cache is not None:
-        cache["dag"] = (key, data)
+    git.caches["dag"] = (key, data)
     return dict(data)
 
 
@@ -98,7 +96,7 @@ def _build(git: GitSession, limit: int) -> dict[str, Any]:
 
 async def get_dag(braid: Braid, user_id: str, session_id: object) -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
-    return await handle.call(lambda git: graph(git, cache=handle.caches))
+    return await handle.call(lambda git: graph(git))
 
 
 

@@ -30,13 +30,7 @@ class SessionHandle:
         # Opened on demand and given back when idle (`release`): a thousand sessions once
         # looked at must not keep a thousand threads and repositories open (D14).
         self._executor: ThreadPoolExecutor | None = None
-        # The agent's shell commands run on a lane of their own: a 30 s command must not
-        # queue the page loads, DAG reads and reverts waiting for the git thread.
-        self._shell: ThreadPoolExecutor | None = None
         self._git: GitSession | None = None
-        # Caches derived from this session's repository (the DAG's graph), kept with it
-        # rather than in a module-wide table shared by every session's thread.
-        self.caches: dict[str, Any] = {}
         self._draining: Future[None] | None = None
         self._pending = 0
         self.last_used = time.monotonic()
@@ -72,29 +66,11 @@ class SessionHandle:
             self._pending -= 1
             self.last_used = time.monotonic()
 
-    async def run_shell(self, fn: Callable[[], T]) -> T:
-        """Run `fn()` (a shell command; no git work) on this session's shell lane, so the
-        git thread stays free for everything else meanwhile."""
-        loop = asyncio.get_running_loop()
-        if self._shell is None:
-            self._shell = ThreadPoolExecutor(1, thread_name_prefix=f"sh-{self.session_id[:8]}")
-        self._pending += 1
-        try:
-            return await loop.run_in_executor(self._shell, fn)
-        finally:
-            self._pending -= 1
-            self.last_used = time.monotonic()
-
     def release(self) -> bool:
         """Give back the thread and the repository (files, watcher) of an idle session; the
         next `call` opens them again. Runs on the event loop, like `call`, so no call is in
         flight. The deferred index entries are written first, on the old thread."""
-        if self._pending:
-            return False
-        if self._shell is not None:
-            self._shell.shutdown(wait=False)
-            self._shell = None
-        if self._executor is None:
+        if self._executor is None or self._pending:
             return False
         executor, git = self._executor, self._git
         self._executor, self._git = None, None
@@ -109,9 +85,6 @@ class SessionHandle:
         return True
 
     def close(self) -> None:
-        if self._shell is not None:
-            self._shell.shutdown(wait=True)
-            self._shell = None
         if self._executor is None:
             return
         if self._git is not None:

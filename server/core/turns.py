@@ -21,6 +21,7 @@ from .ids import new_message_id, now_iso
 from .lineage import sibling_map
 from .model_client import ModelError
 from .model_messages import arguments_error, to_model
+from .shell import on_own_thread
 from .tools import ToolResult, Workspace
 from .turn_changes import files_of
 
@@ -505,7 +506,7 @@ async def _settle_inflight(ctx: TurnContext) -> None:
 
 async def run_tool(braid: Braid, ctx: TurnContext, call: dict[str, Any]) -> ToolOutcome:
     """One tool call: a file tool on the session thread (it writes files and backs them up);
-    a shell command on the session's shell lane, then one look at what it changed on the
+    a shell command on a thread of its own, then one look at what it changed on the
     session thread. Reads the turn's state; never writes it."""
     crash.at("turn.tool")
     fn = call.get("function") or {}
@@ -518,8 +519,9 @@ async def run_tool(braid: Braid, ctx: TurnContext, call: dict[str, Any]) -> Tool
         return await handle.call(lambda git: _file_tool(braid, git, run_id, name, fn))
     workspace = Workspace(handle.path / WORKDIR, shell_enabled=braid.settings.shell,
                           shell_timeout=braid.settings.shell_timeout)
-    result = ToolResult(bad_args, is_error=True) if bad_args else await handle.run_shell(
-        lambda: workspace.execute(name, fn.get("arguments") or "{}"))
+    result = ToolResult(bad_args, is_error=True) if bad_args else await on_own_thread(
+        lambda: workspace.execute(name, fn.get("arguments") or "{}"),
+        f"shell-{handle.session_id[:8]}")
     known = sorted(ctx.changed)
     return await handle.call(lambda git: _after_shell(braid, git, run_id, known, result))
 

@@ -56,7 +56,7 @@ async def login(request: Request) -> Response:
         token = str((await request.form()).get("token") or "")
     if token is None:
         return templates.TemplateResponse(request, "login.html", {"error": None})
-    if await braid.auth.authenticate(token) is None:
+    if braid.users.authenticate(token) is None:
         return templates.TemplateResponse(
             request, "login.html", {"error": "That token is not valid."}, status_code=401
         )
