@@ -238,6 +238,17 @@ async def new_session(braid: Any, user_id: str = "local") -> tuple[str, Path]:
     return created["session_id"], braid.store.path(created["session_id"])
 
 
+async def call_action(braid: Any, user_id: str, session_id: str, name: str,
+                      **raw: Any) -> Any:
+    """An action as a client sends it (raw parameters): parsed by its declaration, then its
+    core function called, exactly as the socket does (server/web/specs.py)."""
+    from server.web.actions import by_name
+    from server.web.specs import parse_params
+
+    action = by_name(name)
+    return await action.call(braid, user_id, session_id, **parse_params(action, raw))
+
+
 async def run_turn(braid: Any, session_id: str, text: str, user_id: str = "local") -> Any:
     from server.core import sessions
 

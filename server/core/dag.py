@@ -94,7 +94,7 @@ def _build(git: GitSession, limit: int) -> dict[str, Any]:
     return data
 
 
-async def get_dag(braid: Braid, user_id: str, session_id: object) -> dict[str, Any]:
+async def get_dag(braid: Braid, user_id: str, session_id: str) -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
     return await handle.call(lambda git: graph(git))
 
@@ -119,7 +119,7 @@ def node_view(git: GitSession, commit_id: str) -> dict[str, Any]:
             "tips": sorted(name for name, tip in branches.items() if tip == commit_id)}
 
 
-async def get_node(braid: Braid, user_id: str, session_id: object,
+async def get_node(braid: Braid, user_id: str, session_id: str,
                    commit_id: object) -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
     if not isinstance(commit_id, str) or not _HEX40.match(commit_id):

@@ -18,7 +18,6 @@ from .errors import BadRequest, Busy
 from .export_branch import export_to_branch
 from .git_session import SIGNATURE_EMAIL, SIGNATURE_NAME, GitSession
 from .importing import SOURCE_BASE_REF
-from .revert import force_param
 from .sources import OpenedRepo, Source, allowed_path
 from .treeops import Changes, Entry, apply_changes, tree_files, workdir_tree
 from .turns import snapshot_user_edits
@@ -123,19 +122,14 @@ def export_to_folder(git: GitSession, folder: Path, force: bool) -> dict[str, An
             "conflicts": conflicts}
 
 
-def _to_param(value: object) -> str:
-    if value not in ("branch", "folder"):
-        raise BadRequest("to must be 'branch' or 'folder'")
-    return str(value)
-
-
-def _folder_param(settings: Settings, value: object, meta: dict[str, Any]) -> Path:
+def _folder_of(settings: Settings, value: str | None, meta: dict[str, Any]) -> Path:
+    """The folder to export to: `value`, or the folder the session was imported from."""
     source = meta.get("source") or {}
-    if value in (None, ""):
+    if value is None:
         if source.get("kind") != "folder":
             raise BadRequest("path is required: this session was not imported from a folder")
         value = source.get("path_or_url")
-    if not isinstance(value, str) or "\0" in value:
+    if not isinstance(value, str):
         raise BadRequest("path must be a folder path")
     folder = allowed_path(settings, value)
     if folder.exists() and not folder.is_dir():
@@ -161,17 +155,16 @@ def _branch_export(git: GitSession, settings: Settings, meta: dict[str, Any]) ->
         opened.close()
 
 
-async def export_session(braid: Braid, user_id: str, session_id: object, to: object,
-                         path: object = None, force: object = None) -> dict[str, Any]:
+async def export_session(braid: Braid, user_id: str, session_id: str, to: str,
+                         path: str | None = None, force: bool = False) -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
-    target = _to_param(to)
-    force_flag = force_param(force)
+    target, force_flag = to, force
     if braid.runs.for_session(handle.session_id):
         raise Busy("a run is going on in this session: export when it ends")
     meta = dict(handle.meta)
     if target == "branch":
-        if path not in (None, ""):
+        if path is not None:
             raise BadRequest("path is for to=folder; a branch goes to the source repository")
         return await handle.call(lambda git: _branch_export(git, braid.settings, meta))
-    folder = _folder_param(braid.settings, path, meta)
+    folder = _folder_of(braid.settings, path, meta)
     return await handle.call(lambda git: export_to_folder(git, folder, force_flag))

@@ -150,28 +150,28 @@ def _zip_tree(git: GitSession, zf: zipfile.ZipFile, tree: pygit2.Tree, prefix: s
 # -- the core calls -----------------------------------------------------------------------
 
 
-async def list_files(braid: Braid, user_id: str, session_id: object, ref: object = None,
-                     path: object = None) -> dict[str, Any]:
+async def list_files(braid: Braid, user_id: str, session_id: str, ref: str | None = None,
+                     path: str = "") -> dict[str, Any]:
+    """A folder of the workdir at `ref` (none: HEAD); `ref` and `path` as `ref_param` and
+    `path_param` passed them."""
     handle = braid.store.get_owned(user_id, session_id)
-    ref_s, path_s = ref_param(ref), path_param(path)
+    ref_s, path_s = ref, path
     got = await handle.call(lambda git: read_path(git, ref_s, path_s))
     if got["type"] != "dir":
         raise BadRequest(f"{path_s} is a file, not a folder")
     return got
 
 
-async def get_path(braid: Braid, user_id: str, session_id: object, ref: object = None,
-                   path: object = None) -> dict[str, Any]:
+async def get_path(braid: Braid, user_id: str, session_id: str, ref: str | None = None,
+                   path: str = "") -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
-    ref_s, path_s = ref_param(ref), path_param(path)
-    return await handle.call(lambda git: read_path(git, ref_s, path_s))
+    return await handle.call(lambda git: read_path(git, ref, path))
 
 
-async def get_zip(braid: Braid, user_id: str, session_id: object,
-                  ref: object = None) -> tuple[bytes, str]:
+async def get_zip(braid: Braid, user_id: str, session_id: str,
+                  ref: str | None = None) -> tuple[bytes, str]:
     handle = braid.store.get_owned(user_id, session_id)
-    ref_s = ref_param(ref)
-    return await handle.call(lambda git: workdir_zip(git, ref_s))
+    return await handle.call(lambda git: workdir_zip(git, ref))
 
 
 # -- uploads ------------------------------------------------------------------------------
@@ -248,7 +248,7 @@ def _chips(git: GitSession, made: dict[str, Any]) -> list[dict[str, str]]:
     return files_of(git, made["run_id"], made["run"].get("branch"))
 
 
-async def upload(braid: Braid, user_id: str, session_id: object,
+async def upload(braid: Braid, user_id: str, session_id: str,
                  files: list[tuple[object, bytes]], folder: object = None) -> dict[str, Any]:
     """Put files into workdir/ (into `folder`) as one revertable `user-edit` commit."""
     handle = braid.store.get_owned(user_id, session_id)

@@ -161,7 +161,7 @@ def fork_title(title: str) -> str:
     return f"{match.group(1)[:106]} (fork {n})"
 
 
-async def fork_session(braid: Braid, user_id: str, session_id: object) -> dict[str, Any]:
+async def fork_session(braid: Braid, user_id: str, session_id: str) -> dict[str, Any]:
     """Copy a session the user owns into a new one; returns the new session's lineage."""
     source = braid.store.get_owned(user_id, session_id)
     if braid.runs.for_session(source.session_id):

@@ -7,8 +7,6 @@ import re
 import secrets
 from datetime import UTC, datetime
 
-from .errors import BadRequest, NotFound
-
 _SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 _MESSAGE_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -31,13 +29,3 @@ def is_message_id(value: object) -> bool:
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def message_id_param(value: object, name: str, noun: str) -> str:
-    """A run/turn id from a client: not a string is a bad request; a string that cannot be
-    an id names nothing, so it is not found."""
-    if not isinstance(value, str):
-        raise BadRequest(f"{name} must be a string")
-    if not is_message_id(value):
-        raise NotFound(f"no {noun} {value!r}")
-    return value

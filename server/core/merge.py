@@ -20,7 +20,7 @@ from . import atomic, crash, journal
 from .errors import BadRequest, Busy, Conflict
 from .git_session import HISTORY, RUNS, WORKDIR, GitSession, to_json_bytes
 from .subagents import answer_of, last_answer
-from .turns import MAX_TEXT, TurnContext, _prepare_new_turn, launch, snapshot_user_edits
+from .turns import TurnContext, _prepare_new_turn, launch, snapshot_user_edits
 
 if TYPE_CHECKING:
     from .braid import Braid
@@ -210,36 +210,13 @@ def _start_merge(git: GitSession, handle: SessionHandle, into: str, branches: li
     return ctx, plan, [str(oid), *(str(p) for p in git.commit(oid).parent_ids)]
 
 
-def _check_params(branches: object, message: object, strategy: object) -> tuple[list[str], str,
-                                                                             str]:
-    if not isinstance(branches, list) or not branches:
-        raise BadRequest("branches must be a non-empty list of branch names")
-    if len(branches) > MAX_BRANCHES:
-        raise BadRequest(f"at most {MAX_BRANCHES} branches can be merged at once")
-    if not all(isinstance(b, str) and b and not b.startswith("-") and "\0" not in b
-               for b in branches):
-        raise BadRequest("branches must be branch names")
-    if len(set(branches)) != len(branches):
-        raise BadRequest("a branch is named twice")
-    strategy = "fail" if strategy is None else strategy
-    if strategy not in STRATEGIES:
-        raise BadRequest(f"strategy must be one of {', '.join(STRATEGIES)}")
-    if message is None:
-        message = ""
-    if not isinstance(message, str):
-        raise BadRequest("message must be a string")
-    if len(message) > MAX_TEXT:
-        raise BadRequest(f"message is longer than {MAX_TEXT} characters")
-    text = message.strip() or f"Merge {', '.join(branches)}"
-    return list(branches), text, str(strategy)
-
-
-async def merge_branches(braid: Braid, user_id: str, session_id: object, branches: object,
-                         message: object = None, strategy: object = None) -> dict[str, Any]:
+async def merge_branches(braid: Braid, user_id: str, session_id: str, branches: list[str],
+                         message: str = "", strategy: str = "fail") -> dict[str, Any]:
     """Merge `branches` into the current branch and run the merge turn to its end."""
     handle = braid.store.get_owned(user_id, session_id)
     sid = handle.session_id
-    names, text, how = _check_params(branches, message, strategy)
+    names, how = list(branches), strategy
+    text = message.strip() or f"Merge {', '.join(branches)}"
     into = await handle.call(lambda git: git.branch)
     if into in names:
         raise BadRequest(f"cannot merge {into} into itself")

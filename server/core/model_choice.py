@@ -60,7 +60,7 @@ def usage_total(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return total
 
 
-async def session_usage(braid: Braid, user_id: str, session_id: object) -> dict[str, Any]:
+async def session_usage(braid: Braid, user_id: str, session_id: str) -> dict[str, Any]:
     """Tokens the turns on the branch shown used, all added up."""
     handle = braid.store.get_owned(user_id, session_id)
     runs = await handle.call(lambda git: list(git.iter_runs(git.head_commit())))

@@ -23,9 +23,9 @@ from pygit2.enums import FileMode, MergeFlag
 
 from . import crash, journal
 from .backups import Entry, check_writable, tree_entry, write_entry
-from .errors import BadRequest, Busy, Conflict, NotFound
+from .errors import Busy, Conflict, NotFound
 from .git_session import DISK, WORKDIR, GitSession, to_json_bytes
-from .ids import message_id_param, new_message_id, now_iso
+from .ids import new_message_id, now_iso
 from .turn_changes import (
     FileChange,
     TurnSpan,
@@ -44,32 +44,6 @@ if TYPE_CHECKING:
 
 CONTENT_LIMIT = 20_000
 NAMES_IN_NOTE = 20
-
-
-# -- parameters ---------------------------------------------------------------------------
-
-
-def turn_id_param(value: object) -> str:
-    return message_id_param(value, "turn_id", "turn")
-
-
-def force_param(value: object) -> bool:
-    # Forms send strings; JSON clients send booleans.
-    if value is None or isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, str) and value.lower() in ("", "false", "0", "off", "no"):
-        return False
-    if isinstance(value, str) and value.lower() in ("true", "1", "on", "yes"):
-        return True
-    raise BadRequest("force must be a boolean")
-
-
-def path_param(value: object) -> str | None:
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise BadRequest("path must be a string")
-    return value
 
 
 # -- finding the turn ---------------------------------------------------------------------
@@ -287,10 +261,10 @@ def _commit(git: GitSession, run_id: str, record_path: str, record: dict[str, An
 # -- the core calls the transports make ---------------------------------------------------
 
 
-async def list_turn_files(braid: Braid, user_id: str, session_id: object,
-                          turn_id: object) -> dict[str, Any]:
+async def list_turn_files(braid: Braid, user_id: str, session_id: str,
+                          turn_id: str) -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
-    tid = turn_id_param(turn_id)
+    tid = turn_id
 
     def work(git: GitSession) -> dict[str, Any]:
         head = git.head_commit()
@@ -301,11 +275,10 @@ async def list_turn_files(braid: Braid, user_id: str, session_id: object,
     return await handle.call(work)
 
 
-async def turn_diff(braid: Braid, user_id: str, session_id: object, turn_id: object,
-                    path: object = None) -> dict[str, Any]:
+async def turn_diff(braid: Braid, user_id: str, session_id: str, turn_id: str,
+                    path: str | None = None) -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
-    tid = turn_id_param(turn_id)
-    wanted = path_param(path)
+    tid, wanted = turn_id, path
 
     def work(git: GitSession) -> dict[str, Any]:
         head = git.head_commit()
@@ -321,18 +294,16 @@ async def turn_diff(braid: Braid, user_id: str, session_id: object, turn_id: obj
     return await handle.call(work)
 
 
-async def revert_turn(braid: Braid, user_id: str, session_id: object, turn_id: object,
-                      force: object = False) -> dict[str, Any]:
-    tid, forced = turn_id_param(turn_id), force_param(force)
+async def revert_turn(braid: Braid, user_id: str, session_id: str, turn_id: str,
+                      force: bool = False) -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
-    return await _exclusive(braid, handle, lambda git: do_revert(git, tid, forced))
+    return await _exclusive(braid, handle, lambda git: do_revert(git, turn_id, force))
 
 
-async def unrevert_turn(braid: Braid, user_id: str, session_id: object, turn_id: object,
-                        force: object = False) -> dict[str, Any]:
-    tid, forced = turn_id_param(turn_id), force_param(force)
+async def unrevert_turn(braid: Braid, user_id: str, session_id: str, turn_id: str,
+                        force: bool = False) -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
-    return await _exclusive(braid, handle, lambda git: do_unrevert(git, tid, forced))
+    return await _exclusive(braid, handle, lambda git: do_unrevert(git, turn_id, force))
 
 
 async def _exclusive(braid: Braid, handle: SessionHandle,
@@ -362,7 +333,7 @@ async def _exclusive(braid: Braid, handle: SessionHandle,
     return result
 
 
-async def files_of_run(braid: Braid, user_id: str, session_id: object, run_id: str,
+async def files_of_run(braid: Braid, user_id: str, session_id: str, run_id: str,
                        branch: str | None = None) -> list[dict[str, str]]:
     """The chips of one turn, on `branch` (default: the branch shown): for a bubble that was
     just rendered from a live event rather than from the transcript."""

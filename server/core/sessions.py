@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 
 from .checkpoints import run_entries
-from .errors import BadRequest, Busy, NotFound
+from .errors import Busy, NotFound
 from .git_session import GitSession
-from .ids import is_message_id
 from .lineage import attach_siblings
 from .turn_changes import annotate_turns
 from .turns import FINAL, snapshot_user_edits, start_turn
@@ -23,12 +22,10 @@ if TYPE_CHECKING:
 
 
 
-async def create_session(braid: Braid, user_id: str, title: object = "",
+async def create_session(braid: Braid, user_id: str, title: str = "",
                          source: object = None, model: object = None) -> dict[str, Any]:
-    if title is None:
-        title = ""
-    if not isinstance(title, str):
-        raise BadRequest("title must be a string")
+    """A new empty session, or (`source`) one imported from the user's project; `source`
+    and `model` are checked by the import, which reads their shape."""
     if source is not None or model is not None:
         from .importing import import_session  # a session from the user's project
 
@@ -38,11 +35,9 @@ async def create_session(braid: Braid, user_id: str, title: object = "",
     return {"session_id": handle.session_id, "title": handle.meta["title"]}
 
 
-async def list_sessions(braid: Braid, user_id: str, query: object = "",
+async def list_sessions(braid: Braid, user_id: str, query: str = "",
                         archived: bool = False) -> list[dict[str, Any]]:
     """Newest first; archived sessions are listed only when asked for (and then only they)."""
-    if not isinstance(query, str):
-        raise BadRequest("q must be a string")
     return await braid.index.list_sessions(user_id, query.strip()[:100], archived)
 
 
@@ -66,7 +61,7 @@ def _describe(git: GitSession, handle: SessionHandle) -> dict[str, Any]:
     }
 
 
-async def session_info(braid: Braid, user_id: str, session_id: object) -> dict[str, Any]:
+async def session_info(braid: Braid, user_id: str, session_id: str) -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
     info = await handle.call(lambda git: _describe(git, handle))
     runs = await braid.index.list_runs(handle.session_id)
@@ -110,11 +105,8 @@ def read_run(git: GitSession, run_id: str) -> dict[str, Any]:
     return run
 
 
-async def get_run(braid: Braid, user_id: str, session_id: object, run_id: object) -> dict:
+async def get_run(braid: Braid, user_id: str, session_id: str, run_id: str) -> dict:
     handle = braid.store.get_owned(user_id, session_id)
-    if not is_message_id(run_id):
-        raise NotFound(f"no run {run_id!r}")
-    assert isinstance(run_id, str)
     return await handle.call(lambda git: read_run(git, run_id))
 
 
@@ -186,29 +178,12 @@ def transcript_at(git: GitSession, commit: pygit2.Commit | None = None, *,
             "total": len(messages)}
 
 
-def _page_params(before: object, commit: object) -> tuple[int | None, str | None]:
-    if before is not None and before != "":
-        if isinstance(before, str) and before.isdigit():
-            before = int(before)
-        if not isinstance(before, int) or isinstance(before, bool) or before < 0:
-            raise BadRequest("before must be a message number")
-    else:
-        before = None
-    if commit is not None and commit != "":
-        if not isinstance(commit, str) or len(commit) != 40 or \
-                any(c not in "0123456789abcdef" for c in commit):
-            raise BadRequest("commit must be a commit id")
-    else:
-        commit = None
-    return before, commit
-
-
-async def transcript(braid: Braid, user_id: str, session_id: object, *, before: object = None,
-                     commit: object = None) -> dict[str, Any]:
+async def transcript(braid: Braid, user_id: str, session_id: str, *,
+                     before: int | None = None, commit: str | None = None) -> dict[str, Any]:
     """The page's transcript: the newest turns of the branch shown, or (`before`, `commit`)
     the ones before message `before` of that commit's branch."""
     handle = braid.store.get_owned(user_id, session_id)
-    at, rev = _page_params(before, commit)
+    at, rev = before, commit
 
     def work(git: GitSession) -> dict[str, Any]:
         return transcript_at(git, git.commit(rev) if rev else None, before=at)
@@ -220,7 +195,7 @@ async def transcript(braid: Braid, user_id: str, session_id: object, *, before: 
     return view
 
 
-async def run_to_end(braid: Braid, user_id: str, session_id: object, text: object) -> dict:
+async def run_to_end(braid: Braid, user_id: str, session_id: str, text: str) -> dict:
     """Start a turn and wait for it: the HTTP API's `POST /api/sessions/{id}/runs`."""
     from .turns import send_message
 
@@ -232,19 +207,16 @@ async def run_to_end(braid: Braid, user_id: str, session_id: object, text: objec
     return await get_run(braid, user_id, session_id, run_id)
 
 
-async def current_branch(braid: Braid, user_id: str, session_id: object) -> str:
+async def current_branch(braid: Braid, user_id: str, session_id: str) -> str:
     """The branch the session shows now (its HEAD)."""
     handle = braid.store.get_owned(user_id, session_id)
     return await handle.call(lambda git: git.branch)
 
 
-async def checkout(braid: Braid, user_id: str, session_id: object, ref: object) -> dict:
+async def checkout(braid: Braid, user_id: str, session_id: str, ref: str) -> dict:
     """Show another branch: its files in workdir/ and its transcript. The user's unsaved
     edits are committed on the branch they were made on first, so nothing is lost."""
     handle = braid.store.get_owned(user_id, session_id)
-    if not isinstance(ref, str) or not ref or ref.startswith("-") or ".." in ref \
-            or "\0" in ref or len(ref) > 255:
-        raise BadRequest("ref must be a branch name")
     if braid.runs.for_session(handle.session_id):
         raise Busy("a run is going on in this session")
 

@@ -24,9 +24,8 @@ from .checkpoints import (
 )
 from .errors import BadRequest, Busy
 from .git_session import GitSession, to_json_bytes
-from .ids import message_id_param, new_message_id, now_iso
+from .ids import new_message_id, now_iso
 from .turns import (
-    MAX_TEXT,
     TurnContext,
     add_message,
     launch,
@@ -66,25 +65,10 @@ class Plan:
 # -- planning -----------------------------------------------------------------------------
 
 
-def parse_options(continue_from: object, text: object, fork: object, regenerate: object,
-                  replace_original: object) -> Options:
-    if continue_from is None:
-        continue_from = "end"
-    if isinstance(continue_from, bool) or not (
-            continue_from in ("end", "last_user") or isinstance(continue_from, int)):
-        raise BadRequest('continue_from must be "end", "last_user" or an integer')
-    flags = {"fork": fork, "regenerate": regenerate, "replace_original": replace_original}
-    for name, value in flags.items():
-        if value is not None and not isinstance(value, bool):
-            raise BadRequest(f"{name} must be true or false")
-    if text is not None:
-        if not isinstance(text, str) or not text.strip():
-            raise BadRequest("input must be a non-empty string")
-        if len(text) > MAX_TEXT:
-            raise BadRequest(f"input is longer than {MAX_TEXT} characters")
+def options_of(continue_from: str | int, text: str | None, fork: bool | None,
+               regenerate: bool | None, replace_original: bool | None) -> Options:
     if regenerate and text is not None:
         raise BadRequest("regenerate takes no input: it answers the same messages again")
-    assert isinstance(continue_from, str | int)
     return Options(continue_from, text, bool(fork), bool(regenerate),
                    True if replace_original is None else bool(replace_original))
 
@@ -210,14 +194,13 @@ def execute_plan(git: GitSession, handle: SessionHandle, plan: Plan
 
 
 async def continue_run(
-    braid: Braid, user_id: str, session_id: object, run_id: object, *,
-    continue_from: object = None, input: object = None, fork: object = None,
-    regenerate: object = None, replace_original: object = None,
+    braid: Braid, user_id: str, session_id: str, run_id: str, *,
+    continue_from: str | int = "end", input: str | None = None, fork: bool | None = None,
+    regenerate: bool | None = None, replace_original: bool | None = None,
 ) -> dict[str, Any]:
     """Continue a run (DESIGN §4): returns the run going on (events follow like a turn)."""
     handle = braid.store.get_owned(user_id, session_id)
-    run_id = message_id_param(run_id, "run_id", "run")
-    options = parse_options(continue_from, input, fork, regenerate, replace_original)
+    options = options_of(continue_from, input, fork, regenerate, replace_original)
     sid = handle.session_id
     if braid.runs.find(sid, run_id):
         raise Busy(f"run {run_id} is still going on")
@@ -256,8 +239,8 @@ def _result(run: dict[str, Any], plan: Plan) -> dict[str, Any]:
     return out
 
 
-async def continue_run_to_end(braid: Braid, user_id: str, session_id: object, run_id: object,
-                              **params: object) -> dict[str, Any]:
+async def continue_run_to_end(braid: Braid, user_id: str, session_id: str, run_id: str,
+                              **params: Any) -> dict[str, Any]:
     """`continue_run` and wait for it: the HTTP API's `POST /api/runs/{run_id}/continue`."""
     from .sessions import get_run
 
@@ -271,9 +254,8 @@ async def continue_run_to_end(braid: Braid, user_id: str, session_id: object, ru
     return run
 
 
-async def list_checkpoints(braid: Braid, user_id: str, session_id: object,
-                           run_id: object) -> dict[str, Any]:
+async def list_checkpoints(braid: Braid, user_id: str, session_id: str,
+                           run_id: str) -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
-    run_id = message_id_param(run_id, "run_id", "run")
     checkpoints = await handle.call(lambda git: checkpoint_timeline(git, run_id))
     return {"run_id": run_id, "checkpoints": checkpoints}

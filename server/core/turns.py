@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import context, crash, guarded, names, proctree
 from .endpoints import choice_for_call
-from .errors import BadRequest, Busy, NotFound
+from .errors import Busy, NotFound
 from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
 from .ids import new_message_id, now_iso
 from .lineage import sibling_map
@@ -256,14 +256,8 @@ def model_messages(ctx: TurnContext, budget: int = DEFAULT_CONTEXT_TOKENS,
     return out
 
 
-async def send_message(braid: Braid, user_id: str, session_id: object, text: object) -> str:
+async def send_message(braid: Braid, user_id: str, session_id: str, text: str) -> str:
     """Start a turn on the session's current branch; returns its `run_id` at once."""
-    if not isinstance(text, str) or not text.strip():
-        raise BadRequest("text must be a non-empty string")
-    if len(text) > MAX_TEXT:
-        raise BadRequest(f"text is longer than {MAX_TEXT} characters")
-    if "\0" in text or not names.is_utf8(text):
-        raise BadRequest("text must not hold NUL characters or lone surrogates")
     handle = braid.store.get_owned(user_id, session_id)
     active = await start_turn(braid, handle, text)
     return active.run_id
@@ -609,15 +603,12 @@ def _error_text(e: BaseException) -> str:
     return f"model error {status}: {message}" if status else message
 
 
-async def cancel_run(braid: Braid, user_id: str, session_id: object,
-                     run_id: object = None) -> dict[str, Any]:
+async def cancel_run(braid: Braid, user_id: str, session_id: str,
+                     run_id: str | None = None) -> dict[str, Any]:
+    """Stop `run_id` (none: the run the user is watching) and wait for it to end."""
     handle = braid.store.get_owned(user_id, session_id)
     live = braid.runs.for_session(handle.session_id)
-    if run_id == "":
-        run_id = None
     if run_id is not None:
-        if not isinstance(run_id, str):
-            raise BadRequest("run_id must be a string")
         live = [a for a in live if a.run_id == run_id]
         if not live:
             runs = await braid.index.list_runs(handle.session_id)

@@ -1,55 +1,141 @@
-"""The WebSocket action table: `ACTIONS = {name: handler}`. A handler parses its params,
-calls one core function and returns the result's `data`; rendering is the transport's."""
+"""Every action, declared once (DESIGN §5): its name, typed parameters, the core function it
+calls and its HTTP route. The socket's `ACTIONS` table and the HTTP API's routes are both
+made from `SPECS` (specs.py), so the two transports cannot drift apart. Adding an action is
+one entry here plus one core function taking typed arguments (docs/DESIGN.md shows how)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
-from ..core import sessions, turns
+from starlette.responses import Response
+
+from ..core import (
+    dag,
+    exporting,
+    files,
+    fork,
+    merge,
+    model_choice,
+    revert,
+    session_meta,
+    sessions,
+    source_sync,
+    subagents,
+    timetravel,
+    turns,
+)
 from ..core.braid import Braid
-from .dag_actions import DAG_ACTIONS
-from .file_actions import FILE_ACTIONS
-from .import_actions import IMPORT_ACTIONS
-from .revert_actions import REVERT_ACTIONS
-from .session_actions import SESSION_ACTIONS
-from .timetravel_actions import TIMETRAVEL_ACTIONS
+from . import params as P
+from .file_actions import file_or_folder, zip_download
+from .specs import Action, ActionContext, Handler, Http, Param, http_routes, socket_table
+
+__all__ = ["ACTIONS", "SPECS", "ActionContext", "Handler", "by_name", "http_routes"]
+
+TURN = Param("turn_id", P.message_id("turn_id", "turn"), aliases=("assistant_msg_id",))
+RUN = Param("run_id", P.message_id("run_id", "run"), aliases=("assistant_msg_id",))
 
 
-@dataclass
-class ActionContext:
-    braid: Braid
-    user_id: str
-    session_id: str
-    # "html" frames come from htmx forms, where one ticked box is a string, not a list.
-    fmt: str = "json"
+async def started(braid: Braid, user_id: str, session_id: str, text: str) -> dict[str, Any]:
+    """`send_message` over the socket answers at once with the run's id; events follow."""
+    return {"run_id": await turns.send_message(braid, user_id, session_id, text)}
 
 
-Handler = Callable[[ActionContext, dict[str, Any]], Awaitable[dict[str, Any]]]
+async def sessions_of(braid: Braid, user_id: str, query: str, archived: bool) -> dict:
+    return {"sessions": await sessions.list_sessions(braid, user_id, query, archived)}
 
 
-async def send_message(ctx: ActionContext, p: dict[str, Any]) -> dict[str, Any]:
-    run_id = await turns.send_message(ctx.braid, ctx.user_id, ctx.session_id, p.get("text"))
-    return {"run_id": run_id}
+async def models(braid: Braid, user_id: str) -> dict[str, Any]:
+    return await model_choice.list_models(braid)
 
 
-async def cancel_run(ctx: ActionContext, p: dict[str, Any]) -> dict[str, Any]:
-    return await turns.cancel_run(ctx.braid, ctx.user_id, ctx.session_id, p.get("run_id"))
+def no_content(result: Any, status: int) -> Response:
+    return Response(status_code=204)
 
 
-async def checkout(ctx: ActionContext, p: dict[str, Any]) -> dict[str, Any]:
-    return await sessions.checkout(ctx.braid, ctx.user_id, ctx.session_id, p.get("ref"))
+def archived_flag(value: object) -> bool:
+    return value in ("1", "true")
 
 
-ACTIONS: dict[str, Handler] = {
-    "send_message": send_message,
-    "cancel_run": cancel_run,
-    "checkout": checkout,
-    **REVERT_ACTIONS,  # list_turn_files, turn_diff, revert_turn, unrevert_turn
-    **DAG_ACTIONS,  # spawn_sub_agent, merge_branches, get_dag
-    **TIMETRAVEL_ACTIONS,  # continue_run, list_checkpoints, fork_session
-    **IMPORT_ACTIONS,  # export_session, update_from_source
-    **SESSION_ACTIONS,  # update_session
-    **FILE_ACTIONS,  # list_files
-}
+SPECS: list[Action] = [
+    # -- turns ------------------------------------------------------------------------------
+    Action("send_message", started, (Param("text", P.text("text"), http_name="input"),),
+           Http("POST", "/api/sessions/{session_id}/runs", call=sessions.run_to_end)),
+    Action("cancel_run", turns.cancel_run, (Param("run_id", P.optional_run_id),)),
+    Action("checkout", sessions.checkout, (Param("ref", P.branch_name),)),
+    # -- reverting a turn -------------------------------------------------------------------
+    Action("list_turn_files", revert.list_turn_files, (TURN,),
+           Http("GET", "/api/turns/{turn_id}/files")),
+    Action("turn_diff", revert.turn_diff, (TURN, Param("path", P.optional_path)),
+           Http("GET", "/api/turns/{turn_id}/diff")),
+    Action("revert_turn", revert.revert_turn, (TURN, Param("force", P.form_flag("force"))),
+           Http("POST", "/api/turns/{turn_id}/revert")),
+    Action("unrevert_turn", revert.unrevert_turn, (TURN, Param("force", P.form_flag("force"))),
+           Http("POST", "/api/turns/{turn_id}/unrevert")),
+    # -- sub-agents, merges, the DAG --------------------------------------------------------
+    Action("spawn_sub_agent", subagents.spawn_sub_agent, (
+        Param("parent_turn_id", P.message_id("parent_turn_id", "turn"),
+              aliases=("parent_msg_id",)),
+        Param("prompt", P.text("prompt")),
+        Param("label", P.label),
+    ), Http("POST", "/api/sessions/{session_id}/sub_agents")),
+    Action("merge_branches", merge.merge_branches, (
+        Param("branches", P.branch_list, many=True),
+        Param("message", P.string("message")),
+        Param("strategy", P.strategy),
+    ), Http("POST", "/api/sessions/{session_id}/merge")),
+    Action("get_dag", dag.get_dag, (), Http("GET", "/api/sessions/{session_id}/dag")),
+    # -- time travel ------------------------------------------------------------------------
+    Action("continue_run", timetravel.continue_run, (
+        RUN,
+        Param("continue_from", P.continue_from),
+        Param("input", P.text("input", required=False)),
+        Param("fork", P.strict_flag("fork")),
+        Param("regenerate", P.strict_flag("regenerate")),
+        Param("replace_original", P.strict_flag("replace_original")),
+    ), Http("POST", "/api/runs/{run_id}/continue", call=timetravel.continue_run_to_end)),
+    Action("list_checkpoints", timetravel.list_checkpoints, (RUN,),
+           Http("GET", "/api/runs/{run_id}/checkpoints")),
+    Action("fork_session", fork.fork_session, (),
+           Http("POST", "/api/sessions/{session_id}/fork", status=201)),
+    # -- the session ------------------------------------------------------------------------
+    Action("update_session", session_meta.update_session,
+           (Param("changes", P.session_changes, whole=True),),
+           Http("PATCH", "/api/sessions/{session_id}")),
+    Action("export_session", exporting.export_session, (
+        Param("to", P.export_target),
+        Param("path", P.folder),
+        Param("force", P.form_flag("force")),
+    ), Http("POST", "/api/sessions/{session_id}/export")),
+    Action("update_from_source", source_sync.update_from_source, (),
+           Http("POST", "/api/sessions/{session_id}/update_from_source")),
+    Action("list_files", files.list_files, (Param("ref", P.ref), Param("path", P.workdir_path))),
+    # -- HTTP only --------------------------------------------------------------------------
+    Action("create_session", sessions.create_session, (
+        Param("title", P.string("title")),
+        Param("source", P.anything),
+        Param("model", P.anything),
+    ), Http("POST", "/api/sessions", status=201), socket=False, session=False),
+    Action("list_sessions", sessions_of, (
+        Param("query", P.string("q"), http_name="q"),
+        Param("archived", archived_flag),
+    ), Http("GET", "/api/sessions"), socket=False, session=False),
+    Action("get_session", sessions.session_info, (), Http("GET", "/api/sessions/{session_id}"),
+           socket=False),
+    Action("delete_session", session_meta.delete_session, (),
+           Http("DELETE", "/api/sessions/{session_id}", respond=no_content), socket=False),
+    Action("get_run", sessions.get_run, (RUN,), Http("GET", "/api/runs/{run_id}"),
+           socket=False),
+    Action("get_path", files.get_path, (Param("ref", P.ref), Param("path", P.workdir_path)),
+           Http("GET", "/api/sessions/{session_id}/files", respond=file_or_folder),
+           socket=False),
+    Action("get_zip", files.get_zip, (Param("ref", P.ref),),
+           Http("GET", "/api/sessions/{session_id}/workdir.zip", respond=zip_download),
+           socket=False),
+    Action("list_models", models, (), Http("GET", "/api/models"), socket=False, session=False),
+]
+
+ACTIONS: dict[str, Handler] = socket_table(SPECS)
+
+
+def by_name(name: str) -> Action:
+    return next(a for a in SPECS if a.name == name)

@@ -15,23 +15,23 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import runinfo
 from ..core.braid import Braid
+from ..core.errors import BraidError
 from ..core.settings import Settings
 from . import (
-    api,
-    dag_actions,
     dag_views,
     errors,
     file_actions,
     highlight,
-    import_actions,
     import_views,
     model_actions,
     pages,
-    revert_actions,
     session_actions,
     timetravel_actions,
     transcript_pages,
 )
+from .actions import SPECS
+from .auth import AuthMiddleware
+from .specs import http_routes
 from .templating import ROOT
 from .ws import session_socket
 
@@ -77,48 +77,17 @@ def routes() -> list[Route | WebSocketRoute | Mount]:
         Route("/sessions/list", pages.session_list),
         Route("/sessions/import", import_views.new_from, methods=["POST"]),
         Route("/s/{session_id}", pages.session_page),
-        Route("/api/sessions", api.endpoint(api.create_session, 201), methods=["POST"]),
-        Route("/api/sessions", api.endpoint(api.list_sessions), methods=["GET"]),
-        Route("/api/sessions/{session_id}", api.endpoint(api.get_session)),
-        Route("/api/sessions/{session_id}", api.endpoint(session_actions.api_patch),
-              methods=["PATCH"]),
-        Route("/api/sessions/{session_id}", session_actions.api_delete, methods=["DELETE"]),
         Route("/s/{session_id}/delete", session_actions.delete_page, methods=["POST"]),
-        Route("/api/sessions/{session_id}/files", file_actions.api_files),
         Route("/api/sessions/{session_id}/files", file_actions.api_upload, methods=["POST"]),
-        Route("/api/sessions/{session_id}/workdir.zip", file_actions.api_zip),
         Route("/s/{session_id}/files", file_actions.files_fragment),
         Route("/s/{session_id}/files/view", file_actions.file_view),
         Route("/highlight.css", highlight.stylesheet_route),
-        Route("/api/sessions/{session_id}/runs", api.endpoint(api.post_run), methods=["POST"]),
-        Route("/api/sessions/{session_id}/dag", api.endpoint(dag_actions.api_dag)),
-        Route("/api/sessions/{session_id}/sub_agents", api.endpoint(dag_actions.api_spawn),
-              methods=["POST"]),
-        Route("/api/sessions/{session_id}/merge", api.endpoint(dag_actions.api_merge),
-              methods=["POST"]),
         Route("/s/{session_id}/dag", dag_views.dag_fragment),
         Route("/s/{session_id}/turns", transcript_pages.older_turns),
         Route("/s/{session_id}/dag/node/{commit_id}", dag_views.node_fragment),
-        Route("/api/runs/{run_id}", api.endpoint(api.get_run)),
-        Route("/api/turns/{turn_id}/files", api.endpoint(revert_actions.api_turn_files)),
-        Route("/api/turns/{turn_id}/diff", api.endpoint(revert_actions.api_turn_diff)),
-        Route("/api/turns/{turn_id}/revert", api.endpoint(revert_actions.api_revert),
-              methods=["POST"]),
-        Route("/api/turns/{turn_id}/unrevert", api.endpoint(revert_actions.api_unrevert),
-              methods=["POST"]),
-        Route("/api/runs/{run_id}/continue", api.endpoint(timetravel_actions.api_continue),
-              methods=["POST"]),
-        Route("/api/runs/{run_id}/checkpoints",
-              api.endpoint(timetravel_actions.api_checkpoints)),
-        Route("/api/sessions/{session_id}/fork", api.endpoint(timetravel_actions.api_fork, 201),
-              methods=["POST"]),
         Route("/s/{session_id}/fork", timetravel_actions.fork_page, methods=["POST"]),
-        Route("/api/models", api.endpoint(model_actions.api_models)),
         Route("/s/{session_id}/model", model_actions.picker_fragment),
-        Route("/api/sessions/{session_id}/export", api.endpoint(import_actions.api_export),
-              methods=["POST"]),
-        Route("/api/sessions/{session_id}/update_from_source",
-              api.endpoint(import_actions.api_update), methods=["POST"]),
+        *http_routes(SPECS),  # the JSON API: one route per declared action
         WebSocketRoute("/ws/sessions/{session_id}", session_socket),
         Mount("/static", StaticFiles(directory=str(ROOT / "static")), name="static"),
         Mount("/vendor/htmx", StaticFiles(directory=str(modules / "htmx.org" / "dist"),
@@ -146,8 +115,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
             runinfo.clear(braid.data_dir)
             await braid.stop()
 
-    app = Starlette(routes=routes(), middleware=[Middleware(SecurityHeaders)],
-                    exception_handlers={HTTPException: errors.http_error,
+    app = Starlette(routes=routes(),
+                    middleware=[Middleware(SecurityHeaders), Middleware(AuthMiddleware)],
+                    exception_handlers={BraidError: errors.braid_error,
+                                        HTTPException: errors.http_error,
                                         Exception: errors.server_error},
                     lifespan=lifespan)
     app.state.braid = braid

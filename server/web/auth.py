@@ -11,8 +11,11 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from starlette.requests import HTTPConnection
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..core.errors import Forbidden, Unauthorized
+from ..core.errors import BraidError, Forbidden, Unauthorized
+from ..core.users import off_loop
+from .errors import error_response
 
 COOKIE = "braid_token"
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -31,15 +34,13 @@ def token_of(conn: HTTPConnection) -> str | None:
 
 
 def user_of(conn: HTTPConnection) -> str | None:
+    """The caller, as `AuthMiddleware` found it once for this request (None: no valid
+    token)."""
+    state = conn.scope.get("state") or {}
+    if "user_id" in state:
+        return state["user_id"]
     users = conn.app.state.braid.users
     return users.authenticate(token_of(conn))
-
-
-def require_user(conn: HTTPConnection) -> str:
-    user_id = user_of(conn)
-    if user_id is None:
-        raise Unauthorized("a valid token is required")
-    return user_id
 
 
 def _origin_of(url: str) -> tuple[str, str, int] | None:
@@ -71,3 +72,33 @@ def check_cookie_request(conn: HTTPConnection, method: str) -> None:
         return
     if conn.cookies.get(COOKIE) and not origin_allowed(conn):
         raise Forbidden("cross-origin request refused")
+
+
+class AuthMiddleware:
+    """Authenticates every request and socket once: the caller's user id goes into the
+    scope's state (`user_of` reads it; None when the token is missing or bad). A JSON API
+    request (`/api/...`) without a valid token is refused here (401), and so is one that a
+    cookie authenticates, changes something, and comes from another origin (403). Pages
+    redirect to the login themselves; the socket closes with its own codes (4401, 4403)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or \
+                scope["path"].startswith(("/static/", "/vendor/")):
+            await self.app(scope, receive, send)
+            return
+        conn = HTTPConnection(scope)
+        # Off the event loop: a users backend is a file or a database away.
+        user_id = await off_loop(conn.app.state.braid.users).authenticate(token_of(conn))
+        scope.setdefault("state", {})["user_id"] = user_id
+        if scope["type"] == "http" and scope["path"].startswith("/api/"):
+            try:
+                if user_id is None:
+                    raise Unauthorized("a valid token is required")
+                check_cookie_request(conn, scope["method"])
+            except BraidError as e:
+                await error_response(e)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

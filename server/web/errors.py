@@ -1,4 +1,6 @@
-"""Domain error codes mapped once to HTTP statuses and error bodies."""
+"""Domain errors mapped once: each error class to its HTTP status, its JSON body and its socket
+error frame. The app installs `braid_error` as the handler of every `BraidError`; the socket
+builds its error frames with `error_frame`; anything else is `internal`."""
 
 from __future__ import annotations
 
@@ -8,21 +10,61 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..core.errors import BraidError
+from ..core.errors import (
+    BadRequest,
+    BraidError,
+    Busy,
+    Conflict,
+    Forbidden,
+    NotFound,
+    Unauthorized,
+)
 
-HTTP_STATUS = {
-    "bad_request": 400,
-    "unauthorized": 401,
-    "forbidden": 403,
-    "not_found": 404,
-    "conflict": 409,
-    "busy": 409,
-    "internal": 500,
+STATUS: dict[type[BraidError], int] = {
+    BadRequest: 400,
+    Unauthorized: 401,
+    Forbidden: 403,
+    NotFound: 404,
+    Conflict: 409,
+    Busy: 409,
 }
+
+
+def status_of(error: BraidError) -> int:
+    for cls in type(error).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
+
+
+def as_braid_error(error: BaseException) -> BraidError:
+    """A domain error as it is; any other is `internal`, named by its type only."""
+    if isinstance(error, BraidError):
+        return error
+    return BraidError(f"internal error: {type(error).__name__}")
 
 
 def error_body(error: BraidError) -> dict[str, Any]:
     return {"error": error.as_dict()}
+
+
+def error_response(error: BraidError) -> JSONResponse:
+    return JSONResponse(error_body(error), status_code=status_of(error))
+
+
+def error_frame(action: Any, request_id: Any, error: BaseException) -> dict[str, Any]:
+    return {"type": "error", "action": action, "request_id": request_id,
+            "error": as_braid_error(error).as_dict()}
+
+
+def result_frame(action: str, request_id: Any, data: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "result", "action": action, "request_id": request_id, "data": data}
+
+
+async def braid_error(request: Request, exc: Exception) -> Response:
+    """The app's handler of every `BraidError` an HTTP route raises."""
+    assert isinstance(exc, BraidError)
+    return error_response(exc)
 
 
 STATUS_CODE = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
@@ -41,10 +83,4 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 
 async def server_error(request: Request, exc: Exception) -> Response:
-    return JSONResponse({"error": {"code": "internal",
-                                   "message": f"internal error: {type(exc).__name__}"}},
-                        status_code=500)
-
-
-def error_response(error: BraidError) -> JSONResponse:
-    return JSONResponse(error_body(error), status_code=HTTP_STATUS.get(error.code, 500))
+    return JSONResponse(error_body(as_braid_error(exc)), status_code=500)

@@ -1,12 +1,12 @@
-"""The file panel over the socket and HTTP (DESIGN §5): `list_files`, `GET
-/api/sessions/{id}/files?ref=&path=` (a folder's entries as JSON, or a file's bytes),
-`GET /api/sessions/{id}/workdir.zip?ref=`, uploads (`POST /api/sessions/{id}/files`,
-multipart), and the panel's HTML partials. Each parses, calls one core function, returns."""
+"""The file panel's web side (DESIGN §5): the HTTP answers of `GET
+/api/sessions/{id}/files?ref=&path=` (a folder's entries as JSON, or a file's bytes) and
+`GET /api/sessions/{id}/workdir.zip?ref=` (declared in actions.py with `list_files`), uploads
+(`POST /api/sessions/{id}/files`, multipart), and the panel's HTML partials."""
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 from starlette.datastructures import UploadFile
@@ -15,24 +15,13 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from ..core import files
 from ..core.errors import BadRequest, BraidError, Forbidden
-from .auth import origin_allowed, require_user, user_of
-from .errors import error_response
+from . import params
+from .auth import origin_allowed, user_of
 from .highlight import as_text, highlight_lines
 from .names import load_names
 from .templating import render
 
-if TYPE_CHECKING:
-    from .actions import ActionContext, Handler
-
 FILE_VIEW_LIMIT = 2_000_000  # bytes shown in the panel; bigger files are download-only
-
-
-async def list_files(ctx: ActionContext, p: dict[str, Any]) -> dict[str, Any]:
-    return await files.list_files(ctx.braid, ctx.user_id, ctx.session_id, p.get("ref"),
-                                  p.get("path"))
-
-
-FILE_ACTIONS: dict[str, Handler] = {"list_files": list_files}
 
 
 def _attachment(name: str) -> str:
@@ -40,17 +29,9 @@ def _attachment(name: str) -> str:
     return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}"
 
 
-async def api_files(request: Request) -> Response:
-    """A folder's entries (JSON), or a file's bytes, as a download that never runs as a page
-    of this site (an uploaded .html or .js stays inert)."""
-    try:
-        user_id = require_user(request)
-        got = await files.get_path(request.app.state.braid, user_id,
-                                   request.path_params["session_id"],
-                                   request.query_params.get("ref"),
-                                   request.query_params.get("path"))
-    except BraidError as e:
-        return error_response(e)
+def file_or_folder(got: dict[str, Any], status: int) -> Response:
+    """`GET /api/sessions/{id}/files`: a folder's entries (JSON), or a file's bytes, as a
+    download that never runs as a page of this site (an uploaded .html or .js stays inert)."""
     if got["type"] == "dir":
         return JSONResponse({k: got[k] for k in ("ref", "commit_id", "path", "entries")})
     name = got["path"].rsplit("/", 1)[-1]
@@ -61,14 +42,9 @@ async def api_files(request: Request) -> Response:
     })
 
 
-async def api_zip(request: Request) -> Response:
-    try:
-        user_id = require_user(request)
-        data, ref_name = await files.get_zip(request.app.state.braid, user_id,
-                                             request.path_params["session_id"],
-                                             request.query_params.get("ref"))
-    except BraidError as e:
-        return error_response(e)
+def zip_download(got: tuple[bytes, str], status: int) -> Response:
+    """`GET /api/sessions/{id}/workdir.zip`: the workdir at a ref, as a download."""
+    data, ref_name = got
     label = ref_name[:12] if re.fullmatch(r"[0-9a-f]{40}", ref_name) else ref_name
     name = f"workdir-{label.replace('/', '-')}.zip"
     return Response(data, media_type="application/zip",
@@ -96,15 +72,15 @@ async def _upload_parts(request: Request) -> tuple[list[tuple[object, bytes]], o
 
 
 async def api_upload(request: Request) -> Response:
-    try:
-        user_id = require_user(request)
-        if not origin_allowed(request):
-            raise Forbidden("cross-site upload refused")
-        parts, folder = await _upload_parts(request)
-        made = await files.upload(request.app.state.braid, user_id,
-                                  request.path_params["session_id"], parts, folder)
-    except BraidError as e:
-        return error_response(e)
+    """`POST /api/sessions/{id}/files` (multipart): AuthMiddleware let only a caller with a
+    valid token through; a browser's upload must come from this origin even with a Bearer."""
+    user_id = user_of(request)
+    assert user_id is not None
+    if not origin_allowed(request):
+        raise Forbidden("cross-site upload refused")
+    parts, folder = await _upload_parts(request)
+    made = await files.upload(request.app.state.braid, user_id,
+                              request.path_params["session_id"], parts, folder)
     return JSONResponse(made, status_code=201)
 
 
@@ -134,8 +110,8 @@ async def files_fragment(request: Request) -> Response:
     sid = request.path_params["session_id"]
     try:
         got = await files.list_files(request.app.state.braid, user_id, sid,
-                                     request.query_params.get("ref"),
-                                     request.query_params.get("path"))
+                                     params.ref(request.query_params.get("ref")),
+                                     params.workdir_path(request.query_params.get("path")))
     except BraidError as e:
         return _partial_error(e)
     await load_names(request.app.state.braid, sid)
@@ -154,8 +130,8 @@ async def file_view(request: Request) -> Response:
     sid = request.path_params["session_id"]
     try:
         got = await files.get_path(request.app.state.braid, user_id, sid,
-                                   request.query_params.get("ref"),
-                                   request.query_params.get("path"))
+                                   params.ref(request.query_params.get("ref")),
+                                   params.workdir_path(request.query_params.get("path")))
         if got["type"] != "file":
             raise BadRequest(f"{got['path']} is a folder")
     except BraidError as e:

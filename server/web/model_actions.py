@@ -1,7 +1,8 @@
-"""The model picker's web side (DESIGN §5, §8): `GET /api/models`, the picker partial
-(`/s/{id}/model`, fetched by the page once it has loaded, since listing asks each endpoint's
-`GET /v1/models`), and its HTML frames: a new choice (`update_session` {model}, see
-session_meta.py) redraws the picker in every tab, a finished turn the session's token count."""
+"""The model picker's web side (DESIGN §5, §8; `GET /api/models` is in actions.py): the
+picker partial (`/s/{id}/model`, fetched by the page once it has loaded, since listing asks
+each endpoint's `GET /v1/models`), and its HTML frames: a new choice (`update_session`
+{model}, see session_meta.py) redraws the picker in every tab, a finished turn the session's
+token count."""
 
 from __future__ import annotations
 
@@ -17,10 +18,6 @@ from .templating import render
 
 if TYPE_CHECKING:
     from .render_html import HtmlRenderer
-
-
-async def api_models(request: Request, user_id: str) -> Any:
-    return await model_choice.list_models(request.app.state.braid)
 
 
 async def picker_html(braid: Any, user_id: str, session_id: str) -> str:

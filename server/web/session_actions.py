@@ -1,10 +1,7 @@
-"""Session settings over the socket and HTTP (DESIGN §5): `update_session` and
-`PATCH /api/sessions/{id}` (rename, archive/restore, model), `DELETE /api/sessions/{id}`,
-and the page's confirmed delete form. Each parses, calls one core function, returns."""
+"""The page's confirmed Delete form. The session actions themselves (`update_session`,
+`PATCH` and `DELETE /api/sessions/{id}`) are declared in actions.py."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
 
 from markupsafe import escape
 from starlette.requests import Request
@@ -12,40 +9,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..core import session_meta
 from ..core.errors import BraidError
-from .api import body
-from .auth import origin_allowed, require_user, user_of
-from .errors import HTTP_STATUS, error_response
-
-if TYPE_CHECKING:
-    from .actions import ActionContext, Handler
-
-
-def update_params(p: dict[str, Any]) -> dict[str, Any]:
-    return {k: p[k] for k in session_meta.UPDATABLE if k in p}
-
-
-async def update_session(ctx: ActionContext, p: dict[str, Any]) -> dict[str, Any]:
-    return await session_meta.update_session(ctx.braid, ctx.user_id, ctx.session_id,
-                                             update_params(p))
-
-
-SESSION_ACTIONS: dict[str, Handler] = {"update_session": update_session}
-
-
-async def api_patch(request: Request, user_id: str) -> Any:
-    return await session_meta.update_session(request.app.state.braid, user_id,
-                                             request.path_params["session_id"],
-                                             update_params(await body(request)))
-
-
-async def api_delete(request: Request) -> Response:
-    try:
-        user_id = require_user(request)
-        await session_meta.delete_session(request.app.state.braid, user_id,
-                                          request.path_params["session_id"])
-    except BraidError as e:
-        return error_response(e)
-    return Response(status_code=204)
+from .auth import origin_allowed, user_of
+from .errors import status_of
 
 
 async def delete_page(request: Request) -> Response:
@@ -60,5 +25,5 @@ async def delete_page(request: Request) -> Response:
         await session_meta.delete_session(request.app.state.braid, user_id,
                                           request.path_params["session_id"])
     except BraidError as e:
-        return HTMLResponse(str(escape(e.message)), status_code=HTTP_STATUS.get(e.code, 500))
+        return HTMLResponse(str(escape(e.message)), status_code=status_of(e))
     return RedirectResponse("/", status_code=303)

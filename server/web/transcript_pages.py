@@ -8,6 +8,7 @@ from starlette.responses import HTMLResponse, Response
 
 from ..core import sessions
 from ..core.errors import BadRequest, NotFound
+from . import params
 from .auth import user_of
 from .templating import render
 
@@ -20,9 +21,10 @@ async def older_turns(request: Request) -> Response:
     if user_id is None:
         return HTMLResponse("", status_code=401)
     try:
+        before = params.message_number(request.query_params.get("before"))
+        commit = params.commit_id(request.query_params.get("commit"))
         view = await sessions.transcript(braid, user_id, request.path_params["session_id"],
-                                         before=request.query_params.get("before"),
-                                         commit=request.query_params.get("commit"))
+                                         before=before, commit=commit)
     except NotFound:
         return HTMLResponse("", status_code=404)
     except BadRequest as e:

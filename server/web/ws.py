@@ -14,6 +14,7 @@ from ..core.errors import BadRequest, BraidError, NotFound
 from . import hostile, live
 from .actions import ACTIONS, ActionContext
 from .auth import origin_allowed, user_of
+from .errors import error_frame, result_frame
 from .render_html import HtmlRenderer
 
 log = logging.getLogger("braid.ws")
@@ -21,15 +22,6 @@ MAX_FRAME = 1_000_000
 # What the server accepts on the wire (uvicorn's ws_max_size): frames between MAX_FRAME and
 # this get an error frame; only beyond it does the protocol close the socket (1009).
 WS_MAX_SIZE = 16_000_000
-
-
-def result_frame(action: str, request_id: Any, data: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "result", "action": action, "request_id": request_id, "data": data}
-
-
-def error_frame(action: Any, request_id: Any, error: BraidError) -> dict[str, Any]:
-    return {"type": "error", "action": action, "request_id": request_id,
-            "error": error.as_dict()}
 
 
 def parse_frame(text: str) -> dict[str, Any]:
@@ -103,12 +95,10 @@ class Connection:
             frame = parse_frame(text)
             data = await ACTIONS[frame["action"]](self.ctx, frame)
             await self.emit(result_frame(action, request_id, data))
-        except BraidError as e:
-            await self.emit(error_frame(action, request_id, e))
         except Exception as e:  # noqa: BLE001 - reported to the client, socket stays open
-            log.exception("action %s failed", action)
-            err = BraidError(f"internal error: {type(e).__name__}")
-            await self.emit(error_frame(action, request_id, err))
+            if not isinstance(e, BraidError):
+                log.exception("action %s failed", action)
+            await self.emit(error_frame(action, request_id, e))
 
 
 async def session_socket(ws: WebSocket) -> None:

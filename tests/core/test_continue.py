@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_fsck, git, new_session, next_event, run_turn
+from conftest import assert_fsck, call_action, git, new_session, next_event, run_turn
 from server.core import sessions, timetravel, turns
 from server.core.braid import Braid, reindex
 from server.core.errors import BadRequest, Busy, NotFound
@@ -149,18 +149,19 @@ async def test_bad_parameters_are_refused_and_create_nothing(braid: Braid) -> No
         {"regenerate": 1}, {"replace_original": "no"}, {"regenerate": True, "input": "x"},
         {"continue_from": 0},  # keeps no user message and gives no input
     ]
+    # As clients send them: parsed by the action's declaration, then the core call.
     for params in bad:
         with pytest.raises(BadRequest):
-            await timetravel.continue_run(braid, USER, sid, rid, **params)
+            await call_action(braid, USER, sid, "continue_run", run_id=rid, **params)
     with pytest.raises(BadRequest) as caught:
         await timetravel.continue_run(braid, USER, sid, rid, continue_from=5, input="x")
     assert caught.value.details == {"message_count": 4}
     for unknown in ("f" * 32, "nope"):
         with pytest.raises(NotFound):
-            await timetravel.continue_run(braid, USER, sid, unknown, input="x")
+            await call_action(braid, USER, sid, "continue_run", run_id=unknown, input="x")
     for missing in (None, 3):
         with pytest.raises(BadRequest):
-            await timetravel.continue_run(braid, USER, sid, missing, input="x")
+            await call_action(braid, USER, sid, "continue_run", run_id=missing, input="x")
     with pytest.raises(NotFound):
         await timetravel.continue_run(braid, "someone-else", sid, rid, input="x")
     with pytest.raises(NotFound):

@@ -15,6 +15,7 @@ from server.core import fork, sessions, timetravel, turns
 from server.core.braid import Braid, reindex
 from server.core.errors import BadRequest, Busy, NotFound
 from server.core.users import DEFAULT_USER
+from server.web import params
 
 USER = DEFAULT_USER
 
@@ -147,9 +148,9 @@ async def test_only_the_owner_may_fork(braid: Braid) -> None:
     for unknown in ("0" * 32, "nope"):
         with pytest.raises(NotFound):
             await fork.fork_session(braid, USER, unknown)
-    for malformed in (None, 5):
+    for malformed in (None, 5):  # the transports' parsing refuses it before any call
         with pytest.raises(BadRequest):
-            await fork.fork_session(braid, USER, malformed)
+            params.session_id(malformed)
     assert sorted(p.name for p in braid.store.root.iterdir()) == before
     assert len(await sessions.list_sessions(braid, USER)) == 1
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_fsck, git
+from conftest import assert_fsck, call_action, git
 from server.core import dag, merge, revert, sessions, subagents, timetravel
 from server.core.braid import Braid
 from server.core.errors import BadRequest, Busy, Conflict, NotFound
@@ -36,8 +36,8 @@ class Session:
 
     async def merge(self, branches: list[str], message: str = "merge them",
                     strategy: str | None = None) -> dict[str, Any]:
-        return await merge.merge_branches(self.braid, USER, self.id, branches, message,
-                                          strategy)
+        return await call_action(self.braid, USER, self.id, "merge_branches",
+                                 branches=branches, message=message, strategy=strategy)
 
     def files(self) -> dict[str, str]:
         work = self.path / "workdir"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_fsck, git
+from conftest import assert_fsck, call_action, git
 from server.core import revert, sessions, turns
 from server.core.backups import REF_PREFIX, BackupStore
 from server.core.braid import Braid
@@ -304,15 +304,15 @@ async def test_errors_are_clear_and_change_nothing(braid: Braid) -> None:
     tid = turn["run_id"]
     head = s.head()
     for bad in ("0" * 32, "not-an-id", other_turn["run_id"]):
-        for call in (revert.revert_turn, revert.unrevert_turn, revert.list_turn_files):
+        for name in ("revert_turn", "unrevert_turn", "list_turn_files"):
             with pytest.raises(NotFound):
-                await call(braid, USER, s.id, bad)
+                await call_action(braid, USER, s.id, name, turn_id=bad)
     with pytest.raises(BadRequest):
-        await revert.revert_turn(braid, USER, s.id, 42)
+        await call_action(braid, USER, s.id, "revert_turn", turn_id=42)
     with pytest.raises(BadRequest):
-        await revert.revert_turn(braid, USER, s.id, tid, force="maybe")
+        await call_action(braid, USER, s.id, "revert_turn", turn_id=tid, force="maybe")
     with pytest.raises(BadRequest):
-        await revert.turn_diff(braid, USER, s.id, tid, ["a.txt"])
+        await call_action(braid, USER, s.id, "turn_diff", turn_id=tid, path=["a.txt"])
     with pytest.raises(NotFound):
         await revert.turn_diff(braid, USER, s.id, tid, "nope.txt")
     with pytest.raises(NotFound):  # another user's session is not revealed

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conftest import git, new_session, next_event
+from conftest import call_action, git, new_session, next_event
 from server.core import session_meta, turns
 from server.core.errors import BadRequest, NotFound
 
@@ -31,11 +31,11 @@ async def test_a_rename_during_the_first_turn_is_kept(braid: Any) -> None:
 async def test_strict_types(braid: Any, params: dict[str, Any]) -> None:
     sid, _ = await new_session(braid)
     if params == {"model": ""}:  # "" means the default model, like null
-        info = await session_meta.update_session(braid, "local", sid, params)
+        info = await call_action(braid, "local", sid, "update_session", **params)
         assert info["model"] is None
         return
     with pytest.raises(BadRequest):
-        await session_meta.update_session(braid, "local", sid, params)
+        await call_action(braid, "local", sid, "update_session", **params)
 
 
 async def test_delete_then_nothing_answers(braid: Any) -> None:

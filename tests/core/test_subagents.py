@@ -8,10 +8,11 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conftest import assert_fsck, git
+from conftest import assert_fsck, call_action, git
 from server.core import sessions, subagents
 from server.core.braid import Braid
 from server.core.errors import BadRequest, Busy, NotFound
@@ -175,16 +176,24 @@ async def test_user_edits_are_committed_before_branching_and_tools_stay_in_the_w
 async def test_bad_input_is_refused_and_changes_nothing(braid: Braid) -> None:
     sid, path, turn_id = await session_with_turn(braid)
     head = git(path, "rev-parse", "HEAD")
+    def spawn(parent: object, prompt: object, label: object = None) -> Any:
+        return call_action(braid, USER, sid, "spawn_sub_agent", parent_turn_id=parent,
+                           prompt=prompt, label=label)
+
     with pytest.raises(NotFound):
-        await subagents.spawn_sub_agent(braid, USER, sid, "f" * 32, "say x")
+        await spawn("f" * 32, "say x")
+    # A string that cannot be a turn id names no turn: not_found, as for every action
+    # (docs/DESIGN.md "Malformed and unknown ids"); a number is malformed.
+    with pytest.raises(NotFound):
+        await spawn("not-an-id", "say x")
     with pytest.raises(BadRequest):
-        await subagents.spawn_sub_agent(braid, USER, sid, "not-an-id", "say x")
+        await spawn(7, "say x")
     with pytest.raises(BadRequest):
-        await subagents.spawn_sub_agent(braid, USER, sid, turn_id, "   ")
+        await spawn(turn_id, "   ")
     with pytest.raises(BadRequest):
-        await subagents.spawn_sub_agent(braid, USER, sid, turn_id, ["say x"])
+        await spawn(turn_id, ["say x"])
     with pytest.raises(BadRequest):
-        await subagents.spawn_sub_agent(braid, USER, sid, turn_id, "say x", 7)
+        await spawn(turn_id, "say x", 7)
     with pytest.raises(NotFound):
         await subagents.spawn_sub_agent(braid, "someone-else", sid, turn_id, "say x")
     with pytest.raises(NotFound):

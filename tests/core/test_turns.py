@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_fsck, git, new_session, next_event, run_turn
+from conftest import assert_fsck, call_action, git, new_session, next_event, run_turn
 from server.core import sessions, turns
 from server.core.braid import Braid
 from server.core.errors import Busy, NotFound
@@ -336,7 +336,7 @@ async def test_bad_input_is_refused(braid: Braid) -> None:
 
     for text in (None, "", "   ", 42):
         with pytest.raises(BadRequest):
-            await turns.send_message(braid, USER, sid, text)
+            await call_action(braid, USER, sid, "send_message", text=text)
     with pytest.raises(NotFound):
         await turns.send_message(braid, USER, "0" * 32, "hi")
     with pytest.raises(NotFound):

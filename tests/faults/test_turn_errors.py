@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_fsck, git, new_session, run_turn
+from conftest import assert_fsck, call_action, git, new_session, run_turn
 from server.core import crash, turns
 from server.core.braid import Braid
 from server.core.crash import TURN_STEPS, CrashPoint
@@ -89,4 +89,4 @@ async def test_a_lone_surrogate_or_nul_in_text_is_bad_request(braid: Braid) -> N
     sid, _ = await new_session(braid)
     for text in ("hi \udcff", "hi \0 there"):
         with pytest.raises(BadRequest):
-            await turns.send_message(braid, "local", sid, text)
+            await call_action(braid, "local", sid, "send_message", text=text)

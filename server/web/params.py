@@ -1,0 +1,255 @@
+"""Parsers of the parameters clients send (DESIGN §5), the one place raw input is checked.
+
+Each parser takes the raw value (`None` when the client left it out) and returns it typed, or
+raises `BadRequest` (wrong type or shape: a number where a string goes, a list of the wrong
+things, a flag that is not a flag). A string that is a well-formed value but cannot name
+anything (an id that is not 32 hex digits) raises `NotFound`: the action layer reports such
+a `NotFound` only once every parameter has parsed, so a malformed parameter is always
+`bad_request`, whatever else the frame holds. Core functions then take typed arguments."""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable
+from typing import Any
+
+from ..core.errors import BadRequest, NotFound
+from ..core.files import path_param, ref_param
+from ..core.ids import is_message_id
+from ..core.merge import MAX_BRANCHES, STRATEGIES
+from ..core.names import is_utf8
+from ..core.session_meta import MAX_MODEL, MAX_TITLE
+from ..core.turns import MAX_TEXT
+
+_FALSE = ("", "false", "0", "off", "no")
+_TRUE = ("true", "1", "on", "yes")
+
+Parser = Callable[[object], Any]
+
+
+def anything(value: object) -> object:
+    """Passed on as sent: the core reads its shape (an import's `source`)."""
+    return value
+
+
+def session_id(value: object) -> str:
+    # Missing or not a string is malformed input (bodies and query strings carry it); any
+    # string is looked up, and one that names no session of the caller's is not_found.
+    if value is None:
+        raise BadRequest("session_id is required")
+    if not isinstance(value, str):
+        raise BadRequest("session_id must be a string")
+    return value
+
+
+def message_id(name: str, noun: str) -> Parser:
+    """A run or turn id: not a string is a bad request; a string that cannot be an id names
+    nothing, so it is not found."""
+
+    def parse(value: object) -> str:
+        if value is None:
+            raise BadRequest(f"{name} is required")
+        if not isinstance(value, str):
+            raise BadRequest(f"{name} must be a string")
+        if not is_message_id(value):
+            raise NotFound(f"no {noun} {value!r}")
+        return value
+
+    return parse
+
+
+def optional_run_id(value: object) -> str | None:
+    """`cancel_run`'s run: none (or "") means the one the user is watching."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise BadRequest("run_id must be a string")
+    return value
+
+
+def text(name: str, *, required: bool = True) -> Parser:
+    """A message for the model: a non-empty string without NUL or lone surrogates."""
+
+    def parse(value: object) -> str | None:
+        if value is None and not required:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise BadRequest(f"{name} must be a non-empty string")
+        if len(value) > MAX_TEXT:
+            raise BadRequest(f"{name} is longer than {MAX_TEXT} characters")
+        if "\0" in value or not is_utf8(value):
+            raise BadRequest(f"{name} must not hold NUL characters or lone surrogates")
+        return value
+
+    return parse
+
+
+def string(name: str, *, default: str = "", limit: int = MAX_TEXT) -> Parser:
+    """Any string (missing: `default`)."""
+
+    def parse(value: object) -> str:
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise BadRequest(f"{name} must be a string")
+        if len(value) > limit:
+            raise BadRequest(f"{name} is longer than {limit} characters")
+        return value
+
+    return parse
+
+
+def form_flag(name: str) -> Parser:
+    """A flag from JSON (a boolean) or from a form (a string such as "on" or "false")."""
+
+    def parse(value: object) -> bool:
+        if value is None or isinstance(value, bool):
+            return bool(value)
+        if isinstance(value, str) and value.lower() in _FALSE:
+            return False
+        if isinstance(value, str) and value.lower() in _TRUE:
+            return True
+        raise BadRequest(f"{name} must be a boolean")
+
+    return parse
+
+
+def strict_flag(name: str) -> Parser:
+    """true, false or null (None): no coercion."""
+
+    def parse(value: object) -> bool | None:
+        if value is not None and not isinstance(value, bool):
+            raise BadRequest(f"{name} must be true or false")
+        return value
+
+    return parse
+
+
+def optional_path(value: object) -> str | None:
+    """`turn_diff`'s path: one of the paths the turn changed, or none for all."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise BadRequest("path must be a string")
+    return value
+
+
+def branch_name(value: object) -> str:
+    if not isinstance(value, str) or not value or value.startswith("-") or ".." in value \
+            or "\0" in value or len(value) > 255:
+        raise BadRequest("ref must be a branch name")
+    return value
+
+
+# The file panel's `ref` and `path` are checked where the panel's uploads are too.
+ref = ref_param
+workdir_path = path_param
+
+
+def branch_list(value: object) -> list[str]:
+    """The branches to merge: a non-empty list of distinct names (a name is not a list)."""
+    if not isinstance(value, list) or not value:
+        raise BadRequest("branches must be a non-empty list of branch names")
+    if len(value) > MAX_BRANCHES:
+        raise BadRequest(f"at most {MAX_BRANCHES} branches can be merged at once")
+    if not all(isinstance(b, str) and b and not b.startswith("-") and "\0" not in b
+               for b in value):
+        raise BadRequest("branches must be branch names")
+    if len(set(value)) != len(value):
+        raise BadRequest("a branch is named twice")
+    return list(value)
+
+
+def strategy(value: object) -> str:
+    if value is None:
+        return "fail"
+    if value not in STRATEGIES:
+        raise BadRequest(f"strategy must be one of {', '.join(STRATEGIES)}")
+    return str(value)
+
+
+def continue_from(value: object) -> str | int:
+    if value is None:
+        return "end"
+    if isinstance(value, bool) or not (value in ("end", "last_user") or isinstance(value, int)):
+        raise BadRequest('continue_from must be "end", "last_user" or an integer')
+    assert isinstance(value, str | int)
+    return value
+
+
+def label(value: object) -> str | None:
+    """A sub-agent's label; the page's empty label field means none."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise BadRequest("label must be a string")
+    return value
+
+
+def export_target(value: object) -> str:
+    if value not in ("branch", "folder"):
+        raise BadRequest("to must be 'branch' or 'folder'")
+    return str(value)
+
+
+def folder(value: object) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or "\0" in value:
+        raise BadRequest("path must be a folder path")
+    return value
+
+
+def one_line(value: object, name: str, limit: int) -> str:
+    """A one-line, printable, non-empty string of at most `limit` characters."""
+    if not isinstance(value, str):
+        raise BadRequest(f"{name} must be a string")
+    cleaned = value.strip()
+    if not cleaned:
+        raise BadRequest(f"{name} must not be empty")
+    if len(cleaned) > limit:
+        raise BadRequest(f"{name} is longer than {limit} characters")
+    for ch in cleaned:
+        # Control characters (NUL, newlines, escapes), line separators and lone surrogates
+        # cannot be shown on one line or stored as UTF-8 (a zero-width joiner, in emoji, can).
+        if unicodedata.category(ch) in ("Cc", "Cs", "Cf", "Zl", "Zp") and ch != "\u200d":
+            raise BadRequest(f"{name} must not contain control characters")
+    return cleaned
+
+
+def session_changes(raw: dict[str, Any]) -> dict[str, Any]:
+    """`update_session`'s fields: only those the client sent, each checked (no coercion)."""
+    changes: dict[str, Any] = {}
+    if "title" in raw:
+        changes["title"] = one_line(raw["title"], "title", MAX_TITLE)
+    if "archived" in raw:
+        if not isinstance(raw["archived"], bool):
+            raise BadRequest("archived must be true or false")
+        changes["archived"] = raw["archived"]
+    if "model" in raw:
+        model = raw["model"]
+        # null (or "") goes back to the server's default model.
+        changes["model"] = None if model is None or model == "" else \
+            one_line(model, "model", MAX_MODEL)
+    return changes
+
+
+def message_number(value: object) -> int | None:
+    """The transcript page's `before`: a message number (none: the newest turns)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise BadRequest("before must be a message number")
+    return value
+
+
+def commit_id(value: object) -> str | None:
+    """A full commit id (none: the branch shown)."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) != 40 or \
+            any(c not in "0123456789abcdef" for c in value):
+        raise BadRequest("commit must be a commit id")
+    return value
