@@ -65,6 +65,9 @@ class GitSession(WorkdirScan):
         # The history and run listings of recently used trees (see history.py).
         self.listings = Listings(self.repo)
         self.lines = Lines(self.repo)
+        # Other views derived from this repository (the DAG's graph, dag.py), kept with it
+        # rather than in a module-wide table shared by every session.
+        self.caches: dict[str, Any] = {}
         self.init_scan(watch)  # user edits found by the watcher (workdir_scan.py)
 
     # -- creation -------------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """A turn's record as it is made: its context (the run record, its messages, what is still
 to commit), opening it (user edits first, then the user message and a RUNNING record on
-disk) and its checkpoints. Used by every kind of turn: a message, a continued run, a merge
-turn, a sub-agent (`open_turn`), and run by `turns.py`.
+disk) and its checkpoints (taken from the turn's state on the loop, committed on the
+session thread). Every kind of turn opens with `open_turn`: a message, a merge turn, a
+sub-agent; `turns.py` drives them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,6 +37,8 @@ class TurnContext:
     changed: set[str] = field(default_factory=set)
     tool_calls: int = 0
     legacy: bool = False  # the branch's history is in the earlier layout (history.py)
+    # A tool call the turn was stopped during: its result joins before the last commit.
+    inflight: tuple[dict[str, Any], asyncio.Future[Any]] | None = None
 
     @property
     def run_id(self) -> str:
@@ -80,7 +84,7 @@ def open_turn(
     notes: tuple[str, ...] = (),
 ) -> TurnContext:
     """Open a turn on the session thread: snapshot user edits, then the user message (after
-    any `notes`) and a RUNNING record written to disk; `launch` then drives it."""
+    any `notes`) and a RUNNING record written to disk; `turns.launch` then drives it."""
     snapshot_user_edits(git)
     crash.at("turn.prepare")
     run_id = new_message_id()
@@ -118,18 +122,40 @@ def write_pending_to_disk(git: GitSession, ctx: TurnContext) -> None:
         guarded.write(git.path, rel, data)
 
 
-def checkpoint(git: GitSession, ctx: TurnContext, kind: str, summary: str) -> str:
-    crash.at("turn.checkpoint")
+def checkpoint_changes(ctx: TurnContext) -> tuple[dict[str, Any], int]:
+    """On the loop: what the turn's next checkpoint writes (its new messages, its record,
+    the files its tools changed) and the message index it holds."""
     ctx.run["message_count"] = len(ctx.messages)
     ctx.run["updated_at"] = now_iso()
     changes: dict[str, Any] = dict(ctx.pending)
     changes[ctx.run_file] = to_json_bytes(ctx.run)
     for rel in ctx.changed:
         changes[f"{WORKDIR}/{rel}"] = DISK
-    oid = git.write_checkpoint(
-        changes, summary=summary, kind=kind, run_id=ctx.run_id,
-        message_index=len(ctx.messages), sync_index=False,
-    )
+    return changes, len(ctx.messages)
+
+
+def write_turn_commit(git: GitSession, run_id: str, changes: dict[str, Any], index: int,
+                      kind: str, summary: str) -> str:
+    """On the session thread: the checkpoint commit; the turn's state is not touched."""
+    crash.at("turn.checkpoint")
+    oid = git.write_checkpoint(changes, summary=summary, kind=kind, run_id=run_id,
+                               message_index=index, sync_index=False)
+    return str(oid)
+
+
+async def commit_turn(ctx: TurnContext, kind: str, summary: str, *,
+                      finishing: bool = False) -> str:
+    """A checkpoint of a live turn: taken from its state on the loop, committed on the
+    session thread, and only then the taken changes are cleared (on the loop again)."""
+    changes, index = checkpoint_changes(ctx)
+    run_id = ctx.run_id
+
+    def work(git: GitSession) -> str:
+        if finishing:
+            crash.at("turn.finish")
+        return write_turn_commit(git, run_id, changes, index, kind, summary)
+
+    oid = await ctx.handle.call(work)
     ctx.pending.clear()
     ctx.changed.clear()
-    return str(oid)
+    return oid

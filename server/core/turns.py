@@ -16,20 +16,22 @@ from .endpoints import choice_for_call
 from .errors import Busy, NotFound
 from .git_session import WORKDIR, GitSession
 from .ids import new_message_id
+from .lineage import sibling_map
 from .live_runs import ActiveRun, claim_turn
 from .model_client import ModelError
 from .model_messages import to_model
 from .tools import Workspace
+from .turn_changes import files_of
 from .turn_context import (
     TurnContext,
     add_message,
-    checkpoint,
+    commit_turn,
     new_message,
     open_turn,
     snapshot_user_edits,
     write_pending_to_disk,
 )
-from .turn_tools import batch_summary, run_tool
+from .turn_tools import batch_summary, settle_inflight, tool_step
 
 if TYPE_CHECKING:
     from .braid import Braid
@@ -99,6 +101,7 @@ async def launch(
     braid.bus.publish(handle.session_id, "run_started", {
         "run_id": ctx.run_id, "run": dict(ctx.run), "branch": active.branch,
         "messages": [dict(m) for m in ctx.messages],
+        "siblings": await siblings_of(braid, handle.session_id, ctx.run_id),
         # The first turn names the session: the sidebar needs redrawing only then.
         "titled": "session.json" in ctx.pending,
     })
@@ -137,6 +140,7 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
         log.warning("run %s of session %s failed: %s", ctx.run_id, ctx.handle.session_id, error)
     # From here no cancel reaches the task (ActiveRun.stop): its last commit is never dropped.
     active.finishing = True
+    await settle_inflight(ctx)
     if active.partial:  # the text streamed when the call broke off
         add_message(ctx, new_message("assistant", ctx.run_id, active.partial, partial=True))
     await _finish(braid, ctx, active, status, error)
@@ -179,15 +183,15 @@ async def _model_call(braid: Braid, ctx: TurnContext, active: ActiveRun,
 
 
 async def _tool_batch(braid: Braid, ctx: TurnContext, reply: Any, msg_id: str) -> None:
-    """The reply's tool calls, one after the other on the session thread, then a checkpoint
-    (`BRAID_CHECKPOINT`: one per batch, or per call)."""
+    """The reply's tool calls, one after the other, then a checkpoint (`BRAID_CHECKPOINT`:
+    one per batch, or per call)."""
     sid = ctx.handle.session_id
     mode = braid.settings.checkpoint
     for call in reply.tool_calls:
         braid.bus.publish(sid, "tool_call", {"run_id": ctx.run_id, "call": call,
                                              "message_id": msg_id})
     for call in reply.tool_calls:
-        result = await ctx.handle.call(lambda git, c=call: run_tool(braid, git, ctx, c))
+        result = await tool_step(braid, ctx, call)
         braid.bus.publish(sid, "tool_result", {"run_id": ctx.run_id, "message": result})
         if mode == "tools":
             await _checkpoint_event(braid, ctx, "tool-batch", "Tool call")
@@ -201,9 +205,11 @@ async def _finish(
     sid = ctx.handle.session_id
     ctx.run["status"] = status
     ctx.run["error"] = error
+    files: list[dict[str, str]] = []
+    siblings = None
     try:
         try:
-            commit_id = await ctx.handle.call(lambda git: _close_and_commit(git, ctx, status))
+            commit_id = await _close_and_commit(ctx, status)
         except Exception as e:  # noqa: BLE001 - the turn must still end with its event
             log.exception("the last commit of run %s failed", ctx.run_id)
             status, error = "ERROR", f"could not commit the turn: {_error_text(e)}"
@@ -211,20 +217,22 @@ async def _finish(
             # Its messages and record at least: the files it could not take stay on disk
             # for the next turn's user-edit snapshot.
             ctx.changed.clear()
-            commit_id = await ctx.handle.call(lambda git: _close_and_commit(git, ctx, status))
+            commit_id = await _close_and_commit(ctx, status)
         braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": commit_id,
                                               "kind": "turn"})
         await braid.index.upsert_run(sid, ctx.run)
         # Writing the index costs O(files in the repo), once per turn: before the end event,
         # so `git status` in the session folder is true when the client hears of it (D6).
         await ctx.handle.call(lambda git: git.flush_index())
+        files, siblings = await _end_extras(braid, ctx)
     except Exception:  # noqa: BLE001 - the end event below is sent whatever failed
         log.exception("run %s ended without its last commit", ctx.run_id)
     finally:
         await braid.runs.end(active)
     event = {"COMPLETED": "run_completed", "ERROR": "run_error"}.get(status, "run_cancelled")
     data: dict[str, Any] = {"run_id": ctx.run_id, "run": dict(ctx.run), "status": status,
-                            "messages": [dict(m) for m in ctx.messages]}
+                            "messages": [dict(m) for m in ctx.messages], "files": files,
+                            "siblings": siblings}
     if error:
         data["error"] = error
     braid.bus.publish(sid, event, data)
@@ -232,10 +240,22 @@ async def _finish(
     braid.packer.touch(sid, ctx.handle.path)
 
 
-def _close_and_commit(git: GitSession, ctx: TurnContext, status: str) -> str:
-    crash.at("turn.finish")
+async def _end_extras(braid: Braid, ctx: TurnContext) -> tuple[list[dict[str, str]],
+                                                                 dict[str, Any] | None]:
+    """The turn's chips and its `‹ 2/3 ›` place, for its end event: read once here rather
+    than by every tab that renders it."""
+    try:
+        branch = ctx.run.get("branch")
+        files = await ctx.handle.call(lambda git: files_of(git, ctx.run_id, branch))
+        return files, await siblings_of(braid, ctx.handle.session_id, ctx.run_id)
+    except Exception:  # noqa: BLE001 - the event goes out without them
+        log.exception("the chips of run %s could not be read", ctx.run_id)
+        return [], None
+
+
+async def _close_and_commit(ctx: TurnContext, status: str) -> str:
     _answer_open_calls(ctx)
-    return checkpoint(git, ctx, "turn", _final_summary(ctx, status))
+    return await commit_turn(ctx, "turn", _final_summary(ctx, status), finishing=True)
 
 
 def _answer_open_calls(ctx: TurnContext) -> None:
@@ -252,9 +272,14 @@ def _answer_open_calls(ctx: TurnContext) -> None:
 
 
 async def _checkpoint_event(braid: Braid, ctx: TurnContext, kind: str, summary: str) -> None:
-    commit_id = await ctx.handle.call(lambda git: checkpoint(git, ctx, kind, summary))
+    commit_id = await commit_turn(ctx, kind, summary)
     braid.bus.publish(ctx.handle.session_id, "checkpoint",
                       {"run_id": ctx.run_id, "commit_id": commit_id, "kind": kind})
+
+
+async def siblings_of(braid: Braid, session_id: str, run_id: str) -> dict[str, Any] | None:
+    """The run's place among its sibling runs (`‹ 2/3 ›`), for its events' payloads."""
+    return sibling_map(await braid.index.list_runs(session_id)).get(run_id)
 
 
 def _add_usage(run: dict[str, Any], usage: dict[str, Any]) -> None:
@@ -316,9 +341,10 @@ async def cancel_run(braid: Braid, user_id: str, session_id: str,
     return {"run_id": active.run_id, "status": status}
 
 
-# Made in turn_context.py; imported from here by the features that open and run turns.
+# Made in turn_context.py and live_runs.py; imported from here by the features that open
+# and run turns.
 __all__ = [
-    "FINAL", "MAX_TEXT", "ActiveRun", "TurnContext", "add_message", "cancel_run", "checkpoint",
-    "drive", "launch", "new_message", "open_turn", "send_message", "snapshot_user_edits",
-    "start_turn", "write_pending_to_disk",
+    "FINAL", "MAX_TEXT", "ActiveRun", "TurnContext", "add_message", "cancel_run",
+    "commit_turn", "drive", "launch", "new_message", "open_turn", "send_message",
+    "snapshot_user_edits", "start_turn", "write_pending_to_disk",
 ]
