@@ -2,7 +2,8 @@
 
 Each socket belongs to its own session and sends its turns one after another; all sockets run
 at once. Reported: send→run_completed latency (p50, p99), errors, the server's RSS and thread
-count before, right after the load and once the sockets are closed and the sessions idle,
+count cold, at the start (after one warm-up turn), right after the load and once the sockets
+are closed and the sessions idle,
 and a final consistency check of every repository (each turn's file in HEAD, every run
 COMPLETED, `git status` clean, `git fsck --strict` clean).
 
@@ -106,6 +107,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sockets", type=int, default=200)
     parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="bursts one after another; idle figures after each")
     parser.add_argument("--idle", type=float, default=3.0,
                         help="seconds after which an idle session gives back its thread")
     args = parser.parse_args()
@@ -125,25 +128,38 @@ def main() -> int:
                 break
             except OSError:
                 time.sleep(0.1)
+        cold = proc_status(server.pid)
+        # "Start" is a server that has served one turn: the model client and the modules a
+        # first turn imports (openai, httpx...) are a one-off cost, not load; the cold figure
+        # is reported beside it.
+        warm_sid = api(base, "POST", "/api/sessions", {})["session_id"]
+        asyncio.run(one_socket(ws_url, warm_sid, 1, [], []))
+        time.sleep(args.idle * 2 + 2)
         before = proc_status(server.pid)
-        sids = [api(base, "POST", "/api/sessions", {})["session_id"]
-                for _ in range(args.sockets)]
         latencies: list[float] = []
         errors: list[str] = []
+        sids: list[str] = []
+        idles: list[tuple[float, int]] = []
+        wall = 0.0
+        for _ in range(args.rounds):  # each round on new sessions: a leak grows per round
+            round_sids = [api(base, "POST", "/api/sessions", {})["session_id"]
+                          for _ in range(args.sockets)]
+            sids += round_sids
 
-        async def load() -> None:
-            results = await asyncio.gather(*(one_socket(ws_url, sid, args.turns, latencies,
-                                                        errors) for sid in sids),
-                                           return_exceptions=True)
-            errors.extend(f"{type(r).__name__}: {r}" for r in results
-                          if isinstance(r, BaseException))
+            async def load(round_sids: list[str] = round_sids) -> None:
+                results = await asyncio.gather(
+                    *(one_socket(ws_url, sid, args.turns, latencies, errors)
+                      for sid in round_sids), return_exceptions=True)
+                errors.extend(f"{type(r).__name__}: {r}" for r in results
+                              if isinstance(r, BaseException))
 
-        started = time.perf_counter()
-        asyncio.run(load())
-        wall = time.perf_counter() - started
-        loaded = proc_status(server.pid)
-        time.sleep(args.idle * 2 + 2)  # sockets closed: the sessions go idle
-        idle = proc_status(server.pid)
+            started = time.perf_counter()
+            asyncio.run(load())
+            wall = time.perf_counter() - started
+            loaded = proc_status(server.pid)
+            time.sleep(args.idle * 2 + 2)  # sockets closed: the sessions go idle
+            idles.append(proc_status(server.pid))
+        idle = idles[0]
         problems: list[str] = []
         runs_ok = 0
         for sid in sids:
@@ -153,16 +169,20 @@ def main() -> int:
     finally:
         server.terminate()
         server.wait(timeout=30)
-    turns = args.sockets * args.turns
+    turns = args.sockets * args.turns * args.rounds
     rows = [
-        ("sockets x turns", f"{args.sockets} x {args.turns} ({turns} turns, {wall:.1f} s)"),
+        ("sockets x turns", f"{args.sockets} x {args.turns} x {args.rounds} rounds "
+                            f"({turns} turns, last round {wall:.1f} s)"),
         ("send->done p50", f"{pct(latencies, 0.5) * 1000:.0f} ms"),
         ("send->done p99", f"{pct(latencies, 0.99) * 1000:.0f} ms"),
         ("errors", str(len(errors))),
-        ("RSS start / loaded / idle", f"{before[0]:.0f} / {loaded[0]:.0f} / {idle[0]:.0f} MB "
-                                      f"(idle/start {idle[0] / before[0]:.2f})"),
-        ("threads start / loaded / idle", f"{before[1]} / {loaded[1]} / {idle[1]} "
-                                          f"(idle/start {idle[1] / before[1]:.2f})"),
+        ("RSS cold / start / loaded / idle",
+         f"{cold[0]:.0f} / {before[0]:.0f} / {loaded[0]:.0f} / {idle[0]:.0f} MB "
+         f"(idle/start {idle[0] / before[0]:.2f})"),
+        ("threads cold / start / loaded / idle",
+         f"{cold[1]} / {before[1]} / {loaded[1]} / {idle[1]} "
+         f"(idle/start {idle[1] / before[1]:.2f})"),
+        ("idle after each round", " / ".join(f"{r:.0f} MB, {t} threads" for r, t in idles)),
         ("runs COMPLETED in git", f"{runs_ok} / {turns}"),
         ("repos consistent", f"{len(sids) - len({p.split(':')[0] for p in problems})} / "
                              f"{len(sids)}"),
