@@ -1,9 +1,10 @@
 """Load and soak: N sockets × M turns against a real server on 127.0.0.1 (DESIGN §4, issue 11).
 
 Each socket belongs to its own session and sends its turns one after another; all sockets run
-at once. Reported: send→run_completed latency (p50, p99), errors, the server's RSS and thread
-count before, right after the load and once the sockets are closed and the sessions idle,
-and a final consistency check of every repository (each turn's file in HEAD, every run
+at once, in `--rounds` bursts on new sessions. Reported: send→run_completed latency (p50,
+p99), errors, the server's RSS and threads cold, at the start (after one warm-up turn), right
+after the load and once the sockets are closed and the sessions idle (after each round: a
+leak grows round after round, a high-water mark does not), and a final consistency check of every repository (each turn's file in HEAD, every run
 COMPLETED, `git status` clean, `git fsck --strict` clean).
 
     .venv/bin/python bench/load.py --sockets 200 --turns 3
