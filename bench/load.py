@@ -4,8 +4,9 @@ Each socket belongs to its own session and sends its turns one after another; al
 at once, in `--rounds` bursts on new sessions. Reported: send→run_completed latency (p50,
 p99), errors, the server's RSS and threads cold, at the start (after one warm-up turn), right
 after the load and once the sockets are closed and the sessions idle (after each round: a
-leak grows round after round, a high-water mark does not), and a final consistency check of every repository (each turn's file in HEAD, every run
-COMPLETED, `git status` clean, `git fsck --strict` clean).
+leak grows round after round, a high-water mark does not), and a final consistency check
+of every repository (each turn's file in HEAD, every run COMPLETED, `git status` clean,
+`git fsck --strict` clean).
 
     .venv/bin/python bench/load.py --sockets 200 --turns 3
     .venv/bin/python bench/load.py --sockets 100 --turns 3 --team   # + 1 vs 2 processes on PG
@@ -203,7 +204,7 @@ def rows_of(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
     bad = len({p.split(":")[0] for p in r["problems"]})
     return [
         f"{r['wall']:.1f} s",
-        f"{turns / r['wall']:.1f} turns/s",
+        f"{args.sockets * args.turns / r['wall']:.1f} turns/s",
         f"{pct(r['latencies'], 0.5) * 1000:.0f} ms",
         f"{pct(r['latencies'], 0.99) * 1000:.0f} ms",
         str(len(r["errors"])),
@@ -217,7 +218,7 @@ def rows_of(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
     ]
 
 
-LABELS = ["wall time", "throughput", "send->done p50", "send->done p99", "errors",
+LABELS = ["wall time (last round)", "throughput", "send->done p50", "send->done p99", "errors",
           "RSS cold / start / loaded / idle", "RSS idle / start",
           "RSS idle after each round", "threads cold / start / loaded / idle",
           "threads idle / start",
