@@ -11,8 +11,10 @@ from pathlib import Path
 from . import recovery
 from .backends import make_index, make_team, make_users
 from .locks import BranchLocks
+from .memory import give_back_memory, limit_arenas
 from .model_client import ModelClient
 from .packing import Packer
+from .pools import IdlingThreadPool
 from .settings import Settings
 from .store import SessionStore
 from .users import DEFAULT_USER, new_token
@@ -41,6 +43,12 @@ class Braid:
     async def start(self) -> str:
         """Open the index and recover runs a killed server left RUNNING. Returns the default
         user's token (to print in the login URL)."""
+        limit_arenas()
+        # The loop's default executor (new session folders, packing, deletes) gives its
+        # threads back when quiet, as idle sessions do theirs (D14).
+        asyncio.get_running_loop().set_default_executor(IdlingThreadPool(
+            max_workers=min(32, (os.cpu_count() or 1) + 4),
+            idle_seconds=self.settings.idle_seconds, name="braid-pool"))
         fresh_index = await self.index.open()
         await recovery.start_up(self, fresh_index)
         self._reaper = asyncio.create_task(self._release_idle(), name="braid-idle")
@@ -66,8 +74,10 @@ class Braid:
         while True:
             await asyncio.sleep(step)
             live = frozenset(a.session_id for a in self.runs.all())
-            self.store.release_idle(self.settings.idle_seconds, self.settings.open_sessions,
-                                    live)
+            released = self.store.release_idle(self.settings.idle_seconds,
+                                               self.settings.open_sessions, live)
+            if released and not live:  # quiet: the freed heap goes back to the system
+                await asyncio.to_thread(give_back_memory)
 
     async def stop(self) -> None:
         if self._reaper is not None:
