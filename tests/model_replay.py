@@ -89,6 +89,64 @@ def error(status: int, message: str) -> Answer:
     return Answer(status, "application/json", body.encode())
 
 
+class _Handler(BaseHTTPRequestHandler):
+    """One replay server's answers, in order (`replay` is set per server)."""
+
+    protocol_version = "HTTP/1.1"
+    replay: ReplayServer
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        if self.path.rstrip("/") != "/v1/models":
+            return self._send(error(404, f"no route {self.path}"))
+        data = {"object": "list", "data": [{"id": m, "object": "model",
+                                            "owned_by": "replay"} for m in self.replay.models]}
+        self._send(Answer(200, "application/json", json.dumps(data).encode()))
+
+    def do_POST(self) -> None:  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = {"unparsed": raw.decode(errors="replace")}
+        body["_headers"] = {"authorization": self.headers.get("Authorization", "")}
+        self.replay.requests.append(body)
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            return self._send(error(404, f"no route {self.path}"))
+        answer = self.replay.answers.pop(0) if self.replay.answers else self.replay.default
+        self._send(answer)
+
+    def _send(self, answer: Answer) -> None:
+        if answer.mode == "drop":
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+            return
+        self.send_response(answer.status)
+        self.send_header("Content-Type", answer.content_type)
+        streaming = answer.content_type.startswith("text/event-stream")
+        if not streaming:
+            self.send_header("Content-Length", str(len(answer.body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        events = answer.body.split(b"\n\n") if streaming else [answer.body]
+        if answer.mode == "cut":
+            events = [e for e in events if e.strip()][: max(1, len(events) // 2)]
+        for i, event in enumerate(events):
+            if not event.strip() and streaming:
+                continue
+            self.wfile.write(event + (b"\n\n" if streaming else b""))
+            self.wfile.flush()
+            if answer.mode == "hang" and i == 0:
+                self.replay.release.wait(60)
+                return
+            if answer.delay:
+                time.sleep(answer.delay)
+
+
 @dataclass
 class ReplayServer:
     answers: list[Answer] = field(default_factory=list)
@@ -107,63 +165,8 @@ class ReplayServer:
         self.answers.extend(answers)
 
     def start(self, port: int = 0) -> ReplayServer:
-        replay = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-                if self.path.rstrip("/") != "/v1/models":
-                    return self._send(error(404, f"no route {self.path}"))
-                data = {"object": "list", "data": [{"id": m, "object": "model",
-                                                    "owned_by": "replay"} for m in replay.models]}
-                self._send(Answer(200, "application/json", json.dumps(data).encode()))
-
-            def do_POST(self) -> None:  # noqa: N802
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    body = {"unparsed": raw.decode(errors="replace")}
-                body["_headers"] = {"authorization": self.headers.get("Authorization", "")}
-                replay.requests.append(body)
-                if self.path.rstrip("/") != "/v1/chat/completions":
-                    return self._send(error(404, f"no route {self.path}"))
-                answer = replay.answers.pop(0) if replay.answers else replay.default
-                self._send(answer)
-
-            def _send(self, answer: Answer) -> None:
-                if answer.mode == "drop":
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    self.close_connection = True
-                    return
-                self.send_response(answer.status)
-                self.send_header("Content-Type", answer.content_type)
-                streaming = answer.content_type.startswith("text/event-stream")
-                if not streaming:
-                    self.send_header("Content-Length", str(len(answer.body)))
-                self.send_header("Connection", "close")
-                self.end_headers()
-                self.close_connection = True
-                events = answer.body.split(b"\n\n") if streaming else [answer.body]
-                if answer.mode == "cut":
-                    events = [e for e in events if e.strip()][: max(1, len(events) // 2)]
-                for i, event in enumerate(events):
-                    if not event.strip() and streaming:
-                        continue
-                    self.wfile.write(event + (b"\n\n" if streaming else b""))
-                    self.wfile.flush()
-                    if answer.mode == "hang" and i == 0:
-                        replay.release.wait(60)
-                        return
-                    if answer.delay:
-                        time.sleep(answer.delay)
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        handler = type("Handler", (_Handler,), {"replay": self})
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
         threading.Thread(target=self._httpd.serve_forever, daemon=True).start()

@@ -2,9 +2,9 @@
 
 It is a raw ASGI3 app so the real `openai` client can talk to it in-process (no port, no
 network) and so server/core needs no web framework. Its behaviour is a pure function of the
-request: the last user message is read line by line as instructions (write, append, delete,
-read, shell, batch, say, fail, slow, recall, notes), which lets tests and demos drive tool
-calls, multi-batch turns, errors and slow streams without a real model.
+request (`demo_script.py`: the last user message read line by line as instructions), which
+lets tests and demos drive tool calls, multi-batch turns, errors and slow streams without a
+real model. This module streams it the way real servers do.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from .demo_script import DemoError, Reply, respond, usage
 
 if TYPE_CHECKING:
     import openai
@@ -26,235 +27,7 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
 MODEL_ID = "demo"
-_KEYWORDS = {"write", "append", "delete", "read", "shell", "batch", "say", "fail", "slow",
-             "recall", "notes"}
-_VERBS = {"write_file": "wrote", "edit_file": "appended", "delete_file": "deleted",
-          "read_file": "read", "shell": "ran"}
-_BRANCH_LINE = re.compile(r"^- [^:]+: ?(.*)$")
-
-
-@dataclass
-class _Plan:
-    """What the last user message asks for."""
-
-    batches: list[list[tuple[str, dict[str, str]]]] = field(default_factory=list)
-    says: list[str] = field(default_factory=list)
-    fail: str | None = None
-    slow_ms: int = 0
-    recall: bool = False
-    notes: bool = False
-
-
-class _HTTPError(Exception):
-    def __init__(self, status: int, message: str, kind: str) -> None:
-        super().__init__(message)
-        self.status, self.message, self.kind = status, message, kind
-
-
-def _text(content: Any) -> str:
-    """Message content as plain text; null and list-of-parts contents are legal in the API."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            p if isinstance(p, str) else p.get("text") or "" for p in content
-            if isinstance(p, str) or (isinstance(p, dict) and isinstance(p.get("text"), str))
-        )
-    return str(content)
-
-
-def _unescape(text: str) -> str:
-    return text.replace("\\n", "\n")
-
-
-def _parse(user_text: str, has_shell: bool) -> _Plan:
-    plan = _Plan()
-    current: list[tuple[str, dict[str, str]]] = []
-    for raw in user_text.split("\n"):
-        line = raw.rstrip("\r")
-        word, _, rest = line.partition(" ")
-        if word not in _KEYWORDS:
-            continue
-        path, _, body = rest.partition(" ")
-        if word == "write" and path:
-            current.append(("write_file", {"path": path, "content": _unescape(body) + "\n"}))
-        elif word == "append" and path:
-            args = {"path": path, "old_text": "", "new_text": _unescape(body) + "\n"}
-            current.append(("edit_file", args))
-        elif word in ("delete", "read") and path:
-            current.append((f"{word}_file", {"path": path}))
-        elif word == "shell" and has_shell and rest.strip():
-            current.append(("shell", {"command": rest}))
-        elif word == "batch":
-            # Empty batches are dropped: a response with no tool calls would end the turn.
-            if current:
-                plan.batches.append(current)
-            current = []
-        elif word == "say":
-            plan.says.append(rest)
-        elif word == "fail" and plan.fail is None:
-            plan.fail = rest or "demo model failure"
-        elif word == "slow" and rest.strip().isdigit():
-            plan.slow_ms = int(rest.strip())
-        elif word == "recall":
-            plan.recall = True
-        elif word == "notes":
-            plan.notes = True
-    if current:
-        plan.batches.append(current)
-    return plan
-
-
-@dataclass
-class _MergeNote:
-    finals: list[str]
-    conflicts: list[str]
-
-
-def _merge_note(messages: list[dict[str, Any]]) -> _MergeNote | None:
-    """The merge note of the current turn: a system message other than the first (the base
-    prompt) whose first line starts with `Merge turn`, with `- BRANCH: TEXT` lines and maybe a
-    `Conflicts:` list of `- PATH` lines. Only notes after the previous user message count, so
-    a merge earlier in the chat does not turn every later answer into `merged: ...`; among
-    those the last one wins."""
-    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
-    start = users[-2] + 1 if len(users) >= 2 else 0
-    systems = [i for i, m in enumerate(messages) if m.get("role") == "system"]
-    for i in reversed(systems[1:]):
-        if i < start:
-            break
-        lines = _text(messages[i].get("content")).split("\n")
-        if not lines[0].startswith("Merge turn"):
-            continue
-        note = _MergeNote([], [])
-        in_conflicts = False
-        for line in lines[1:]:
-            if line.strip() == "Conflicts:":
-                in_conflicts = True
-            elif in_conflicts:
-                if line.startswith("- ") and line[2:].strip():
-                    note.conflicts.append(line[2:].strip())
-                else:
-                    in_conflicts = False
-            elif match := _BRANCH_LINE.match(line):
-                note.finals.append(match.group(1))
-        if note.finals:
-            return note
-    return None
-
-
-def _keep_both_sides(text: str) -> str:
-    """A file with conflict markers resolved by keeping both sides (ours, then theirs)."""
-    out, in_base = [], False
-    for line in text.splitlines(keepends=True):
-        if line.startswith("|||||||"):
-            in_base = True  # diff3 style: the ancestor's lines are dropped
-        elif line.startswith("======="):
-            in_base = False
-        elif line.startswith(("<<<<<<<", ">>>>>>>")):
-            in_base = False
-        elif not in_base:
-            out.append(line)
-    return "".join(out)
-
-
-def _conflict_batches(
-    note: _MergeNote, messages: list[dict[str, Any]], after: int
-) -> list[list[tuple[str, dict[str, str]]]]:
-    """A merge turn with conflicts: read every conflicted file in one batch, then write each
-    one back with its markers resolved, from what the reads returned."""
-    batches: list[list[tuple[str, dict[str, str]]]] = [
-        [("read_file", {"path": p}) for p in note.conflicts]]
-    reads = next((m for m in messages[after:]
-                  if m.get("role") == "assistant" and m.get("tool_calls")), None)
-    if reads is None:
-        return batches + [[]]  # the writes are known once the reads have answered
-    paths = {}
-    for call in reads.get("tool_calls") or ():
-        try:
-            paths[call.get("id")] = json.loads(call["function"]["arguments"]).get("path")
-        except (KeyError, TypeError, ValueError):
-            continue
-    writes = []
-    for m in messages[after:]:
-        path = paths.get(m.get("tool_call_id")) if m.get("role") == "tool" else None
-        content = _text(m.get("content"))
-        if path and not content.startswith("error:"):
-            writes.append(("write_file", {"path": path, "content": _keep_both_sides(content)}))
-    return batches + [writes]
-
-
-@dataclass
-class _Reply:
-    content: str | None
-    tool_calls: list[dict[str, Any]]
-    slow_ms: int
-
-
-def _respond(request: dict[str, Any]) -> _Reply:
-    messages = [m for m in request.get("messages") or [] if isinstance(m, dict)]
-    tools = request.get("tools") or []
-    has_shell = any(
-        isinstance(t, dict) and (t.get("function") or {}).get("name") == "shell" for t in tools
-    )
-    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-    user_text = _text(messages[last_user].get("content")) if last_user >= 0 else ""
-    plan = _parse(user_text, has_shell)
-    if plan.fail is not None:
-        raise _HTTPError(500, plan.fail, "server_error")
-
-    def calls_batch(m: dict[str, Any]) -> bool:
-        return m.get("role") == "assistant" and bool(m.get("tool_calls"))
-
-    done = sum(1 for m in messages[last_user + 1 :] if calls_batch(m))
-    note = _merge_note(messages)
-    if note is not None and note.conflicts:
-        plan.batches = [b for b in _conflict_batches(note, messages, last_user + 1) if b] \
-            + plan.batches
-    if done < len(plan.batches):
-        # Numbered over the whole conversation so ids stay unique across turns too.
-        n = sum(1 for m in messages if calls_batch(m)) + 1
-        calls = [
-            {"id": f"call_{n}_{k}", "type": "function",
-             "function": {"name": name, "arguments": json.dumps(args)}}
-            for k, (name, args) in enumerate(plan.batches[done])
-        ]
-        return _Reply(None, calls, plan.slow_ms)
-
-    users = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
-    systems = [_text(m.get("content")) for m in messages if m.get("role") == "system"]
-    merged = "merged: " + "; ".join(note.finals) if note is not None else None
-    ran = [(name, args) for batch in plan.batches for name, args in batch]
-    if plan.says:
-        answer = "\n".join(plan.says)
-    elif merged is not None:
-        answer = merged
-    elif ran:
-        answer = "done: " + ", ".join(
-            f"{_VERBS[name]} {args.get('path', args.get('command', ''))}" for name, args in ran
-        )
-    elif plan.recall:
-        answer = " | ".join(users)
-    elif plan.notes:
-        answer = " | ".join(systems[1:]) or "no notes"
-    else:
-        answer = "echo: " + user_text
-    return _Reply(answer, [], plan.slow_ms)
-
-
-def _usage(request: dict[str, Any], reply: _Reply) -> dict[str, int]:
-    prompt = sum(len(_text(m.get("content")).split()) for m in request.get("messages") or []
-                 if isinstance(m, dict))
-    completion = len((reply.content or "").split()) + sum(
-        len(c["function"]["arguments"].split()) for c in reply.tool_calls
-    )
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion}
-
 
 def _pieces(text: str, count: int = 3) -> list[str]:
     # Arguments arrive in a few pieces, as from OpenAI, so clients must really assemble them.
@@ -262,7 +35,7 @@ def _pieces(text: str, count: int = 3) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
-def _deltas(reply: _Reply) -> list[dict[str, Any]]:
+def _deltas(reply: Reply) -> list[dict[str, Any]]:
     if not reply.tool_calls:
         # Word by word, spaces kept, so joining the deltas gives back the exact text.
         words = re.findall(r"\s*\S+\s*", reply.content or "") or [reply.content or ""]
@@ -282,7 +55,7 @@ def _completion_id(body: bytes) -> str:
     return "chatcmpl-demo-" + hashlib.sha256(body).hexdigest()[:24]
 
 
-async def _stream(request: dict[str, Any], reply: _Reply, cid: str) -> AsyncIterator[bytes]:
+async def _stream(request: dict[str, Any], reply: Reply, cid: str) -> AsyncIterator[bytes]:
     base = {"id": cid, "object": "chat.completion.chunk",
             "created": int(time.time()), "model": request.get("model") or MODEL_ID,
             "system_fingerprint": None}
@@ -298,7 +71,7 @@ async def _stream(request: dict[str, Any], reply: _Reply, cid: str) -> AsyncIter
     if include_usage:
         for chunk in chunks:
             chunk["usage"] = None
-        chunks.append({**base, "choices": [], "usage": _usage(request, reply)})
+        chunks.append({**base, "choices": [], "usage": usage(request, reply)})
     for i, chunk in enumerate(chunks):
         if i and reply.slow_ms:
             await asyncio.sleep(reply.slow_ms / 1000)
@@ -306,7 +79,7 @@ async def _stream(request: dict[str, Any], reply: _Reply, cid: str) -> AsyncIter
     yield b"data: [DONE]\n\n"
 
 
-def _completion(request: dict[str, Any], reply: _Reply, cid: str) -> dict[str, Any]:
+def _completion(request: dict[str, Any], reply: Reply, cid: str) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     if reply.tool_calls:
         message["tool_calls"] = reply.tool_calls
@@ -315,7 +88,7 @@ def _completion(request: dict[str, Any], reply: _Reply, cid: str) -> dict[str, A
         "model": request.get("model") or MODEL_ID, "system_fingerprint": None,
         "choices": [{"index": 0, "message": message, "logprobs": None,
                      "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
-        "usage": _usage(request, reply),
+        "usage": usage(request, reply),
     }
 
 
@@ -341,9 +114,9 @@ def _load(body: bytes) -> dict[str, Any]:
     try:
         request = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise _HTTPError(400, f"Invalid JSON body: {exc}", "invalid_request_error") from exc
+        raise DemoError(400, f"Invalid JSON body: {exc}", "invalid_request_error") from exc
     if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
-        raise _HTTPError(400, "Body must be an object with a 'messages' list",
+        raise DemoError(400, "Body must be an object with a 'messages' list",
                          "invalid_request_error")
     return request
 
@@ -352,7 +125,7 @@ async def _chat(receive: Receive, send: Send) -> None:
     body = await _read_body(receive)
     request = _load(body)
     cid = _completion_id(body)
-    reply = _respond(request)
+    reply = respond(request)
     if not request.get("stream"):
         if reply.slow_ms:
             await asyncio.sleep(reply.slow_ms / 1000)
@@ -386,20 +159,58 @@ def create_demo_app() -> ASGIApp:
         try:
             if path in ("/v1/chat/completions", "/chat/completions"):
                 if method != "POST":
-                    raise _HTTPError(405, "Method not allowed", "invalid_request_error")
+                    raise DemoError(405, "Method not allowed", "invalid_request_error")
                 await _chat(receive, send)
             elif path in ("/v1/models", "/models"):
                 if method != "GET":
-                    raise _HTTPError(405, "Method not allowed", "invalid_request_error")
+                    raise DemoError(405, "Method not allowed", "invalid_request_error")
                 model = {"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "braid"}
                 await _send_json(send, 200, {"object": "list", "data": [model]})
             else:
-                raise _HTTPError(404, f"Unknown path {path}", "invalid_request_error")
-        except _HTTPError as err:
+                raise DemoError(404, f"Unknown path {path}", "invalid_request_error")
+        except DemoError as err:
             error = {"message": err.message, "type": err.kind, "param": None, "code": None}
             await _send_json(send, err.status, {"error": error})
 
     return app
+
+
+_END = object()  # the app finished: no more body
+
+
+def _body_stream(queue: asyncio.Queue[Any], task: asyncio.Task[None]) -> Any:
+    """The response body as an httpx2 stream fed by the app's `send` calls."""
+    import httpx2
+
+    class Body(httpx2.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            while True:
+                message = await queue.get()
+                if message is _END:
+                    if not task.cancelled() and task.exception():
+                        raise task.exception()  # type: ignore[misc]
+                    return
+                if message.get("body"):
+                    yield message["body"]
+                if not message.get("more_body", False):
+                    return
+
+        async def aclose(self) -> None:
+            # A client that stops reading (the user pressed stop) ends the app too.
+            task.cancel()
+
+    return Body()
+
+
+def _scope(request: Any) -> Scope:
+    return {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+        "method": request.method, "scheme": request.url.scheme,
+        "path": request.url.path, "raw_path": request.url.raw_path.split(b"?")[0],
+        "query_string": request.url.query, "root_path": "",
+        "headers": [(k.lower(), v) for k, v in request.headers.raw],
+        "server": (request.url.host, request.url.port), "client": ("127.0.0.1", 123),
+    }
 
 
 def _streaming_transport(app: ASGIApp) -> Any:
@@ -411,29 +222,7 @@ def _streaming_transport(app: ASGIApp) -> Any:
     """
     import httpx2
 
-    end = object()
-
-    class _Body(httpx2.AsyncByteStream):
-        def __init__(self, queue: asyncio.Queue[Any], task: asyncio.Task[None]) -> None:
-            self._queue, self._task = queue, task
-
-        async def __aiter__(self) -> AsyncIterator[bytes]:
-            while True:
-                message = await self._queue.get()
-                if message is end:
-                    if not self._task.cancelled() and self._task.exception():
-                        raise self._task.exception()  # type: ignore[misc]
-                    return
-                if message.get("body"):
-                    yield message["body"]
-                if not message.get("more_body", False):
-                    return
-
-        async def aclose(self) -> None:
-            # A client that stops reading (the user pressed stop) ends the app too.
-            self._task.cancel()
-
-    class _Transport(httpx2.AsyncBaseTransport):
+    class Transport(httpx2.AsyncBaseTransport):
         async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
             body = b"".join([part async for part in request.stream])  # type: ignore[union-attr]
             closed = asyncio.Event()
@@ -448,24 +237,16 @@ def _streaming_transport(app: ASGIApp) -> Any:
                 return {"type": "http.disconnect"}
 
             queue: asyncio.Queue[Any] = asyncio.Queue()
-            scope = {
-                "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-                "method": request.method, "scheme": request.url.scheme,
-                "path": request.url.path, "raw_path": request.url.raw_path.split(b"?")[0],
-                "query_string": request.url.query, "root_path": "",
-                "headers": [(k.lower(), v) for k, v in request.headers.raw],
-                "server": (request.url.host, request.url.port), "client": ("127.0.0.1", 123),
-            }
-            task = asyncio.create_task(app(scope, receive, queue.put))
-            task.add_done_callback(lambda _: (closed.set(), queue.put_nowait(end)))
+            task = asyncio.create_task(app(_scope(request), receive, queue.put))
+            task.add_done_callback(lambda _: (closed.set(), queue.put_nowait(_END)))
             start = await queue.get()
-            if start is end:
+            if start is _END:
                 task.result()  # re-raises the app's error
                 raise RuntimeError("demo app ended without a response")
             return httpx2.Response(start["status"], headers=start.get("headers", []),
-                                   stream=_Body(queue, task))
+                                   stream=_body_stream(queue, task))
 
-    return _Transport()
+    return Transport()
 
 
 def demo_client(**kw: Any) -> openai.AsyncOpenAI:

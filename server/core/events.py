@@ -34,5 +34,10 @@ class EventBus:
     def publish(self, session_id: str, event: str, data: dict[str, Any]) -> None:
         assert event in EVENTS, event
         frame = {"type": "event", "event": event, "data": {"session_id": session_id, **data}}
+        self.deliver(session_id, frame)
+
+    def deliver(self, session_id: str, frame: dict[str, Any]) -> None:
+        """Hand a frame to every subscriber of the session (a team's bus: one from another
+        process too)."""
         for queue in list(self._subscribers.get(session_id, ())):
             queue.put_nowait(frame)

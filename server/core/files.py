@@ -22,6 +22,7 @@ from . import layout
 from .errors import BadRequest, Busy, Conflict, Forbidden, NotFound
 from .git_session import WORKDIR, GitSession, to_json_bytes
 from .ids import new_message_id, now_iso
+from .records import RunRecord
 from .turn_changes import files_of
 
 if TYPE_CHECKING:
@@ -232,10 +233,8 @@ def commit_upload(git: GitSession, session_id: str, files: dict[str, bytes]) -> 
     message = {"id": new_message_id(), "role": "user", "run_id": run_id, "created_at": now,
                "content": f"I uploaded {len(names)} file{'s' if len(names) != 1 else ''} "
                           f"into the workdir: {shown}", "upload": names}
-    run = {"run_id": run_id, "session_id": session_id, "status": "COMPLETED", "kind": "upload",
-           "branch": git.branch, "model": None, "usage": {}, "created_at": now,
-           "updated_at": now, "forked_from_run_id": None, "forked_from_message_index": None,
-           "regenerated_from": None, "error": None, "message_count": 1, "parent_run_id": None}
+    run = RunRecord(run_id, session_id, git.branch, status="COMPLETED", created_at=now,
+                    message_count=1, extra={"kind": "upload"}).as_dict()
     changes: dict[str, Any] = {f"{WORKDIR}/{rel}": data for rel, data in files.items()}
     changes[layout.next_message_path(git, "user", message["id"])] = to_json_bytes(message)
     changes[layout.new_run_path(git, run_id)] = to_json_bytes(run)

@@ -25,7 +25,8 @@ import pygit2
 from . import crash, journal
 from .errors import Busy
 from .git_session import HISTORY, WORKDIR, GitSession, commit_message, to_json_bytes
-from .ids import new_session_id, now_iso
+from .ids import new_session_id
+from .records import SessionMeta
 from .turns import snapshot_user_edits
 
 if TYPE_CHECKING:
@@ -167,14 +168,10 @@ async def fork_session(braid: Braid, user_id: str, session_id: str) -> dict[str,
     if await braid.locks.held(source.session_id):
         raise Busy("a run is going on in this session; fork it when the run ends")
     new_id = new_session_id()
-    meta = {
-        "session_id": new_id,
-        "title": fork_title(source.meta.get("title") or ""),
-        "user_id": source.user_id,
-        "created_at": now_iso(),
-        "forked_from_session_id": source.session_id,
-        "root_session_id": source.meta.get("root_session_id") or source.session_id,
-    }
+    meta = SessionMeta(new_id, fork_title(source.meta.get("title") or ""), source.user_id,
+                       forked_from_session_id=source.session_id,
+                       root_session_id=source.meta.get("root_session_id") or source.session_id,
+                       ).as_dict()
     target = braid.store.path(new_id)
     await braid.packer.wait_idle(source.session_id)  # the object files must not move now
     # A marker next to the folder: a kill before the fork is whole leaves it, and start-up

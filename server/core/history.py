@@ -133,21 +133,27 @@ def move_listing(repo: pygit2.Repository, listing: Listing, tree: pygit2.Tree | 
             listing.by_stem.pop(gone.name.rsplit(".", 1)[0], None)
     del listing.entries[cut:]
     del listing.starts[keep:]
-    for path, oid in shards[keep:]:
-        listing.starts.append(len(listing.entries))
-        for entry in repo[oid]:
-            if isinstance(entry, pygit2.Tree):
-                continue
-            n = len(listing.entries)
-            listing.entries.append(Entry(f"{path}/{entry.name}", _number(listing.top, entry.name,
-                                                                         n), entry.id,
-                                         entry.name))
+    _read_shards(repo, listing, shards[keep:])
     listing.tree_id, listing.legacy, listing.shards = tree.id, legacy, shards
     if listing.messages is not None:
         del listing.messages[cut:]
     if listing.by_stem is not None:
         for i in range(cut, len(listing.entries)):
             listing.by_stem[listing.entries[i].name.rsplit(".", 1)[0]] = i
+
+
+def _read_shards(repo: pygit2.Repository, listing: Listing,
+                 shards: list[tuple[str, pygit2.Oid]]) -> None:
+    """Append the entries of these leaf folders to the listing."""
+    for path, oid in shards:
+        listing.starts.append(len(listing.entries))
+        for entry in repo[oid]:
+            if isinstance(entry, pygit2.Tree):
+                continue
+            n = len(listing.entries)
+            listing.entries.append(Entry(f"{path}/{entry.name}",
+                                         _number(listing.top, entry.name, n), entry.id,
+                                         entry.name))
 
 
 class Listings:

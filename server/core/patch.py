@@ -123,18 +123,21 @@ def _unquote(quoted: str) -> str:
         return quoted
 
 
-def _parse_hunk(lines: list[str], i: int) -> tuple[Hunk, int]:
-    header = lines[i]
+def _hunk_counts(header: str) -> tuple[int | None, int | None, int | None]:
+    """(old start, old length, new length) of a hunk header; all None for a bare `@@`."""
     m = _HUNK_HEADER.match(header)
     if m:
-        old_start: int | None = int(m.group(1))
-        old_len: int | None = int(m.group(2)) if m.group(2) is not None else 1
-        new_len: int | None = int(m.group(4)) if m.group(4) is not None else 1
-    elif not header.startswith("@@ -"):
+        return (int(m.group(1)), int(m.group(2)) if m.group(2) is not None else 1,
+                int(m.group(4)) if m.group(4) is not None else 1)
+    if not header.startswith("@@ -"):
         # A bare "@@" (or "@@ some context @@"): no numbers, the context locates the hunk.
-        old_start = old_len = new_len = None
-    else:
-        raise PatchError(f"malformed hunk header {header!r}")
+        return None, None, None
+    raise PatchError(f"malformed hunk header {header!r}")
+
+
+def _parse_hunk(lines: list[str], i: int) -> tuple[Hunk, int]:
+    header = lines[i]
+    old_start, old_len, new_len = _hunk_counts(header)
     hunk = Hunk(header=header.strip(), old_start=old_start, old_len=old_len)
     i += 1
     seen_old = seen_new = 0

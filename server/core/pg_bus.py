@@ -86,8 +86,7 @@ class PgEventBus(EventBus):
 
     def _deliver(self, frame: dict[str, Any]) -> None:
         session_id = str(frame.get("data", {}).get("session_id", ""))
-        for queue in list(self._subscribers.get(session_id, ())):
-            queue.put_nowait(frame)
+        self.deliver(session_id, frame)
 
     # -- sending --------------------------------------------------------------------------
 

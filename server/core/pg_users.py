@@ -12,7 +12,7 @@ from typing import Any
 from .errors import BadRequest
 from .ids import now_iso
 from .pg_conn import PgThread
-from .users import _NAME, hash_token, new_token
+from .users import USER_NAME, hash_token, new_token
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS users (
@@ -37,7 +37,7 @@ class PgUsers:
 
     def set_token(self, user_id: str, token: str | None = None) -> str:
         """Create `user_id` or replace its token; returns the token in clear (shown once)."""
-        if not _NAME.match(user_id):
+        if not USER_NAME.match(user_id):
             raise BadRequest("a user name is 1-64 letters, digits, '_', '.' or '-'")
         token = token or new_token()
         hashed, at = hash_token(token), now_iso()

@@ -49,29 +49,41 @@ async def on_own_thread(fn: Callable[[], T], name: str) -> T:
     return await done
 
 
+class _Capture:
+    """A command's output read as it comes, keeping only the head and the tail: a chatty
+    command must not fill memory, and errors usually sit at the end."""
+
+    def __init__(self, limit: int) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.half = limit // 2
+
+    def pump(self, stream: Any) -> None:
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            self.total += len(chunk)
+            room = self.half - len(self.head)
+            if room > 0:
+                self.head.extend(chunk[:room])
+                chunk = chunk[room:]
+            if chunk:
+                self.tail.extend(chunk)
+                if len(self.tail) > self.half:
+                    self.tail = self.tail[-self.half:]
+
+    def text(self) -> str:
+        output = bytes(self.head)
+        omitted = self.total - len(self.head) - len(self.tail)
+        if omitted > 0:
+            output += f"\n... [{omitted} bytes of output omitted] ...\n".encode()
+        output += bytes(self.tail)
+        return output.decode("utf-8", errors="replace")
+
+
 def run_shell(command: str, *, cwd: Path, timeout: float,
               output_limit: int = SHELL_OUTPUT_LIMIT) -> tuple[str, bool]:
     """Run `bash -c command` in `cwd`; returns (what the model reads, whether it failed)."""
-    head = bytearray()
-    tail = bytearray()
-    total = 0
-    half = output_limit // 2
-
-    def pump(stream: Any) -> None:
-        # Read as it comes and keep only the head and the tail: a chatty command must not
-        # fill memory, and errors usually sit at the end.
-        nonlocal total, tail
-        for chunk in iter(lambda: stream.read1(65536), b""):
-            total += len(chunk)
-            room = half - len(head)
-            if room > 0:
-                head.extend(chunk[:room])
-                chunk = chunk[room:]
-            if chunk:
-                tail.extend(chunk)
-                if len(tail) > half:
-                    tail = tail[-half:]
-
+    capture = _Capture(output_limit)
     tag = proctree.new_tag()
     try:
         # A new session makes the command's whole process tree one group we can kill; the
@@ -89,7 +101,7 @@ def run_shell(command: str, *, cwd: Path, timeout: float,
     except OSError as exc:
         return f"error: could not start bash: {exc}", True
     proctree.register(tag, cwd, proc)
-    reader = threading.Thread(target=pump, args=(proc.stdout,), daemon=True)
+    reader = threading.Thread(target=capture.pump, args=(proc.stdout,), daemon=True)
     reader.start()
     deadline = time.monotonic() + timeout
     # EOF on the pipe, not the exit of bash, tells that output is complete; a background
@@ -114,11 +126,7 @@ def run_shell(command: str, *, cwd: Path, timeout: float,
     # pipe) would wait on the reader's lock; leave that stream to the daemon thread instead.
     if proc.stdout is not None and not reader.is_alive():
         proc.stdout.close()
-    output = bytes(head)
-    if total > len(head) + len(tail):
-        output += f"\n... [{total - len(head) - len(tail)} bytes of output omitted] ...\n".encode()
-    output += bytes(tail)
-    text = output.decode("utf-8", errors="replace")
+    text = capture.text()
     if timed_out:
         return f"error: command timed out after {timeout:g}s and was killed\n{text}", True
     # A non-zero exit is a normal outcome for the model to read (a failing test, say), not a

@@ -35,6 +35,7 @@ from .git_session import (
 from .ids import new_message_id, now_iso
 from .layout import answer_of
 from .live_runs import ActiveRun, claim_turn
+from .records import RunRecord
 from .recovery import prune_worktrees
 from .store import SessionHandle
 from .turns import TurnContext, launch, new_message, open_turn, snapshot_user_edits
@@ -124,15 +125,9 @@ def write_result(git: GitSession, parent_branch: str, session_id: str, parent_tu
         k: info[k] for k in ("branch", "commit_id", "run_id", "status", "final_text", "label")})
     msg["id"] = run_id
     now = now_iso()
-    run = {
-        "run_id": run_id, "session_id": session_id, "status": "COMPLETED",
-        "branch": parent_branch,
-        "model": None, "usage": {}, "created_at": now, "updated_at": now,
-        "forked_from_run_id": None, "forked_from_message_index": None,
-        "regenerated_from": None, "error": None, "message_count": 1,
-        "parent_run_id": parent_turn_id, "kind": "sub-agent-result",
-        "sub_agent": msg["sub_agent"],
-    }
+    run = RunRecord(run_id, session_id, parent_branch, status="COMPLETED", created_at=now,
+                    message_count=1, parent_run_id=parent_turn_id,
+                    extra={"kind": "sub-agent-result", "sub_agent": msg["sub_agent"]}).as_dict()
     changes = {
         layout.next_message_path(git, "assistant", run_id, tip): to_json_bytes(msg),
         layout.new_run_path(git, run_id, tip): to_json_bytes(run),

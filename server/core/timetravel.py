@@ -26,6 +26,7 @@ from .errors import BadRequest, Busy
 from .git_session import GitSession, to_json_bytes
 from .ids import new_message_id, now_iso
 from .live_runs import claim_turn
+from .records import RunRecord
 from .turns import (
     TurnContext,
     add_message,
@@ -141,14 +142,11 @@ def _fork(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
         changes[layout.message_path(git, first_seq + i, msg["role"], msg["id"], base)] = \
             to_json_bytes(msg)
     now = now_iso()
-    record = {
-        "run_id": new_id, "session_id": handle.session_id, "status": "RUNNING",
-        "branch": plan.branch, "model": None, "usage": {}, "created_at": now, "updated_at": now,
-        "forked_from_run_id": view.run_id, "forked_from_message_index": k,
-        "regenerated_from": view.run_id if plan.options.regenerate else None,
-        "continue_from": plan.options.continue_from, "error": None, "message_count": k,
-        "parent_run_id": None,
-    }
+    record = RunRecord(
+        new_id, handle.session_id, plan.branch, created_at=now, forked_from_run_id=view.run_id,
+        forked_from_message_index=k, message_count=k,
+        regenerated_from=view.run_id if plan.options.regenerate else None,
+        extra={"continue_from": plan.options.continue_from}).as_dict()
     record_path = layout.new_run_path(git, new_id, base)
     changes[record_path] = to_json_bytes(record)
     git.write_checkpoint(changes, summary=f"Fork of run {view.run_id[:10]} at message {k}",

@@ -20,16 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from server.core.names import is_utf8, shown
 from server.core.patch import PatchError, apply_hunks, parse_patch
 from server.core.shell import run_shell
+from server.core.tool_paths import (
+    PathEscape,
+    blocking_parent,
+    resolve_in,
+    write_bytes,
+)
 
 LIST_LIMIT = 2000
-FILE_MODE = 0o666  # new files get the usual mode, filtered by the umask as open(2) does
-
-
-class PathEscape(Exception):
-    """A path leads outside the workspace root, or into a place the tools must not touch."""
 
 
 @dataclass
@@ -103,6 +103,27 @@ _TOOLS: dict[str, _Spec] = {
 }
 
 
+def _checked_args(name: str, args: dict[str, Any] | str) -> dict[str, Any] | ToolResult:
+    """The call's arguments as a dict of strings, or the error the model reads."""
+    if name not in _TOOLS:
+        return _error(f"unknown tool {name!r}; available: {', '.join(_TOOLS)}")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as exc:
+            return _error(f"arguments for {name} are not valid JSON: {exc}")
+    if not isinstance(args, dict):
+        return _error(f"arguments for {name} must be a JSON object")
+    spec = _TOOLS[name]
+    for key in spec.required:
+        if key not in args:
+            return _error(f"{name} needs the argument {key!r}")
+    for key in spec.params:
+        if key in args and not isinstance(args[key], str):
+            return _error(f"argument {key!r} of {name} must be a string")
+    return args
+
+
 class Workspace:
     def __init__(
         self,
@@ -123,75 +144,26 @@ class Workspace:
         """Return (absolute real path, workdir-relative POSIX path), or raise PathEscape."""
         return self._resolve(path, follow_final=True)
 
+    def resolve_for_write(self, path: str) -> tuple[Path, str]:
+        """`resolve`, refusing the workspace root itself."""
+        return self._resolve(path, follow_final=True, allow_root=False)
+
     def _resolve(
         self, path: str, *, follow_final: bool, allow_root: bool = True
     ) -> tuple[Path, str]:
-        if not isinstance(path, str):
-            raise PathEscape("path must be a string")
-        if "\x00" in path:
-            raise PathEscape("path contains a NUL byte")
-        if not is_utf8(path):
-            raise PathEscape(f"path is not valid UTF-8: '{shown(path)}'")
-        if path.startswith("/") or os.path.isabs(path):
-            raise PathEscape(f"absolute paths are not allowed: {path!r}")
-        parts: list[str] = []
-        for part in path.split("/"):
-            if part in ("", "."):
-                continue
-            if part == "..":
-                if not parts:
-                    raise PathEscape(f"path leads outside the workspace: {path!r}")
-                # Lexical: `link/..` means the folder holding `link`, never the link
-                # target's parent, and the real path below is built from these parts only.
-                parts.pop()
-            else:
-                parts.append(part)
-        _reject_git(parts, path)
-        root_real = os.path.realpath(self.root)
-        # Every existing prefix must stay inside: a symlinked folder pointing outside is an
-        # escape even when a later link would lead back in.
-        current = root_real
-        for part in parts:
-            current = os.path.join(current, part)
-            if not os.path.lexists(current):
-                break
-            _check_inside(os.path.realpath(current), root_real, path)
-        lexical = os.path.join(root_real, *parts)
-        real = os.path.realpath(lexical)
-        _check_inside(real, root_real, path)
-        if not follow_final and parts:
-            # Acting on the entry itself (deleting a symlink removes the link, not its target).
-            parent = os.path.realpath(os.path.dirname(lexical))
-            _check_inside(parent, root_real, path)
-            real = os.path.join(parent, parts[-1])
-        rel = os.path.relpath(real, root_real).replace(os.sep, "/")
-        if rel == "." and not allow_root:
-            raise PathEscape("the workspace root itself cannot be written or deleted")
-        _reject_git(rel.split("/"), path)
-        return Path(real), rel
+        return resolve_in(self.root, path, follow_final=follow_final, allow_root=allow_root)
 
     # --------------------------------------------------------------------- dispatch
 
     def execute(self, name: str, args: dict[str, Any] | str) -> ToolResult:
         """Run one tool call; every failure except one from `before_write` is a result."""
-        if name not in _TOOLS:
-            return _error(f"unknown tool {name!r}; available: {', '.join(_TOOLS)}")
-        if isinstance(args, str):
-            try:
-                args = json.loads(args) if args.strip() else {}
-            except json.JSONDecodeError as exc:
-                return _error(f"arguments for {name} are not valid JSON: {exc}")
-        if not isinstance(args, dict):
-            return _error(f"arguments for {name} must be a JSON object")
+        checked = _checked_args(name, args)
+        if isinstance(checked, ToolResult):
+            return checked
         spec = _TOOLS[name]
-        for key in spec.required:
-            if key not in args:
-                return _error(f"{name} needs the argument {key!r}")
-        for key in spec.params:
-            if key in args and not isinstance(args[key], str):
-                return _error(f"argument {key!r} of {name} must be a string")
         try:
-            return getattr(self, f"_tool_{name}")(**{k: args[k] for k in spec.params if k in args})
+            return getattr(self, f"_tool_{name}")(**{k: checked[k] for k in spec.params
+                                                      if k in checked})
         except _HookFailed as exc:
             # Re-raised as is (keeping its own cause) so the caller sees the backup failure.
             raise exc.original from exc.original.__cause__
@@ -281,11 +253,11 @@ class Workspace:
         data = content.encode("utf-8")  # before the hook: bad content changes nothing
         if abs_path.is_dir():
             return _error(f"{rel} is a directory")
-        if blocked := self._blocking_parent(abs_path):
+        if blocked := blocking_parent(self.root, abs_path):
             return _error(f"cannot create {rel}: {blocked} is a file, not a folder")
         existed = abs_path.exists()
         self._notify(rel)
-        self._write_bytes(abs_path, data)
+        write_bytes(self.root, abs_path, data)
         verb = "overwrote" if existed else "created"
         return ToolResult(f"{verb} {rel} ({len(data)} bytes)", changed=[rel])
 
@@ -294,11 +266,11 @@ class Workspace:
         if abs_path.is_dir():
             return _error(f"{rel} is a directory")
         if old_text == "":
-            if blocked := self._blocking_parent(abs_path):
+            if blocked := blocking_parent(self.root, abs_path):
                 return _error(f"cannot create {rel}: {blocked} is a file, not a folder")
             data = new_text.encode("utf-8")
             self._notify(rel)
-            self._write_bytes(abs_path, data, append=True)
+            write_bytes(self.root, abs_path, data, append=True)
             return ToolResult(f"appended {len(data)} bytes to {rel}", changed=[rel])
         if not abs_path.exists():
             return _error(f"{rel} does not exist")
@@ -314,7 +286,7 @@ class Workspace:
             )
         data = text.replace(old_text, new_text, 1).encode("utf-8", errors="surrogateescape")
         self._notify(rel)
-        self._write_bytes(abs_path, data)
+        write_bytes(self.root, abs_path, data)
         return ToolResult(f"edited {rel}", changed=[rel])
 
     def _tool_delete_file(self, path: str) -> ToolResult:
@@ -336,68 +308,28 @@ class Workspace:
             return _error(f"could not parse the patch: {exc}; nothing was written")
         # Everything is computed in memory first; the disk is touched only once every hunk
         # of every file has matched.
-        state: dict[str, str | None] = {}  # rel -> new text, None = deleted
-        paths: dict[str, Path] = {}
-        existed: dict[str, bool] = {}
-        notes: list[str] = []
-
-        def current(rel: str, abs_path: Path) -> str | None:
-            if rel not in state:
-                paths[rel] = abs_path
-                if abs_path.is_dir():
-                    raise PatchError(f"{rel} is a directory")
-                exists = abs_path.exists()
-                existed[rel] = exists
-                raw = abs_path.read_bytes() if exists else None
-                state[rel] = raw.decode("utf-8", "surrogateescape") if raw is not None else None
-            return state[rel]
-
+        plan = _PatchPlan(self)
         try:
             for fp in file_patches:
-                src = fp.old_path if fp.old_path is not None else fp.new_path
-                assert src is not None
-                abs_src, rel_src = self._resolve(src, follow_final=True, allow_root=False)
-                text = current(rel_src, abs_src)
-                if fp.old_path is None and text is not None:
-                    raise PatchError(f"{rel_src} already exists, but the patch creates it")
-                if fp.old_path is not None and text is None:
-                    raise PatchError(f"{rel_src} does not exist")
-                new_text, hunk_notes = apply_hunks(text or "", fp.hunks, rel_src)
-                notes.extend(hunk_notes)
-                if fp.new_path is None:
-                    if new_text != "":
-                        raise PatchError(
-                            f"the patch deletes {rel_src} but does not remove all of its lines"
-                        )
-                    state[rel_src] = None
-                    continue
-                abs_dst, rel_dst = self._resolve(fp.new_path, follow_final=True, allow_root=False)
-                if rel_dst != rel_src:
-                    # A rename: the old name goes away, the new one must be free.
-                    if current(rel_dst, abs_dst) is not None:
-                        raise PatchError(f"{rel_dst} already exists, but the patch renames to it")
-                    state[rel_src] = None
-                if blocked := self._blocking_parent(abs_dst):
-                    raise PatchError(f"cannot create {rel_dst}: {blocked} is a file")
-                state[rel_dst] = new_text
+                plan.add(fp)
         except PatchError as exc:
             return _error(f"patch failed: {exc}; nothing was written")
-
-        changed = [rel for rel in state if state[rel] is not None or existed[rel]]
+        changed = [rel for rel in plan.state if plan.state[rel] is not None or plan.existed[rel]]
         for rel in changed:
             self._notify(rel)
         summary: list[str] = []
         for rel in changed:
-            new = state[rel]
+            new = plan.state[rel]
             if new is None:
-                paths[rel].unlink()
+                plan.paths[rel].unlink()
                 summary.append(f"deleted {rel}")
             else:
-                self._write_bytes(paths[rel], new.encode("utf-8", errors="surrogateescape"))
-                summary.append(f"{'modified' if existed[rel] else 'created'} {rel}")
+                data = new.encode("utf-8", errors="surrogateescape")
+                write_bytes(self.root, plan.paths[rel], data)
+                summary.append(f"{'modified' if plan.existed[rel] else 'created'} {rel}")
         text = "applied patch: " + ", ".join(summary) if summary else "patch changed nothing"
-        if notes:
-            text += "\n" + "\n".join(notes)
+        if plan.notes:
+            text += "\n" + "\n".join(plan.notes)
         return ToolResult(text, changed=changed)
 
     def _tool_shell(self, command: str) -> ToolResult:
@@ -406,42 +338,55 @@ class Workspace:
         text, failed = run_shell(command, cwd=self.root, timeout=self.shell_timeout)
         return ToolResult(text, is_error=failed)
 
-    # ---------------------------------------------------------------------- writing
-
-    def _blocking_parent(self, abs_path: Path) -> str | None:
-        """The workdir-relative name of an existing file where a parent folder must go."""
-        root_real = Path(os.path.realpath(self.root))
-        for parent in abs_path.parents:
-            if parent == root_real or root_real not in parent.parents:
-                return None
-            if parent.exists():
-                return None if parent.is_dir() else parent.relative_to(root_real).as_posix()
-        return None
-
-    def _write_bytes(self, abs_path: Path, data: bytes, *, append: bool = False) -> None:
-        root_real = os.path.realpath(self.root)
-        abs_path.parent.mkdir(parents=True, exist_ok=True)
-        # Re-check after creating folders: a swap between resolve and now must not escape.
-        _check_inside(os.path.realpath(abs_path.parent), root_real, str(abs_path))
-        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-        flags |= os.O_APPEND if append else os.O_TRUNC
-        # O_NOFOLLOW: the resolved path's last component is never a symlink, so if one
-        # appears now it was planted after the check, and following it could leave the root.
-        fd = os.open(abs_path, flags, FILE_MODE)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-
-
-def _check_inside(real: str, root_real: str, original: str) -> None:
-    if real != root_real and not real.startswith(root_real.rstrip(os.sep) + os.sep):
-        raise PathEscape(f"path leads outside the workspace: {original!r}")
-
-
-def _reject_git(parts: list[str], original: str) -> None:
-    # casefold: on a case-insensitive file system ".GIT" is the repository too.
-    if any(p.casefold() == ".git" for p in parts):
-        raise PathEscape(f"paths inside .git are not allowed: {original!r}")
-
-
 def _name(exc: OSError) -> str:
     return str(exc.filename) if exc.filename else "the path"
+
+
+class _PatchPlan:
+    """A patch applied in memory: each file's new text (None: deleted), nothing on disk."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+        self.state: dict[str, str | None] = {}
+        self.paths: dict[str, Path] = {}
+        self.existed: dict[str, bool] = {}
+        self.notes: list[str] = []
+
+    def current(self, rel: str, abs_path: Path) -> str | None:
+        if rel not in self.state:
+            self.paths[rel] = abs_path
+            if abs_path.is_dir():
+                raise PatchError(f"{rel} is a directory")
+            exists = abs_path.exists()
+            self.existed[rel] = exists
+            raw = abs_path.read_bytes() if exists else None
+            self.state[rel] = raw.decode("utf-8", "surrogateescape") if raw is not None else None
+        return self.state[rel]
+
+    def add(self, fp: Any) -> None:
+        ws = self.workspace
+        src = fp.old_path if fp.old_path is not None else fp.new_path
+        assert src is not None
+        abs_src, rel_src = ws.resolve_for_write(src)
+        text = self.current(rel_src, abs_src)
+        if fp.old_path is None and text is not None:
+            raise PatchError(f"{rel_src} already exists, but the patch creates it")
+        if fp.old_path is not None and text is None:
+            raise PatchError(f"{rel_src} does not exist")
+        new_text, hunk_notes = apply_hunks(text or "", fp.hunks, rel_src)
+        self.notes.extend(hunk_notes)
+        if fp.new_path is None:
+            if new_text != "":
+                raise PatchError(
+                    f"the patch deletes {rel_src} but does not remove all of its lines")
+            self.state[rel_src] = None
+            return
+        abs_dst, rel_dst = ws.resolve_for_write(fp.new_path)
+        if rel_dst != rel_src:
+            # A rename: the old name goes away, the new one must be free.
+            if self.current(rel_dst, abs_dst) is not None:
+                raise PatchError(f"{rel_dst} already exists, but the patch renames to it")
+            self.state[rel_src] = None
+        if blocked := blocking_parent(ws.root, abs_dst):
+            raise PatchError(f"cannot create {rel_dst}: {blocked} is a file")
+        self.state[rel_dst] = new_text

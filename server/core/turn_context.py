@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import crash, guarded, layout, names
 from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
 from .ids import new_message_id, now_iso
+from .records import Message, RunRecord
 
 if TYPE_CHECKING:
     from .store import SessionHandle
@@ -64,12 +65,7 @@ def snapshot_user_edits(git: GitSession) -> str | None:
 
 
 def new_message(role: str, run_id: str, content: str | None, **extra: Any) -> dict[str, Any]:
-    msg: dict[str, Any] = {
-        "id": new_message_id(), "role": role, "content": content,
-        "run_id": run_id, "created_at": now_iso(),
-    }
-    msg.update({k: v for k, v in extra.items() if v is not None})
-    return msg
+    return Message(role, content, run_id, extra=extra).as_dict()
 
 
 def add_message(ctx: TurnContext, msg: dict[str, Any]) -> None:
@@ -88,12 +84,7 @@ def open_turn(
     snapshot_user_edits(git)
     crash.at("turn.prepare")
     run_id = new_message_id()
-    run = {
-        "run_id": run_id, "session_id": handle.session_id, "status": "RUNNING",
-        "branch": git.branch, "model": None, "usage": {}, "created_at": now_iso(),
-        "updated_at": now_iso(), "forked_from_run_id": None, "forked_from_message_index": None,
-        "regenerated_from": None, "error": None, "message_count": 0, "parent_run_id": None,
-    }
+    run = RunRecord(run_id, handle.session_id, git.branch).as_dict()
     run.update(fields)
     ctx = TurnContext(
         handle=handle, run=run, run_file=layout.new_run_path(git, run_id),

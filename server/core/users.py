@@ -21,7 +21,7 @@ from .ids import now_iso
 
 T = TypeVar("T")
 DEFAULT_USER = "local"
-_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+USER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS users (
@@ -54,7 +54,7 @@ class Users:
 
     def set_token(self, user_id: str, token: str | None = None) -> str:
         """Create `user_id` or replace its token; returns the token in clear (shown once)."""
-        if not _NAME.match(user_id):
+        if not USER_NAME.match(user_id):
             raise BadRequest("a user name is 1-64 letters, digits, '_', '.' or '-'")
         token = token or new_token()
         with self._connect() as db:

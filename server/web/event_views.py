@@ -93,7 +93,7 @@ async def _session_updated(ctx: ActionContext, data: dict[str, Any]) -> dict[str
 
 
 async def session_rows(ctx: ActionContext) -> list[dict[str, Any]]:
-    from .pages import order_by_lineage
+    from .session_rows import order_by_lineage
 
     return order_by_lineage(await sessions.list_sessions(ctx.braid, ctx.user_id))
 

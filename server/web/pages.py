@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -14,30 +13,12 @@ from ..core.users import off_loop
 from . import live
 from .auth import COOKIE, origin_allowed, user_of
 from .names import load_names
+from .session_rows import order_by_lineage
 from .templating import templates
 
 
 def _login_redirect() -> RedirectResponse:
     return RedirectResponse("/login", status_code=303)
-
-
-def order_by_lineage(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Newest first, each fork right under its parent with a depth for indentation."""
-    by_id = {r["session_id"]: dict(r) for r in rows}
-    children: dict[str | None, list[dict[str, Any]]] = {}
-    for row in by_id.values():
-        parent = row.get("forked_from_session_id")
-        children.setdefault(parent if parent in by_id else None, []).append(row)
-    out: list[dict[str, Any]] = []
-
-    def visit(parent: str | None, depth: int) -> None:
-        for row in sorted(children.get(parent, []), key=lambda r: r["created_at"], reverse=True):
-            row["depth"] = depth
-            out.append(row)
-            visit(row["session_id"], depth + 1)
-
-    visit(None, 0)
-    return out
 
 
 def _next_page(value: str | None) -> str:

@@ -1,0 +1,253 @@
+"""The demo model's script (DESIGN §6): what the last user message asks for, read line by
+line (write, append, delete, read, shell, batch, say, fail, slow, recall, notes), and the
+reply that follows from the conversation so far: the next tool batch, or the answer. A pure
+function of the request; `demo_model.py` serves it as an OpenAI-compatible endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+KEYWORDS = {"write", "append", "delete", "read", "shell", "batch", "say", "fail", "slow",
+             "recall", "notes"}
+VERBS = {"write_file": "wrote", "edit_file": "appended", "delete_file": "deleted",
+          "read_file": "read", "shell": "ran"}
+_BRANCH_LINE = re.compile(r"^- [^:]+: ?(.*)$")
+
+
+@dataclass
+class Plan:
+    """What the last user message asks for."""
+
+    batches: list[list[tuple[str, dict[str, str]]]] = field(default_factory=list)
+    says: list[str] = field(default_factory=list)
+    fail: str | None = None
+    slow_ms: int = 0
+    recall: bool = False
+    notes: bool = False
+
+
+class DemoError(Exception):
+    def __init__(self, status: int, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+def text_of(content: Any) -> str:
+    """Message content as plain text; null and list-of-parts contents are legal in the API."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p if isinstance(p, str) else p.get("text") or "" for p in content
+            if isinstance(p, str) or (isinstance(p, dict) and isinstance(p.get("text"), str))
+        )
+    return str(content)
+
+
+def _unescape(text: str) -> str:
+    return text.replace("\\n", "\n")
+
+
+def _tool_call(word: str, rest: str, has_shell: bool) -> tuple[str, dict[str, str]] | None:
+    """The tool call a line asks for, if any."""
+    path, _, body = rest.partition(" ")
+    if word == "write" and path:
+        return "write_file", {"path": path, "content": _unescape(body) + "\n"}
+    if word == "append" and path:
+        return "edit_file", {"path": path, "old_text": "", "new_text": _unescape(body) + "\n"}
+    if word in ("delete", "read") and path:
+        return f"{word}_file", {"path": path}
+    if word == "shell" and has_shell and rest.strip():
+        return "shell", {"command": rest}
+    return None
+
+
+def _plan_line(plan: Plan, word: str, rest: str) -> None:
+    """A line that shapes the answer rather than calling a tool."""
+    if word == "say":
+        plan.says.append(rest)
+    elif word == "fail" and plan.fail is None:
+        plan.fail = rest or "demo model failure"
+    elif word == "slow" and rest.strip().isdigit():
+        plan.slow_ms = int(rest.strip())
+    elif word == "recall":
+        plan.recall = True
+    elif word == "notes":
+        plan.notes = True
+
+
+def parse(user_text: str, has_shell: bool) -> Plan:
+    plan = Plan()
+    current: list[tuple[str, dict[str, str]]] = []
+    for raw in user_text.split("\n"):
+        word, _, rest = raw.rstrip("\r").partition(" ")
+        if word not in KEYWORDS:
+            continue
+        call = _tool_call(word, rest, has_shell)
+        if call is not None:
+            current.append(call)
+        elif word == "batch":
+            # Empty batches are dropped: a response with no tool calls would end the turn.
+            if current:
+                plan.batches.append(current)
+            current = []
+        else:
+            _plan_line(plan, word, rest)
+    if current:
+        plan.batches.append(current)
+    return plan
+
+
+@dataclass
+class MergeNote:
+    finals: list[str]
+    conflicts: list[str]
+
+
+def merge_note(messages: list[dict[str, Any]]) -> MergeNote | None:
+    """The merge note of the current turn: a system message other than the first (the base
+    prompt) whose first line starts with `Merge turn`, with `- BRANCH: TEXT` lines and maybe a
+    `Conflicts:` list of `- PATH` lines. Only notes after the previous user message count, so
+    a merge earlier in the chat does not turn every later answer into `merged: ...`; among
+    those the last one wins."""
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    start = users[-2] + 1 if len(users) >= 2 else 0
+    systems = [i for i, m in enumerate(messages) if m.get("role") == "system"]
+    for i in reversed(systems[1:]):
+        if i < start:
+            break
+        lines = text_of(messages[i].get("content")).split("\n")
+        if not lines[0].startswith("Merge turn"):
+            continue
+        note = MergeNote([], [])
+        in_conflicts = False
+        for line in lines[1:]:
+            if line.strip() == "Conflicts:":
+                in_conflicts = True
+            elif in_conflicts:
+                if line.startswith("- ") and line[2:].strip():
+                    note.conflicts.append(line[2:].strip())
+                else:
+                    in_conflicts = False
+            elif match := _BRANCH_LINE.match(line):
+                note.finals.append(match.group(1))
+        if note.finals:
+            return note
+    return None
+
+
+def keep_both_sides(text: str) -> str:
+    """A file with conflict markers resolved by keeping both sides (ours, then theirs)."""
+    out, in_base = [], False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("|||||||"):
+            in_base = True  # diff3 style: the ancestor's lines are dropped
+        elif line.startswith("======="):
+            in_base = False
+        elif line.startswith(("<<<<<<<", ">>>>>>>")):
+            in_base = False
+        elif not in_base:
+            out.append(line)
+    return "".join(out)
+
+
+def conflict_batches(
+    note: MergeNote, messages: list[dict[str, Any]], after: int
+) -> list[list[tuple[str, dict[str, str]]]]:
+    """A merge turn with conflicts: read every conflicted file in one batch, then write each
+    one back with its markers resolved, from what the reads returned."""
+    batches: list[list[tuple[str, dict[str, str]]]] = [
+        [("read_file", {"path": p}) for p in note.conflicts]]
+    reads = next((m for m in messages[after:]
+                  if m.get("role") == "assistant" and m.get("tool_calls")), None)
+    if reads is None:
+        return batches + [[]]  # the writes are known once the reads have answered
+    paths = {}
+    for call in reads.get("tool_calls") or ():
+        try:
+            paths[call.get("id")] = json.loads(call["function"]["arguments"]).get("path")
+        except (KeyError, TypeError, ValueError):
+            continue
+    writes = []
+    for m in messages[after:]:
+        path = paths.get(m.get("tool_call_id")) if m.get("role") == "tool" else None
+        content = text_of(m.get("content"))
+        if path and not content.startswith("error:"):
+            writes.append(("write_file", {"path": path, "content": keep_both_sides(content)}))
+    return batches + [writes]
+
+
+@dataclass
+class Reply:
+    content: str | None
+    tool_calls: list[dict[str, Any]]
+    slow_ms: int
+
+
+def respond(request: dict[str, Any]) -> Reply:
+    messages = [m for m in request.get("messages") or [] if isinstance(m, dict)]
+    tools = request.get("tools") or []
+    has_shell = any(
+        isinstance(t, dict) and (t.get("function") or {}).get("name") == "shell" for t in tools
+    )
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    user_text = text_of(messages[last_user].get("content")) if last_user >= 0 else ""
+    plan = parse(user_text, has_shell)
+    if plan.fail is not None:
+        raise DemoError(500, plan.fail, "server_error")
+
+    def calls_batch(m: dict[str, Any]) -> bool:
+        return m.get("role") == "assistant" and bool(m.get("tool_calls"))
+
+    done = sum(1 for m in messages[last_user + 1 :] if calls_batch(m))
+    note = merge_note(messages)
+    if note is not None and note.conflicts:
+        plan.batches = [b for b in conflict_batches(note, messages, last_user + 1) if b] \
+            + plan.batches
+    if done < len(plan.batches):
+        # Numbered over the whole conversation so ids stay unique across turns too.
+        n = sum(1 for m in messages if calls_batch(m)) + 1
+        calls = [
+            {"id": f"call_{n}_{k}", "type": "function",
+             "function": {"name": name, "arguments": json.dumps(args)}}
+            for k, (name, args) in enumerate(plan.batches[done])
+        ]
+        return Reply(None, calls, plan.slow_ms)
+
+    users = [text_of(m.get("content")) for m in messages if m.get("role") == "user"]
+    systems = [text_of(m.get("content")) for m in messages if m.get("role") == "system"]
+    merged = "merged: " + "; ".join(note.finals) if note is not None else None
+    ran = [(name, args) for batch in plan.batches for name, args in batch]
+    if plan.says:
+        answer = "\n".join(plan.says)
+    elif merged is not None:
+        answer = merged
+    elif ran:
+        answer = "done: " + ", ".join(
+            f"{VERBS[name]} {args.get('path', args.get('command', ''))}" for name, args in ran
+        )
+    elif plan.recall:
+        answer = " | ".join(users)
+    elif plan.notes:
+        answer = " | ".join(systems[1:]) or "no notes"
+    else:
+        answer = "echo: " + user_text
+    return Reply(answer, [], plan.slow_ms)
+
+
+def usage(request: dict[str, Any], reply: Reply) -> dict[str, int]:
+    prompt = sum(len(text_of(m.get("content")).split()) for m in request.get("messages") or []
+                 if isinstance(m, dict))
+    completion = len((reply.content or "").split()) + sum(
+        len(c["function"]["arguments"].split()) for c in reply.tool_calls
+    )
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}
+
+
