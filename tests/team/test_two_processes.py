@@ -20,9 +20,10 @@ import pytest
 
 from conftest import ROOT, Server, WsClient, assert_fsck, free_port, git
 
-# ~12 s of streaming: long enough that a loaded machine still acts while it runs (each test
-# that needs it running stops it itself, so no test waits for its end).
-SLOW = "slow 400\nsay " + " ".join(f"word{i}" for i in range(30))
+# ~60 s of streaming: every test that starts it stops it (cancel or kill -9), so none waits
+# for its end, and a loaded machine cannot finish it before the test acts (a 12 s run once
+# ended before the cancel reached it).
+SLOW = "slow 400\nsay " + " ".join(f"word{i}" for i in range(150))
 
 
 @pytest.fixture
