@@ -176,3 +176,12 @@ def test_socket_and_http_twins_answer_the_same(server: Server) -> None:
         ws.close()
     for side in sides:
         assert_fsck(server.session_path(side["sid"]))
+
+
+def test_every_rendered_action_is_declared() -> None:
+    # The HTML frames of results and errors are keyed by action name: each names a declared
+    # socket action, so a renamed or removed action cannot leave a renderer behind.
+    from server.web.actions import ACTIONS
+    from server.web.render_html import ERRORS, RESULTS
+
+    assert set(RESULTS) | set(ERRORS) <= set(ACTIONS)
