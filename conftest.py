@@ -22,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent
 # `replay`: recorded real model servers behind a local HTTP server; `llama`: a real one.
-pytest_plugins = ["tests.model_replay", "tests.live.llama"]
+pytest_plugins = ["tests.model_replay", "tests.live.llama", "tests.pg"]
 TOKEN = "test-token-0123456789"
 
 

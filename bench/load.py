@@ -7,6 +7,11 @@ and a final consistency check of every repository (each turn's file in HEAD, eve
 COMPLETED, `git status` clean, `git fsck --strict` clean).
 
     .venv/bin/python bench/load.py --sockets 200 --turns 3
+    .venv/bin/python bench/load.py --sockets 100 --turns 3 --team   # + 1 vs 2 processes on PG
+
+With `--team`, the same load also runs against 1 and then 2 `braid serve` processes on one
+data dir and one PostgreSQL (BRAID_DATABASE_URL), sockets spread over the processes, and the
+table shows the configurations side by side.
 """
 
 from __future__ import annotations
@@ -102,78 +107,163 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sockets", type=int, default=200)
-    parser.add_argument("--turns", type=int, default=3)
-    parser.add_argument("--idle", type=float, default=3.0,
-                        help="seconds after which an idle session gives back its thread")
-    args = parser.parse_args()
-    data_dir = Path(tempfile.mkdtemp(prefix="braid-load-")) / "data"
-    port = free_port()
-    base, ws_url = f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}"
+def start_servers(n: int, data_dir: Path, idle: float, url: str | None
+                  ) -> list[tuple[subprocess.Popen[bytes], str]]:
+    """`n` braid serve processes on one data dir (and one database when `url`)."""
     env = {**os.environ, "BRAID_TOKEN": TOKEN, "BRAID_MODEL": "demo",
-           "BRAID_IDLE_SECONDS": str(args.idle)}
-    log = open(data_dir.parent / "server.log", "wb")  # noqa: SIM115
-    server = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--host",
-                               "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir)],
-                              cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        for _ in range(300):
+           "BRAID_IDLE_SECONDS": str(idle)}
+    env.pop("BRAID_DATABASE_URL", None)
+    if url:
+        env["BRAID_DATABASE_URL"] = url
+    servers = []
+    for i in range(n):
+        port = free_port()
+        log = open(data_dir.parent / f"server-{i}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--host",
+                                 "127.0.0.1", "--port", str(port), "--data-dir",
+                                 str(data_dir)], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(600):
             try:
                 urllib.request.urlopen(f"{base}/login", timeout=1)
                 break
             except OSError:
                 time.sleep(0.1)
-        before = proc_status(server.pid)
-        sids = [api(base, "POST", "/api/sessions", {})["session_id"]
-                for _ in range(args.sockets)]
+        servers.append((proc, base))
+    return servers
+
+
+def usage(servers: list[tuple[subprocess.Popen[bytes], str]]) -> tuple[float, int]:
+    """RSS and threads summed over the processes."""
+    stats = [proc_status(p.pid) for p, _ in servers]
+    return sum(s[0] for s in stats), sum(s[1] for s in stats)
+
+
+def run_config(n: int, url: str | None, args: argparse.Namespace) -> dict[str, Any]:
+    """One load run; socket i talks to process i % n, sessions are made round-robin too."""
+    data_dir = Path(tempfile.mkdtemp(prefix="braid-load-")) / "data"
+    servers = start_servers(n, data_dir, args.idle, url)
+    try:
+        bases = [b for _, b in servers]
+        before = usage(servers)
+        sids = [api(bases[i % n], "POST", "/api/sessions", {})["session_id"]
+                for i in range(args.sockets)]
         latencies: list[float] = []
         errors: list[str] = []
 
         async def load() -> None:
-            results = await asyncio.gather(*(one_socket(ws_url, sid, args.turns, latencies,
-                                                        errors) for sid in sids),
-                                           return_exceptions=True)
+            results = await asyncio.gather(
+                *(one_socket(bases[i % n].replace("http:", "ws:"), sid, args.turns,
+                             latencies, errors) for i, sid in enumerate(sids)),
+                return_exceptions=True)
             errors.extend(f"{type(r).__name__}: {r}" for r in results
                           if isinstance(r, BaseException))
 
         started = time.perf_counter()
         asyncio.run(load())
         wall = time.perf_counter() - started
-        loaded = proc_status(server.pid)
+        loaded = usage(servers)
         time.sleep(args.idle * 2 + 2)  # sockets closed: the sessions go idle
-        idle = proc_status(server.pid)
+        idle = usage(servers)
         problems: list[str] = []
         runs_ok = 0
-        for sid in sids:
+        for i, sid in enumerate(sids):
             problems += check_repo(data_dir / "sessions" / sid, sid, args.turns)
-            runs = api(base, "GET", f"/api/sessions/{sid}")["runs"]
+            runs = api(bases[(i + 1) % n], "GET", f"/api/sessions/{sid}")["runs"]
             runs_ok += sum(1 for r in runs if r["status"] == "COMPLETED")
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        for proc, _ in servers:
+            proc.terminate()
+        for proc, _ in servers:
+            proc.wait(timeout=30)
+    return {"wall": wall, "latencies": latencies, "errors": errors, "problems": problems,
+            "runs_ok": runs_ok, "sids": sids, "before": before, "loaded": loaded,
+            "idle": idle}
+
+
+def rows_of(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
     turns = args.sockets * args.turns
-    rows = [
-        ("sockets x turns", f"{args.sockets} x {args.turns} ({turns} turns, {wall:.1f} s)"),
-        ("send->done p50", f"{pct(latencies, 0.5) * 1000:.0f} ms"),
-        ("send->done p99", f"{pct(latencies, 0.99) * 1000:.0f} ms"),
-        ("errors", str(len(errors))),
-        ("RSS start / loaded / idle", f"{before[0]:.0f} / {loaded[0]:.0f} / {idle[0]:.0f} MB "
-                                      f"(idle/start {idle[0] / before[0]:.2f})"),
-        ("threads start / loaded / idle", f"{before[1]} / {loaded[1]} / {idle[1]} "
-                                          f"(idle/start {idle[1] / before[1]:.2f})"),
-        ("runs COMPLETED in git", f"{runs_ok} / {turns}"),
-        ("repos consistent", f"{len(sids) - len({p.split(':')[0] for p in problems})} / "
-                             f"{len(sids)}"),
+    before, loaded, idle = r["before"], r["loaded"], r["idle"]
+    bad = len({p.split(":")[0] for p in r["problems"]})
+    return [
+        f"{r['wall']:.1f} s",
+        f"{turns / r['wall']:.1f} turns/s",
+        f"{pct(r['latencies'], 0.5) * 1000:.0f} ms",
+        f"{pct(r['latencies'], 0.99) * 1000:.0f} ms",
+        str(len(r["errors"])),
+        f"{before[0]:.0f} / {loaded[0]:.0f} / {idle[0]:.0f} MB",
+        f"{before[1]} / {loaded[1]} / {idle[1]}",
+        f"{r['runs_ok']} / {turns}",
+        f"{len(r['sids']) - bad} / {len(r['sids'])}",
     ]
-    width = max(len(k) for k, _ in rows)
-    print(f"\nbench/load.py on 127.0.0.1 (demo model, {os.cpu_count()} cores)")
-    for key, value in rows:
-        print(f"{key:<{width}}  {value}")
-    for line in (errors + problems)[:10]:
-        print("  !", line)
-    return 0 if not errors and not problems and runs_ok == turns else 1
+
+
+LABELS = ["wall time", "throughput", "send->done p50", "send->done p99", "errors",
+          "RSS start / loaded / idle", "threads start / loaded / idle",
+          "runs COMPLETED in git", "repos consistent"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sockets", type=int, default=200)
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--idle", type=float, default=3.0,
+                        help="seconds after which an idle session gives back its thread")
+    parser.add_argument("--team", action="store_true",
+                        help="also 1 and 2 processes on PostgreSQL, side by side (a "
+                             "throwaway cluster unless --database-url)")
+    parser.add_argument("--database-url", help="a postgresql:// URL for --team")
+    args = parser.parse_args()
+    configs: list[tuple[str, int, str | None]] = [("1 process, SQLite", 1, None)]
+    cluster = None
+    if args.team:
+        url = args.database_url
+        if not url:
+            sys.path.insert(0, str(ROOT))
+            from tests.pg import Cluster, _bindir
+
+            bindir = _bindir()
+            if bindir is None:
+                print("PostgreSQL is not installed (scripts/setup --test installs it)")
+                return 2
+            cluster = Cluster(bindir).start()
+            url = cluster.url
+        configs += [("1 process, PG", 1, url), ("2 processes, PG", 2, url)]
+    try:
+        results = []
+        for label, n, db in configs:
+            if db and cluster is not None:  # each configuration on an empty database
+                db = cluster.new_database(f"load{len(results)}")
+            results.append((label, run_config(n, db, args)))
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    labels = [label for label, _ in results]
+    table = [rows_of(r, args) for _, r in results]
+    width = max(len(k) for k in LABELS)
+    cols = [max(len(label), *(len(c) for c in col))
+            for label, col in zip(labels, table, strict=True)]
+    print(f"\nbench/load.py on 127.0.0.1 (demo model, {os.cpu_count()} cores): "
+          f"{args.sockets} sockets x {args.turns} turns")
+    print(f"{'':<{width}}  " + "  ".join(f"{label:>{w}}" for label, w
+                                         in zip(labels, cols, strict=True)))
+    for i, key in enumerate(LABELS):
+        cells = [f"{col[i]:>{w}}" for col, w in zip(table, cols, strict=True)]
+        print(f"{key:<{width}}  " + "  ".join(cells))
+    if len(results) > 1:
+        base = results[-2][1]
+        last = results[-1][1]
+        ratio = base["wall"] / last["wall"]
+        p99 = pct(last["latencies"], 0.99) / pct(base["latencies"], 0.99)
+        print(f"2 processes vs 1 (PG): throughput x{ratio:.2f}, p99 x{p99:.2f}")
+    ok = True
+    for label, r in results:
+        for line in (r["errors"] + r["problems"])[:10]:
+            print(f"  ! [{label}]", line)
+        ok = ok and not r["errors"] and not r["problems"] and \
+            r["runs_ok"] == args.sockets * args.turns
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -47,6 +47,9 @@ def reindex(args: argparse.Namespace) -> int:
             return await rebuild(braid)
         finally:
             await braid.index.close()
+            braid.users.close()
+            if braid.team is not None:
+                braid.team.locks.close()
             braid.store.close()
 
     sessions, runs = asyncio.run(run())
@@ -55,13 +58,16 @@ def reindex(args: argparse.Namespace) -> int:
 
 
 def user_add(args: argparse.Namespace) -> int:
-    from .core.users import Users
+    from .core.backends import make_users
 
     settings = _settings(args)
-    users = Users(settings.data_dir / "users.sqlite3")
-    if users.exists(args.name):
-        print(f"user {args.name} exists; its token is replaced", file=sys.stderr)
-    print(users.set_token(args.name))
+    users = make_users(settings)  # users.sqlite3, or PostgreSQL's with BRAID_DATABASE_URL
+    try:
+        if users.exists(args.name):
+            print(f"user {args.name} exists; its token is replaced", file=sys.stderr)
+        print(users.set_token(args.name))
+    finally:
+        users.close()
     return 0
 
 
@@ -73,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int)
     p.add_argument("--data-dir")
     p.set_defaults(fn=serve)
-    p = sub.add_parser("reindex", help="rebuild index.sqlite3 from the session repositories")
+    p = sub.add_parser("reindex", help="rebuild the index (SQLite, or PostgreSQL with "
+                       "BRAID_DATABASE_URL) from the session repositories")
     p.add_argument("--data-dir")
     p.set_defaults(fn=reindex)
     p = sub.add_parser("user", help="manage users")

@@ -12,20 +12,18 @@ from pathlib import Path
 from typing import Any
 
 from . import crash
+from .backends import make_index, make_team, make_users
 from .backups import install_hooks as install_backup_hooks
 from .errors import NotFound
-from .events import EventBus
 from .git_session import RUNS, GitSession, to_json_bytes
 from .ids import now_iso
-from .index import Index
 from .model_client import ModelClient
 from .packing import Packer
 from .recovery import prune_worktrees, recover_operations, turn_leftovers
 from .session_meta import purge_deleted
 from .settings import Settings
 from .store import SessionStore
-from .turns import RunRegistry
-from .users import DEFAULT_USER, Users, new_token
+from .users import DEFAULT_USER, new_token
 
 log = logging.getLogger("braid")
 _PROCESS_STARTED = time.time()
@@ -42,10 +40,11 @@ class Braid:
         self.data_dir = Path(settings.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = SessionStore(self.data_dir / "sessions")
-        self.index = Index(self.data_dir / "index.sqlite3")
-        self.users = Users(self.data_dir / "users.sqlite3")
-        self.bus = EventBus()
-        self.runs = RunRegistry()
+        # SQLite files in the data dir, or PostgreSQL with BRAID_DATABASE_URL (backends.py):
+        # then `team` coordinates several processes (the bus, branch locks, dead runs).
+        self.index = make_index(settings)
+        self.users = make_users(settings)
+        self.team, self.bus, self.runs = make_team(self, settings)
         self.packer = Packer()  # packs idle sessions' loose objects in the background
         self.model = ModelClient(settings)
         self.before_write_hooks: list[BeforeWrite] = []
@@ -57,15 +56,24 @@ class Braid:
     async def start(self) -> str:
         """Open the index and recover runs a killed server left RUNNING. Returns the default
         user's token (to print in the login URL)."""
-        fresh_index = not self.index.path.exists()
-        await self.index.open()
-        await purge_deleted(self)  # deletions a killed server left half done
-        # Half-done operations first, so runs are recovered on a consistent working tree.
-        await recover_operations(self)
+        fresh_index = await self.index.open()
+        # With other live processes on the data dir (a team server), their operations are
+        # not half done: only runs whose process is gone are recovered (pg_team.py).
+        alone = await self.team.start() if self.team is not None else True
+        if alone:
+            await purge_deleted(self)  # deletions a killed server left half done
+            # Half-done operations first, so runs are recovered on a consistent working tree.
+            await recover_operations(self)
         if fresh_index:
             await reindex(self)
-        await recover_interrupted(self)
-        await prune_worktrees(self)
+        if self.team is not None:
+            await self.team.recover_orphans()
+        else:
+            await recover_interrupted(self)
+        if alone:
+            await prune_worktrees(self)
+        if self.team is not None:
+            await self.team.started()
         self._reaper = asyncio.create_task(self._release_idle(), name="braid-idle")
         return self.users.set_token(DEFAULT_USER, self.settings.token or self._local_token())
 
@@ -104,14 +112,19 @@ class Braid:
                 log.warning("run %s did not stop in time", active.run_id)
         await self.packer.close()
         await self.model.close()
+        if self.team is not None:
+            await self.team.stop()
         await self.index.close()
+        self.users.close()
         self.store.close()
 
 
-def _clear_stale_locks(git: GitSession) -> None:
+def _clear_stale_locks(git: GitSession, before: float | None = None) -> None:
     """Remove the lock files a server killed mid-write left in .git: git never clears them
     itself, and one left behind would stop every later write (and this recovery, and so the
-    server's start). Only locks older than this process are removed: only Braid writes here."""
+    server's start). Only locks older than this process are removed: only Braid writes here.
+    (`before`: older than that time, when another process died and this one recovers.)"""
+    cutoff = _PROCESS_STARTED if before is None else before
     # repo.path is the git dir (a linked worktree has its own, with its own index and HEAD);
     # branch refs live in the common dir.
     git_dir = Path(git.repo.path)
@@ -120,16 +133,17 @@ def _clear_stale_locks(git: GitSession) -> None:
     for lock in {git_dir / "index.lock", git_dir / "HEAD.lock", common / "index.lock",
                  *(common / "refs" / "heads").rglob("*.lock")}:
         try:
-            if lock.stat().st_mtime < _PROCESS_STARTED:
+            if lock.stat().st_mtime < cutoff:
                 lock.unlink()
                 log.warning("removed stale lock %s", lock)
         except FileNotFoundError:
             pass
 
 
-def _interrupt_on_disk(git: GitSession, run_id: str) -> dict[str, Any] | None:
+def _interrupt_on_disk(git: GitSession, run_id: str, since: float | None = None
+                       ) -> dict[str, Any] | None:
     """Commit what a killed turn left on disk, with its run marked INTERRUPTED."""
-    _clear_stale_locks(git)
+    _clear_stale_locks(git, since)
     records = [r for r in (git.path / RUNS).rglob(f"{run_id}.json") if r.is_file()]
     if not records:
         return None
@@ -164,23 +178,32 @@ async def recover_interrupted(braid: Braid) -> None:
     for row in await braid.index.runs_with_status("RUNNING"):
         if braid.runs.find(row["session_id"], row["run_id"]):
             continue
-        try:
-            handle = braid.store.get(row["session_id"])
-        except NotFound:
-            continue
-        try:
-            run = await handle.call(lambda git, r=row["run_id"]: _interrupt_on_disk(git, r))
-            if run is None and str(row.get("branch") or "").startswith("sub_"):
-                from .subagents import recover_worktree  # its files are in its worktree
+        await interrupt_run(braid, row)
 
-                run = await handle.call(lambda git, r=row: recover_worktree(
-                    git, r["branch"], r["run_id"]))
-        except Exception:  # noqa: BLE001 - one broken session must not stop the server
-            log.exception("could not recover run %s of session %s", row["run_id"],
-                          row["session_id"])
-            run = None
-        row = dict(row, status="INTERRUPTED", updated_at=now_iso())
-        await braid.index.upsert_run(row["session_id"], run or row)
+
+async def interrupt_run(braid: Braid, row: dict[str, Any], since: float | None = None
+                        ) -> dict[str, Any] | None:
+    """Commit a run whose process died as INTERRUPTED and index it; None for an unknown
+    session. `since`: git lock files older than that are the dead process's."""
+    try:
+        handle = braid.store.get(row["session_id"])
+    except NotFound:
+        return None
+    try:
+        run = await handle.call(lambda git, r=row["run_id"]: _interrupt_on_disk(git, r, since))
+        if run is None and str(row.get("branch") or "").startswith("sub_"):
+            from .subagents import recover_worktree  # its files are in its worktree
+
+            run = await handle.call(lambda git, r=row: recover_worktree(
+                git, r["branch"], r["run_id"]))
+    except Exception:  # noqa: BLE001 - one broken session must not stop the server
+        log.exception("could not recover run %s of session %s", row["run_id"],
+                      row["session_id"])
+        run = None
+    row = dict(row, status="INTERRUPTED", updated_at=now_iso())
+    run = run or row
+    await braid.index.upsert_run(row["session_id"], run)
+    return run
 
 
 def _read_session(git: GitSession) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -211,7 +234,7 @@ def _read_session(git: GitSession) -> tuple[dict[str, Any], list[dict[str, Any]]
 
 
 async def reindex(braid: Braid) -> tuple[int, int]:
-    """Rebuild index.sqlite3 from the repositories alone."""
+    """Rebuild the index (index.sqlite3, or PostgreSQL's) from the repositories alone."""
     await braid.index.clear()
     n_sessions = n_runs = 0
     for session_id in braid.store.all_ids():

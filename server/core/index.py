@@ -55,7 +55,9 @@ class Index:
         self.path = path
         self._db: aiosqlite.Connection | None = None
 
-    async def open(self) -> None:
+    async def open(self) -> bool:
+        """Open (and create) the file; True when it did not exist yet (reindex it)."""
+        fresh = not self.path.exists()
         self._db = await aiosqlite.connect(self.path)
         self._db.row_factory = aiosqlite.Row
         await self._db.execute("PRAGMA journal_mode=WAL")
@@ -66,6 +68,7 @@ class Index:
             if name not in have:
                 await self._db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {decl}")
         await self._db.commit()
+        return fresh
 
     async def close(self) -> None:
         if self._db is not None:

@@ -33,6 +33,9 @@ class Settings:
     # and at most this many stay open at once (least recently used released first).
     idle_seconds: float = 60.0
     open_sessions: int = 64
+    # Unset: the embedded SQLite files in the data dir. A postgresql:// URL: the index and
+    # users in PostgreSQL, and several processes coordinated through it (a team server).
+    database_url: str | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -57,6 +60,9 @@ class Settings:
         s.tool_choice = env.get("BRAID_TOOL_CHOICE") or None
         s.idle_seconds = _number(env, "BRAID_IDLE_SECONDS", s.idle_seconds)
         s.open_sessions = int(_number(env, "BRAID_OPEN_SESSIONS", s.open_sessions))
+        s.database_url = env.get("BRAID_DATABASE_URL") or None
+        if s.database_url and not s.database_url.startswith(("postgresql://", "postgres://")):
+            raise ValueError("BRAID_DATABASE_URL must be a postgresql:// URL")
         s.shell = env.get("BRAID_SHELL", "off").lower() in ("on", "1", "true", "yes")
         tokens = env.get("BRAID_CONTEXT_TOKENS", "").strip()
         if tokens:

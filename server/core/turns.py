@@ -504,12 +504,20 @@ async def cancel_run(braid: Braid, user_id: str, session_id: str,
     live = braid.runs.for_session(handle.session_id)
     if run_id is not None:
         live = [a for a in live if a.run_id == run_id]
+        if not live and braid.team is not None:  # driven by another process?
+            remote = await braid.team.cancel_remote(handle.session_id, run_id)
+            if remote is not None:
+                return remote
         if not live:
             runs = await braid.index.list_runs(handle.session_id)
             known = next((r for r in runs if r["run_id"] == run_id), None)
             if known is None:
                 raise NotFound(f"no run {run_id}")
             return {"run_id": run_id, "status": known["status"]}
+    if not live and braid.team is not None:
+        remote = await braid.team.cancel_remote(handle.session_id, None)
+        if remote is not None:
+            return remote
     if not live:
         raise NotFound("no run is going on in this session")
     # Without a run id, stop what the user is watching rather than a sub-agent.

@@ -71,6 +71,9 @@ class Users:
             return str(row[0])
         return None
 
+    def close(self) -> None:
+        """Nothing stays open: each call opens the file (PostgreSQL's keeps a connection)."""
+
     def exists(self, user_id: str) -> bool:
         with self._connect() as db:
             row = db.execute("SELECT 1 FROM users WHERE user_id = ?", (user_id,)).fetchone()

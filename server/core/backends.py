@@ -1,0 +1,43 @@
+"""Which storage a Braid uses: the embedded SQLite files in the data dir (the default), or
+PostgreSQL when BRAID_DATABASE_URL is a postgresql:// URL, with the in-process bus and
+branch registry replaced by their cross-process versions (pg_team.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .events import EventBus
+from .index import Index
+from .turns import RunRegistry
+from .users import Users
+
+if TYPE_CHECKING:
+    from .braid import Braid
+    from .pg_team import Team
+    from .settings import Settings
+
+
+def make_index(settings: Settings) -> Any:
+    if settings.database_url:
+        from .pg_index import PgIndex
+
+        return PgIndex(settings.database_url)
+    return Index(settings.data_dir / "index.sqlite3")
+
+
+def make_users(settings: Settings) -> Any:
+    if settings.database_url:
+        from .pg_users import PgUsers
+
+        return PgUsers(settings.database_url)
+    return Users(settings.data_dir / "users.sqlite3")
+
+
+def make_team(braid: Braid, settings: Settings) -> tuple[Team | None, EventBus, RunRegistry]:
+    """(team, bus, runs): no team for one process; else the team's bus and registry."""
+    if not settings.database_url:
+        return None, EventBus(), RunRegistry()
+    from .pg_team import Team
+
+    team = Team(braid, settings.database_url)
+    return team, team.bus, team.runs

@@ -1,0 +1,147 @@
+"""The run registry of a team server: branch claims held across processes, and the runs of
+the other processes as they are seen from this one.
+
+- A claim takes the (session, branch) advisory lock on this process's lock connection and
+  names this process in `braid_live_runs`; `Busy` when another process holds it.
+- Runs other processes drive are followed from their events (`observe`) as `RemoteRun`s: a
+  page here shows them live (the user's message and the text streaming now), `Busy` checks
+  of the session count them, and stopping one sends the cancel to its process. `all()` is
+  this process's own runs only: a shutdown stops those, never the others'."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import Busy
+from .pg_conn import lock_key
+from .turns import ActiveRun, RunRegistry
+
+if TYPE_CHECKING:
+    from .pg_team import Team
+
+log = logging.getLogger("braid.pg")
+ENDS = ("run_completed", "run_error", "run_cancelled")
+
+
+@dataclass
+class RemoteTurn:
+    """What a page needs of a turn another process drives (`live.snapshot` reads it)."""
+
+    run: dict[str, Any]
+    messages: list[dict[str, Any]]
+    pending: dict[str, bytes] = field(default_factory=dict)  # never committed here
+
+    @property
+    def run_id(self) -> str:
+        return str(self.run["run_id"])
+
+
+@dataclass
+class RemoteRun(ActiveRun):
+    team: Team | None = None
+    followed_at: float = field(default_factory=time.monotonic)
+
+    def stop(self, reason: str) -> None:
+        self.stop_reason = reason
+        self.stop_requested = True
+        if self.team is not None and reason == "cancel":
+            self.team.send_cancel(self.session_id, self.run_id)
+
+
+class PgRunRegistry(RunRegistry):
+    def __init__(self, team: Team) -> None:
+        super().__init__()
+        self.team = team
+        self._remote: dict[tuple[str, str], RemoteRun] = {}
+
+    def claim(self, session_id: str, branch: str, run_id: str) -> ActiveRun:
+        active = super().claim(session_id, branch, run_id)  # this process first
+        owner = self.team.owner_id
+
+        async def lock(db: Any) -> bool:
+            if not await db.fetchval("SELECT pg_try_advisory_lock($1)",
+                                     lock_key(session_id, branch)):
+                return False
+            await db.execute(
+                "INSERT INTO braid_live_runs (session_id, branch, run_id, owner_id) "
+                "VALUES ($1, $2, $3, $4) ON CONFLICT (session_id, branch) DO UPDATE "
+                "SET run_id = EXCLUDED.run_id, owner_id = EXCLUDED.owner_id, "
+                "claimed_at = now()", session_id, branch, run_id, owner)
+            return True
+
+        try:
+            got = self.team.locks.run(lock)
+        except BaseException:
+            super().release(active)
+            raise
+        if not got:
+            super().release(active)
+            raise Busy(f"a run is already going on branch {branch} (in another process)")
+        return active
+
+    def release(self, active: ActiveRun) -> None:
+        if self._by_branch.get((active.session_id, active.branch)) is active:
+            owner = self.team.owner_id
+
+            async def unlock(db: Any) -> None:
+                await db.execute(
+                    "DELETE FROM braid_live_runs WHERE session_id = $1 AND branch = $2 "
+                    "AND owner_id = $3", active.session_id, active.branch, owner)
+                await db.fetchval("SELECT pg_advisory_unlock($1)",
+                                  lock_key(active.session_id, active.branch))
+
+            try:
+                self.team.locks.run(unlock)
+            except Exception:  # noqa: BLE001 - the lock goes with the connection anyway
+                log.exception("could not release branch %s of session %s", active.branch,
+                              active.session_id)
+        super().release(active)
+
+    # -- the other processes' runs --------------------------------------------------------
+
+    def for_session(self, session_id: str) -> list[ActiveRun]:
+        remote = [r for (sid, _), r in self._remote.items() if sid == session_id]
+        return super().for_session(session_id) + remote
+
+    def local(self, session_id: str, run_id: str) -> ActiveRun | None:
+        return next((a for a in super().for_session(session_id) if a.run_id == run_id), None)
+
+    def observe(self, frame: dict[str, Any]) -> None:
+        """Follow a frame another process published."""
+        data = frame.get("data") or {}
+        event, sid, run_id = frame.get("event"), data.get("session_id"), data.get("run_id")
+        if not isinstance(sid, str) or not isinstance(run_id, str):
+            return
+        if event == "run_started" and isinstance(data.get("branch"), str):
+            run = RemoteRun(sid, run_id, data["branch"], team=self.team, started=True)
+            turn = RemoteTurn(dict(data.get("run") or {"run_id": run_id}),
+                              list(data.get("messages") or []))
+            run.ctx = turn  # type: ignore[assignment]  # what live.snapshot reads
+            self._remote[(sid, data["branch"])] = run
+            return
+        remote = next((r for (s, _), r in self._remote.items()
+                       if s == sid and r.run_id == run_id), None)
+        if remote is None:
+            return
+        if event == "message_delta":
+            remote.partial += str(data.get("delta") or "")
+        elif event == "tool_call":
+            remote.partial = ""  # the text so far became a message with tool calls
+        elif event in ENDS:
+            self.forget(remote)
+
+    def forget(self, remote: ActiveRun) -> None:
+        if self._remote.get((remote.session_id, remote.branch)) is remote:
+            del self._remote[(remote.session_id, remote.branch)]
+        remote.done.set()
+
+    def reconcile(self, live: set[tuple[str, str]], asof: float) -> None:
+        """Drop followed runs whose branch no live process held at `asof` (an end event
+        missed while the listening connection was down, or a process gone); runs first
+        seen since are newer than that answer."""
+        for key, remote in list(self._remote.items()):
+            if key not in live and remote.followed_at < asof:
+                self.forget(remote)
