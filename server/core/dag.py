@@ -1,18 +1,12 @@
-"""The DAG view (DESIGN §8): the commit graph as lanes and rows, ready to draw as SVG.
-
-`graph()` is the data (`get_dag`): every commit reachable from a branch, newest first, with its
-parents, kind, run, owning branch and label; sub-agent branches carry their result. `layout()`
-turns it into what the panel draws. To stay quick and legible with thousands of commits it
-folds a turn's tool-batch checkpoints into the turn's own node (`folded` counts them), shows
-at most `rows` nodes (the page asks for more), and lets branches share a lane when their spans
-do not overlap, so a session with a hundred finished sub-agents is still a few lanes wide.
+"""The DAG's data (DESIGN §8): `graph()` (`get_dag`) is every commit reachable from a
+branch, newest first, with its parents, kind, run, owning branch and label; sub-agent
+branches carry their result. How it is drawn (lanes, rows, colours) is the web side's view
+model, `server/web/dag_layout.py`. `node_view` is one commit's chat and files.
 """
 
 from __future__ import annotations
 
 import re
-from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pygit2
@@ -26,22 +20,8 @@ if TYPE_CHECKING:
     from .braid import Braid
 
 DAG_LIMIT = 5000
-ROWS = 200
-MAX_ROWS = DAG_LIMIT
-ROW_H = 30
-LANE_W = 16
-PAD = 12
 FILES_LIMIT = 300
-MAIN_COLOR = "#4f46e5"
-PALETTE = ("#0e9f6e", "#d97706", "#db2777", "#0891b2", "#7c3aed", "#65a30d", "#dc2626",
-           "#2563eb", "#ca8a04", "#9333ea")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
-
-
-# The graph is a function of the branch tips (and HEAD): two tabs, or a dag_changed that
-# changed nothing, reuse one walk. Per repository path, the last key and its data.
-_CACHE: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
-CACHE_SESSIONS = 64
 
 
 def commit_graph(git: GitSession, limit: int) -> dict[str, Any]:
@@ -82,18 +62,17 @@ def commit_graph(git: GitSession, limit: int) -> dict[str, Any]:
 
 
 def graph(git: GitSession, limit: int = DAG_LIMIT) -> dict[str, Any]:
-    """The commit graph; a sub-agent branch's tip is labelled with the sub-agent's result."""
+    """The commit graph; a sub-agent branch's tip is labelled with the sub-agent's result.
+
+    The graph is a function of the branch tips (and HEAD): two tabs, or a dag_changed that
+    changed nothing, reuse one walk. The cache is the session's own (`GitSession.caches`,
+    used by whoever holds the session's repository): the last key and its data."""
     key = (tuple(sorted(git.branches().items())), git.branch, str(git.head_oid()), limit)
-    hit = _CACHE.get(str(git.path))
+    hit = git.caches.get("dag")
     if hit is not None and hit[0] == key:
         return dict(hit[1])
     data = _build(git, limit)
-    if len(_CACHE) >= CACHE_SESSIONS:
-        try:  # sessions' threads share the cache: another may change it meanwhile
-            _CACHE.pop(next(iter(_CACHE)), None)
-        except (RuntimeError, StopIteration):
-            pass
-    _CACHE[str(git.path)] = (key, data)
+    git.caches["dag"] = (key, data)
     return dict(data)
 
 
@@ -120,188 +99,6 @@ async def get_dag(braid: Braid, user_id: str, session_id: str) -> dict[str, Any]
     return await handle.call(lambda git: graph(git))
 
 
-
-
-@dataclass
-class Dot:
-    node: dict[str, Any]
-    row: int
-    lane: int
-    x: int
-    y: int
-    color: str
-    folded: int = 0
-
-
-@dataclass
-class Edge:
-    child_id: str
-    parent_id: str
-    d: str
-    color: str
-
-
-@dataclass
-class Layout:
-    dots: list[Dot]
-    edges: list[Edge]
-    branches: list[dict[str, Any]]
-    width: int
-    height: int
-    rows: int
-    total: int
-    more: bool
-    head: str
-    current_branch: str
-    lanes: int = 0
-    colors: dict[str, str] = field(default_factory=dict)
-
-
-def _fold(nodes: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, int]]:
-    """Each node's representative: a tool-batch checkpoint folds into the next commit of the
-    same run on the same lane when nothing else hangs off it."""
-    by_id = {n["id"]: n for n in nodes}
-    children: dict[str, list[str]] = defaultdict(list)
-    for n in nodes:
-        for p in n["parent_ids"]:
-            if p in by_id:
-                children[p].append(n["id"])
-    rep: dict[str, str] = {}
-    folded: dict[str, int] = defaultdict(int)
-    for n in nodes:  # children come before their parents (topological order)
-        kids = children.get(n["id"], [])
-        if n["kind"] == "tool-batch" and len(kids) == 1 and not n.get("tips"):
-            child = by_id[kids[0]]
-            if (child["parent_ids"] == [n["id"]] and child["branch"] == n["branch"]
-                    and child["run_id"] == n["run_id"]):
-                rep[n["id"]] = rep[child["id"]]
-                folded[rep[n["id"]]] += 1
-                continue
-        rep[n["id"]] = n["id"]
-    return rep, folded
-
-
-def layout(data: dict[str, Any], rows: int = ROWS) -> Layout:
-    nodes = data["nodes"]
-    rep, folded = _fold(nodes)
-    visible = [n for n in nodes if rep[n["id"]] == n["id"]]
-    shown = visible[:rows]
-    row_of = {n["id"]: i for i, n in enumerate(shown)}
-    bottom = len(shown)  # the row where edges to hidden commits leave the picture
-    branch_of = {n["id"]: n["branch"] or "?" for n in shown}
-
-    # Edges between representatives; the long vertical part of an edge runs in the child's
-    # lane for a first parent (a fork) and in the parent's lane for a merged branch.
-    links: dict[tuple[str, str], bool] = {}
-    for n in nodes:
-        child = rep[n["id"]]
-        if child not in row_of:
-            continue
-        for i, p in enumerate(n["parent_ids"]):
-            parent = rep.get(p, p)
-            if parent != child and (child, parent) not in links:
-                links[(child, parent)] = i == 0
-    spans: dict[str, list[int]] = {}
-
-    def cover(branch: str, a: int, b: int) -> None:
-        span = spans.setdefault(branch, [a, b])
-        span[0], span[1] = min(span[0], a, b), max(span[1], a, b)
-
-    last_dot: dict[str, int] = {}  # a branch's oldest row shown
-    for n in shown:
-        cover(branch_of[n["id"]], row_of[n["id"]], row_of[n["id"]])
-        last_dot[branch_of[n["id"]]] = row_of[n["id"]]
-    for (child, parent), first in links.items():
-        parent_row = row_of.get(parent, bottom)
-        owner = branch_of[child] if first or parent not in branch_of else branch_of[parent]
-        cover(owner, row_of[child], parent_row)
-
-    current = data.get("current_branch") or "main"
-    lane_of: dict[str, int] = {}
-    ends: list[tuple[int, bool]] = []  # per lane: the last row used, and whether it is a dot
-    first_free = 1 if "main" in spans else 0  # main keeps lane 0 to itself
-    for name in sorted(spans, key=lambda b: (b != "main", spans[b][0], b)):
-        top, end = spans[name]
-        # A lane is free again on the row where its last branch curved into another lane's
-        # dot (the new branch curves out below it), not on a row holding its own dot.
-        lane = next((i for i, (e, dot) in enumerate(ends)
-                     if i >= first_free and (e < top or (e == top and not dot))), None)
-        if lane is None:
-            lane, ends = len(ends), [*ends, (0, False)]
-        ends[lane] = (end, last_dot.get(name) == end)
-        lane_of[name] = lane
-    lanes = max(1, len(ends))
-    # Colours in lane order, so branches drawn side by side never share one.
-    colors = {"main": MAIN_COLOR}
-    for name in [*lane_of, *(b["name"] for b in data["branches"])]:
-        if name not in colors:
-            colors[name] = PALETTE[(len(colors) - 1) % len(PALETTE)]
-
-    def xy(row: int, lane: int) -> tuple[int, int]:
-        return PAD + lane * LANE_W, row * ROW_H + ROW_H // 2
-
-    dots = []
-    for n in shown:
-        branch = branch_of[n["id"]]
-        x, y = xy(row_of[n["id"]], lane_of[branch])
-        dots.append(Dot(n, row_of[n["id"]], lane_of[branch], x, y, colors[branch],
-                        folded.get(n["id"], 0)))
-    dot_of = {d.node["id"]: d for d in dots}
-    edges = []
-    for (child, parent), first in links.items():
-        c = dot_of[child]
-        p = dot_of.get(parent)
-        if p is None:
-            lane = c.lane if first or parent not in branch_of else lane_of[branch_of[parent]]
-            px, py = xy(bottom, lane)
-            py -= ROW_H // 2
-            color = c.color
-        else:
-            px, py, color = p.x, p.y, (c.color if first else p.color)
-        edges.append(Edge(child, parent, _path(c.x, c.y, px, py, first), color))
-
-    branches = []
-    for b in data["branches"]:
-        lane = lane_of.get(b["name"])
-        branches.append({**b, "color": colors[b["name"]], "lane": lane,
-                         "current": b["name"] == current})
-    branches.sort(key=lambda b: (not b["current"], b["name"] != "main",
-                                 not b.get("sub_agent"), b["name"]))
-    return Layout(dots=dots, edges=edges, branches=branches, width=PAD * 2 + (lanes - 1) *
-                  LANE_W, height=max(1, len(shown)) * ROW_H, rows=len(shown),
-                  total=len(visible), more=len(visible) > len(shown),
-                  head=data.get("head", ""), current_branch=current, lanes=lanes,
-                  colors=colors)
-
-
-def _path(x1: int, y1: int, x2: int, y2: int, first: bool) -> str:
-    if x1 == x2:
-        return f"M{x1} {y1}V{y2}"
-    if first:  # down the child's lane, then into the parent
-        bend = max(y1, y2 - ROW_H)
-        mid = (bend + y2) / 2
-        return f"M{x1} {y1}V{bend}C{x1} {mid} {x2} {mid} {x2} {y2}"
-    bend = min(y2, y1 + ROW_H)  # out of the merge into the branch's lane, then down it
-    mid = (y1 + bend) / 2
-    return f"M{x1} {y1}C{x1} {mid} {x2} {mid} {x2} {bend}V{y2}"
-
-
-def clamp_rows(rows: object) -> int:
-    if rows is None or rows == "":
-        return ROWS
-    try:
-        value = int(str(rows))
-    except ValueError as e:
-        raise BadRequest("rows must be a number") from e
-    return max(1, min(value, MAX_ROWS))
-
-
-async def get_layout(braid: Braid, user_id: str, session_id: str,
-                     rows: object = None) -> Layout:
-    """The laid-out graph the panel draws."""
-    count = clamp_rows(rows)
-    data = await get_dag(braid, user_id, session_id)
-    return layout(data, count)
 
 
 def node_view(git: GitSession, commit_id: str) -> dict[str, Any]:

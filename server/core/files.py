@@ -21,6 +21,7 @@ from pygit2.enums import FileMode
 from .errors import BadRequest, Busy, Conflict, Forbidden, NotFound
 from .git_session import WORKDIR, GitSession, to_json_bytes
 from .ids import new_message_id, now_iso
+from .turn_changes import files_of
 
 if TYPE_CHECKING:
     from .braid import Braid
@@ -243,6 +244,10 @@ def commit_upload(git: GitSession, session_id: str, files: dict[str, bytes]) -> 
             "commit_id": str(commit_id)}
 
 
+def _chips(git: GitSession, made: dict[str, Any]) -> list[dict[str, str]]:
+    return files_of(git, made["run_id"], made["run"].get("branch"))
+
+
 async def upload(braid: Braid, user_id: str, session_id: str,
                  files: list[tuple[object, bytes]], folder: object = None) -> dict[str, Any]:
     """Put files into workdir/ (into `folder`) as one revertable `user-edit` commit."""
@@ -260,6 +265,8 @@ async def upload(braid: Braid, user_id: str, session_id: str,
     finally:
         braid.runs.release(active)
     await braid.index.upsert_run(handle.session_id, made["run"])
+    # Its chips go out with the event, read once rather than by every tab.
+    made["files"] = await handle.call(lambda git: _chips(git, made))
     braid.bus.publish(handle.session_id, "files_uploaded", made)
     braid.bus.publish(handle.session_id, "dag_changed", {"run_id": made["run_id"]})
     return {"run_id": made["run_id"], "commit_id": made["commit_id"], "paths": made["paths"]}

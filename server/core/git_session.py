@@ -117,6 +117,9 @@ class GitSession:
         # The history and run listings of recently used trees (see history.py).
         self.listings = Listings(self.repo)
         self.lines = Lines(self.repo)
+        # Other views derived from this repository (the DAG's graph, dag.py), kept with it
+        # rather than in a module-wide table shared by every session.
+        self.caches: dict[str, Any] = {}
         # A file-system watcher on workdir/ (watch.py), opened by the first look.
         self._watch = watch
         self._watcher: Watcher | None = None

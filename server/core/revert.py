@@ -30,7 +30,7 @@ from .turn_changes import (
     FileChange,
     TurnSpan,
     changes_of,
-    file_views,
+    files_of,
     first_parent_line,
     trailers_of,
     turn_spans,
@@ -338,11 +338,4 @@ async def files_of_run(braid: Braid, user_id: str, session_id: str, run_id: str,
     """The chips of one turn, on `branch` (default: the branch shown): for a bubble that was
     just rendered from a live event rather than from the transcript."""
     handle = braid.store.get_owned(user_id, session_id)
-
-    def work(git: GitSession) -> list[dict[str, str]]:
-        tip = git.head_commit()
-        if branch and branch != git.branch and branch in git.branches():
-            tip = git.commit(git.branch_tip(branch))
-        return file_views(git, tip, [run_id]).get(run_id, [])
-
-    return await handle.call(work)
+    return await handle.call(lambda git: files_of(git, run_id, branch))

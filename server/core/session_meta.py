@@ -71,17 +71,14 @@ async def update_session(braid: Braid, user_id: str, session_id: str,
             else:
                 meta[key] = value
         if meta != handle.meta:
-            live = [a.ctx for a in braid.runs.for_session(handle.session_id) if a.ctx]
-
-            def work(git: GitSession) -> None:
-                write_meta(git, meta, _summary(changes))
-                # A first turn still to commit holds the session.json it titled: it must
-                # not put the old name back.
-                for ctx in live:
-                    if "session.json" in ctx.pending:
-                        ctx.pending["session.json"] = to_json_bytes(meta)
-
-            await handle.call(work)
+            # A first turn still to commit holds the session.json it titled: it must not
+            # put the old name back. Its state belongs to the loop, so it is changed here,
+            # before the commit is queued: any checkpoint the turn takes from now on holds
+            # the new session.json, and one queued earlier is committed before this one.
+            for active in braid.runs.for_session(handle.session_id):
+                if active.ctx is not None and "session.json" in active.ctx.pending:
+                    active.ctx.pending["session.json"] = to_json_bytes(meta)
+            await handle.call(lambda git: write_meta(git, meta, _summary(changes)))
             handle.meta.clear()
             handle.meta.update(meta)
             await braid.index.upsert_session(handle.meta, now_iso())

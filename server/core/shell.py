@@ -3,16 +3,50 @@ process group killed on timeout, and its output capped (head and tail kept)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from . import proctree
 
+T = TypeVar("T")
+
 SHELL_OUTPUT_LIMIT = 20_000
+
+
+async def on_own_thread(fn: Callable[[], T], name: str) -> T:
+    """Run `fn()` (a shell command: it may take minutes) on a thread of its own, so neither
+    the session's git lane nor a shared pool's thread waits for it meanwhile. The thread
+    ends with the command; a caller that stops waiting leaves it to finish (its process tree
+    is killed by the caller's cancel, `proctree.kill_under`)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if done.done():  # the caller stopped waiting
+            return
+        if ok:
+            done.set_result(value)
+        else:
+            done.set_exception(value)
+
+    def work() -> None:
+        try:
+            outcome: tuple[bool, Any] = (True, fn())
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
+            outcome = (False, e)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop is gone (the process is stopping)
+            pass
+
+    threading.Thread(target=work, name=name, daemon=True).start()
+    return await done
 
 
 def run_shell(command: str, *, cwd: Path, timeout: float,

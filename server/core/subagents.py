@@ -294,12 +294,14 @@ async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> dict[st
             lambda git: _close_worktree(git, branch))
         if status != "INTERRUPTED":  # a stopping server writes nothing more
             await _wait_for_branch(braid, sid, sub.parent_branch)
-            summary = await handle.call(lambda git: write_result(
-                git, sub.parent_branch, sid, spawn.parent_turn_id, info))
+            summary, shown = await handle.call(lambda git: (write_result(
+                git, sub.parent_branch, sid, spawn.parent_turn_id, info), git.branch))
             await braid.index.upsert_run(sid, summary["run"])
             result["summary_run_id"] = summary["run_id"]
             result["summary_commit_id"] = summary["commit_id"]
-            braid.bus.publish(sid, "sub_agent_done", {**result, "summary": summary})
+            # `shown_branch`: the parent's transcript shows the result only on that branch.
+            braid.bus.publish(sid, "sub_agent_done", {**result, "summary": summary,
+                                                      "shown_branch": shown})
             braid.bus.publish(sid, "dag_changed", {"branch": branch})
     except RuntimeError:  # the session's thread is gone: the server is stopping
         log.warning("sub-agent %s ended while the server stopped", branch)

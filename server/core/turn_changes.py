@@ -161,6 +161,14 @@ def file_views(git: GitSession, tip: pygit2.Commit,
             for run_id, span in spans.items()}
 
 
+def files_of(git: GitSession, run_id: str, branch: str | None = None) -> list[dict[str, str]]:
+    """The chips of one turn, on `branch` (default, or when gone: the branch shown)."""
+    tip = git.head_commit()
+    if branch and branch != git.branch and branch in git.branches():
+        tip = git.commit(git.branch_tip(branch))
+    return file_views(git, tip, [run_id]).get(run_id, [])
+
+
 def annotate_turns(git: GitSession, commit: pygit2.Commit, items: list[dict[str, Any]]) -> None:
     """Give every turn of a transcript its `files`, computed for all of them in one pass."""
     run_ids = [t["run_id"] for t in items if t.get("type") == "turn" and t.get("run_id")]

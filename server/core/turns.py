@@ -18,9 +18,12 @@ from .endpoints import choice_for_call
 from .errors import Busy, NotFound
 from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
 from .ids import new_message_id, now_iso
+from .lineage import sibling_map
 from .model_client import ModelError
 from .model_messages import arguments_error, to_model
-from .tools import Workspace
+from .shell import on_own_thread
+from .tools import ToolResult, Workspace
+from .turn_changes import files_of
 
 if TYPE_CHECKING:
     from .braid import Braid
@@ -117,6 +120,8 @@ class TurnContext:
     changed: set[str] = field(default_factory=set)
     tool_calls: int = 0
     legacy: bool = False  # the branch's history is in the earlier layout (history.py)
+    # A tool call the turn was stopped during: its result joins before the last commit.
+    inflight: tuple[dict[str, Any], asyncio.Future[Any]] | None = None
 
     @property
     def run_id(self) -> str:
@@ -198,21 +203,43 @@ def write_pending_to_disk(git: GitSession, ctx: TurnContext) -> None:
         guarded.write(git.path, rel, data)
 
 
-def checkpoint(git: GitSession, ctx: TurnContext, kind: str, summary: str) -> str:
-    crash.at("turn.checkpoint")
+def checkpoint_changes(ctx: TurnContext) -> tuple[dict[str, Any], int]:
+    """On the loop: what the turn's next checkpoint writes (its new messages, its record,
+    the files its tools changed) and the message index it holds."""
     ctx.run["message_count"] = len(ctx.messages)
     ctx.run["updated_at"] = now_iso()
     changes: dict[str, Any] = dict(ctx.pending)
     changes[ctx.run_file] = to_json_bytes(ctx.run)
     for rel in ctx.changed:
         changes[f"{WORKDIR}/{rel}"] = DISK
-    oid = git.write_checkpoint(
-        changes, summary=summary, kind=kind, run_id=ctx.run_id,
-        message_index=len(ctx.messages), sync_index=False,
-    )
+    return changes, len(ctx.messages)
+
+
+def write_turn_commit(git: GitSession, run_id: str, changes: dict[str, Any], index: int,
+                      kind: str, summary: str) -> str:
+    """On the session thread: the checkpoint commit; the turn's state is not touched."""
+    crash.at("turn.checkpoint")
+    oid = git.write_checkpoint(changes, summary=summary, kind=kind, run_id=run_id,
+                               message_index=index, sync_index=False)
+    return str(oid)
+
+
+async def commit_turn(ctx: TurnContext, kind: str, summary: str, *,
+                      finishing: bool = False) -> str:
+    """A checkpoint of a live turn: taken from its state on the loop, committed on the
+    session thread, and only then the taken changes are cleared (on the loop again)."""
+    changes, index = checkpoint_changes(ctx)
+    run_id = ctx.run_id
+
+    def work(git: GitSession) -> str:
+        if finishing:
+            crash.at("turn.finish")
+        return write_turn_commit(git, run_id, changes, index, kind, summary)
+
+    oid = await ctx.handle.call(work)
     ctx.pending.clear()
     ctx.changed.clear()
-    return str(oid)
+    return oid
 
 
 def model_messages(ctx: TurnContext, budget: int = DEFAULT_CONTEXT_TOKENS,
@@ -270,6 +297,7 @@ async def launch(
     braid.bus.publish(handle.session_id, "run_started", {
         "run_id": ctx.run_id, "run": dict(ctx.run), "branch": active.branch,
         "messages": [dict(m) for m in ctx.messages],
+        "siblings": await siblings_of(braid, handle.session_id, ctx.run_id),
         # The first turn names the session: the sidebar needs redrawing only then.
         "titled": "session.json" in ctx.pending,
     })
@@ -326,7 +354,7 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
                 braid.bus.publish(sid, "tool_call", {"run_id": ctx.run_id, "call": call,
                                                      "message_id": msg_id})
             for call in reply.tool_calls:
-                result = await handle.call(lambda git, c=call: run_tool(braid, git, ctx, c))
+                result = await _tool_step(braid, ctx, call)
                 braid.bus.publish(sid, "tool_result", {"run_id": ctx.run_id, "message": result})
                 if mode == "tools":
                     await _checkpoint_event(braid, ctx, "tool-batch", "Tool call")
@@ -350,6 +378,7 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
         log.warning("run %s of session %s failed: %s", ctx.run_id, sid, error)
     # From here no cancel reaches the task (ActiveRun.stop): its last commit is never dropped.
     active.finishing = True
+    await _settle_inflight(ctx)
     if partial:
         add_message(ctx, new_message("assistant", ctx.run_id, partial, partial=True))
     await _finish(braid, ctx, active, status, error)
@@ -361,9 +390,11 @@ async def _finish(
     sid = ctx.handle.session_id
     ctx.run["status"] = status
     ctx.run["error"] = error
+    files: list[dict[str, str]] = []
+    siblings = None
     try:
         try:
-            commit_id = await ctx.handle.call(lambda git: _close_and_commit(git, ctx, status))
+            commit_id = await _close_and_commit(ctx, status)
         except Exception as e:  # noqa: BLE001 - the turn must still end with its event
             log.exception("the last commit of run %s failed", ctx.run_id)
             status, error = "ERROR", f"could not commit the turn: {_error_text(e)}"
@@ -371,20 +402,22 @@ async def _finish(
             # Its messages and record at least: the files it could not take stay on disk
             # for the next turn's user-edit snapshot.
             ctx.changed.clear()
-            commit_id = await ctx.handle.call(lambda git: _close_and_commit(git, ctx, status))
+            commit_id = await _close_and_commit(ctx, status)
         braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": commit_id,
                                               "kind": "turn"})
         await braid.index.upsert_run(sid, ctx.run)
         # Writing the index costs O(files in the repo), once per turn: before the end event,
         # so `git status` in the session folder is true when the client hears of it (D6).
         await ctx.handle.call(lambda git: git.flush_index())
+        files, siblings = await _end_extras(braid, ctx)
     except Exception:  # noqa: BLE001 - the end event below is sent whatever failed
         log.exception("run %s ended without its last commit", ctx.run_id)
     finally:
         braid.runs.release(active)
     event = {"COMPLETED": "run_completed", "ERROR": "run_error"}.get(status, "run_cancelled")
     data: dict[str, Any] = {"run_id": ctx.run_id, "run": dict(ctx.run), "status": status,
-                            "messages": [dict(m) for m in ctx.messages]}
+                            "messages": [dict(m) for m in ctx.messages], "files": files,
+                            "siblings": siblings}
     if error:
         data["error"] = error
     braid.bus.publish(sid, event, data)
@@ -392,10 +425,22 @@ async def _finish(
     braid.packer.touch(sid, ctx.handle.path)
 
 
-def _close_and_commit(git: GitSession, ctx: TurnContext, status: str) -> str:
-    crash.at("turn.finish")
+async def _end_extras(braid: Braid, ctx: TurnContext) -> tuple[list[dict[str, str]],
+                                                                 dict[str, Any] | None]:
+    """The turn's chips and its `‹ 2/3 ›` place, for its end event: read once here rather
+    than by every tab that renders it."""
+    try:
+        branch = ctx.run.get("branch")
+        files = await ctx.handle.call(lambda git: files_of(git, ctx.run_id, branch))
+        return files, await siblings_of(braid, ctx.handle.session_id, ctx.run_id)
+    except Exception:  # noqa: BLE001 - the event goes out without them
+        log.exception("the chips of run %s could not be read", ctx.run_id)
+        return [], None
+
+
+async def _close_and_commit(ctx: TurnContext, status: str) -> str:
     _answer_open_calls(ctx)
-    return checkpoint(git, ctx, "turn", _final_summary(ctx, status))
+    return await commit_turn(ctx, "turn", _final_summary(ctx, status), finishing=True)
 
 
 def _answer_open_calls(ctx: TurnContext) -> None:
@@ -412,49 +457,110 @@ def _answer_open_calls(ctx: TurnContext) -> None:
 
 
 async def _checkpoint_event(braid: Braid, ctx: TurnContext, kind: str, summary: str) -> None:
-    commit_id = await ctx.handle.call(lambda git: checkpoint(git, ctx, kind, summary))
+    commit_id = await commit_turn(ctx, kind, summary)
     braid.bus.publish(ctx.handle.session_id, "checkpoint",
                       {"run_id": ctx.run_id, "commit_id": commit_id, "kind": kind})
 
 
-def run_tool(braid: Braid, git: GitSession, ctx: TurnContext, call: dict[str, Any]) -> dict:
-    """Run one tool call on the session thread and record its result message."""
+@dataclass
+class ToolOutcome:
+    """What one tool call did, handed from its lane back to the loop, which alone writes it
+    into the turn's state (`TurnContext`)."""
+
+    content: str
+    is_error: bool
+    changed: list[str]
+
+
+async def _tool_step(braid: Braid, ctx: TurnContext, call: dict[str, Any]) -> dict[str, Any]:
+    """Run one tool call and record its result message. The work goes on in its own task: a
+    cancel stops the turn here, and `_settle_inflight` takes the call's result before the
+    turn's last commit (a shell command is killed meanwhile; a file tool has written)."""
+    work = asyncio.ensure_future(run_tool(braid, ctx, call))
+    try:
+        outcome = await asyncio.shield(work)
+    except asyncio.CancelledError:
+        ctx.inflight = (call, work)
+        raise
+    return record_tool(ctx, call, outcome)
+
+
+async def _settle_inflight(ctx: TurnContext) -> None:
+    if ctx.inflight is None:
+        return
+    call, work = ctx.inflight
+    ctx.inflight = None
+    try:
+        outcome = await work
+    except Exception:  # noqa: BLE001 - the call then gets the "stopped" error result
+        log.exception("a tool call of run %s failed while it was stopped", ctx.run_id)
+        return
+    record_tool(ctx, call, outcome)
+
+
+async def run_tool(braid: Braid, ctx: TurnContext, call: dict[str, Any]) -> ToolOutcome:
+    """One tool call: a file tool on the session thread (it writes files and backs them up);
+    a shell command on a thread of its own, then one look at what it changed on the
+    session thread. Reads the turn's state; never writes it."""
     crash.at("turn.tool")
     fn = call.get("function") or {}
     name = str(fn.get("name") or "")
+    bad_args = arguments_error(fn.get("arguments"))
+    handle, run_id = ctx.handle, ctx.run_id
+    if name != "shell":
+        if bad_args:
+            return ToolOutcome(bad_args, True, [])
+        return await handle.call(lambda git: _file_tool(braid, git, run_id, name, fn))
+    workspace = Workspace(handle.path / WORKDIR, shell_enabled=braid.settings.shell,
+                          shell_timeout=braid.settings.shell_timeout)
+    result = ToolResult(bad_args, is_error=True) if bad_args else await on_own_thread(
+        lambda: workspace.execute(name, fn.get("arguments") or "{}"),
+        f"shell-{handle.session_id[:8]}")
+    known = sorted(ctx.changed)
+    return await handle.call(lambda git: _after_shell(braid, git, run_id, known, result))
 
+
+def _file_tool(braid: Braid, git: GitSession, run_id: str, name: str,
+               fn: dict[str, Any]) -> ToolOutcome:
     def before_write(rel: str) -> None:
         for hook in braid.before_write_hooks:
-            hook(git, ctx.run_id, str(git.path / WORKDIR / rel))
+            hook(git, run_id, str(git.path / WORKDIR / rel))
 
     workspace = Workspace(git.path / WORKDIR, before_write=before_write,
                           shell_enabled=braid.settings.shell,
                           shell_timeout=braid.settings.shell_timeout)
-    bad_args = arguments_error(fn.get("arguments"))
-    result = _error_result(bad_args) if bad_args else \
-        workspace.execute(name, fn.get("arguments") or "{}")
-    ctx.changed.update(result.changed)
-    if name == "shell":
-        # A shell command may change anything: found by one status scan, after it ran.
-        dirty, unnamed = names.split(git.changed_workdir_paths())
-        for rel in dirty:
-            ctx.changed.add(rel[len(WORKDIR) + 1:])
-        if unnamed:
-            result.content += "\n" + names.refusal([p[len(WORKDIR) + 1:] for p in unnamed])
-            result.is_error = True
-        for hook in braid.after_shell_hooks:
-            hook(git, ctx.run_id, sorted(ctx.changed))
+    result = workspace.execute(name, fn.get("arguments") or "{}")
+    return ToolOutcome(result.content, result.is_error, list(result.changed))
+
+
+def _after_shell(braid: Braid, git: GitSession, run_id: str, known: list[str],
+                 result: ToolResult) -> ToolOutcome:
+    # A shell command may change anything: found by one status scan, after it ran.
+    dirty, unnamed = names.split(git.changed_workdir_paths())
+    changed = [rel[len(WORKDIR) + 1:] for rel in dirty]
+    content, is_error = result.content, result.is_error
+    if unnamed:
+        content += "\n" + names.refusal([p[len(WORKDIR) + 1:] for p in unnamed])
+        is_error = True
+    for hook in braid.after_shell_hooks:
+        hook(git, run_id, sorted({*known, *changed}))
+    return ToolOutcome(content, is_error, changed)
+
+
+def record_tool(ctx: TurnContext, call: dict[str, Any], outcome: ToolOutcome) -> dict:
+    """On the loop: the call's changed paths and its result message join the turn."""
+    ctx.changed.update(outcome.changed)
     ctx.tool_calls += 1
-    msg = new_message("tool", ctx.run_id, result.content, tool_call_id=call.get("id", ""),
-                      name=name, is_error=result.is_error or None)
+    name = str((call.get("function") or {}).get("name") or "")
+    msg = new_message("tool", ctx.run_id, outcome.content, tool_call_id=call.get("id", ""),
+                      name=name, is_error=outcome.is_error or None)
     add_message(ctx, msg)
     return msg
 
 
-def _error_result(text: str) -> Any:
-    from .tools import ToolResult
-
-    return ToolResult(text, is_error=True)
+async def siblings_of(braid: Braid, session_id: str, run_id: str) -> dict[str, Any] | None:
+    """The run's place among its sibling runs (`‹ 2/3 ›`), for its events' payloads."""
+    return sibling_map(await braid.index.list_runs(session_id)).get(run_id)
 
 
 def _add_usage(run: dict[str, Any], usage: dict[str, Any]) -> None:

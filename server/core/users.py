@@ -4,16 +4,22 @@ Tokens are long random strings, so a plain SHA-256 of the token is a safe thing 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import re
 import secrets
 import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Protocol, TypeVar
+from weakref import WeakKeyDictionary
 
 from .errors import BadRequest
 from .ids import now_iso
 
+T = TypeVar("T")
 DEFAULT_USER = "local"
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -78,3 +84,51 @@ class Users:
         with self._connect() as db:
             row = db.execute("SELECT 1 FROM users WHERE user_id = ?", (user_id,)).fetchone()
         return row is not None
+
+
+class UserStore(Protocol):
+    """What a users backend offers (SQLite here; another may keep them elsewhere): plain
+    blocking calls, each one short query."""
+
+    def set_token(self, user_id: str, token: str | None = None) -> str: ...
+    def authenticate(self, token: str | None) -> str | None: ...
+    def exists(self, user_id: str) -> bool: ...
+
+
+class UsersOffLoop:
+    """The users backend as the server's event loop calls it: each call runs on one thread
+    of its own, so a slow disk (or a database) never stalls every socket and page. The CLI,
+    which has no loop, calls the backend directly."""
+
+    def __init__(self, backend: UserStore) -> None:
+        self.backend = backend
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="braid-users")
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn)
+
+    async def authenticate(self, token: str | None) -> str | None:
+        if not token or len(token) > 512:  # nothing to look up
+            return None
+        return await self._run(lambda: self.backend.authenticate(token))
+
+    async def set_token(self, user_id: str, token: str | None = None) -> str:
+        return await self._run(lambda: self.backend.set_token(user_id, token))
+
+    async def exists(self, user_id: str) -> bool:
+        return await self._run(lambda: self.backend.exists(user_id))
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=False)
+
+
+_OFF_LOOP: WeakKeyDictionary[UserStore, UsersOffLoop] = WeakKeyDictionary()
+
+
+def off_loop(users: UserStore) -> UsersOffLoop:
+    """The event loop's way to the users backend `users`: one `UsersOffLoop` per backend,
+    made on first use (its thread ends when the backend goes)."""
+    wrapper = _OFF_LOOP.get(users)
+    if wrapper is None:
+        wrapper = _OFF_LOOP[users] = UsersOffLoop(users)
+    return wrapper

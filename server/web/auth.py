@@ -14,6 +14,7 @@ from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..core.errors import BraidError, Forbidden, Unauthorized
+from ..core.users import off_loop
 from .errors import error_response
 
 COOKIE = "braid_token"
@@ -89,7 +90,8 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         conn = HTTPConnection(scope)
-        user_id = conn.app.state.braid.users.authenticate(token_of(conn))
+        # Off the event loop: a users backend is a file or a database away.
+        user_id = await off_loop(conn.app.state.braid.users).authenticate(token_of(conn))
         scope.setdefault("state", {})["user_id"] = user_id
         if scope["type"] == "http" and scope["path"].startswith("/api/"):
             try:

@@ -12,24 +12,16 @@ from starlette.responses import HTMLResponse, Response
 from ..core import dag, sessions
 from ..core.errors import BraidError
 from ..core.subagents import PREFIX
+from . import dag_layout
 from .auth import user_of
+from .dag_layout import node_kind
+from .fragments import run_state
 from .names import branch_label, load_names
 from .templating import env, render
 
 if TYPE_CHECKING:
+    from .event_views import View
     from .render_html import HtmlRenderer
-
-KIND_LABELS = {"tool-batch": "tools", "user-edit": "edit", "unrevert": "redo"}
-
-
-def node_kind(node: dict[str, Any], branch: str) -> str:
-    """A node's kind in a word; a `sub-agent` commit starts a child's branch or carries its
-    result back to the parent."""
-    kind = str(node.get("kind") or "")
-    if kind == "sub-agent":
-        return "spawn" if str(branch).startswith(PREFIX) else "result"
-    return KIND_LABELS.get(kind, kind)
-
 
 def short_branch(name: object) -> str:
     """A branch's readable name ("sub-agent alpha", "Edit of message 3"); hash on hover."""
@@ -40,8 +32,15 @@ env.filters["short_branch"] = short_branch
 env.globals["node_kind"] = node_kind
 
 
-def dag_html(layout: dag.Layout, session_id: str) -> str:
-    return render("_dag.html", dag=layout, session_id=session_id, row_h=dag.ROW_H)
+def dag_html(layout: dag_layout.Layout, session_id: str) -> str:
+    return render("_dag.html", dag=layout, session_id=session_id, row_h=dag_layout.ROW_H)
+
+
+async def load_layout(braid: Any, user_id: str, session_id: str,
+                      rows: object = None) -> dag_layout.Layout:
+    """The graph the core publishes, laid out as the panel draws it."""
+    count = dag_layout.clamp_rows(rows)
+    return dag_layout.layout(await dag.get_dag(braid, user_id, session_id), count)
 
 
 def sub_cards(braid: Any, session_id: str) -> str:
@@ -65,8 +64,8 @@ async def dag_fragment(request: Request) -> Response:
     try:
         braid.store.get_owned(user_id, session_id)
         await load_names(braid, session_id)
-        layout = await dag.get_layout(braid, user_id, session_id,
-                                      request.query_params.get("rows"))
+        layout = await load_layout(braid, user_id, session_id,
+                                   request.query_params.get("rows"))
     except BraidError as e:
         return HTMLResponse(render("_toast.html", message=e.message, level="error"),
                             status_code=404 if e.code == "not_found" else 400)
@@ -102,38 +101,34 @@ async def node_fragment(request: Request) -> Response:
 # -- socket renderers --------------------------------------------------------------------
 
 
-def is_sub_agent_run(data: dict[str, Any]) -> bool:
-    run = data.get("run") or {}
-    return bool(run.get("sub_agent")) or str(run.get("branch") or "").startswith(PREFIX)
+def dag_changed(v: View) -> str:
+    return dag_html(v.reads["layout"], v.data["session_id"])
 
 
-async def dag_changed(r: HtmlRenderer, data: dict[str, Any]) -> str:
-    layout = await dag.get_layout(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
-    return dag_html(layout, r.ctx.session_id)
-
-
-async def sub_agent_started(r: HtmlRenderer, data: dict[str, Any]) -> str:
+def sub_agent_started(v: View) -> str:
+    data = v.data
     card = render("_sub_agent_card.html", run_id=data["run_id"], branch=data["branch"],
                   label=data.get("label"), prompt=data.get("prompt"), status="RUNNING",
                   final_text="")
-    return f'<div id="sub-agents" hx-swap-oob="beforeend">{card}</div>' + await r.run_state()
+    return f'<div id="sub-agents" hx-swap-oob="beforeend">{card}</div>' + run_state(v.running)
 
 
-async def sub_agent_done(r: HtmlRenderer, data: dict[str, Any]) -> str:
+def sub_agent_done(v: View) -> str:
+    data = v.data
     html = render("_sub_agent_card.html", run_id=data["run_id"], branch=data["branch"],
                   label=data.get("label"), prompt="", status=data.get("status") or "",
                   final_text=data.get("final_text"))
     summary = data.get("summary")
-    shown = await sessions.current_branch(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
-    if summary and shown == data.get("parent_branch"):
+    # The result joins the parent's transcript only where the page shows that branch.
+    if summary and data.get("shown_branch") == data.get("parent_branch"):
         turns = sessions.build_turns([summary["message"]], {summary["run_id"]: summary["run"]})
         turn = dict(turns[0], streaming=False)
         html += f'<div id="transcript" hx-swap-oob="beforeend">{render("_turn.html", turn=turn)}' \
                 f'</div>'
-    return html + await r.run_state()
+    return html + run_state(v.running)
 
 
-async def merged(r: HtmlRenderer, data: dict[str, Any]) -> str:
+def merged(v: View) -> str:
     return '<div id="dag-conflicts" hx-swap-oob="true"></div>'
 
 
@@ -150,13 +145,14 @@ async def merge_error(r: HtmlRenderer, error: dict[str, Any]) -> str:
         r.toast(error["message"])
 
 
-
 DAG_EVENTS: dict[str, Any] = {
     "dag_changed": dag_changed,
     "sub_agent_started": sub_agent_started,
     "sub_agent_done": sub_agent_done,
     "merged": merged,
 }
+
+
 async def merge_done(r: HtmlRenderer, data: dict[str, Any]) -> str:
     # Tells this tab's merge form to clear its ticks and message (kept while refused).
     return '<span id="merge-ack" hidden data-state="merged"></span>'

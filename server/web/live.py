@@ -13,10 +13,10 @@ from typing import Any
 from ..core import sessions
 from ..core.braid import Braid
 from ..core.errors import BraidError
+from .event_views import files_for, siblings_for
+from .fragments import turn_from_event
 from .names import load_names
-from .render_html import HtmlRenderer, turn_from_event
-from .render_revert import files_for
-from .render_timetravel import with_siblings
+from .render_html import HtmlRenderer
 from .templating import render
 
 LiveTurn = dict[str, Any]
@@ -78,7 +78,7 @@ async def catch_up(r: HtmlRenderer, live: list[LiveTurn], full: bool,
         if item["branch"] != branch:
             continue
         live_ids.add(item["run_id"])
-        turn = render("_turn.html", turn=await with_siblings(r, live_turn(item)))
+        turn = render("_turn.html", turn=await siblings_for(r.ctx, live_turn(item)))
         if item["run_id"] in shown_live:
             html += turn  # replaces the page's copy (same id)
         else:
@@ -91,8 +91,8 @@ async def catch_up(r: HtmlRenderer, live: list[LiveTurn], full: bool,
         except BraidError:
             continue
         data = {"run_id": run_id, "run": run, "messages": run.get("messages") or []}
-        turn = await with_siblings(r, turn_from_event(data, streaming=False))
-        turn["files"] = await files_for(r, data)
+        turn = await siblings_for(r.ctx, turn_from_event(data, streaming=False))
+        turn["files"] = await files_for(r.ctx, data)
         html += render("_turn.html", turn=turn)
     if shown_live or live_ids:
         html += await r.run_state()

@@ -73,7 +73,11 @@ class Names:
 
 
 def use_names(runs: list[dict[str, Any]]) -> Names:
-    names = Names(runs)
+    return use(Names(runs))
+
+
+def use(names: Names) -> Names:
+    """The names this render reads (an event's view brings them, read once)."""
     _NAMES.set(names)
     return names
 

@@ -10,6 +10,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..core import sessions
 from ..core.errors import NotFound
+from ..core.users import off_loop
 from . import live
 from .auth import COOKIE, origin_allowed, user_of
 from .names import load_names
@@ -56,7 +57,7 @@ async def login(request: Request) -> Response:
         token = str((await request.form()).get("token") or "")
     if token is None:
         return templates.TemplateResponse(request, "login.html", {"error": None})
-    if braid.users.authenticate(token) is None:
+    if await off_loop(braid.users).authenticate(token) is None:
         return templates.TemplateResponse(
             request, "login.html", {"error": "That token is not valid."}, status_code=401
         )

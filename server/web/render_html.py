@@ -1,5 +1,9 @@
 """Frames for htmx: each socket frame is HTML whose top-level elements the ws extension swaps
-out of band by id. The partials are the ones the page itself includes."""
+out of band by id. The partials are the ones the page itself includes.
+
+Event renderers are pure: `(view) -> str`, the view being the event's payload plus what
+`event_views` read for it once, for every tab of the session. Result and error renderers
+(one tab each) take the frame's `data` or `error`."""
 
 from __future__ import annotations
 
@@ -8,52 +12,43 @@ from typing import TYPE_CHECKING, Any
 
 from markupsafe import escape
 
-from ..core import sessions
-from . import model_actions
-from .dag_views import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, dag_changed, is_sub_agent_run
+from .dag_views import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, dag_html
+from .event_views import VIEWS, View, is_sub_agent_run
+from .fragments import oob_append, run_state, session_list, toast, turn_from_event
 from .import_views import IMPORT_ERRORS, IMPORT_RESULTS
-from .names import load_names
+from .names import load_names, use
 from .render_composer import COMPOSER_ERRORS, COMPOSER_RESULTS
-from .render_revert import REVERT_ERRORS, REVERT_EVENTS, REVERT_RESULTS, files_for
+from .render_revert import REVERT_ERRORS, REVERT_EVENTS, REVERT_RESULTS
 from .render_session import SESSION_EVENTS, SESSION_RESULTS
-from .render_timetravel import TIMETRAVEL_EVENTS, with_siblings
+from .render_timetravel import TIMETRAVEL_EVENTS
 from .templating import dom_id, render
 
 if TYPE_CHECKING:
     from .actions import ActionContext
 
 Renderer = Callable[["HtmlRenderer", dict[str, Any]], Awaitable[str]]
-
-
-def oob_append(target_id: str, inner: str) -> str:
-    # beforeend appends the wrapper's children to the element with the wrapper's id.
-    return f'<div id="{target_id}" hx-swap-oob="beforeend">{inner}</div>'
-
-
-def turn_from_event(data: dict[str, Any], streaming: bool) -> dict[str, Any]:
-    messages = data.get("messages") or []
-    turns = sessions.build_turns(messages, {data["run_id"]: data.get("run") or {}})
-    turn = next((t for t in turns if t["type"] == "turn"), None)
-    if turn is None:
-        turn = {"type": "turn", "run_id": data["run_id"], "user": None, "parts": [],
-                "run": data.get("run") or {}}
-    turn["streaming"] = streaming
-    return turn
+EventRenderer = Callable[[View], str]
 
 
 class HtmlRenderer:
     def __init__(self, ctx: ActionContext) -> None:
         self.ctx = ctx
 
-    @staticmethod
-    def toast(message: str, level: str = "error") -> str:
-        item = render("_toast.html", message=message, level=level)
-        return oob_append("toasts", item)
+    toast = staticmethod(toast)
 
     async def render(self, frame: dict[str, Any]) -> str:
         kind = frame.get("type")
-        if frame.get("event") != "message_delta":  # deltas name nothing; they come often
-            await load_names(self.ctx.braid, self.ctx.session_id)
+        if kind == "event":
+            name = frame.get("event") or ""
+            if name == "message_delta":  # deltas name nothing; they come often
+                return _delta(frame["data"])
+            event = EVENTS.get(name)
+            if event is None:
+                return ""
+            view = await VIEWS.get(self.ctx, frame)
+            use(view.names)
+            return event(view)
+        await load_names(self.ctx.braid, self.ctx.session_id)
         if kind == "error":
             on_error = ERRORS.get(frame.get("action") or "")
             return await on_error(self, frame["error"]) if on_error else \
@@ -61,75 +56,60 @@ class HtmlRenderer:
         if kind == "result":
             fn = RESULTS.get(frame.get("action") or "")
             return await fn(self, frame["data"]) if fn else ""
-        fn = EVENTS.get(frame.get("event") or "")
-        return await fn(self, frame["data"]) if fn else ""
+        return ""
 
     async def run_state(self) -> str:
-        live = self.ctx.braid.runs.foreground(self.ctx.session_id)
-        return render("_runstate.html", running=[a.run_id for a in live])
-
-    async def session_list(self) -> str:
-        from .pages import order_by_lineage
-
-        rows = await sessions.list_sessions(self.ctx.braid, self.ctx.user_id)
-        return render("_session_list.html", sessions=order_by_lineage(rows),
-                      current_id=self.ctx.session_id)
-
-    async def transcript(self) -> str:
-        view = await sessions.transcript(self.ctx.braid, self.ctx.user_id, self.ctx.session_id)
-        return render("_transcript.html", transcript=view)
+        """For one connection's catch-up frame: the live runs as they are now."""
+        return run_state([a.run_id for a in self.ctx.braid.runs.foreground(self.ctx.session_id)])
 
 
-async def _run_started(r: HtmlRenderer, data: dict[str, Any]) -> str:
-    if is_sub_agent_run(data):  # it streams into its card in the DAG panel instead
-        return await r.run_state()
-    turn = await with_siblings(r, turn_from_event(data, streaming=True))
-    meta = r.ctx.braid.store.get(r.ctx.session_id).meta
+def _run_started(v: View) -> str:
+    if is_sub_agent_run(v.data):  # it streams into its card in the DAG panel instead
+        return run_state(v.running)
+    turn = turn_from_event(v.data, streaming=True)
     return (oob_append("transcript", render("_turn.html", turn=turn))
-            + render("_title.html", title=meta.get("title"))
-            + (await r.session_list() if data.get("titled") else "")
-            + await r.run_state())
+            + render("_title.html", title=v.reads.get("title"))
+            + (session_list(v.reads["sessions"], v.data["session_id"])
+               if v.data.get("titled") else "")
+            + run_state(v.running))
 
 
-async def _delta(r: HtmlRenderer, data: dict[str, Any]) -> str:
+def _delta(data: dict[str, Any]) -> str:
     return oob_append(f"live-{dom_id(data['run_id'])}", f"<span>{escape(data['delta'])}</span>")
 
 
-async def _tool_call(r: HtmlRenderer, data: dict[str, Any]) -> str:
-    card = render("_tool_card.html", run_id=data["run_id"], call=data["call"], result=None)
-    return oob_append(f"parts-{dom_id(data['run_id'])}", card)
+def _tool_call(v: View) -> str:
+    card = render("_tool_card.html", run_id=v.data["run_id"], call=v.data["call"], result=None)
+    return oob_append(f"parts-{dom_id(v.data['run_id'])}", card)
 
 
-async def _tool_result(r: HtmlRenderer, data: dict[str, Any]) -> str:
-    msg = data["message"]
+def _tool_result(v: View) -> str:
+    msg = v.data["message"]
     call = {"id": msg.get("tool_call_id"), "function": {"name": msg.get("name"),
                                                          "arguments": "{}"}}
     # Replace only the card's status and result; the arguments shown stay as they were.
-    return render("_tool_result.html", run_id=data["run_id"], call=call, result=msg)
+    return render("_tool_result.html", run_id=v.data["run_id"], call=call, result=msg)
 
 
-async def _run_done(r: HtmlRenderer, data: dict[str, Any]) -> str:
-    if is_sub_agent_run(data):  # sub_agent_done redraws its card
-        return await r.run_state()
-    turn = await with_siblings(r, turn_from_event(data, streaming=False))
-    turn["files"] = await files_for(r, data)  # the file chips arrive with the bubble
-    html = render("_turn.html", turn=turn)
-    html += await r.run_state()
-    if data.get("error"):
-        html += r.toast(f"Run failed: {data['error']}")
-    return html + await model_actions.session_tokens(r)
+def _run_done(v: View) -> str:
+    if is_sub_agent_run(v.data):  # sub_agent_done redraws its card
+        return run_state(v.running)
+    turn = turn_from_event(v.data, streaming=False)  # the file chips arrive with the bubble
+    html = render("_turn.html", turn=turn) + run_state(v.running)
+    if v.data.get("error"):
+        html += toast(f"Run failed: {v.data['error']}")
+    return html + render("_session_tokens.html", usage=v.reads["usage"], oob=True)
 
 
-async def _session_changed(r: HtmlRenderer, data: dict[str, Any]) -> str:
-    html = await r.transcript() + await r.run_state()
-    if data.get("branch"):
-        html += render("_branch.html", branch=data["branch"])
-    return html + await dag_changed(r, data)  # the graph marks the branch shown
+def _session_changed(v: View) -> str:
+    html = render("_transcript.html", transcript=v.reads["transcript"]) + run_state(v.running)
+    if v.data.get("branch"):
+        html += render("_branch.html", branch=v.data["branch"])
+    return html + dag_html(v.reads["layout"], v.data["session_id"])  # marks the branch shown
 
 
-EVENTS: dict[str, Renderer] = {
+EVENTS: dict[str, EventRenderer] = {
     "run_started": _run_started,
-    "message_delta": _delta,
     "tool_call": _tool_call,
     "tool_result": _tool_result,
     "run_completed": _run_done,

@@ -8,12 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup, escape
 
-from ..core import revert
-from ..core.errors import BraidError
 from .highlight import highlight_diff_line
 from .templating import dom_id, render
 
 if TYPE_CHECKING:
+    from .event_views import View
     from .render_html import HtmlRenderer
 
 Renderer = Any  # Callable[[HtmlRenderer, dict], Awaitable[str]]; avoids an import cycle
@@ -60,17 +59,8 @@ def footer(turn: dict[str, Any]) -> str:
     return f'<div hx-swap-oob="innerHTML:#footer-{rid}">{inner}</div>'
 
 
-async def files_for(r: HtmlRenderer, data: dict[str, Any]) -> list[dict[str, str]]:
-    """The chips of a turn that just finished (its bubble is rendered from the event)."""
-    run = data.get("run") or {}
-    try:
-        return await revert.files_of_run(r.ctx.braid, r.ctx.user_id, r.ctx.session_id,
-                                         data["run_id"], run.get("branch"))
-    except BraidError:
-        return []
-
-
-async def _reverted(r: HtmlRenderer, data: dict[str, Any]) -> str:
+def _reverted(v: View) -> str:
+    data = v.data
     turn = {"type": "turn", "run_id": data["run_id"], "run": data.get("run") or {},
             "files": data.get("files") or []}
     html = footer(turn)

@@ -6,32 +6,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..core import sessions
-from . import model_actions
+from .fragments import oob_append, session_list, toast, turn_from_event
 from .templating import render
 
 if TYPE_CHECKING:
+    from .event_views import View
     from .render_html import HtmlRenderer
 
-Renderer = Any  # Callable[[HtmlRenderer, dict], Awaitable[str]]; avoids an import cycle
+Renderer = Any  # Callable[[View], str] for events; results take (HtmlRenderer, data)
 
 
-async def archived_list(r: HtmlRenderer) -> str:
-    rows = await sessions.list_sessions(r.ctx.braid, r.ctx.user_id, archived=True)
-    return render("_archived_list.html", sessions=rows, current_id=r.ctx.session_id)
-
-
-async def _session_updated(r: HtmlRenderer, data: dict[str, Any]) -> str:
-    info = await sessions.session_info(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
-    picker = await model_actions.picker_html(r.ctx.braid, r.ctx.user_id, r.ctx.session_id) \
-        if "model" in (data.get("changes") or ()) else ""
+def _session_updated(v: View) -> str:
+    info, sid = v.reads["info"], v.data["session_id"]
     return (render("_title.html", title=info.get("title"))
             + render("_session_menu.html", session=info)
-            + await r.session_list() + await archived_list(r) + picker)
+            + session_list(v.reads["sessions"], sid)
+            + render("_archived_list.html", sessions=v.reads["archived"], current_id=sid)
+            + v.reads.get("picker", ""))
 
 
-async def _session_deleted(r: HtmlRenderer, data: dict[str, Any]) -> str:
-    return r.toast("This session was deleted in another tab.")
+def _session_deleted(v: View) -> str:
+    return toast("This session was deleted in another tab.")
 
 
 async def _updated_result(r: HtmlRenderer, data: dict[str, Any]) -> str:
@@ -41,13 +36,9 @@ async def _updated_result(r: HtmlRenderer, data: dict[str, Any]) -> str:
     return ""
 
 
-async def _uploaded(r: HtmlRenderer, data: dict[str, Any]) -> str:
-    """An upload is a turn of its own in the transcript: chips, Revert."""
-    from .render_html import oob_append, turn_from_event
-    from .render_revert import files_for
-
-    turn = turn_from_event(data, streaming=False)
-    turn["files"] = await files_for(r, data)
+def _uploaded(v: View) -> str:
+    """An upload is a turn of its own in the transcript: chips (in the payload), Revert."""
+    turn = turn_from_event(v.data, streaming=False)
     return oob_append("transcript", render("_turn.html", turn=turn))
 
 

@@ -1,34 +1,27 @@
 """HTML frames for time travel. `run_continued` comes before the continued run's `run_started`:
 the session may now show another branch, so the transcript is re-rendered without that run's
 turn (which `run_started` then appends, streaming), with the branch badge. Turns rendered from
-events get their `‹ 2/3 ›` switcher data here too."""
+events get their `‹ 2/3 ›` switcher data from the payload (`siblings`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..core import sessions
-from ..core.lineage import sibling_map
+from .fragments import run_state
 from .templating import render
 
 if TYPE_CHECKING:
-    from .render_html import HtmlRenderer
+    from .event_views import View
 
-Renderer = Any  # Callable[[HtmlRenderer, dict], Awaitable[str]]; avoids an import cycle
-
-
-async def with_siblings(r: HtmlRenderer, turn: dict[str, Any]) -> dict[str, Any]:
-    rows = await r.ctx.braid.index.list_runs(r.ctx.session_id)
-    turn["siblings"] = sibling_map(rows).get(turn.get("run_id") or "")
-    return turn
+Renderer = Any  # Callable[[View], str]
 
 
-async def _run_continued(r: HtmlRenderer, data: dict[str, Any]) -> str:
-    view = await sessions.transcript(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
-    view["turns"] = [t for t in view["turns"] if t.get("run_id") != data["run_id"]]
+def _run_continued(v: View) -> str:
+    view = dict(v.reads["transcript"])
+    view["turns"] = [t for t in view["turns"] if t.get("run_id") != v.data["run_id"]]
     return (render("_transcript.html", transcript=view)
-            + render("_branch.html", branch=data.get("branch"))
-            + await r.run_state())
+            + render("_branch.html", branch=v.data.get("branch"))
+            + run_state(v.running))
 
 
 TIMETRAVEL_EVENTS: dict[str, Renderer] = {"run_continued": _run_continued}

@@ -12,6 +12,7 @@ from starlette.templating import Jinja2Templates
 
 from .markdown import render_markdown
 from .names import branch_label, humanize, readable
+from .turn_view import turn_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 templates = Jinja2Templates(directory=str(ROOT / "templates"))
@@ -135,6 +136,7 @@ env.globals["tool_args"] = tool_args
 env.globals["tool_target"] = tool_target
 env.globals["blocks"] = blocks
 env.globals["segments"] = segments
+env.globals["turn_flags"] = turn_flags  # the turn's view model (turn_view.py)
 
 
 def render(name: str, **ctx: Any) -> str:

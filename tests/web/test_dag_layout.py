@@ -1,10 +1,11 @@
-"""The DAG layout on hand-made graphs: lanes, folding, edges, the row limit."""
+"""The DAG layout (the web view model) on hand-made graphs: lanes, folding, edges, the row
+limit, and what each dot is drawn as."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from server.core import dag
+from server.web import dag_layout as dag
 
 
 def node(oid: str, parents: list[str], branch: str, kind: str = "turn", run: str | None = None,
@@ -67,3 +68,27 @@ def test_a_batch_that_another_branch_starts_from_is_not_folded() -> None:
     ]
     laid = dag.layout(graph(nodes, ["main", "sub"]))
     assert [d.node["id"] for d in laid.dots] == ["s1", "t0", "b0"]
+
+
+def test_each_dot_carries_what_the_template_draws() -> None:
+    sub = "sub_0123456789_alpha_0badcafe"
+    nodes = [
+        node("m1", ["t0", "s2"], "main", "merge", tips=["main"]),
+        node("s2", ["s1"], sub, "turn", tips=[sub]),
+        node("s1", ["t0"], sub, "sub-agent"),
+        node("r1", ["t0"], "main", "sub-agent"),
+        node("t0", [], "main", "tool-batch", tips=["gone"]),
+    ]
+    laid = dag.layout(graph(nodes, ["main", sub]))
+    by_id = {d.node["id"]: d for d in laid.dots}
+    # A sub-agent commit on its own branch starts the child: hollow, "spawn"; on the
+    # parent it is the result coming back, filled.
+    assert by_id["s1"].hollow and by_id["s1"].fill == dag.HOLLOW_FILL
+    assert by_id["s1"].kind_label == "spawn"
+    assert not by_id["r1"].hollow and by_id["r1"].fill == by_id["r1"].color
+    assert by_id["r1"].kind_label == "result"
+    assert by_id["t0"].kind_label == "tools"
+    assert by_id["m1"].radius == dag.MERGE_R and by_id["s2"].radius == dag.DOT_R
+    # Tips in their branch's colour; a branch not drawn gets the neutral one.
+    assert by_id["s2"].tips == [(sub, laid.colors[sub])]
+    assert by_id["t0"].tips == [("gone", dag.TIP_COLOR)]

@@ -1,0 +1,54 @@
+"""The turn's view model: which controls a turn shows, decided once here from its run record
+and whether it is streaming, instead of re-derived in each partial ("is this turn finished?"
+was written out in four templates). Pure: a turn item in, flags out.
+
+A turn item is what `sessions.build_turns` makes (`run_id`, `user`, `parts`, `run`), plus
+`streaming` (rendered from a live event), `files` (its chips) and `siblings` (`‹ 2/3 ›`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+RESUMABLE = ("ERROR", "INTERRUPTED")  # resumed in place by a continue_run without options
+
+
+@dataclass(frozen=True)
+class TurnFlags:
+    status: str
+    # Nothing of it is moving any more: not streaming, its record not RUNNING.
+    settled: bool
+    # Settled with a final status in its record: the turn has ended.
+    finished: bool
+    show_status: bool  # a badge for a status other than COMPLETED
+    show_files: bool  # file chips and Revert / Redo
+    show_context: bool  # the "context 12.3k of 32k tokens" figure
+    can_edit: bool  # Edit & rerun on its user messages
+    can_spawn: bool  # Spawn sub-agent from it
+    can_regenerate: bool
+    can_resume: bool
+    show_nav: bool  # the row holding the switcher, Regenerate and Resume
+
+
+def turn_flags(turn: dict[str, Any]) -> TurnFlags:
+    run = turn.get("run") or {}
+    status = str(run.get("status") or "")
+    settled = status != "RUNNING" and not turn.get("streaming")
+    finished = settled and bool(status)
+    has_run = bool(turn.get("run_id"))
+    answered = finished and has_run and bool(turn.get("user"))
+    budget = (run.get("context") or {}).get("budget") if isinstance(run.get("context"),
+                                                                      dict) else None
+    return TurnFlags(
+        status=status,
+        settled=settled,
+        finished=finished,
+        show_status=bool(status) and status not in ("RUNNING", "COMPLETED"),
+        show_files=settled and bool(turn.get("files")),
+        show_context=settled and bool(budget),
+        can_edit=finished and has_run,
+        can_spawn=finished and has_run and run.get("kind") != "upload",
+        can_regenerate=answered,
+        can_resume=answered and status in RESUMABLE,
+        show_nav=answered or bool(turn.get("siblings")),
+    )
