@@ -1,10 +1,12 @@
 """Load and soak: N sockets × M turns against a real server on 127.0.0.1 (DESIGN §4, issue 11).
 
 Each socket belongs to its own session and sends its turns one after another; all sockets run
-at once. Reported: send→run_completed latency (p50, p99), errors, the server's RSS and thread
-count before, right after the load and once the sockets are closed and the sessions idle,
-and a final consistency check of every repository (each turn's file in HEAD, every run
-COMPLETED, `git status` clean, `git fsck --strict` clean).
+at once, in `--rounds` bursts on new sessions. Reported: send→run_completed latency (p50,
+p99), errors, the server's RSS and threads cold, at the start (after one warm-up turn), right
+after the load and once the sockets are closed and the sessions idle (after each round: a
+leak grows round after round, a high-water mark does not), and a final consistency check
+of every repository (each turn's file in HEAD, every run COMPLETED, `git status` clean,
+`git fsck --strict` clean).
 
     .venv/bin/python bench/load.py --sockets 200 --turns 3
     .venv/bin/python bench/load.py --sockets 100 --turns 3 --team   # + 1 vs 2 processes on PG
@@ -146,26 +148,40 @@ def run_config(n: int, url: str | None, args: argparse.Namespace) -> dict[str, A
     servers = start_servers(n, data_dir, args.idle, url)
     try:
         bases = [b for _, b in servers]
+        cold = usage(servers)
+        # "Start" is a server that has served one turn: the model client and the modules a
+        # first turn imports (openai, httpx...) are a one-off cost, not load; the cold figure
+        # is reported beside it.
+        for base in bases:
+            warm_sid = api(base, "POST", "/api/sessions", {})["session_id"]
+            asyncio.run(one_socket(base.replace("http:", "ws:"), warm_sid, 1, [], []))
+        time.sleep(args.idle * 2 + 2)
         before = usage(servers)
-        sids = [api(bases[i % n], "POST", "/api/sessions", {})["session_id"]
-                for i in range(args.sockets)]
         latencies: list[float] = []
         errors: list[str] = []
+        sids: list[str] = []
+        idles: list[tuple[float, int]] = []
+        wall = 0.0
+        for _ in range(args.rounds):  # each round on new sessions: a leak grows per round
+            round_sids = [api(bases[i % n], "POST", "/api/sessions", {})["session_id"]
+                          for i in range(args.sockets)]
+            sids += round_sids
 
-        async def load() -> None:
-            results = await asyncio.gather(
-                *(one_socket(bases[i % n].replace("http:", "ws:"), sid, args.turns,
-                             latencies, errors) for i, sid in enumerate(sids)),
-                return_exceptions=True)
-            errors.extend(f"{type(r).__name__}: {r}" for r in results
-                          if isinstance(r, BaseException))
+            async def load(round_sids: list[str] = round_sids) -> None:
+                results = await asyncio.gather(
+                    *(one_socket(bases[i % n].replace("http:", "ws:"), sid, args.turns,
+                                 latencies, errors) for i, sid in enumerate(round_sids)),
+                    return_exceptions=True)
+                errors.extend(f"{type(r).__name__}: {r}" for r in results
+                              if isinstance(r, BaseException))
 
-        started = time.perf_counter()
-        asyncio.run(load())
-        wall = time.perf_counter() - started
-        loaded = usage(servers)
-        time.sleep(args.idle * 2 + 2)  # sockets closed: the sessions go idle
-        idle = usage(servers)
+            started = time.perf_counter()
+            asyncio.run(load())
+            wall = time.perf_counter() - started
+            loaded = usage(servers)
+            time.sleep(args.idle * 2 + 2)  # sockets closed: the sessions go idle
+            idles.append(usage(servers))
+        idle = idles[0]
         problems: list[str] = []
         runs_ok = 0
         for i, sid in enumerate(sids):
@@ -178,29 +194,34 @@ def run_config(n: int, url: str | None, args: argparse.Namespace) -> dict[str, A
         for proc, _ in servers:
             proc.wait(timeout=30)
     return {"wall": wall, "latencies": latencies, "errors": errors, "problems": problems,
-            "runs_ok": runs_ok, "sids": sids, "before": before, "loaded": loaded,
-            "idle": idle}
+            "runs_ok": runs_ok, "sids": sids, "cold": cold, "before": before,
+            "loaded": loaded, "idle": idle, "idles": idles}
 
 
 def rows_of(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
-    turns = args.sockets * args.turns
-    before, loaded, idle = r["before"], r["loaded"], r["idle"]
+    turns = args.sockets * args.turns * args.rounds
+    cold, before, loaded, idle = r["cold"], r["before"], r["loaded"], r["idle"]
     bad = len({p.split(":")[0] for p in r["problems"]})
     return [
         f"{r['wall']:.1f} s",
-        f"{turns / r['wall']:.1f} turns/s",
+        f"{args.sockets * args.turns / r['wall']:.1f} turns/s",
         f"{pct(r['latencies'], 0.5) * 1000:.0f} ms",
         f"{pct(r['latencies'], 0.99) * 1000:.0f} ms",
         str(len(r["errors"])),
-        f"{before[0]:.0f} / {loaded[0]:.0f} / {idle[0]:.0f} MB",
-        f"{before[1]} / {loaded[1]} / {idle[1]}",
+        f"{cold[0]:.0f} / {before[0]:.0f} / {loaded[0]:.0f} / {idle[0]:.0f} MB",
+        f"{idle[0] / before[0]:.2f}",
+        " / ".join(f"{m:.0f}" for m, _ in r["idles"]) + " MB",
+        f"{cold[1]} / {before[1]} / {loaded[1]} / {idle[1]}",
+        f"{idle[1] / before[1]:.2f}",
         f"{r['runs_ok']} / {turns}",
         f"{len(r['sids']) - bad} / {len(r['sids'])}",
     ]
 
 
-LABELS = ["wall time", "throughput", "send->done p50", "send->done p99", "errors",
-          "RSS start / loaded / idle", "threads start / loaded / idle",
+LABELS = ["wall time (last round)", "throughput", "send->done p50", "send->done p99", "errors",
+          "RSS cold / start / loaded / idle", "RSS idle / start",
+          "RSS idle after each round", "threads cold / start / loaded / idle",
+          "threads idle / start",
           "runs COMPLETED in git", "repos consistent"]
 
 
@@ -208,6 +229,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sockets", type=int, default=200)
     parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="bursts one after another on new sessions; idle after each")
     parser.add_argument("--idle", type=float, default=3.0,
                         help="seconds after which an idle session gives back its thread")
     parser.add_argument("--team", action="store_true",
@@ -245,7 +268,7 @@ def main() -> int:
     cols = [max(len(label), *(len(c) for c in col))
             for label, col in zip(labels, table, strict=True)]
     print(f"\nbench/load.py on 127.0.0.1 (demo model, {os.cpu_count()} cores): "
-          f"{args.sockets} sockets x {args.turns} turns")
+          f"{args.sockets} sockets x {args.turns} turns x {args.rounds} rounds")
     print(f"{'':<{width}}  " + "  ".join(f"{label:>{w}}" for label, w
                                          in zip(labels, cols, strict=True)))
     for i, key in enumerate(LABELS):
@@ -262,7 +285,7 @@ def main() -> int:
         for line in (r["errors"] + r["problems"])[:10]:
             print(f"  ! [{label}]", line)
         ok = ok and not r["errors"] and not r["problems"] and \
-            r["runs_ok"] == args.sockets * args.turns
+            r["runs_ok"] == args.sockets * args.turns * args.rounds
     return 0 if ok else 1
 
 

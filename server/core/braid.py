@@ -17,8 +17,10 @@ from .backups import install_hooks as install_backup_hooks
 from .errors import NotFound
 from .git_session import RUNS, GitSession, to_json_bytes
 from .ids import now_iso
+from .memory import give_back_memory, limit_arenas
 from .model_client import ModelClient
 from .packing import Packer
+from .pools import IdlingThreadPool
 from .recovery import prune_worktrees, recover_operations, turn_leftovers
 from .session_meta import purge_deleted
 from .settings import Settings
@@ -56,6 +58,12 @@ class Braid:
     async def start(self) -> str:
         """Open the index and recover runs a killed server left RUNNING. Returns the default
         user's token (to print in the login URL)."""
+        limit_arenas()
+        # The loop's default executor (new session folders, packing, deletes) gives its
+        # threads back when quiet, as idle sessions do theirs (D14).
+        asyncio.get_running_loop().set_default_executor(IdlingThreadPool(
+            max_workers=min(32, (os.cpu_count() or 1) + 4),
+            idle_seconds=self.settings.idle_seconds, name="braid-pool"))
         fresh_index = await self.index.open()
         # With other live processes on the data dir (a team server), their operations are
         # not half done: only runs whose process is gone are recovered (pg_team.py).
@@ -97,8 +105,10 @@ class Braid:
         while True:
             await asyncio.sleep(step)
             live = frozenset(a.session_id for a in self.runs.all())
-            self.store.release_idle(self.settings.idle_seconds, self.settings.open_sessions,
-                                    live)
+            released = self.store.release_idle(self.settings.idle_seconds,
+                                               self.settings.open_sessions, live)
+            if released and not live:  # quiet: the freed heap goes back to the system
+                await asyncio.to_thread(give_back_memory)
 
     async def stop(self) -> None:
         if self._reaper is not None:

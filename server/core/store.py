@@ -1,7 +1,8 @@
-"""`SessionStore`: creates, opens and lists session repositories, one worker thread each.
+"""`SessionStore`: creates, opens and lists session repositories, each with its lane.
 
-All git work of a session runs on that session's single worker thread, which is both the
-per-session write lock and the rule that pygit2 objects never cross threads."""
+All git work of a session runs in order, one item at a time, in that session's lane
+(`pools.SerialLane`) on a pool of a few threads shared by all sessions: the lane is both the
+per-session write lock and the rule that a repository is never used by two threads at once."""
 
 from __future__ import annotations
 
@@ -10,28 +11,33 @@ import json
 import shutil
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import NotFound
 from .git_session import GitSession
 from .ids import is_session_id, new_session_id, now_iso
+from .pools import IdlingThreadPool, SerialLane
 
 T = TypeVar("T")
+# The threads all sessions' git work shares; each thread goes once idle for IDLE_SECONDS.
+GIT_THREADS = 8
+IDLE_SECONDS = 5.0
+GIT_POOL = IdlingThreadPool(GIT_THREADS, IDLE_SECONDS, name="braid-git")
 
 
 class SessionHandle:
-    """A live session: its metadata and the thread its git work runs on."""
+    """A live session: its metadata and the lane its git work runs in."""
 
     def __init__(self, session_id: str, path: Path) -> None:
         self.session_id = session_id
         self.path = path
+        self._lane = SerialLane(GIT_POOL)
         # Opened on demand and given back when idle (`release`): a thousand sessions once
-        # looked at must not keep a thousand threads and repositories open (D14).
-        self._executor: ThreadPoolExecutor | None = None
+        # looked at must not keep a thousand repositories and watchers open (D14). Only
+        # the lane touches `_git`; `_open` is the loop's view of it.
         self._git: GitSession | None = None
-        self._draining: Future[None] | None = None
+        self._open = False
         self._pending = 0
         self.last_used = time.monotonic()
         self.meta: dict[str, Any] = json.loads((path / "session.json").read_text())
@@ -41,56 +47,44 @@ class SessionHandle:
         return str(self.meta.get("user_id", ""))
 
     def _git_here(self) -> GitSession:
-        draining = self._draining
-        if draining is not None:  # the released thread's last flush comes first
-            draining.result()
-            self._draining = None
         if self._git is None:
             self._git = GitSession(self.path, watch=True)
         return self._git
 
+    def _close_git(self) -> None:
+        git, self._git = self._git, None
+        if git is not None:
+            git.flush_index()  # the deferred index entries, before the repository goes
+            git.close()
+
     @property
     def is_open(self) -> bool:
-        return self._executor is not None
+        return self._open
 
     async def call(self, fn: Callable[[GitSession], T]) -> T:
-        """Run `fn(git)` on this session's worker thread, after any work queued before it."""
-        loop = asyncio.get_running_loop()
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(
-                1, thread_name_prefix=f"git-{self.session_id[:8]}")
+        """Run `fn(git)` in this session's lane, after any work queued before it."""
+        self._open = True
         self._pending += 1
         try:
-            return await loop.run_in_executor(self._executor, lambda: fn(self._git_here()))
+            return await asyncio.wrap_future(self._lane.submit(lambda: fn(self._git_here())))
         finally:
             self._pending -= 1
             self.last_used = time.monotonic()
 
     def release(self) -> bool:
-        """Give back the thread and the repository (files, watcher) of an idle session; the
-        next `call` opens them again. Runs on the event loop, like `call`, so no call is in
-        flight. The deferred index entries are written first, on the old thread."""
-        if self._executor is None or self._pending:
+        """Give back the repository (files, watcher) of an idle session; the next `call`
+        opens it again. Runs on the event loop, like `call`, so no call is in flight."""
+        if not self._open or self._pending:
             return False
-        executor, git = self._executor, self._git
-        self._executor, self._git = None, None
-
-        def finish() -> None:
-            if git is not None:
-                git.flush_index()
-                git.close()
-
-        self._draining = executor.submit(finish)
-        executor.shutdown(wait=False)
+        self._open = False
+        self._lane.submit(self._close_git)
         return True
 
     def close(self) -> None:
-        if self._executor is None:
-            return
-        if self._git is not None:
-            self._executor.submit(self._git.close)
-        self._executor.shutdown(wait=True)
-        self._executor = None
+        """Close the repository once the work queued before is done (blocks: off the loop,
+        or at shutdown)."""
+        self._open = False
+        self._lane.submit(self._close_git).result()
 
 
 class SessionStore:
