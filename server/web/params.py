@@ -279,3 +279,11 @@ def new_model(value: object) -> str | None:
     if not isinstance(value, str) or not value.strip():
         raise BadRequest("model must be a non-empty string")
     return value.strip()
+
+
+def full_commit_id(value: object) -> str:
+    """A DAG node's commit: all 40 hex digits."""
+    if not isinstance(value, str) or len(value) != 40 or \
+            any(c not in "0123456789abcdef" for c in value):
+        raise BadRequest("commit_id must be a 40-hex commit id")
+    return value
