@@ -157,14 +157,20 @@ class Team:
         follows are those live processes hold."""
         rows = [(a.session_id, a.branch, a.run_id) for a in self.runs.all()]
         asof = time.monotonic()
-        async with self.pool.acquire() as db, db.transaction():
+        # No transaction: one held here across an await would keep row locks that a claim
+        # or release (a synchronous call on the lock connection, which blocks this event
+        # loop) waits for, and neither could go on.
+        async with self.pool.acquire() as db:
             await db.execute("UPDATE braid_processes SET seen_at = now() WHERE owner_id = $1",
                              self.owner_id)
-            if rows:
-                await db.executemany(
-                    "UPDATE braid_live_runs SET run_id = $3 WHERE session_id = $1 AND "
-                    "branch = $2 AND owner_id = $4 AND run_id <> $3",
-                    [(*r, self.owner_id) for r in rows])
+            if rows:  # one statement (it commits by itself)
+                sids, branches, run_ids = (list(col) for col in zip(*rows, strict=True))
+                await db.execute(
+                    "UPDATE braid_live_runs l SET run_id = v.run_id FROM unnest("
+                    "$1::text[], $2::text[], $3::text[]) AS v(session_id, branch, run_id) "
+                    "WHERE l.session_id = v.session_id AND l.branch = v.branch "
+                    "AND l.owner_id = $4 AND l.run_id <> v.run_id",
+                    sids, branches, run_ids, self.owner_id)
             held = await db.fetch(
                 "SELECT l.session_id, l.branch FROM braid_live_runs l JOIN braid_processes p "
                 f"USING (owner_id) WHERE p.seen_at > now() - interval '{STALE} seconds' "
