@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from server.core import layout  # noqa: E402
 from server.core.git_session import DISK, GitSession, history_path, run_path, to_json_bytes  # noqa: E402
 from server.core.ids import new_message_id, now_iso  # noqa: E402
 
@@ -32,7 +33,7 @@ def ms(seconds: float) -> str:
 
 def simulated_turn(git: GitSession, turn: int) -> float:
     """One turn's final checkpoint, as turns.checkpoint writes it; returns its duration."""
-    seq = git.next_seq()
+    seq = layout.next_seq(git)
     run_id = new_message_id()
     changes: dict[str, object] = {}
     for role, content in (("user", f"write f{turn % 50}.txt"), ("assistant", "done")):
@@ -40,7 +41,7 @@ def simulated_turn(git: GitSession, turn: int) -> float:
                "created_at": now_iso()}
         changes[history_path(seq, role, msg["id"])] = to_json_bytes(msg)
         seq += 1
-    changes[run_path(git.run_count(), run_id)] = to_json_bytes(
+    changes[run_path(layout.run_count(git), run_id)] = to_json_bytes(
         {"run_id": run_id, "status": "COMPLETED", "created_at": now_iso()})
     target = git.path / "workdir" / f"f{turn % 50}.txt"
     target.write_text(f"turn {turn}\n")

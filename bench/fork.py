@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from server.core import layout  # noqa: E402
 from server.core.fork import clone_session  # noqa: E402
 from server.core.git_session import (  # noqa: E402
     DISK,
@@ -42,8 +43,8 @@ def message(role: str, run_id: str, content: str | None, **extra: object) -> dic
 
 def simulated_turn(git: GitSession, turn: int) -> None:
     run_id = new_message_id()
-    seq = git.next_seq()
-    record_path = run_path(git.run_count(), run_id)
+    seq = layout.next_seq(git)
+    record_path = run_path(layout.run_count(git), run_id)
     call = {"id": f"call_{turn}", "type": "function",
             "function": {"name": "write_file", "arguments": '{"path": "f.txt"}'}}
     batch = [message("user", run_id, f"write f{turn % 50}.txt turn {turn}"),

@@ -39,6 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from server.core import layout  # noqa: E402
 from server.core.git_session import DISK, GitSession, to_json_bytes  # noqa: E402
 from server.core.ids import new_message_id, new_session_id, now_iso  # noqa: E402
 from server.core.packing import pack_now  # noqa: E402
@@ -60,8 +61,8 @@ def message(role: str, run_id: str, content: str | None, **extra: Any) -> dict[s
 def written_turn(git: GitSession, sid: str, turn: int) -> None:
     """What a one-file turn writes: a `tool-batch` and a `turn` checkpoint."""
     run_id = new_message_id()
-    seq = git.next_seq()
-    record_path = git.new_run_path(run_id)
+    seq = layout.next_seq(git)
+    record_path = layout.new_run_path(git, run_id)
     call = {"id": f"call_{turn}", "type": "function",
             "function": {"name": "write_file",
                          "arguments": json.dumps({"path": f"f{turn % 50}.txt",
@@ -73,7 +74,7 @@ def written_turn(git: GitSession, sid: str, turn: int) -> None:
     batch[1]["id"] = run_id
     changes: dict[str, Any] = {}
     for msg in batch:
-        changes[git.history_path(seq, msg["role"], msg["id"])] = to_json_bytes(msg)
+        changes[layout.message_path(git, seq, msg["role"], msg["id"])] = to_json_bytes(msg)
         seq += 1
     now = now_iso()
     record = {"run_id": run_id, "session_id": sid, "status": "RUNNING", "branch": "main",
@@ -89,8 +90,8 @@ def written_turn(git: GitSession, sid: str, turn: int) -> None:
                          kind="tool-batch", run_id=run_id, message_index=3, sync_index=False)
     final = message("assistant", run_id, f"done: wrote f{turn % 50}.txt")
     record.update(status="COMPLETED", message_count=4)
-    git.write_checkpoint({git.history_path(seq, "assistant", final["id"]): to_json_bytes(final),
-                          record_path: to_json_bytes(record)},
+    final_path = layout.message_path(git, seq, "assistant", final["id"])
+    git.write_checkpoint({final_path: to_json_bytes(final), record_path: to_json_bytes(record)},
                          summary=f"Turn: write f{turn % 50}.txt", kind="turn", run_id=run_id,
                          message_index=4, sync_index=False)
 

@@ -24,7 +24,9 @@ def test_a_restart_mid_run_leaves_no_stale_stop_button(page: Page, server_factor
     page.goto(f"{srv.base_url}/s/{sid}")
     conn = page.locator("#conn")
     expect(conn).to_have_attribute("data-state", "open", timeout=TIMEOUT)
-    page.fill("#composer-text", "slow 400\nsay one two three four five six seven eight")
+    # Long enough (~10 s) that the server stops mid-run even when a loaded machine is slow
+    # to get from SIGTERM to stopping the run: a run that ends first proves nothing here.
+    page.fill("#composer-text", "slow 400\nsay " + " ".join(["word"] * 24))
     page.press("#composer-text", "Enter")
     turn = page.locator("#transcript > section.turn").last
     expect(turn.locator(".live span").first).to_be_attached(timeout=TIMEOUT)  # streaming
@@ -44,7 +46,8 @@ def test_a_restart_mid_run_leaves_no_stale_stop_button(page: Page, server_factor
         expect(back.locator(".resume-btn")).to_be_visible()
         # The transcript keeps following new output after the catch-up, and Resume works.
         back.locator(".resume-btn").click()
-        expect(back).to_have_attribute("data-status", "COMPLETED", timeout=TIMEOUT)
+        # The resumed run streams its whole answer again (~10 s).
+        expect(back).to_have_attribute("data-status", "COMPLETED", timeout=60_000)
         expect(page.locator("#stop-btn")).to_have_count(0, timeout=TIMEOUT)
     finally:
         again.stop()

@@ -38,7 +38,7 @@ def serve(args: argparse.Namespace) -> int:
 
 def reindex(args: argparse.Namespace) -> int:
     from .core.braid import Braid
-    from .core.braid import reindex as rebuild
+    from .core.reindex import reindex as rebuild
 
     async def run() -> tuple[int, int]:
         braid = Braid(_settings(args))

@@ -67,22 +67,6 @@ def checkout(git: GitSession, name: str) -> None:
     journal.end(git)
 
 
-def finish_checkout(git: GitSession, record: dict[str, Any]) -> None:
-    """Roll an interrupted checkout forward: the target branch's files, then HEAD."""
-    name = str(record.get("to"))
-    ref = git.repo.references.get(f"refs/heads/{name}")
-    if ref is None:  # the target vanished: go back instead
-        name = str(record.get("branch"))
-        ref = git.repo.references[f"refs/heads/{name}"]
-    tree = ref.peel(pygit2.Commit).tree
-    paths = [str(p) for p in record.get("paths") or ()]
-    journal.apply_tree(git, tree, [p for p in paths if journal._entry(tree, p) is None],
-                       strict=False)
-    journal.apply_tree(git, tree, [p for p in paths if journal._entry(tree, p) is not None],
-                       strict=False)
-    git.repo.set_head(f"refs/heads/{name}")
-
-
 def merge_paths(git: GitSession, old_oid: pygit2.Oid, new_oid: pygit2.Oid
                 ) -> tuple[list[str], list[str]]:
     """(written, deleted) repo-relative paths to bring workdir/ from tree `old_oid` to

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from .events import EventBus
 from .index import Index
-from .turns import RunRegistry
+from .live_runs import RunRegistry
+from .locks import BranchLocks, LocalBranchLocks
 from .users import Users
 
 if TYPE_CHECKING:
@@ -33,11 +34,12 @@ def make_users(settings: Settings) -> Any:
     return Users(settings.data_dir / "users.sqlite3")
 
 
-def make_team(braid: Braid, settings: Settings) -> tuple[Team | None, EventBus, RunRegistry]:
-    """(team, bus, runs): no team for one process; else the team's bus and registry."""
+def make_team(braid: Braid, settings: Settings
+              ) -> tuple[Team | None, EventBus, RunRegistry, BranchLocks]:
+    """(team, bus, runs, branch locks): no team for one process; else the team's."""
     if not settings.database_url:
-        return None, EventBus(), RunRegistry()
+        return None, EventBus(), RunRegistry(), LocalBranchLocks()
     from .pg_team import Team
 
     team = Team(braid, settings.database_url)
-    return team, team.bus, team.runs
+    return team, team.bus, team.runs, team.branch_locks

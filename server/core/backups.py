@@ -24,7 +24,6 @@ import os
 import stat
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pygit2
 from pygit2.enums import FileMode
@@ -32,9 +31,6 @@ from pygit2.enums import FileMode
 from . import guarded
 from .errors import Conflict
 from .git_session import WORKDIR, GitSession
-
-if TYPE_CHECKING:
-    from .braid import Braid
 
 REF_PREFIX = "refs/braid/backups/"
 MANIFEST = "manifest.json"
@@ -216,16 +212,3 @@ def write_entry(git: GitSession, rel: str, entry: Entry | None) -> None:
     oid, mode = entry
     guarded.write(git.path, f"{WORKDIR}/{rel}", git.repo[oid].data,
                   executable=mode == FileMode.BLOB_EXECUTABLE, symlink=mode == FileMode.LINK)
-
-
-def install_hooks(braid: Braid) -> None:
-    """Back up before every file mutation and after every shell command of a turn."""
-
-    def before_write(git: GitSession, turn_id: str, abs_path: str) -> None:
-        BackupStore(git).backup_before_edit(turn_id, abs_path)
-
-    def after_shell(git: GitSession, turn_id: str, changed: list[str]) -> None:
-        BackupStore(git).backup_from_head(turn_id, changed)
-
-    braid.before_write_hooks.append(before_write)
-    braid.after_shell_hooks.append(after_shell)

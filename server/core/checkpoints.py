@@ -19,21 +19,14 @@ from typing import Any
 
 import pygit2
 
+from . import layout
 from .errors import BadRequest, NotFound
 from .git_session import GitSession, commit_info
+from .layout import StoredMessage, run_entries
 
 # The commits that are a run's own checkpoints (a fork's first commit included).
 CHECKPOINT_KINDS = frozenset({"tool-batch", "turn", "fork", "sub-agent", "merge"})
 PREVIEW_CHARS = 80
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One message file of a branch's history."""
-
-    path: str
-    seq: int
-    message: dict[str, Any]
 
 
 @dataclass
@@ -45,7 +38,7 @@ class RunOnBranch:
     record_path: str
     branch: str
     tip: pygit2.Commit
-    entries: list[Entry]
+    entries: list[StoredMessage]
     git: GitSession | None = field(default=None, repr=False, compare=False)
     # run_checkpoints(), walked once per view.
     line: tuple[list[tuple[int, pygit2.Commit]], pygit2.Commit] | None = field(
@@ -56,30 +49,6 @@ class RunOnBranch:
         return [e.message for e in self.entries]
 
 
-def history_entries(git: GitSession, commit: pygit2.Commit,
-                    newest_first: bool = False) -> Iterator[Entry]:
-    """The branch's message files at `commit`, from the listing kept in memory."""
-    files = git.history_entries(commit)
-    messages = git.history_messages(commit)
-    order = range(len(files) - 1, -1, -1) if newest_first else range(len(files))
-    for i in order:
-        yield Entry(files[i].path, files[i].seq, messages[i])
-
-
-def run_entries(git: GitSession, commit: pygit2.Commit, run_id: str) -> list[Entry]:
-    """The run's messages on the branch at `commit`, oldest first. A run's messages are
-    contiguous, so the scan runs from the end (in memory) and stops once it has passed them."""
-    files = git.history_entries(commit)
-    messages = git.history_messages(commit)
-    end = len(messages)
-    while end > 0 and messages[end - 1].get("run_id") != run_id:
-        end -= 1
-    start = end
-    while start > 0 and messages[start - 1].get("run_id") == run_id:
-        start -= 1
-    return [Entry(files[i].path, files[i].seq, messages[i]) for i in range(start, end)]
-
-
 def locate_run(git: GitSession, run_id: str) -> RunOnBranch:
     """Find the run on its own branch (the one its record names), else on any branch."""
     current = git.branch
@@ -87,7 +56,7 @@ def locate_run(git: GitSession, run_id: str) -> RunOnBranch:
     fallback: tuple[str, pygit2.Commit, str, dict[str, Any]] | None = None
     for name in names:
         tip = git.commit(git.branch_tip(name))
-        path = git.find_run_path(run_id, tip)
+        path = layout.find_run_path(git, run_id, tip)
         if path is None:
             continue
         record = git.read_json(tip, path)

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
+from . import layout as repo_layout
 from .git_session import GitSession, commit_info
+from .layout import last_answer
 from .sessions import transcript_at
-from .subagents import is_sub_branch, last_answer, short_name
+from .subagents import is_sub_branch, short_name
 
 if TYPE_CHECKING:
     from .braid import Braid
@@ -106,7 +108,7 @@ def node_view(git: GitSession, commit_id: str) -> dict[str, Any]:
     files = sorted(git.workdir_files(commit))
     run = None
     if info["run_id"]:
-        path = git.find_run_path(info["run_id"], commit)
+        path = repo_layout.find_run_path(git, info["run_id"], commit)
         run = dict(git.read_json(commit, path)) if path else None
     branches = git.branches()
     on = [name for name, tip in branches.items()

@@ -22,6 +22,7 @@ from typing import Any
 
 import pygit2
 
+from . import layout
 from .errors import BadRequest
 from .git_session import GitSession
 from .treeops import apply_changes, copy_blobs, tree_changes, workdir_tree
@@ -54,9 +55,9 @@ class Replay:
     made: list[str] = field(default_factory=list)
 
     def run_texts(self, tip: pygit2.Commit) -> tuple[dict[str, dict], dict[str, list[dict]]]:
-        runs = {r["run_id"]: r for r in self.session.iter_runs(tip)}
+        runs = {r["run_id"]: r for r in layout.runs(self.session, tip)}
         messages: dict[str, list[dict]] = {}
-        for msg in self.session.iter_history(tip):
+        for msg in layout.messages(self.session, tip):
             messages.setdefault(msg.get("run_id") or "", []).append(msg)
         return runs, messages
 

@@ -159,7 +159,7 @@ async def export_session(braid: Braid, user_id: str, session_id: str, to: str,
                          path: str | None = None, force: bool = False) -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
     target, force_flag = to, force
-    if braid.runs.for_session(handle.session_id):
+    if await braid.locks.held(handle.session_id):
         raise Busy("a run is going on in this session: export when it ends")
     meta = dict(handle.meta)
     if target == "branch":

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 from pygit2.enums import FileMode
 
+from . import layout
 from .errors import BadRequest, Busy, Conflict, Forbidden, NotFound
 from .git_session import WORKDIR, GitSession, to_json_bytes
 from .ids import new_message_id, now_iso
@@ -236,8 +237,8 @@ def commit_upload(git: GitSession, session_id: str, files: dict[str, bytes]) -> 
            "updated_at": now, "forked_from_run_id": None, "forked_from_message_index": None,
            "regenerated_from": None, "error": None, "message_count": 1, "parent_run_id": None}
     changes: dict[str, Any] = {f"{WORKDIR}/{rel}": data for rel, data in files.items()}
-    changes[git.history_path(git.next_seq(), "user", message["id"])] = to_json_bytes(message)
-    changes[git.new_run_path(run_id)] = to_json_bytes(run)
+    changes[layout.next_message_path(git, "user", message["id"])] = to_json_bytes(message)
+    changes[layout.new_run_path(git, run_id)] = to_json_bytes(run)
     commit_id = git.write_checkpoint(changes, summary=f"Upload: {shown}"[:200],
                                      kind="user-edit", run_id=run_id, message_index=1)
     return {"run_id": run_id, "run": run, "messages": [message], "paths": names,
@@ -254,16 +255,14 @@ async def upload(braid: Braid, user_id: str, session_id: str,
     handle = braid.store.get_owned(user_id, session_id)
     checked = check_uploads(files, folder)
     branch = await handle.call(lambda git: git.branch)
-    active = braid.runs.claim(handle.session_id, branch, "")  # no turn may run meanwhile
-    try:
-        def work(git: GitSession) -> dict[str, Any]:
-            if git.branch != branch:
-                raise Busy(f"the session switched from branch {branch} to {git.branch}")
-            return commit_upload(git, handle.session_id, checked)
 
+    def work(git: GitSession) -> dict[str, Any]:
+        if git.branch != branch:
+            raise Busy(f"the session switched from branch {branch} to {git.branch}")
+        return commit_upload(git, handle.session_id, checked)
+
+    async with braid.locks.hold(handle.session_id, branch):  # no turn may run meanwhile
         made = await handle.call(work)
-    finally:
-        braid.runs.release(active)
     await braid.index.upsert_run(handle.session_id, made["run"])
     # Its chips go out with the event, read once rather than by every tab.
     made["files"] = await handle.call(lambda git: _chips(git, made))

@@ -164,7 +164,7 @@ def fork_title(title: str) -> str:
 async def fork_session(braid: Braid, user_id: str, session_id: str) -> dict[str, Any]:
     """Copy a session the user owns into a new one; returns the new session's lineage."""
     source = braid.store.get_owned(user_id, session_id)
-    if braid.runs.for_session(source.session_id):
+    if await braid.locks.held(source.session_id):
         raise Busy("a run is going on in this session; fork it when the run ends")
     new_id = new_session_id()
     meta = {
@@ -187,7 +187,7 @@ async def fork_session(braid: Braid, user_id: str, session_id: str) -> dict[str,
         journal.end_folder(braid.store.root, new_id)
         raise
     crash.at("fork.after_checkout")
-    handle = braid.store.register(new_id)
+    handle = braid.store.get(new_id)
     await braid.index.upsert_session(handle.meta)
     await braid.index.copy_runs(source.session_id, new_id)
     journal.end_folder(braid.store.root, new_id)

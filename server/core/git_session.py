@@ -8,103 +8,51 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
-import subprocess
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pygit2
-from pygit2.enums import FileMode, FileStatus
+from pygit2.enums import FileMode
 
 from . import crash, guarded
+from .commits import (
+    TRAILER_INDEX,
+    TRAILER_KIND,
+    TRAILER_RUN,
+    CommitInfo,
+    commit_info,
+    commit_message,
+    parse_trailers,
+)
 from .errors import Conflict, NotFound
 from .history import HISTORY, RUNS, Entry, Lines, Listings, history_path, run_path
-from .watch import WATCHERS, Watcher
+from .workdir_scan import WORKDIR, WorkdirScan, walk_tree
 
 SIGNATURE_NAME = "Braid"
 SIGNATURE_EMAIL = "braid@localhost"
-WORKDIR = "workdir"
 WORKTREES = "_worktrees"
-TRAILER_KIND = "Braid-Kind"
-TRAILER_RUN = "Braid-Run"
-TRAILER_INDEX = "Braid-Message-Index"
-
 # A change: bytes to write, None to delete, or DISK to take the file as it is on disk now.
 DISK = object()
 Change = bytes | None | object
 
 
-@dataclass(frozen=True)
-class CommitInfo:
-    """The view of one checkpoint commit (DESIGN §2 ContextCommit)."""
-
-    id: str
-    parent_ids: list[str]
-    kind: str
-    run_id: str | None
-    message_index: int | None
-    summary: str
-    created_at: int
-
-    @property
-    def parent_id(self) -> str | None:
-        return self.parent_ids[0] if self.parent_ids else None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "parent_ids": self.parent_ids,
-            "parent_id": self.parent_id,
-            "kind": self.kind,
-            "run_id": self.run_id,
-            "message_index": self.message_index,
-            "summary": self.summary,
-            "created_at": self.created_at,
-        }
-
-
-def commit_message(summary: str, kind: str, run_id: str | None, message_index: int | None) -> str:
-    lines = [summary.splitlines()[0][:200] if summary else kind, "", f"{TRAILER_KIND}: {kind}"]
-    if run_id:
-        lines.append(f"{TRAILER_RUN}: {run_id}")
-    if message_index is not None:
-        lines.append(f"{TRAILER_INDEX}: {message_index}")
-    return "\n".join(lines) + "\n"
-
-
-def parse_trailers(message: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in message.splitlines():
-        key, sep, value = line.partition(": ")
-        if sep and key.startswith("Braid-"):
-            out[key] = value.strip()
-    return out
-
-
-def commit_info(commit: pygit2.Commit) -> CommitInfo:
-    trailers = parse_trailers(commit.message)
-    index = trailers.get(TRAILER_INDEX)
-    return CommitInfo(
-        id=str(commit.id),
-        parent_ids=[str(p) for p in commit.parent_ids],
-        kind=trailers.get(TRAILER_KIND, "unknown"),
-        run_id=trailers.get(TRAILER_RUN),
-        message_index=int(index) if index and index.isdigit() else None,
-        summary=commit.message.splitlines()[0] if commit.message else "",
-        created_at=commit.commit_time,
-    )
-
-
-__all__ = ["HISTORY", "RUNS", "Entry", "history_path", "run_path"]
+__all__ = [
+    "HISTORY", "RUNS", "TRAILER_INDEX", "TRAILER_KIND", "TRAILER_RUN", "CommitInfo", "Entry",
+    "WORKDIR", "commit_info", "commit_message", "history_path", "parse_trailers", "run_path",
+]
 
 
 def to_json_bytes(obj: Any) -> bytes:
     return (json.dumps(obj, indent=1, ensure_ascii=False, sort_keys=True) + "\n").encode()
 
 
-class GitSession:
+class GitSession(WorkdirScan):
+    """One session repository: reading commits and trees, checkpoints (write_checkpoint,
+    commit_on_branch), the index, branches and worktrees. The plumbing under layout.py."""
+
     def __init__(self, path: Path, watch: bool = False) -> None:
         self.path = Path(path)
         self.repo = pygit2.Repository(str(self.path))
@@ -120,11 +68,7 @@ class GitSession:
         # Other views derived from this repository (the DAG's graph, dag.py), kept with it
         # rather than in a module-wide table shared by every session.
         self.caches: dict[str, Any] = {}
-        # A file-system watcher on workdir/ (watch.py), opened by the first look.
-        self._watch = watch
-        self._watcher: Watcher | None = None
-        # Paths the last look found changed: looked at again until they match HEAD.
-        self._carry: set[str] = set()
+        self.init_scan(watch)  # user edits found by the watcher (workdir_scan.py)
 
     # -- creation -------------------------------------------------------------------------
 
@@ -186,92 +130,30 @@ class GitSession:
             entry = commit.tree[path]
         except KeyError as e:
             raise NotFound(f"{path} is not in commit {commit.id}") from e
-        return self._blob_json(entry.id)
+        return self.blob_json(entry.id)
 
-    def _blob_json(self, oid: pygit2.Oid) -> Any:
+    def blob_json(self, oid: pygit2.Oid) -> Any:
         cached = self._json_cache.get(oid)
         if cached is None:
             cached = json.loads(self.repo[oid].data)
             self._json_cache[oid] = cached
         return cached
 
-    def _subtree(self, tree: pygit2.Tree, name: str) -> pygit2.Tree | None:
+    def subtree(self, tree: pygit2.Tree, name: str) -> pygit2.Tree | None:
         try:
             entry = tree[name]
         except KeyError:
             return None
         return entry if isinstance(entry, pygit2.Tree) else None
 
-    def history_messages(self, commit: pygit2.Commit | None = None) -> list[dict[str, Any]]:
-        """Every message of the branch at `commit`, oldest first, kept in memory and moved
-        by what changed (history.py). The list and its dicts are shared: copy to change."""
-        commit = commit or self.head_commit()
-        return self.listings.messages(self._subtree(commit.tree, HISTORY), self._blob_json)
-
-    def iter_history(self, commit: pygit2.Commit | None = None) -> Iterator[dict[str, Any]]:
-        """Every message of the branch at `commit`, oldest first. Each message dict is shared
-        with the cache: copy before changing it."""
-        yield from self.history_messages(commit)
-
-    def history_entries(self, commit: pygit2.Commit | None = None) -> list[Entry]:
-        """The message files of the branch at `commit` (path, seq, blob), oldest first."""
-        commit = commit or self.head_commit()
-        return self.listings.get(HISTORY, self._subtree(commit.tree, HISTORY)).entries
-
-    def next_seq(self, commit: pygit2.Commit | None = None) -> int:
-        """The next message number (one past the newest file)."""
-        commit = commit or self.head_commit()
-        return self.listings.get(HISTORY, self._subtree(commit.tree, HISTORY)).next_number()
-
-    def history_path(self, seq: int, role: str, message_id: str,
-                     commit: pygit2.Commit | None = None) -> str:
-        """Where message `seq` goes on the branch at `commit`, in that history's layout."""
-        commit = commit or self.head_commit()
-        listing = self.listings.get(HISTORY, self._subtree(commit.tree, HISTORY))
-        return history_path(seq, role, message_id, listing.legacy)
-
-    def legacy_history(self, commit: pygit2.Commit | None = None) -> bool:
-        commit = commit or self.head_commit()
-        return self.listings.get(HISTORY, self._subtree(commit.tree, HISTORY)).legacy
-
-    def new_run_path(self, run_id: str, commit: pygit2.Commit | None = None) -> str:
-        """Where a new run's record goes on the branch at `commit` (the next ordinal, in that
-        tree's layout)."""
-        commit = commit or self.head_commit()
-        listing = self.listings.get(RUNS, self._subtree(commit.tree, RUNS))
-        return run_path(listing.next_number(), run_id, listing.legacy)
-
-    def iter_runs(self, commit: pygit2.Commit | None = None) -> Iterator[dict[str, Any]]:
-        commit = commit or self.head_commit()
-        for entry in self.listings.get(RUNS, self._subtree(commit.tree, RUNS)).entries:
-            yield self._blob_json(entry.blob)
-
-    def find_run_path(self, run_id: str, commit: pygit2.Commit | None = None) -> str | None:
-        commit = commit or self.head_commit()
-        listing, index = self.listings.run_index(self._subtree(commit.tree, RUNS))
-        at = index.get(run_id)
-        return listing.entries[at].path if at is not None else None
-
-    def run_count(self, commit: pygit2.Commit | None = None) -> int:
-        """The next run ordinal (the number of runs when none was ever taken out)."""
-        commit = commit or self.head_commit()
-        return self.listings.get(RUNS, self._subtree(commit.tree, RUNS)).next_number()
-
     def workdir_files(self, commit: pygit2.Commit | None = None) -> dict[str, pygit2.Oid]:
         """Workdir-relative path → blob id for every file of `workdir/` at `commit`."""
         commit = commit or self.head_commit()
         out: dict[str, pygit2.Oid] = {}
-        tree = self._subtree(commit.tree, WORKDIR)
+        tree = self.subtree(commit.tree, WORKDIR)
         if tree is not None:
-            self._walk(tree, "", out)
+            walk_tree(tree, "", out)
         return out
-
-    def _walk(self, tree: pygit2.Tree, prefix: str, out: dict[str, pygit2.Oid]) -> None:
-        for entry in tree:
-            if isinstance(entry, pygit2.Tree):
-                self._walk(entry, f"{prefix}{entry.name}/", out)
-            else:
-                out[f"{prefix}{entry.name}"] = entry.id
 
     def commit_info(self, rev: str | pygit2.Oid) -> CommitInfo:
         return commit_info(self.commit(rev))
@@ -349,7 +231,7 @@ class GitSession:
         builder = self.repo.TreeBuilder(tree) if tree is not None else self.repo.TreeBuilder()
         for name, change in nested.items():
             if isinstance(change, dict):
-                sub = self._subtree(tree, name) if tree is not None else None
+                sub = self.subtree(tree, name) if tree is not None else None
                 oid = self._rebuild(sub, change)
                 if len(self.repo[oid]) == 0:
                     if builder.get(name) is not None:
@@ -412,131 +294,15 @@ class GitSession:
         applied, rebuilding only the trees on those paths."""
         return self._rebuild(base, _nest(entries))
 
-    # -- the working tree -----------------------------------------------------------------
-
-    def dirty_workdir_paths(self) -> list[str]:
-        """Repo-relative paths under workdir/ that differ from HEAD (user edits, shell
-        commands). Uses the index's stat cache, so unchanged files are not read."""
-        self.flush_index()
-        out = []
-        for path, flags in self.repo.status(untracked_files="all").items():
-            if not path.startswith(f"{WORKDIR}/") or flags == FileStatus.IGNORED:
-                continue
-            out.append(path)
-        return sorted(out)
-
-    def changed_workdir_paths(self) -> list[str]:
-        """`dirty_workdir_paths()` in O(changed files): the watcher names the candidates and
-        each is compared with HEAD. The first look, and any look the watcher cannot answer,
-        scans everything instead."""
-        if not self._watch:
-            return self.dirty_workdir_paths()
-        watcher = self._watcher
-        candidates = watcher.take() if watcher is not None else None
-        if candidates is None:
-            if watcher is not None:
-                WATCHERS.forget(watcher)
-            # Opened before the scan: a change made during it is seen by the next look.
-            self._watcher = WATCHERS.open(self.path / WORKDIR, Path(self.repo.path))
-            found = self._scan_workdir()
-        else:
-            WATCHERS.touch(watcher)
-            found = self._differing(candidates | self._carry)
-        self._carry = {p[len(WORKDIR) + 1:] for p in found}
-        return found
-
-    def _differing(self, candidates: Iterable[str]) -> list[str]:
-        head = self._subtree(self.head_commit().tree, WORKDIR)
-        work = self.path / WORKDIR
-        out: set[str] = set()
-        todo = list(candidates)
-        seen: set[str] = set()
-        while todo:
-            rel = todo.pop()
-            if rel in seen or not rel:
-                continue
-            seen.add(rel)
-            try:
-                entry = head[rel] if head is not None else None
-            except KeyError:
-                entry = None
-            if isinstance(entry, pygit2.Tree):  # a folder in HEAD: look at what it held
-                files: dict[str, pygit2.Oid] = {}
-                self._walk(entry, f"{rel}/", files)
-                todo.extend(files)
-                entry = None
-            try:
-                st = os.lstat(work / rel)
-            except (FileNotFoundError, NotADirectoryError):
-                if entry is not None:
-                    out.add(rel)
-                continue
-            if stat.S_ISDIR(st.st_mode):  # a new folder may hold files made before its watch
-                for dirpath, _, names in os.walk(work / rel):
-                    base = os.path.relpath(dirpath, work)
-                    todo.extend(f"{base}/{n}" for n in names)
-                if entry is not None:
-                    out.add(rel)  # a file replaced by a folder
-                continue
-            if self._file_differs(work / rel, st, entry, rel):
-                out.add(rel)
-        return sorted(f"{WORKDIR}/{rel}" for rel in out)
-
-    def _file_differs(self, path: Path, st: os.stat_result, entry: Any, rel: str) -> bool:
-        if stat.S_ISLNK(st.st_mode):
-            oid, mode = pygit2.hash(os.readlink(path).encode()), FileMode.LINK
-        elif stat.S_ISREG(st.st_mode):
-            oid = pygit2.hashfile(str(path))
-            mode = FileMode.BLOB_EXECUTABLE if st.st_mode & 0o100 else FileMode.BLOB
-        else:
-            return False
-        if entry is None:
-            return not self.repo.path_is_ignored(f"{WORKDIR}/{rel}")
-        return entry.id != oid or entry.filemode != mode
-
-    def _add_all(self) -> None:
-        self.flush_index()
-        done = subprocess.run(["git", "-c", "gc.auto=0", "-C", str(self.path), "add", "-A",
-                               "--", WORKDIR], capture_output=True, text=True)
-        # An empty workdir/ with nothing in the index under it matches no file: no change.
-        if done.returncode != 0 and "did not match any files" not in done.stderr:
-            raise RuntimeError(f"git add failed: {done.stderr.strip()}")
-
-    def _scan_workdir(self) -> list[str]:
-        """Every path under workdir/ that differs from HEAD, found by one `git add -A` over
-        workdir/ (its stat cache makes an unchanged file cost an lstat; a new one is hashed
-        once and staged with its stat data, ready for `commit_workdir`)."""
-        self._add_all()
-        index = self.repo.index
-        index.read(True)
-        diff = index.diff_to_tree(self.head_commit().tree)
-        out = set()
-        for delta in diff.deltas:
-            for rel in (delta.old_file.path, delta.new_file.path):
-                if rel.startswith(f"{WORKDIR}/"):
-                    out.add(rel)
-        return sorted(out)
-
-    def commit_workdir(self, *, summary: str, kind: str) -> pygit2.Oid:
-        """Commit everything that differs under workdir/ at once from what `git add -A`
-        staged: a first snapshot of a big folder costs what `git add -A && git commit`
-        costs, not a loose write and an index insert per file."""
-        self._add_all()
-        index = self.repo.index
-        index.read(True)
-        tree = index.write_tree()
-        self._carry = set()
-        return self.write_checkpoint({}, summary=summary, kind=kind, tree=tree)
-
-    def close(self) -> None:
-        if self._watcher is not None:
-            WATCHERS.forget(self._watcher)
-            self._watcher = None
-
-    def checkout_branch(self, name: str) -> None:
-        from .atomic import checkout  # journaled, through the guarded writer
-
-        checkout(self, name)
+    def remove_worktree(self, name: str) -> None:
+        """Forget a worktree and delete its folder (pygit2's prune leaves the folder)."""
+        try:
+            self.repo.lookup_worktree(name).prune(True)
+        except (KeyError, pygit2.GitError):
+            pass
+        folder = self.path / WORKTREES / name
+        if folder.exists():
+            shutil.rmtree(folder, ignore_errors=True)
 
     def create_branch(self, name: str, target: pygit2.Oid) -> None:
         if self.repo.references.get(f"refs/heads/{name}") is not None:

@@ -162,13 +162,27 @@ def _on_disk_is(git: GitSession, rel: str, entry: tuple[pygit2.Oid, int]) -> boo
         return False
 
 
+def finish_checkout(git: GitSession, record: dict[str, Any]) -> None:
+    """Roll an interrupted checkout forward: the target branch's files, then HEAD."""
+    name = str(record.get("to"))
+    ref = git.repo.references.get(f"refs/heads/{name}")
+    if ref is None:  # the target vanished: go back instead
+        name = str(record.get("branch"))
+        ref = git.repo.references[f"refs/heads/{name}"]
+    tree = ref.peel(pygit2.Commit).tree
+    paths = [str(p) for p in record.get("paths") or ()]
+    apply_tree(git, tree, [p for p in paths if _entry(tree, p) is None],
+                       strict=False)
+    apply_tree(git, tree, [p for p in paths if _entry(tree, p) is not None],
+                       strict=False)
+    git.repo.set_head(f"refs/heads/{name}")
+
+
 def settle(git: GitSession, record: dict[str, Any]) -> str:
     """Finish or roll back the operation `record` describes. Returns what was done."""
     branch = str(record.get("branch") or "main")
     paths = [str(p) for p in record.get("paths") or ()]
     if record.get("op") == "checkout":
-        from .atomic import finish_checkout
-
         finish_checkout(git, record)
         return "completed"
     ref = git.repo.references.get(f"refs/heads/{branch}")

@@ -19,8 +19,9 @@ from pygit2.enums import FileMode, MergeFavor, MergeFlag
 from . import atomic, crash, journal
 from .errors import BadRequest, Busy, Conflict
 from .git_session import HISTORY, RUNS, WORKDIR, GitSession, to_json_bytes
-from .subagents import answer_of, last_answer
-from .turns import TurnContext, _prepare_new_turn, launch, snapshot_user_edits
+from .layout import answer_of, last_answer
+from .live_runs import claim_turn
+from .turns import TurnContext, launch, open_turn, snapshot_user_edits
 
 if TYPE_CHECKING:
     from .braid import Braid
@@ -47,7 +48,7 @@ class MergePlan:
 def _workdir_tree(git: GitSession, commit: pygit2.Commit | None, empty: pygit2.Oid) -> pygit2.Oid:
     if commit is None:
         return empty
-    tree = git._subtree(commit.tree, WORKDIR)
+    tree = git.subtree(commit.tree, WORKDIR)
     return tree.id if tree is not None else empty
 
 
@@ -195,7 +196,7 @@ def _start_merge(git: GitSession, handle: SessionHandle, into: str, branches: li
     # All or nothing under kill -9: the intent comes before the turn's files and the merge's.
     with journal.intent(git, "merge", [*written, *deleted, "session.json"],
                         untracked=[HISTORY, RUNS]):
-        ctx = _prepare_new_turn(git, handle, message, fields,
+        ctx = open_turn(git, handle, message, fields,
                                 notes=(merge_note(plan, branches, strategy),))
         crash.at("merge.after_turn_files")
         changes = atomic.write_workdir(git, plan.workdir_oid, written, deleted)
@@ -220,23 +221,20 @@ async def merge_branches(braid: Braid, user_id: str, session_id: str, branches: 
     into = await handle.call(lambda git: git.branch)
     if into in names:
         raise BadRequest(f"cannot merge {into} into itself")
-    active = braid.runs.claim(sid, into, "")
-    try:
-        busy = [a.branch for a in braid.runs.for_session(sid) if a.branch in names]
+    async with claim_turn(braid.locks, braid.runs, sid, into) as active:
+        held = await braid.locks.held(sid)
+        busy = [name for name in names if name in held]
         if busy:
             raise Busy(f"a run is going on on branch {busy[0]}")
         ctx, plan, (commit_id, *parent_ids) = await handle.call(
             lambda git: _start_merge(git, handle, into, names, how, text, braid.model.model))
-    except BaseException:
-        braid.runs.release(active)
-        raise
-    braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": commit_id,
-                                          "kind": "merge"})
-    braid.bus.publish(sid, "merged", {"run_id": ctx.run_id, "commit_id": commit_id,
-                                      "parent_ids": parent_ids, "branches": names,
-                                      "strategy": how, "conflicts": plan.conflicts})
-    braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id})
-    await launch(braid, handle, ctx, active)
+        braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": commit_id,
+                                              "kind": "merge"})
+        braid.bus.publish(sid, "merged", {"run_id": ctx.run_id, "commit_id": commit_id,
+                                          "parent_ids": parent_ids, "branches": names,
+                                          "strategy": how, "conflicts": plan.conflicts})
+        braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id})
+        await launch(braid, handle, ctx, active)
     await active.done.wait()
     await handle.call(lambda git: None)  # after the turn's last index flush
     return {"commit_id": commit_id, "parent_ids": parent_ids,

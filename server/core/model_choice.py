@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import layout
 from .errors import BadRequest
 
 if TYPE_CHECKING:
@@ -63,5 +64,5 @@ def usage_total(runs: list[dict[str, Any]]) -> dict[str, Any]:
 async def session_usage(braid: Braid, user_id: str, session_id: str) -> dict[str, Any]:
     """Tokens the turns on the branch shown used, all added up."""
     handle = braid.store.get_owned(user_id, session_id)
-    runs = await handle.call(lambda git: list(git.iter_runs(git.head_commit())))
+    runs = await handle.call(lambda git: list(layout.runs(git, git.head_commit())))
     return usage_total(runs)

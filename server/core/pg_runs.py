@@ -1,8 +1,6 @@
-"""The run registry of a team server: branch claims held across processes, and the runs of
-the other processes as they are seen from this one.
+"""The run registry of a team server: this process's runs, and the runs of the other
+processes as they are seen from this one (branch locks across processes: pg_locks.py).
 
-- A claim takes the (session, branch) advisory lock on this process's lock connection and
-  names this process in `braid_live_runs`; `Busy` when another process holds it.
 - Runs other processes drive are followed from their events (`observe`) as `RemoteRun`s: a
   page here shows them live (the user's message and the text streaming now), `Busy` checks
   of the session count them, and stopping one sends the cancel to its process. `all()` is
@@ -15,9 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import Busy
-from .pg_conn import lock_key
-from .turns import ActiveRun, RunRegistry
+from .live_runs import ActiveRun, RunRegistry
 
 if TYPE_CHECKING:
     from .pg_team import Team
@@ -57,54 +53,15 @@ class PgRunRegistry(RunRegistry):
         self.team = team
         self._remote: dict[tuple[str, str], RemoteRun] = {}
 
-    def claim(self, session_id: str, branch: str, run_id: str) -> ActiveRun:
-        active = super().claim(session_id, branch, run_id)  # this process first
-        owner = self.team.owner_id
-
-        async def lock(db: Any) -> bool:
-            if not await db.fetchval("SELECT pg_try_advisory_lock($1)",
-                                     lock_key(session_id, branch)):
-                return False
-            await db.execute(
-                "INSERT INTO braid_live_runs (session_id, branch, run_id, owner_id) "
-                "VALUES ($1, $2, $3, $4) ON CONFLICT (session_id, branch) DO UPDATE "
-                "SET run_id = EXCLUDED.run_id, owner_id = EXCLUDED.owner_id, "
-                "claimed_at = now()", session_id, branch, run_id, owner)
-            return True
-
-        try:
-            got = self.team.locks.run(lock)
-        except BaseException:
-            super().release(active)
-            raise
-        if not got:
-            super().release(active)
-            raise Busy(f"a run is already going on branch {branch} (in another process)")
-        return active
-
-    def release(self, active: ActiveRun) -> None:
-        if self._by_branch.get((active.session_id, active.branch)) is active:
-            owner = self.team.owner_id
-
-            async def unlock(db: Any) -> None:
-                await db.execute(
-                    "DELETE FROM braid_live_runs WHERE session_id = $1 AND branch = $2 "
-                    "AND owner_id = $3", active.session_id, active.branch, owner)
-                await db.fetchval("SELECT pg_advisory_unlock($1)",
-                                  lock_key(active.session_id, active.branch))
-
-            try:
-                self.team.locks.run(unlock)
-            except Exception:  # noqa: BLE001 - the lock goes with the connection anyway
-                log.exception("could not release branch %s of session %s", active.branch,
-                              active.session_id)
-        super().release(active)
-
     # -- the other processes' runs --------------------------------------------------------
 
     def for_session(self, session_id: str) -> list[ActiveRun]:
         remote = [r for (sid, _), r in self._remote.items() if sid == session_id]
         return super().for_session(session_id) + remote
+
+    def remote_branches(self, session_id: str) -> set[str]:
+        """The session's branches another live process drives a run on."""
+        return {branch for (sid, branch) in self._remote if sid == session_id}
 
     def local(self, session_id: str, run_id: str) -> ActiveRun | None:
         return next((a for a in super().for_session(session_id) if a.run_id == run_id), None)

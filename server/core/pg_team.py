@@ -30,7 +30,8 @@ from .errors import BraidError, Busy
 from .ids import new_message_id
 from .pg_bus import PgEventBus
 from .pg_conn import PgThread
-from .pg_runs import PgRunRegistry
+from .pg_locks import PgBranchLocks
+from .pg_runs import PgRunRegistry, RemoteRun
 
 if TYPE_CHECKING:
     from .braid import Braid
@@ -77,6 +78,7 @@ class Team:
         self.locks = PgThread(url, "braid-pg-locks")
         self.bus = PgEventBus(url, self.owner_id)
         self.runs = PgRunRegistry(self)
+        self.branch_locks = PgBranchLocks(self)
         self.bus.on_remote = self._on_remote
         self._tasks: list[asyncio.Task[None]] = []
         self._control: Any = None
@@ -179,7 +181,7 @@ class Team:
 
     async def recover_orphans(self) -> int:
         """Commit INTERRUPTED every RUNNING run whose process is gone. Returns how many."""
-        from .braid import interrupt_run
+        from .recovery import interrupt_run
 
         done = 0
         for row in await self.pool.fetch(ORPHANS):
@@ -187,15 +189,15 @@ class Team:
             if self.runs.local(sid, run_id):
                 continue
             try:
-                active = self.runs.claim(sid, branch, run_id)
+                lease = await self.branch_locks.acquire(sid, branch)
             except Busy:
                 continue  # its owner still holds the branch: alive, or this process has it
             try:
                 run = await interrupt_run(self.braid, dict(row), since=time.time())
             finally:
-                self.runs.release(active)
+                await lease.release()
             for followed in self.runs.for_session(sid):
-                if followed.run_id == run_id and followed is not active:
+                if followed.run_id == run_id and isinstance(followed, RemoteRun):
                     self.runs.forget(followed)
             if run is not None:
                 done += 1

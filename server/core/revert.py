@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 from pygit2.enums import FileMode, MergeFlag
 
-from . import crash, journal
+from . import crash, journal, layout
 from .backups import Entry, check_writable, tree_entry, write_entry
 from .errors import Busy, Conflict, NotFound
 from .git_session import DISK, WORKDIR, GitSession, to_json_bytes
@@ -53,14 +53,14 @@ def resolve_turn(git: GitSession, turn_id: str,
                  commit: pygit2.Commit) -> tuple[str, str, dict[str, Any]]:
     """(run_id, run record path, run record) of a turn on the branch at `commit`. Any of the
     turn's assistant message ids is accepted too (the protocol's `assistant_msg_id`)."""
-    record_path = git.find_run_path(turn_id, commit)
+    record_path = layout.find_run_path(git, turn_id, commit)
     run_id = turn_id
     if record_path is None:
-        owner = next((m.get("run_id") for m in git.iter_history(commit)
+        owner = next((m.get("run_id") for m in layout.messages(git, commit)
                       if m.get("id") == turn_id and m.get("role") == "assistant"), None)
         if owner:
             run_id = str(owner)
-            record_path = git.find_run_path(run_id, commit)
+            record_path = layout.find_run_path(git, run_id, commit)
     if record_path is None:
         raise NotFound(f"no turn {turn_id} on branch {git.branch}")
     return run_id, record_path, dict(git.read_json(commit, record_path))
@@ -243,7 +243,7 @@ def _commit(git: GitSession, run_id: str, record_path: str, record: dict[str, An
     changes: dict[str, Any] = {f"{WORKDIR}/{p}": DISK if e is not None else None
                                for p, e in result.items()}
     changes[record_path] = to_json_bytes(record)
-    changes[git.history_path(git.next_seq(), "system", note["id"])] = to_json_bytes(note)
+    changes[layout.next_message_path(git, "system", note["id"])] = to_json_bytes(note)
     verb = "Revert" if kind == "revert" else "Redo"
     summary = f"{verb} turn {run_id[:10]}: {_names(sorted(result)) or 'no file changed'}"
     # All or nothing under kill -9: the intent names every path before the first write.
@@ -311,17 +311,14 @@ async def _exclusive(braid: Braid, handle: SessionHandle,
     """Run a revert or unrevert holding the branch like a turn does: refused (`Busy`) while a
     run is live on it, and no turn can start in the middle."""
     branch = await handle.call(lambda git: git.branch)
-    active = braid.runs.claim(handle.session_id, branch, "")
 
     def guarded(git: GitSession) -> dict[str, Any]:
         if git.branch != branch:
             raise Busy("the session switched branches; try again")
         return work(git)
 
-    try:
+    async with braid.locks.hold(handle.session_id, branch):
         result = await handle.call(guarded)
-    finally:
-        braid.runs.release(active)
     sid = handle.session_id
     event = {k: result[k] for k in ("turn_id", "run_id", "commit_id", "restored_paths",
                                     "conflicts", "reverted", "run", "note", "files")}

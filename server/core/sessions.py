@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
-from .checkpoints import run_entries
+from . import atomic, layout
 from .errors import Busy, NotFound
 from .git_session import GitSession
+from .layout import run_entries
 from .lineage import attach_siblings
 from .turn_changes import annotate_turns
 from .turns import FINAL, snapshot_user_edits, start_turn
@@ -86,16 +87,16 @@ def _run_row(run: dict[str, Any]) -> dict[str, Any]:
 def read_run(git: GitSession, run_id: str) -> dict[str, Any]:
     """A run's record and messages as the branch it lives on holds them."""
     commit = git.head_commit()
-    path = git.find_run_path(run_id, commit)
+    path = layout.find_run_path(git, run_id, commit)
     if path is None:
         for tip in git.branches().values():
             candidate = git.commit(tip)
-            path = git.find_run_path(run_id, candidate)
+            path = layout.find_run_path(git, run_id, candidate)
             if path is not None:
                 record = git.read_json(candidate, path)
                 if record.get("branch") in git.branches():
                     commit = git.commit(git.branch_tip(record["branch"]))
-                    path = git.find_run_path(run_id, commit) or path
+                    path = layout.find_run_path(git, run_id, commit) or path
                 else:
                     commit = candidate
                 break
@@ -164,13 +165,13 @@ def transcript_at(git: GitSession, commit: pygit2.Commit | None = None, *,
     """The newest `limit` turns of the branch at `commit` (all when None) before its message
     `before` (the end when None): the page shows these and loads older ones on scroll."""
     commit = commit or git.head_commit()
-    messages = git.history_messages(commit)
+    messages = layout.messages(git, commit)
     end = len(messages) if before is None else min(before, len(messages))
     start = page_start(messages, end, limit) if limit is not None else 0
     shown = messages[start:end]
     runs: dict[str, dict[str, Any]] = {}
     for run_id in {m.get("run_id") for m in shown}:
-        path = git.find_run_path(run_id, commit) if run_id else None
+        path = layout.find_run_path(git, run_id, commit) if run_id else None
         if path is not None:
             runs[run_id] = git.read_json(commit, path)
     items = build_turns(shown, runs)
@@ -218,13 +219,13 @@ async def checkout(braid: Braid, user_id: str, session_id: str, ref: str) -> dic
     """Show another branch: its files in workdir/ and its transcript. The user's unsaved
     edits are committed on the branch they were made on first, so nothing is lost."""
     handle = braid.store.get_owned(user_id, session_id)
-    if braid.runs.for_session(handle.session_id):
+    if await braid.locks.held(handle.session_id):
         raise Busy("a run is going on in this session")
 
     def work(git: GitSession) -> dict[str, Any]:
         git.branch_tip(ref)
         snapshot_user_edits(git)
-        git.checkout_branch(ref)
+        atomic.checkout(git, ref)
         return {"branch": git.branch, "head": str(git.head_oid())}
 
     result = await handle.call(work)

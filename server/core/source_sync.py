@@ -79,7 +79,7 @@ def sync_from_source(git: GitSession, settings: Settings, meta: dict[str, Any]
 
 async def update_from_source(braid: Braid, user_id: str, session_id: str) -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
-    if braid.runs.for_session(handle.session_id):
+    if await braid.locks.held(handle.session_id):
         raise Busy("a run is going on in this session: update when it ends")
     meta = dict(handle.meta)
     result = await handle.call(lambda git: sync_from_source(git, braid.settings, meta))

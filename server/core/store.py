@@ -93,7 +93,6 @@ class SessionStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self._handles: dict[str, SessionHandle] = {}
         self._deleted: set[str] = set()  # being deleted: no new handle may open them
-        self._create_lock = asyncio.Lock()
 
     def path(self, session_id: str) -> Path:
         return self.root / session_id
@@ -177,10 +176,6 @@ class SessionStore:
         """Drop a session's handle (it is being deleted); later lookups are `NotFound`."""
         self._handles.pop(session_id, None)
         self._deleted.add(session_id)
-
-    def register(self, session_id: str) -> SessionHandle:
-        """Open a session folder that another core function created (a fork)."""
-        return self.get(session_id)
 
     def close(self) -> None:
         for handle in self._handles.values():

@@ -5,7 +5,7 @@ state with a first `sub-agent` commit that drops `history/` and `runs/` (the chi
 fresh conversation holding only its prompt), checks it out under `_worktrees/<branch>/`, and
 runs an ordinary turn there (turns.launch/drive) through a `SessionHandle` opened on the
 worktree: its own GitSession on its own worker thread, so several sub-agents and the parent
-work at the same time. The branch is claimed in the RunRegistry, never the parent's branch.
+work at the same time. The sub-agent holds its own branch (locks.py), never the parent's.
 When the turn ends, its answer is written into the parent branch as an assistant message
 naming the branch and commit, the worktree is removed (folder included) and the branch kept.
 """
@@ -17,14 +17,11 @@ import contextlib
 import logging
 import re
 import secrets
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pygit2
-
-from . import crash, journal
+from . import crash, journal, layout
 from .errors import NotFound
 from .git_session import (
     HISTORY,
@@ -36,15 +33,11 @@ from .git_session import (
     to_json_bytes,
 )
 from .ids import new_message_id, now_iso
+from .layout import answer_of
+from .live_runs import ActiveRun, claim_turn
+from .recovery import prune_worktrees
 from .store import SessionHandle
-from .turns import (
-    ActiveRun,
-    TurnContext,
-    _prepare_new_turn,
-    launch,
-    new_message,
-    snapshot_user_edits,
-)
+from .turns import TurnContext, launch, new_message, open_turn, snapshot_user_edits
 
 if TYPE_CHECKING:
     from .braid import Braid
@@ -77,29 +70,12 @@ def short_name(branch: str) -> str:
     return branch
 
 
-def last_answer(git: GitSession, commit: pygit2.Commit) -> str:
-    """The last final answer (an assistant message without tool calls) on the branch at
-    `commit`. Reads the history from its end, so a long chat costs no more than a short one."""
-    for msg in reversed(git.history_messages(commit)):
-        if msg.get("role") == "assistant" and msg.get("content") and not msg.get("tool_calls"):
-            return str(msg["content"])
-    return ""
-
-
-def answer_of(messages: list[dict[str, Any]]) -> str:
-    for msg in reversed(messages):
-        if msg["role"] == "assistant" and msg.get("content") and not msg.get("tool_calls"):
-            return str(msg["content"])
-    return ""
-
-
 @dataclass(frozen=True)
 class SubBranch:
     branch: str
     path: Path
     parent_branch: str
     base_commit_id: str
-    start_commit_id: str
 
 
 def open_sub_branch(git: GitSession, branch: str, label: str, prompt: str,
@@ -126,49 +102,7 @@ def open_sub_branch(git: GitSession, branch: str, label: str, prompt: str,
     git.repo.add_worktree(branch, str(path), ref)
     crash.at("subagent.after_worktree")
     (path / WORKDIR).mkdir(exist_ok=True)  # git keeps no empty folders
-    return SubBranch(branch, path, parent_branch, str(head.id), str(oid))
-
-
-def remove_worktree(git: GitSession, name: str) -> None:
-    """Forget a worktree and delete its folder (pygit2's prune leaves the folder)."""
-    try:
-        git.repo.lookup_worktree(name).prune(True)
-    except (KeyError, pygit2.GitError):
-        pass
-    folder = git.path / WORKTREES / name
-    if folder.exists():
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def recover_worktree(git: GitSession, name: str, run_id: str | None = None
-                     ) -> dict[str, Any] | None:
-    """Commit what a dead server left in a worktree on its branch (its RUNNING run becomes
-    INTERRUPTED, as start-up recovery does for the parent's runs; other files are committed
-    as `user-edit`: nothing is destroyed), then remove the worktree."""
-    from .braid import _interrupt_on_disk
-
-    folder = git.path / WORKTREES / name
-    run = None
-    if (folder / ".git").exists():
-        child = GitSession(folder)
-        ids = [run_id] if run_id else [r.stem for r in sorted((folder / RUNS).rglob("*.json"))]
-        for rid in ids:
-            run = _interrupt_on_disk(child, rid) or run
-        snapshot_user_edits(child)
-        child.flush_index()
-    remove_worktree(git, name)
-    return run
-
-
-def prune_worktrees(git: GitSession, keep: set[str]) -> list[str]:
-    """Recover and remove the worktrees a dead server left behind (live sub-agents' are in
-    `keep`)."""
-    removed = []
-    for name in git.repo.list_worktrees():
-        if name not in keep:
-            recover_worktree(git, name)
-            removed.append(name)
-    return removed
+    return SubBranch(branch, path, parent_branch, str(head.id))
 
 
 def write_result(git: GitSession, parent_branch: str, session_id: str, parent_turn_id: str,
@@ -200,8 +134,8 @@ def write_result(git: GitSession, parent_branch: str, session_id: str, parent_tu
         "sub_agent": msg["sub_agent"],
     }
     changes = {
-        git.history_path(git.next_seq(tip), "assistant", run_id, tip): to_json_bytes(msg),
-        git.new_run_path(run_id, tip): to_json_bytes(run),
+        layout.next_message_path(git, "assistant", run_id, tip): to_json_bytes(msg),
+        layout.new_run_path(git, run_id, tip): to_json_bytes(run),
     }
     # Through the working tree when the parent branch is checked out: journaled.
     guard = journal.intent(git, "sub-agent", changes) if git.branch == parent_branch \
@@ -212,15 +146,6 @@ def write_result(git: GitSession, parent_branch: str, session_id: str, parent_tu
                                              kind="sub-agent", run_id=run_id,
                                              message_index=1))
     return {"run_id": run_id, "run": run, "message": msg, "commit_id": commit_id}
-
-
-async def _wait_for_branch(braid: Braid, session_id: str, branch: str) -> None:
-    # The result message must not interleave with a turn's uncommitted messages.
-    while True:
-        live = [a for a in braid.runs.for_session(session_id) if a.branch == branch]
-        if not live:
-            return
-        await live[0].done.wait()
 
 
 @dataclass
@@ -243,33 +168,32 @@ async def spawn_sub_agent(braid: Braid, user_id: str, session_id: str,
         raise NotFound(f"no turn {parent_turn_id}")
     name = clean_label(label)
     branch = f"{PREFIX}{parent_turn_id[:10]}_{name}_{secrets.token_hex(4)}"
-    active = braid.runs.claim(sid, branch, "")
     sub: SubBranch | None = None
     child: SessionHandle | None = None
-    try:
-        live = {a.branch for a in braid.runs.for_session(sid)}
-        parent_branch = await handle.call(lambda git: git.branch)
-        # Never snapshot under a live turn: its tools' files would pass for user edits.
-        snapshot = parent_branch not in live
-        sub = await handle.call(
-            lambda git: open_sub_branch(git, branch, name, prompt, snapshot, live))
-        braid.bus.publish(sid, "dag_changed", {"branch": branch})
-        child = SessionHandle(sid, sub.path)
-        fields = {"parent_run_id": parent_turn_id, "sub_agent": {
-            "branch": branch, "label": name, "parent_branch": sub.parent_branch,
-            "parent_turn_id": parent_turn_id, "base_commit_id": sub.base_commit_id}}
-        ctx = await child.call(lambda git: _prepare_new_turn(git, child, prompt, fields))
-        braid.bus.publish(sid, "sub_agent_started", {
-            "run_id": ctx.run_id, "branch": branch, "label": name, "prompt": prompt,
-            "parent_turn_id": parent_turn_id, "parent_branch": sub.parent_branch})
-        await launch(braid, child, ctx, active)
-    except BaseException:
-        braid.runs.release(active)
-        if child is not None:
-            child.close()
-        if sub is not None:
-            await handle.call(lambda git: remove_worktree(git, branch))
-        raise
+    async with claim_turn(braid.locks, braid.runs, sid, branch) as active:
+        try:
+            live = await braid.locks.held(sid)
+            parent_branch = await handle.call(lambda git: git.branch)
+            # Never snapshot under a live turn: its tools' files would pass for user edits.
+            snapshot = parent_branch not in live
+            sub = await handle.call(
+                lambda git: open_sub_branch(git, branch, name, prompt, snapshot, live))
+            braid.bus.publish(sid, "dag_changed", {"branch": branch})
+            child = SessionHandle(sid, sub.path)
+            fields = {"parent_run_id": parent_turn_id, "sub_agent": {
+                "branch": branch, "label": name, "parent_branch": sub.parent_branch,
+                "parent_turn_id": parent_turn_id, "base_commit_id": sub.base_commit_id}}
+            ctx = await child.call(lambda git: open_turn(git, child, prompt, fields))
+            braid.bus.publish(sid, "sub_agent_started", {
+                "run_id": ctx.run_id, "branch": branch, "label": name, "prompt": prompt,
+                "parent_turn_id": parent_turn_id, "parent_branch": sub.parent_branch})
+            await launch(braid, child, ctx, active)
+        except BaseException:  # the worktree goes too (claim_turn frees the branch)
+            if child is not None:
+                child.close()
+            if sub is not None:
+                await handle.call(lambda git: git.remove_worktree(branch))
+            raise
     spawn = _Spawn(braid, handle, parent_turn_id, name, sub, child)
     # Shielded: the result is written and the worktree removed even if the caller goes away.
     finishing = asyncio.create_task(_finish(spawn, ctx, active), name=f"sub-{branch}")
@@ -293,9 +217,11 @@ async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> dict[st
         info["commit_id"] = result["commit_id"] = await handle.call(
             lambda git: _close_worktree(git, branch))
         if status != "INTERRUPTED":  # a stopping server writes nothing more
-            await _wait_for_branch(braid, sid, sub.parent_branch)
-            summary, shown = await handle.call(lambda git: (write_result(
-                git, sub.parent_branch, sid, spawn.parent_turn_id, info), git.branch))
+            # Held (after any turn there): the result must not interleave with a turn's
+            # uncommitted messages.
+            async with braid.locks.hold(sid, sub.parent_branch, wait=True):
+                summary, shown = await handle.call(lambda git: (write_result(
+                    git, sub.parent_branch, sid, spawn.parent_turn_id, info), git.branch))
             await braid.index.upsert_run(sid, summary["run"])
             result["summary_run_id"] = summary["run_id"]
             result["summary_commit_id"] = summary["commit_id"]
@@ -309,5 +235,5 @@ async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> dict[st
 
 
 def _close_worktree(git: GitSession, branch: str) -> str:
-    remove_worktree(git, branch)
+    git.remove_worktree(branch)
     return str(git.branch_tip(branch))

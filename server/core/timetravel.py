@@ -14,17 +14,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import atomic, layout
 from .checkpoints import (
     RunOnBranch,
     checkpoint_timeline,
     find_checkpoint,
-    history_entries,
     locate_run,
     resolve_index,
 )
 from .errors import BadRequest, Busy
 from .git_session import GitSession, to_json_bytes
 from .ids import new_message_id, now_iso
+from .live_runs import claim_turn
 from .turns import (
     TurnContext,
     add_message,
@@ -81,7 +82,7 @@ def plan_continue(git: GitSession, run_id: str, options: Options, new_run_id: st
     if not options.text and not any(m.get("role") == "user" for m in messages[:k]):
         raise BadRequest(f"the first {k} messages hold no user message: give an input")
     status = view.record.get("status")
-    ends_branch = bool(view.entries) and view.entries[-1].seq == git.next_seq(view.tip) - 1
+    ends_branch = bool(view.entries) and view.entries[-1].seq == layout.next_seq(git, view.tip) - 1
     # Only a failed or interrupted run goes on in place, and only from its end while it is
     # still the last thing on its branch; everything else becomes a sibling run.
     in_place = (status in RESUMABLE or status == "RUNNING") and not options.fork \
@@ -123,21 +124,21 @@ def _fork(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
     if plan.options.regenerate and plan.options.replace_original:
         marked = _mark_regenerated(git, view, new_id)
     git.create_branch(plan.branch, base.id)
-    git.checkout_branch(plan.branch)
-    entries = list(history_entries(git, base))
+    atomic.checkout(git, plan.branch)
+    entries = list(layout.stored_messages(git, base))
     trailing = 0
     while owner and trailing < len(entries) \
             and entries[-1 - trailing].message.get("run_id") == owner:
         trailing += 1
     prior, dropped = entries[:len(entries) - trailing], entries[len(entries) - trailing:]
-    first_seq = dropped[0].seq if dropped else git.next_seq(base)
+    first_seq = dropped[0].seq if dropped else layout.next_seq(git, base)
     changes: dict[str, Any] = {e.path: None for e in dropped}
-    owner_record = git.find_run_path(owner, base) if owner else None
+    owner_record = layout.find_run_path(git, owner, base) if owner else None
     if owner_record:
         changes[owner_record] = None
     copies = _copies(view.messages[:k], new_id)
     for i, msg in enumerate(copies):
-        changes[git.history_path(first_seq + i, msg["role"], msg["id"], base)] = \
+        changes[layout.message_path(git, first_seq + i, msg["role"], msg["id"], base)] = \
             to_json_bytes(msg)
     now = now_iso()
     record = {
@@ -148,27 +149,27 @@ def _fork(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
         "continue_from": plan.options.continue_from, "error": None, "message_count": k,
         "parent_run_id": None,
     }
-    record_path = git.new_run_path(new_id, base)
+    record_path = layout.new_run_path(git, new_id, base)
     changes[record_path] = to_json_bytes(record)
     git.write_checkpoint(changes, summary=f"Fork of run {view.run_id[:10]} at message {k}",
                          kind="fork", run_id=new_id, message_index=k)
     ctx = TurnContext(handle=handle, run=record, run_file=record_path,
                       prior=[e.message for e in prior], messages=copies,
-                      next_seq=first_seq + k, legacy=git.legacy_history(base))
+                      next_seq=first_seq + k, legacy=layout.is_legacy(git, base))
     return ctx, marked
 
 
 def _resume(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
             ) -> TurnContext:
     if git.branch != view.branch:
-        git.checkout_branch(view.branch)
+        atomic.checkout(git, view.branch)
     first_seq = view.entries[0].seq
-    prior = [e.message for e in history_entries(git, git.head_commit()) if e.seq < first_seq]
+    prior = [e.message for e in layout.stored_messages(git, git.head_commit()) if e.seq < first_seq]
     record = dict(view.record, status="RUNNING", error=None, updated_at=now_iso(),
                   resumed_from_message_index=plan.message_index)
     return TurnContext(handle=handle, run=record, run_file=view.record_path, prior=prior,
-                       messages=[dict(m) for m in view.messages], next_seq=git.next_seq(),
-                       legacy=git.legacy_history())
+                       messages=[dict(m) for m in view.messages], next_seq=layout.next_seq(git),
+                       legacy=layout.is_legacy(git))
 
 
 def execute_plan(git: GitSession, handle: SessionHandle, plan: Plan
@@ -207,10 +208,9 @@ async def continue_run(
     new_id = new_message_id()
     plan = await handle.call(lambda git: plan_continue(git, run_id, options, new_id))
     # Continuing switches the session's one workdir to the run's branch: nothing else may run.
-    if braid.runs.for_session(sid):
+    if await braid.locks.held(sid):
         raise Busy("a run is going on in this session")
-    active = braid.runs.claim(sid, plan.branch, "")
-    try:
+    async with claim_turn(braid.locks, braid.runs, sid, plan.branch) as active:
         ctx, marked, head = await handle.call(lambda git: execute_plan(git, handle, plan))
         if marked is not None:
             await braid.index.upsert_run(sid, marked)
@@ -220,9 +220,6 @@ async def continue_run(
             "source_run_id": run_id, "message_index": plan.message_index,
         })
         await launch(braid, handle, ctx, active)
-    except BaseException:
-        braid.runs.release(active)
-        raise
     if plan.fork:
         braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": head,
                                               "kind": "fork"})

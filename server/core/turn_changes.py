@@ -18,6 +18,7 @@ from typing import Any
 
 import pygit2
 
+from . import layout
 from .backups import BackupStore, Entry, tree_entry
 from .git_session import TRAILER_KIND, TRAILER_RUN, GitSession, parse_trailers
 from .treeops import workdir_tree
@@ -92,7 +93,7 @@ def turn_spans(git: GitSession, tip: pygit2.Commit,
         span = spans.get(run_id)
         if span is None:
             span = spans[run_id] = TurnSpan(run_id, commit, commit)
-            record_paths[run_id] = git.find_run_path(run_id, commit)
+            record_paths[run_id] = layout.find_run_path(git, run_id, commit)
         elif span.complete:
             continue  # an older span of a run resumed in place; the newer one began later
         span.first = commit

@@ -12,8 +12,9 @@ import pytest
 
 from conftest import assert_fsck, call_action, git, new_session, next_event, run_turn
 from server.core import sessions, timetravel, turns
-from server.core.braid import Braid, reindex
+from server.core.braid import Braid
 from server.core.errors import BadRequest, Busy, NotFound
+from server.core.reindex import reindex
 from server.core.users import DEFAULT_USER
 
 USER = DEFAULT_USER

@@ -12,8 +12,9 @@ import pytest
 
 from conftest import assert_fsck, git, new_session, run_turn
 from server.core import fork, sessions, timetravel, turns
-from server.core.braid import Braid, reindex
+from server.core.braid import Braid
 from server.core.errors import BadRequest, Busy, NotFound
+from server.core.reindex import reindex
 from server.core.users import DEFAULT_USER
 from server.web import params
 

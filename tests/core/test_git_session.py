@@ -12,6 +12,7 @@ import pygit2
 import pytest
 
 from conftest import assert_fsck, git
+from server.core import atomic, layout
 from server.core.errors import Conflict, NotFound
 from server.core.git_session import (
     DISK,
@@ -155,17 +156,17 @@ def test_no_history_folder_holds_more_than_a_hundred(repo: GitSession) -> None:
     path = repo.path
     first = dict(message(s) for s in range(150))
     repo.write_checkpoint(first, summary="first", kind="turn")
-    assert repo.next_seq() == 150
+    assert layout.next_seq(repo) == 150
     rest = dict(message(s, "assistant") for s in range(150, 201))
     repo.write_checkpoint(rest, summary="rest", kind="turn")
-    assert repo.next_seq() == 201
+    assert layout.next_seq(repo) == 201
     assert git(path, "ls-tree", "--name-only", "HEAD", "history/").split() == ["history/000"]
     assert git(path, "ls-tree", "--name-only", "HEAD", "history/000/").split() == [
         "history/000/00", "history/000/01", "history/000/02"]
     assert len(git(path, "ls-tree", "--name-only", "HEAD", "history/000/01/").split()) == 100
     assert git(path, "ls-tree", "--name-only", "HEAD", "history/000/02/").split() == [
         history_path(200, "assistant", f"{200:032x}")]
-    contents = [m["content"] for m in repo.iter_history()]
+    contents = [m["content"] for m in layout.messages(repo)]
     assert contents == [f"m{s}" for s in range(201)]
     assert git(path, "status", "--porcelain") == ""
     assert_fsck(path)
@@ -205,21 +206,21 @@ def test_readers_and_branches(repo: GitSession) -> None:
     run = {"run_id": "r1", "status": "COMPLETED"}
     repo.write_checkpoint({run_path(0, "r1"): to_json_bytes(run), "workdir/x.txt": b"x\n"},
                           summary="turn", kind="turn", run_id="r1", message_index=0)
-    assert list(repo.iter_runs()) == [run]
-    assert repo.find_run_path("r1") == "runs/000/00/r1.json"
-    assert repo.find_run_path("nope") is None
-    assert repo.run_count() == 1
+    assert list(layout.runs(repo)) == [run]
+    assert layout.find_run_path(repo, "r1") == "runs/000/00/r1.json"
+    assert layout.find_run_path(repo, "nope") is None
+    assert layout.run_count(repo) == 1
     assert set(repo.workdir_files()) == {"x.txt"}
     head = repo.head_oid()
     repo.create_branch("run/r2", head)
     with pytest.raises(Conflict):
         repo.create_branch("run/r2", head)
-    repo.checkout_branch("run/r2")
+    atomic.checkout(repo, "run/r2")
     assert repo.branch == "run/r2"
     assert git(path, "rev-parse", "--abbrev-ref", "HEAD").strip() == "run/r2"
     assert set(repo.branches()) == {"main", "run/r2"}
     with pytest.raises(NotFound):
-        repo.checkout_branch("nope")
+        atomic.checkout(repo, "nope")
     with pytest.raises(NotFound):
         repo.commit("not-a-rev")
     assert isinstance(repo.head_commit(), pygit2.Commit)

@@ -11,7 +11,7 @@ from typing import Any
 
 from conftest import assert_fsck, git, run_turn
 from server.core import revert, sessions, timetravel
-from server.core.braid import reindex
+from server.core.reindex import reindex
 
 USER = "local"
 SID = "0123456789abcdef0123456789abcdef"

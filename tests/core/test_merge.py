@@ -115,7 +115,7 @@ async def test_a_conflict_refuses_the_merge_and_changes_nothing(braid: Braid) ->
         ("same.txt", "red\n", "blue\n", branches[1])]
     assert s.head() == head and s.files() == files
     assert git(s.path, "status", "--porcelain") == ""
-    assert braid.runs.for_session(s.id) == []
+    assert braid.runs.for_session(s.id) == [] and await braid.locks.held(s.id) == set()
     # And the branch is free again for the next try.
     assert (await s.merge(branches, strategy="ours"))["status"] == "COMPLETED"
 
@@ -211,14 +211,11 @@ async def test_bad_merges_are_refused(braid: Braid) -> None:
     with pytest.raises(BadRequest, match="already merged"):
         await s.merge(branches[:1])
     # A branch with a live run cannot be merged.
-    active = braid.runs.claim(s.id, "busy-branch", "r")
-    try:
+    async with braid.locks.hold(s.id, "busy-branch"):
         git(s.path, "branch", "busy-branch", "HEAD~3")
         with pytest.raises(Busy):
             await s.merge(["busy-branch"])
-    finally:
-        braid.runs.release(active)
-    assert braid.runs.for_session(s.id) == []
+    assert braid.runs.for_session(s.id) == [] and await braid.locks.held(s.id) == set()
 
 
 async def test_the_merge_turn_reverts_and_continues_like_any_turn(braid: Braid) -> None:

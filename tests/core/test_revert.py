@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from conftest import assert_fsck, call_action, git
-from server.core import revert, sessions, turns
+from server.core import layout, revert, sessions, turns
 from server.core.backups import REF_PREFIX, BackupStore
 from server.core.braid import Braid
 from server.core.errors import BadRequest, Busy, Conflict, NotFound
@@ -354,7 +354,7 @@ async def test_reindex_reads_the_revert_state_from_git(braid: Braid) -> None:
     turn = await s.turn("write a.txt x")
     await revert.revert_turn(braid, USER, s.id, turn["run_id"])
     handle = braid.store.get(s.id)
-    records = await handle.call(lambda g: list(g.iter_runs()))
+    records = await handle.call(lambda g: list(layout.runs(g)))
     assert [r["reverted"] for r in records] == [True]
     # Two sessions at once: each revert runs on its own session's thread.
     a, b = await new_session(braid), await new_session(braid)

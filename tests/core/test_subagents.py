@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from conftest import assert_fsck, call_action, git
-from server.core import sessions, subagents
+from server.core import atomic, sessions, subagents
 from server.core.braid import Braid
 from server.core.errors import BadRequest, Busy, NotFound
 from server.core.git_session import GitSession
@@ -200,7 +200,7 @@ async def test_bad_input_is_refused_and_changes_nothing(braid: Braid) -> None:
         await subagents.spawn_sub_agent(braid, USER, "0" * 32, turn_id, "say x")
     assert git(path, "rev-parse", "HEAD") == head
     assert git(path, "branch", "--list", "sub_*") == ""
-    assert braid.runs.for_session(sid) == []
+    assert braid.runs.for_session(sid) == [] and await braid.locks.held(sid) == set()
     # A label becomes a safe branch part: no slash (worktree names cannot hold one).
     result = await subagents.spawn_sub_agent(braid, USER, sid, turn_id, "say ok", "a/b c_d")
     assert result["branch"].split("_")[2] == "a-b-c-d"
@@ -218,7 +218,7 @@ async def test_a_busy_sub_agent_branch_refuses_a_second_run_and_cancel_ends_it(
         if frame["event"] == "sub_agent_started":
             started = frame["data"]
     with pytest.raises(Busy):
-        braid.runs.claim(sid, started["branch"], "x")
+        await braid.locks.acquire(sid, started["branch"])
     # The parent branch is free meanwhile: a turn runs there while the child works.
     parent = await sessions.run_to_end(braid, USER, sid, "say meanwhile")
     assert parent["status"] == "COMPLETED"
@@ -265,7 +265,7 @@ def test_a_result_lands_on_its_branch_even_when_another_is_checked_out(tmp_path:
                                               "user_id": USER, "created_at": "now"})
     main_tip = git_.head_oid()
     git_.create_branch("other", main_tip)
-    git_.checkout_branch("other")
+    atomic.checkout(git_, "other")
     info = {"branch": "sub_x", "label": "x", "run_id": "r" * 32, "status": "COMPLETED",
             "final_text": "it worked", "commit_id": "c" * 40}
     summary = subagents.write_result(git_, "main", "s" * 32, "p" * 32, info)

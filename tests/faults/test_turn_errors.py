@@ -53,7 +53,8 @@ async def test_an_exception_at_each_step_still_ends_the_turn(braid: Braid, armed
         assert frame["event"] in ("run_error", "run_completed"), frame
         if step != "turn.finish":
             assert frame["event"] == "run_error" and "injected failure" in frame["data"]["error"]
-        assert not braid.runs.for_session(sid)  # released: the next turn can start
+        # released: the next turn can start
+        assert not braid.runs.for_session(sid) and not await braid.locks.held(sid)
     armed(None)
     assert git(path, "status", "--porcelain") == ""
     done = await run_turn(braid, sid, "write b.txt two")

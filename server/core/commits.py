@@ -1,0 +1,75 @@
+"""Checkpoint commits as Braid writes and reads them: a summary line, a blank line, then the
+trailers `Braid-Kind`, `Braid-Run`, `Braid-Message-Index` (DESIGN §3), and `CommitInfo`,
+the view of one such commit (DESIGN §2 ContextCommit)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pygit2
+
+TRAILER_KIND = "Braid-Kind"
+TRAILER_RUN = "Braid-Run"
+TRAILER_INDEX = "Braid-Message-Index"
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """The view of one checkpoint commit (DESIGN §2 ContextCommit)."""
+
+    id: str
+    parent_ids: list[str]
+    kind: str
+    run_id: str | None
+    message_index: int | None
+    summary: str
+    created_at: int
+
+    @property
+    def parent_id(self) -> str | None:
+        return self.parent_ids[0] if self.parent_ids else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "parent_ids": self.parent_ids,
+            "parent_id": self.parent_id,
+            "kind": self.kind,
+            "run_id": self.run_id,
+            "message_index": self.message_index,
+            "summary": self.summary,
+            "created_at": self.created_at,
+        }
+
+
+def commit_message(summary: str, kind: str, run_id: str | None, message_index: int | None) -> str:
+    lines = [summary.splitlines()[0][:200] if summary else kind, "", f"{TRAILER_KIND}: {kind}"]
+    if run_id:
+        lines.append(f"{TRAILER_RUN}: {run_id}")
+    if message_index is not None:
+        lines.append(f"{TRAILER_INDEX}: {message_index}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_trailers(message: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in message.splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key.startswith("Braid-"):
+            out[key] = value.strip()
+    return out
+
+
+def commit_info(commit: pygit2.Commit) -> CommitInfo:
+    trailers = parse_trailers(commit.message)
+    index = trailers.get(TRAILER_INDEX)
+    return CommitInfo(
+        id=str(commit.id),
+        parent_ids=[str(p) for p in commit.parent_ids],
+        kind=trailers.get(TRAILER_KIND, "unknown"),
+        run_id=trailers.get(TRAILER_RUN),
+        message_index=int(index) if index and index.isdigit() else None,
+        summary=commit.message.splitlines()[0] if commit.message else "",
+        created_at=commit.commit_time,
+    )
