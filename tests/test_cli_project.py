@@ -99,8 +99,10 @@ def test_braid_export_without_a_server(tmp_path: Path) -> None:
            "BRAID_IMPORT_ROOTS": str(roots)}
     code = ("import asyncio,sys\nfrom server.core.braid import Braid\n"
             "from server.core.settings import Settings\nfrom server.core import sessions\n"
+            "from server.core.sources import SourceRequest\n"
             "async def m():\n b=Braid(Settings.from_env()); await b.start()\n"
-            f" r=await sessions.create_session(b,'local','',{{'path':'{roots / 'src'}'}})\n"
+            f" r=await sessions.create_session(b,'local','',SourceRequest('folder',"
+            f"'{roots / 'src'}'))\n"
             " print(r['session_id']); await b.stop()\nasyncio.run(m())\n")
     made = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
                           text=True, check=True)

@@ -6,13 +6,11 @@ model, `server/web/dag_layout.py`. `node_view` is one commit's chat and files.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 import pygit2
 
 from . import layout as repo_layout
-from .errors import BadRequest
 from .git_session import GitSession, commit_info
 from .layout import last_answer
 from .sessions import transcript_at
@@ -23,7 +21,6 @@ if TYPE_CHECKING:
 
 DAG_LIMIT = 5000
 FILES_LIMIT = 300
-_HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
 
 def commit_graph(git: GitSession, limit: int) -> dict[str, Any]:
@@ -122,8 +119,7 @@ def node_view(git: GitSession, commit_id: str) -> dict[str, Any]:
 
 
 async def get_node(braid: Braid, user_id: str, session_id: str,
-                   commit_id: object) -> dict[str, Any]:
+                   commit_id: str) -> dict[str, Any]:
+    """One commit of the graph; `commit_id` is a full commit id (`params.full_commit_id`)."""
     handle = braid.store.get_owned(user_id, session_id)
-    if not isinstance(commit_id, str) or not _HEX40.match(commit_id):
-        raise BadRequest("commit_id must be a 40-hex commit id")
     return await handle.call(lambda git: node_view(git, commit_id))

@@ -30,8 +30,9 @@ from .sources import (
     OpenedRepo,
     Snapshot,
     Source,
-    parse_source,
+    SourceRequest,
     resolve_commit,
+    resolve_source,
     snapshot_folder,
     snapshot_git,
 )
@@ -157,18 +158,14 @@ def sweep_leftovers(sessions_root: Path, tmp_root: Path) -> None:
             pass
 
 
-async def import_session(braid: Braid, user_id: str, raw_source: object, title: str,
-                         model: object = None) -> dict[str, Any]:
-    extra: dict[str, Any] = {}
-    if model is not None:
-        if not isinstance(model, str) or not model.strip():
-            raise BadRequest("model must be a non-empty string")
-        extra["model"] = model.strip()
-    if raw_source is None:  # a plain new session with its model chosen
+async def import_session(braid: Braid, user_id: str, asked: SourceRequest | None,
+                         title: str, model: str | None = None) -> dict[str, Any]:
+    extra: dict[str, Any] = {} if model is None else {"model": model}
+    if asked is None:  # a plain new session with its model chosen
         handle = await braid.store.create(user_id, title, extra_meta=extra)
         await braid.index.upsert_session(handle.meta)
         return {"session_id": handle.session_id, "title": handle.meta["title"]}
-    source = parse_source(braid.settings, raw_source)
+    source = resolve_source(braid.settings, asked)
     sweep_leftovers(braid.store.root, braid.settings.data_dir / "tmp")
 
     def build(path: Path, meta: dict[str, Any]) -> None:

@@ -19,14 +19,15 @@ PAGE_TURNS = 30  # the transcript shows the newest turns; older ones load on scr
 
 if TYPE_CHECKING:
     from .braid import Braid
+    from .sources import SourceRequest
     from .store import SessionHandle
 
 
 
 async def create_session(braid: Braid, user_id: str, title: str = "",
-                         source: object = None, model: object = None) -> dict[str, Any]:
-    """A new empty session, or (`source`) one imported from the user's project; `source`
-    and `model` are checked by the import, which reads their shape."""
+                         source: SourceRequest | None = None,
+                         model: str | None = None) -> dict[str, Any]:
+    """A new empty session, or (`source`) one imported from the user's project."""
     if source is not None or model is not None:
         from .importing import import_session  # a session from the user's project
 

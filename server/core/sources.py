@@ -37,6 +37,17 @@ ALLOWED_PROTOCOLS = "http:https:ssh:git:file"
 CLONE_TIMEOUT = 600
 
 
+@dataclass(frozen=True)
+class SourceRequest:
+    """What a client asked to import (parsed by the transport): a folder, or a repository
+    (a local path or a URL) at an optional ref. `resolve_source` checks it against the
+    roots and the disk."""
+
+    kind: str  # "folder" | "git"
+    where: str
+    ref: str | None = None
+
+
 @dataclass
 class Source:
     kind: str  # "folder" | "git"
@@ -78,14 +89,6 @@ def is_url(value: str) -> bool:
     return bool(_URL.match(value) or _SCP.match(value))
 
 
-def _text_param(value: object, name: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise BadRequest(f"{name} must be a non-empty string")
-    if "\0" in value or value.startswith("-"):
-        raise BadRequest(f"{name} is not a valid path, URL or ref")
-    return value.strip()
-
-
 def allowed_path(settings: Settings, raw: str) -> Path:
     """The real path behind `raw` if it lies under one of BRAID_IMPORT_ROOTS, else
     `forbidden`. Checked before existence, so nothing outside the roots is revealed."""
@@ -108,17 +111,12 @@ def _existing_folder(path: Path, raw: str) -> Path:
     return path
 
 
-def parse_source(settings: Settings, raw: object) -> Source:
-    """`{path}` or `{git, ref?}` from a client, checked (roots, existence) but not read."""
-    if not isinstance(raw, dict) or ("path" in raw) == ("git" in raw):
-        raise BadRequest("source must be {path} (a folder) or {git, ref?} (a repository)")
-    if "path" in raw:
-        where = _text_param(raw["path"], "source.path")
+def resolve_source(settings: Settings, asked: SourceRequest) -> Source:
+    """The source a client asked for, checked (roots, existence) but not read."""
+    where, ref = asked.where, asked.ref
+    if asked.kind == "folder":
         folder = _existing_folder(allowed_path(settings, where), where)
         return Source("folder", str(folder), local=folder)
-    where = _text_param(raw["git"], "source.git")
-    ref = raw.get("ref")
-    ref = None if ref in (None, "") else _text_param(ref, "source.ref")
     if where.startswith("file://"):
         where = unquote(urlparse(where).path)
     if is_url(where):

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import BadRequest, NotFound
+from .errors import NotFound
 from .git_session import GitSession
 from .ids import is_session_id, new_session_id, now_iso
 from .pools import IdlingThreadPool, SerialLane
@@ -103,16 +103,11 @@ class SessionStore:
             if is_session_id(p.name) and (p / "session.json").exists()
         )
 
-    def get(self, session_id: object) -> SessionHandle:
-        # A missing or non-string id is the caller's malformed input (HTTP bodies and query
-        # strings carry it), not an unknown session.
-        if session_id is None:
-            raise BadRequest("session_id is required")
-        if not isinstance(session_id, str):
-            raise BadRequest("session_id must be a string")
+    def get(self, session_id: str) -> SessionHandle:
+        # Any string is looked up (the transports parsed it); one that cannot be a session
+        # id names nothing and never reaches the file system.
         if not is_session_id(session_id):
             raise NotFound(f"no session {session_id!r}")
-        assert isinstance(session_id, str)
         handle = self._handles.get(session_id)
         if handle is None:
             if session_id in self._deleted:
@@ -123,7 +118,7 @@ class SessionStore:
             handle = self._handles[session_id] = SessionHandle(session_id, path)
         return handle
 
-    def get_owned(self, user_id: str, session_id: object) -> SessionHandle:
+    def get_owned(self, user_id: str, session_id: str) -> SessionHandle:
         """The session if `user_id` owns it. Another user's session is `NotFound`, so its
         existence is not revealed."""
         handle = self.get(session_id)
@@ -143,8 +138,6 @@ class SessionStore:
     ) -> SessionHandle:
         """A new session folder made by `build(path, meta)` (an import writes its own first
         commit); if `build` fails, nothing of the folder is left."""
-        if not isinstance(title, str):
-            raise BadRequest("title must be a string")
         session_id = new_session_id()
         meta = {
             "session_id": session_id,

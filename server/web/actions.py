@@ -112,8 +112,8 @@ SPECS: list[Action] = [
     # -- HTTP only --------------------------------------------------------------------------
     Action("create_session", sessions.create_session, (
         Param("title", P.string("title")),
-        Param("source", P.anything),
-        Param("model", P.anything),
+        Param("source", P.source),
+        Param("model", P.new_model),
     ), Http("POST", "/api/sessions", status=201), socket=False, session=False),
     Action("list_sessions", sessions_of, (
         Param("query", P.string("q"), http_name="q"),

@@ -97,18 +97,12 @@ def _fold(nodes: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, int]]:
     return rep, folded
 
 
-def layout(data: dict[str, Any], rows: int = ROWS) -> Layout:
-    nodes = data["nodes"]
-    rep, folded = _fold(nodes)
-    visible = [n for n in nodes if rep[n["id"]] == n["id"]]
-    shown = visible[:rows]
-    row_of = {n["id"]: i for i, n in enumerate(shown)}
-    bottom = len(shown)  # the row where edges to hidden commits leave the picture
-    branch_of = {n["id"]: n["branch"] or "?" for n in shown}
+Links = dict[tuple[str, str], bool]  # (child, parent) -> is the child's first parent
 
-    # Edges between representatives; the long vertical part of an edge runs in the child's
-    # lane for a first parent (a fork) and in the parent's lane for a merged branch.
-    links: dict[tuple[str, str], bool] = {}
+
+def _links(nodes: list[dict[str, Any]], rep: dict[str, str], row_of: dict[str, int]) -> Links:
+    """Edges between representatives of the rows shown."""
+    links: Links = {}
     for n in nodes:
         child = rep[n["id"]]
         if child not in row_of:
@@ -117,13 +111,22 @@ def layout(data: dict[str, Any], rows: int = ROWS) -> Layout:
             parent = rep.get(p, p)
             if parent != child and (child, parent) not in links:
                 links[(child, parent)] = i == 0
+    return links
+
+
+def _spans(shown: list[dict[str, Any]], links: Links, row_of: dict[str, int],
+           branch_of: dict[str, str], bottom: int
+           ) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """Each branch's rows, top to bottom (its dots and the edges it carries), and the row
+    of its oldest dot shown. The long vertical part of an edge runs in the child's lane for
+    a first parent (a fork) and in the parent's lane for a merged branch."""
     spans: dict[str, list[int]] = {}
 
     def cover(branch: str, a: int, b: int) -> None:
         span = spans.setdefault(branch, [a, b])
         span[0], span[1] = min(span[0], a, b), max(span[1], a, b)
 
-    last_dot: dict[str, int] = {}  # a branch's oldest row shown
+    last_dot: dict[str, int] = {}
     for n in shown:
         cover(branch_of[n["id"]], row_of[n["id"]], row_of[n["id"]])
         last_dot[branch_of[n["id"]]] = row_of[n["id"]]
@@ -131,11 +134,15 @@ def layout(data: dict[str, Any], rows: int = ROWS) -> Layout:
         parent_row = row_of.get(parent, bottom)
         owner = branch_of[child] if first or parent not in branch_of else branch_of[parent]
         cover(owner, row_of[child], parent_row)
+    return spans, last_dot
 
-    current = data.get("current_branch") or "main"
+
+def _lanes(spans: dict[str, list[int]], last_dot: dict[str, int]) -> tuple[dict[str, int],
+                                                                           int]:
+    """A lane for each branch (main keeps lane 0 to itself), and how many lanes."""
     lane_of: dict[str, int] = {}
     ends: list[tuple[int, bool]] = []  # per lane: the last row used, and whether it is a dot
-    first_free = 1 if "main" in spans else 0  # main keeps lane 0 to itself
+    first_free = 1 if "main" in spans else 0
     for name in sorted(spans, key=lambda b: (b != "main", spans[b][0], b)):
         top, end = spans[name]
         # A lane is free again on the row where its last branch curved into another lane's
@@ -146,43 +153,73 @@ def layout(data: dict[str, Any], rows: int = ROWS) -> Layout:
             lane, ends = len(ends), [*ends, (0, False)]
         ends[lane] = (end, last_dot.get(name) == end)
         lane_of[name] = lane
-    lanes = max(1, len(ends))
-    # Colours in lane order, so branches drawn side by side never share one.
+    return lane_of, max(1, len(ends))
+
+
+def _colors(lane_of: dict[str, int], branches: list[dict[str, Any]]) -> dict[str, str]:
+    """Colours in lane order, so branches drawn side by side never share one."""
     colors = {"main": MAIN_COLOR}
-    for name in [*lane_of, *(b["name"] for b in data["branches"])]:
+    for name in [*lane_of, *(b["name"] for b in branches)]:
         if name not in colors:
             colors[name] = PALETTE[(len(colors) - 1) % len(PALETTE)]
+    return colors
 
-    def xy(row: int, lane: int) -> tuple[int, int]:
-        return PAD + lane * LANE_W, row * ROW_H + ROW_H // 2
 
+def _xy(row: int, lane: int) -> tuple[int, int]:
+    return PAD + lane * LANE_W, row * ROW_H + ROW_H // 2
+
+
+def _dots(shown: list[dict[str, Any]], row_of: dict[str, int], branch_of: dict[str, str],
+          lane_of: dict[str, int], colors: dict[str, str], folded: dict[str, int]
+          ) -> list[Dot]:
     dots = []
     for n in shown:
         branch = branch_of[n["id"]]
-        x, y = xy(row_of[n["id"]], lane_of[branch])
+        x, y = _xy(row_of[n["id"]], lane_of[branch])
         dots.append(Dot(n, row_of[n["id"]], lane_of[branch], x, y, colors[branch],
                         folded.get(n["id"], 0), hollow=_starts_child(n),
                         kind_label=node_kind(n, n["branch"]),
                         radius=MERGE_R if n["kind"] == "merge" else DOT_R,
                         tips=[(t, colors.get(t, TIP_COLOR)) for t in n.get("tips") or ()]))
+    return dots
+
+
+def _edges(links: Links, dots: list[Dot], branch_of: dict[str, str],
+           lane_of: dict[str, int], bottom: int) -> list[Edge]:
     dot_of = {d.node["id"]: d for d in dots}
     edges = []
     for (child, parent), first in links.items():
         c = dot_of[child]
         p = dot_of.get(parent)
-        if p is None:
+        if p is None:  # a parent below the rows shown: the edge leaves at the bottom
             lane = c.lane if first or parent not in branch_of else lane_of[branch_of[parent]]
-            px, py = xy(bottom, lane)
+            px, py = _xy(bottom, lane)
             py -= ROW_H // 2
             color = c.color
         else:
             px, py, color = p.x, p.y, (c.color if first else p.color)
         edges.append(Edge(child, parent, _path(c.x, c.y, px, py, first), color))
+    return edges
 
+
+def layout(data: dict[str, Any], rows: int = ROWS) -> Layout:
+    nodes = data["nodes"]
+    rep, folded = _fold(nodes)
+    visible = [n for n in nodes if rep[n["id"]] == n["id"]]
+    shown = visible[:rows]
+    row_of = {n["id"]: i for i, n in enumerate(shown)}
+    bottom = len(shown)  # the row where edges to hidden commits leave the picture
+    branch_of = {n["id"]: n["branch"] or "?" for n in shown}
+    links = _links(nodes, rep, row_of)
+    lane_of, lanes = _lanes(*_spans(shown, links, row_of, branch_of, bottom))
+    colors = _colors(lane_of, data["branches"])
+    dots = _dots(shown, row_of, branch_of, lane_of, colors, folded)
+    edges = _edges(links, dots, branch_of, lane_of, bottom)
+
+    current = data.get("current_branch") or "main"
     branches = []
     for b in data["branches"]:
-        lane = lane_of.get(b["name"])
-        branches.append({**b, "color": colors[b["name"]], "lane": lane,
+        branches.append({**b, "color": colors[b["name"]], "lane": lane_of.get(b["name"]),
                          "current": b["name"] == current})
     branches.sort(key=lambda b: (not b["current"], b["name"] != "main",
                                  not b.get("sub_agent"), b["name"]))

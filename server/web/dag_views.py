@@ -12,7 +12,7 @@ from starlette.responses import HTMLResponse, Response
 from ..core import dag, sessions
 from ..core.errors import BraidError
 from ..core.subagents import PREFIX
-from . import dag_layout
+from . import dag_layout, params
 from .auth import user_of
 from .dag_layout import node_kind
 from .fragments import run_state
@@ -83,10 +83,10 @@ async def node_fragment(request: Request) -> Response:
     if user_id is None:
         return HTMLResponse("", status_code=401)
     try:
+        commit_id = params.full_commit_id(request.path_params["commit_id"])
         braid.store.get_owned(user_id, request.path_params["session_id"])
         await load_names(braid, request.path_params["session_id"])
-        node = await dag.get_node(braid, user_id, request.path_params["session_id"],
-                                  request.path_params["commit_id"])
+        node = await dag.get_node(braid, user_id, request.path_params["session_id"], commit_id)
     except BraidError as e:
         return HTMLResponse(render("_toast.html", message=e.message, level="error"),
                             status_code=404 if e.code == "not_found" else 400)

@@ -11,6 +11,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..core import sessions
 from ..core.errors import BraidError
+from ..core.sources import SourceRequest
+from . import params
 from .auth import origin_allowed, user_of
 from .templating import render
 
@@ -18,12 +20,12 @@ if TYPE_CHECKING:
     from .render_html import HtmlRenderer
 
 
-def source_of(form: dict[str, str]) -> dict[str, Any]:
+def source_of(form: dict[str, str]) -> SourceRequest | None:
     where = form.get("where", "").strip()
     ref = form.get("ref", "").strip()
     if form.get("kind") == "git":
-        return {"git": where, **({"ref": ref} if ref else {})}
-    return {"path": where}
+        return params.source({"git": where, **({"ref": ref} if ref else {})})
+    return params.source({"path": where})
 
 
 async def new_from(request: Request) -> Response:

@@ -19,17 +19,13 @@ from ..core.ids import is_message_id
 from ..core.merge import MAX_BRANCHES, STRATEGIES
 from ..core.names import is_utf8
 from ..core.session_meta import MAX_MODEL, MAX_TITLE
+from ..core.sources import SourceRequest
 from ..core.turns import MAX_TEXT
 
 _FALSE = ("", "false", "0", "off", "no")
 _TRUE = ("true", "1", "on", "yes")
 
 Parser = Callable[[object], Any]
-
-
-def anything(value: object) -> object:
-    """Passed on as sent: the core reads its shape (an import's `source`)."""
-    return value
 
 
 def session_id(value: object) -> str:
@@ -252,4 +248,42 @@ def commit_id(value: object) -> str | None:
     if not isinstance(value, str) or len(value) != 40 or \
             any(c not in "0123456789abcdef" for c in value):
         raise BadRequest("commit must be a commit id")
+    return value
+
+
+def _where(value: object, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise BadRequest(f"{name} must be a non-empty string")
+    if "\0" in value or value.startswith("-"):
+        raise BadRequest(f"{name} is not a valid path, URL or ref")
+    return value.strip()
+
+
+def source(value: object) -> SourceRequest | None:
+    """`POST /api/sessions`' `source`: `{path}` (a folder) or `{git, ref?}` (a repository)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or ("path" in value) == ("git" in value):
+        raise BadRequest("source must be {path} (a folder) or {git, ref?} (a repository)")
+    if "path" in value:
+        return SourceRequest("folder", _where(value["path"], "source.path"))
+    ref = value.get("ref")
+    return SourceRequest("git", _where(value["git"], "source.git"),
+                         None if ref in (None, "") else _where(ref, "source.ref"))
+
+
+def new_model(value: object) -> str | None:
+    """A new session's model (none: the server's default)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise BadRequest("model must be a non-empty string")
+    return value.strip()
+
+
+def full_commit_id(value: object) -> str:
+    """A DAG node's commit: all 40 hex digits."""
+    if not isinstance(value, str) or len(value) != 40 or \
+            any(c not in "0123456789abcdef" for c in value):
+        raise BadRequest("commit_id must be a 40-hex commit id")
     return value

@@ -101,51 +101,52 @@ class Connection:
             await self.emit(error_frame(action, request_id, e))
 
 
-async def session_socket(ws: WebSocket) -> None:
-    braid = ws.app.state.braid
+async def _open(ws: WebSocket) -> tuple[str, str, str] | None:
+    """(user, session, format) of an accepted socket, or None once it is refused: another
+    origin (4403), no valid token (4401), a session the caller does not own (4404)."""
     if not origin_allowed(ws):
         await ws.close(code=4403, reason="origin not allowed")
-        return
+        return None
     user_id = user_of(ws)
     if user_id is None:
         await ws.close(code=4401, reason="a valid token is required")
-        return
+        return None
     fmt = ws.query_params.get("format", "html")
     await ws.accept()
     session_id = ws.path_params["session_id"]
     try:
-        braid.store.get_owned(user_id, session_id)
+        ws.app.state.braid.store.get_owned(user_id, session_id)
     except NotFound as e:
-        frame = error_frame(None, None, e)
         if fmt == "json":
-            await ws.send_text(json.dumps(frame))
+            await ws.send_text(json.dumps(error_frame(None, None, e)))
         else:
             await ws.send_text(HtmlRenderer.toast(e.message))
         await ws.close(code=4404)
+        return None
+    return user_id, session_id, fmt if fmt in ("html", "json") else "html"
+
+
+async def _catch_up(ws: WebSocket, conn: Connection, running: Any) -> None:
+    """The first HTML frame: what the page missed (a run going on, turns shown live)."""
+    if conn.html is None:
         return
-    if fmt not in ("html", "json"):
-        fmt = "html"
-    conn = Connection(ws, ActionContext(braid, user_id, session_id, fmt), fmt)
-    queue = braid.bus.subscribe(session_id)
-    # Taken with the subscription, before any await: the catch-up frame and the queued
-    # events after it neither miss nor repeat anything (a page opened mid-run streams on).
-    running = live.snapshot(braid, session_id)
-    writer = asyncio.create_task(conn.writer())
-    if conn.html is not None:
-        try:
-            full = ws.query_params.get("catchup") == "full"
-            shown = [r for r in ws.query_params.get("live", "").split(",") if r][:20]
-            first = await live.catch_up(conn.html, running, full, shown)
-            if first:
-                conn.out.put_nowait(first)
-        except Exception:  # noqa: BLE001 - the socket works without its catch-up
-            log.exception("catch-up of session %s failed", session_id)
-    forwarder = asyncio.create_task(conn.forward_events(queue))
+    try:
+        full = ws.query_params.get("catchup") == "full"
+        shown = [r for r in ws.query_params.get("live", "").split(",") if r][:20]
+        first = await live.catch_up(conn.html, running, full, shown)
+        if first:
+            conn.out.put_nowait(first)
+    except Exception:  # noqa: BLE001 - the socket works without its catch-up
+        log.exception("catch-up of session %s failed", conn.ctx.session_id)
+
+
+async def _receive(ws: WebSocket, conn: Connection) -> None:
+    """Each frame in is handled on its own task, so a long action never blocks the next."""
     try:
         while True:
             message = await ws.receive()
             if message["type"] == "websocket.disconnect":
-                break
+                return
             text = message.get("text")
             if text is None:
                 text = (message.get("bytes") or b"").decode("utf-8", "replace")
@@ -154,6 +155,24 @@ async def session_socket(ws: WebSocket) -> None:
             task.add_done_callback(conn.tasks.discard)
     except (WebSocketDisconnect, RuntimeError):
         pass
+
+
+async def session_socket(ws: WebSocket) -> None:
+    opened = await _open(ws)
+    if opened is None:
+        return
+    user_id, session_id, fmt = opened
+    braid = ws.app.state.braid
+    conn = Connection(ws, ActionContext(braid, user_id, session_id, fmt), fmt)
+    queue = braid.bus.subscribe(session_id)
+    # Taken with the subscription, before any await: the catch-up frame and the queued
+    # events after it neither miss nor repeat anything (a page opened mid-run streams on).
+    running = live.snapshot(braid, session_id)
+    writer = asyncio.create_task(conn.writer())
+    await _catch_up(ws, conn, running)
+    forwarder = asyncio.create_task(conn.forward_events(queue))
+    try:
+        await _receive(ws, conn)
     finally:
         braid.bus.unsubscribe(session_id, queue)
         forwarder.cancel()
