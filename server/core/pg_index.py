@@ -35,6 +35,8 @@ CREATE TABLE IF NOT EXISTS runs (
     PRIMARY KEY (session_id, run_id)
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
+CREATE INDEX IF NOT EXISTS runs_by_time ON runs(session_id, created_at);
+CREATE INDEX IF NOT EXISTS runs_by_fork ON runs(session_id, forked_from_run_id);
 """
 # Two processes creating the schema at once would race on CREATE ... IF NOT EXISTS.
 SCHEMA_LOCK = 0x6272616964  # "braid"
@@ -129,6 +131,24 @@ class PgIndex:
         rows = await self.pool.fetch(
             "SELECT * FROM runs WHERE session_id = $1 ORDER BY created_at", session_id)
         return [dict(r) for r in rows]
+
+    async def lineage_runs(self, session_id: str) -> list[dict[str, Any]]:
+        """Forked runs and the runs they fork from (index.Index.lineage_runs)."""
+        rows = await self.pool.fetch(
+            "SELECT * FROM runs WHERE session_id = $1 AND (forked_from_run_id IS NOT NULL "
+            "OR run_id IN (SELECT forked_from_run_id FROM runs WHERE session_id = $1 "
+            "AND forked_from_run_id IS NOT NULL)) ORDER BY created_at, run_id", session_id)
+        return [dict(r) for r in rows]
+
+    async def runs_since(self, session_id: str, created_at: str) -> list[dict[str, Any]]:
+        rows = await self.pool.fetch(
+            "SELECT * FROM runs WHERE session_id = $1 AND created_at >= $2 "
+            "ORDER BY created_at, run_id", session_id, created_at)
+        return [dict(r) for r in rows]
+
+    async def count_runs(self, session_id: str) -> int:
+        return int(await self.pool.fetchval(
+            "SELECT count(*) FROM runs WHERE session_id = $1", session_id))
 
     async def runs_with_status(self, status: str) -> list[dict[str, Any]]:
         return [dict(r) for r in await self.pool.fetch(
