@@ -10,7 +10,8 @@ from typing import Any
 
 import aiosqlite
 
-SCHEMA = """
+# One schema for both backends; only the type of a flag differs between the dialects.
+SCHEMA_TEMPLATE = """
 CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT PRIMARY KEY,
     user_id TEXT NOT NULL,
@@ -19,7 +20,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     updated_at TEXT NOT NULL,
     forked_from_session_id TEXT,
     root_session_id TEXT,
-    archived INTEGER NOT NULL DEFAULT 0,
+    archived {flag},
     model TEXT
 );
 CREATE INDEX IF NOT EXISTS sessions_by_user ON sessions(user_id, updated_at);
@@ -37,6 +38,7 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
 """
+SCHEMA = SCHEMA_TEMPLATE.format(flag="INTEGER NOT NULL DEFAULT 0")
 
 SESSION_COLUMNS = (
     "session_id", "user_id", "title", "created_at", "updated_at",
