@@ -10,7 +10,8 @@ from typing import Any
 
 import aiosqlite
 
-SCHEMA = """
+# One schema for both backends; only the type of a flag differs between the dialects.
+SCHEMA_TEMPLATE = """
 CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT PRIMARY KEY,
     user_id TEXT NOT NULL,
@@ -19,7 +20,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     updated_at TEXT NOT NULL,
     forked_from_session_id TEXT,
     root_session_id TEXT,
-    archived INTEGER NOT NULL DEFAULT 0,
+    archived {flag},
     model TEXT
 );
 CREATE INDEX IF NOT EXISTS sessions_by_user ON sessions(user_id, updated_at);
@@ -39,6 +40,7 @@ CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
 CREATE INDEX IF NOT EXISTS runs_by_time ON runs(session_id, created_at);
 CREATE INDEX IF NOT EXISTS runs_by_fork ON runs(session_id, forked_from_run_id);
 """
+SCHEMA = SCHEMA_TEMPLATE.format(flag="INTEGER NOT NULL DEFAULT 0")
 
 SESSION_COLUMNS = (
     "session_id", "user_id", "title", "created_at", "updated_at",
@@ -52,11 +54,13 @@ RUN_COLUMNS = (
 )
 
 # Forked runs and the runs they fork from (a fork of a fork names its parent, which is
-# then a forked run too, so the set is closed under `lineage._origin`).
+# then a forked run too, so the set is closed under `lineage._origin`). Two halves, each
+# read through `runs_by_fork`, so the cost follows the forks, not the session's runs.
 LINEAGE_SQL = (
-    "SELECT * FROM runs WHERE session_id = ? AND (forked_from_run_id IS NOT NULL OR run_id IN "
-    "(SELECT forked_from_run_id FROM runs WHERE session_id = ? "
-    "AND forked_from_run_id IS NOT NULL)) ORDER BY created_at, run_id"
+    "SELECT * FROM runs WHERE session_id = ? AND forked_from_run_id IS NOT NULL UNION "
+    "SELECT r.* FROM runs r JOIN (SELECT DISTINCT forked_from_run_id AS id FROM runs "
+    "WHERE session_id = ? AND forked_from_run_id IS NOT NULL) f ON r.run_id = f.id "
+    "WHERE r.session_id = ? ORDER BY created_at, run_id"
 )
 
 
@@ -154,7 +158,7 @@ class Index:
         """The runs that have siblings or may have (forked runs and the runs they fork
         from), by `created_at`: what `lineage.sibling_map` needs, costing the forks, not
         the session's runs."""
-        async with self.db.execute(LINEAGE_SQL, (session_id, session_id)) as cur:
+        async with self.db.execute(LINEAGE_SQL, (session_id,) * 3) as cur:
             return [dict(r) for r in await cur.fetchall()]
 
     async def runs_since(self, session_id: str, created_at: str) -> list[dict[str, Any]]:
