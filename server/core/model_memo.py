@@ -37,20 +37,21 @@ class IdentityMemo(Generic[V]):
         return self._put(key, obj)
 
     def many(self, objs: Iterable[Any]) -> list[V]:
-        """The values of `objs`, in order: one C-level pass when all are kept."""
+        """The values of `objs`, in order: C-level passes over the kept ones, a Python
+        call only for each new one (a call's fresh prompt, a turn's new messages)."""
         objs = objs if isinstance(objs, list) else list(objs)
-        values = self._values
-        try:
-            return list(map(values.__getitem__, map(id, objs)))
-        except KeyError:
-            pass
-        for obj in objs:  # the new ones (a call's fresh system prompt, a turn's messages)
-            if id(obj) not in values:
-                self._put(id(obj), obj)
-        try:
-            return list(map(values.__getitem__, map(id, objs)))
-        except KeyError:  # more new ones than the memo holds
-            return [self.get(obj) for obj in objs]
+        getitem = self._values.__getitem__
+        out: list[V] = []
+        while True:
+            done = len(out)
+            try:
+                # extend() keeps what it took before a miss: len(out) says where it was.
+                out.extend(map(getitem, map(id, objs[done:] if done else objs)))
+                return out
+            except KeyError:
+                out.append(self.get(objs[len(out)]))
+                if len(out) == len(objs):
+                    return out
 
     def _put(self, key: int, obj: Any) -> V:
         value = self.make(obj)
