@@ -234,6 +234,13 @@ class Lines:
         self.repo = repo
         self._lines: list[_Line] = []
 
+    def holds(self, tip: pygit2.Oid, oid: pygit2.Oid) -> bool:
+        """Whether `oid` is on the first-parent line ending at `tip`."""
+        self.get(tip)
+        line = next(ln for ln in self._lines if tip in ln.pos)
+        at = line.pos.get(oid)
+        return at is not None and at <= line.pos[tip]
+
     def get(self, tip: pygit2.Oid) -> tuple[list[pygit2.Oid], int]:
         """The line ending at `tip` as (commit ids, index of `tip`). Shared: do not change."""
         for line in self._lines:
