@@ -24,7 +24,8 @@ import pygit2
 
 from . import crash, journal
 from .errors import Busy
-from .git_session import HISTORY, WORKDIR, GitSession, commit_message, to_json_bytes
+from .git_session import WORKDIR, GitSession, commit_message, to_json_bytes
+from .gitindex import GitIndex
 from .ids import new_session_id
 from .records import SessionMeta
 from .turns import snapshot_user_edits
@@ -125,29 +126,23 @@ def copy_worktree(git: GitSession, repo: pygit2.Repository, target: Path, meta: 
     (a message file is written once and never changed in place), the rest copied (run
     records and workdir/ files change in place), and the index copied with `session.json`
     updated. A checkout would read every blob back out of the packs instead."""
-    index = git.repo.index
-    index.read(False)
-    if index.conflicts is not None:
-        raise OSError("the source's index has conflicts")
     made: set[Path] = set()
-    for entry in index:
-        if entry.path == "session.json":
-            continue
-        src, dst = git.path / entry.path, target / entry.path
+    for rel, mode, skip in git.git_index().items():
+        if rel == "session.json" or skip:
+            continue  # skip-worktree: not on disk in the source, nor in the fork
+        src, dst = git.path / rel, target / rel
         if dst.parent not in made:
             dst.parent.mkdir(parents=True, exist_ok=True)
             made.add(dst.parent)
-        if entry.mode == pygit2.enums.FileMode.LINK:
+        if mode == pygit2.enums.FileMode.LINK:
             os.symlink(os.readlink(src), dst)
-        elif entry.path.startswith(f"{HISTORY}/"):
-            _link_or_copy(str(src), str(dst))
         else:
             shutil.copy2(src, dst)
     (target / "session.json").write_bytes(meta)
     shutil.copy2(Path(git.repo.path) / "index", target / ".git" / "index")
-    fork_index = repo.index
-    fork_index.read(True)
-    fork_index.add("session.json")
+    fork_index = GitIndex(target / ".git" / "index", target)
+    fork_index.set("session.json", pygit2.hash(meta), pygit2.enums.FileMode.BLOB,
+                   os.lstat(target / "session.json"))
     fork_index.write()
 
 
