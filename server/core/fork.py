@@ -122,9 +122,8 @@ def clone_session(git: GitSession, target: Path, meta: dict[str, Any]) -> dict[s
 
 def copy_worktree(git: GitSession, repo: pygit2.Repository, target: Path, meta: bytes) -> None:
     """The fork's working tree and index from the source's, which match the source's HEAD
-    (its edits were just committed): the files the index names, history files hard-linked
-    (a message file is written once and never changed in place), the rest copied (run
-    records and workdir/ files change in place), and the index copied with `session.json`
+    (its edits were just committed): the files the index names on disk copied (history/ and
+    runs/ are skip-worktree, on disk in neither), and the index copied with `session.json`
     updated. A checkout would read every blob back out of the packs instead."""
     made: set[Path] = set()
     for rel, mode, skip in git.git_index().items():

@@ -35,6 +35,7 @@ from .indexformat import (
     NO_STAT,
     SIGNATURE,
     IndexFormatError,
+    SortedEntries,
     Stat,
     encode,
     entry_mode,
@@ -63,8 +64,7 @@ class GitIndex:
     def __init__(self, file: Path, root: Path, *, read: bool = True) -> None:
         self.file = Path(file)
         self.root = Path(root)  # the working tree the paths are relative to
-        self._paths: list[bytes] = []
-        self._blobs: list[bytes] = []
+        self._entries = SortedEntries()
         self._skips = 0
         # Smudged entries (size 0 on disk): path -> (real stat, when it was taken).
         self._racy: dict[bytes, tuple[Stat, float]] = {}
@@ -88,10 +88,13 @@ class GitIndex:
             data = self.file.read_bytes()
         except FileNotFoundError:
             data = b""
-        self._paths, self._blobs = parse(data) if data else ([], [])
-        self._skips = sum(1 for b in self._blobs if entry_skips(b))
+        self._set_all(*(parse(data) if data else ([], [])))
         self._racy = {}
         self._stamp = stamp
+
+    def _set_all(self, keys: list[bytes], blobs: list[bytes]) -> None:
+        self._entries = SortedEntries(keys, blobs)
+        self._skips = sum(1 for b in blobs if entry_skips(b))
 
     def refresh(self) -> bool:
         """Re-read the file if something else (a git command) wrote it since; True if so."""
@@ -101,34 +104,26 @@ class GitIndex:
         return True
 
     def __len__(self) -> int:
-        return len(self._paths)
+        return len(self._entries)
 
     def __contains__(self, path: str) -> bool:
-        return self._find(path.encode("utf-8", "surrogateescape")) is not None
-
-    def _find(self, key: bytes) -> int | None:
-        i = bisect.bisect_left(self._paths, key)
-        return i if i < len(self._paths) and self._paths[i] == key else None
+        return self._entries.find(_key(path)) is not None
 
     def get(self, path: str) -> tuple[pygit2.Oid, int, bool] | None:
         """(blob id, mode, skip-worktree) of `path`, or None."""
-        i = self._find(path.encode("utf-8", "surrogateescape"))
-        if i is None:
+        blob = self._entries.find(_key(path))
+        if blob is None:
             return None
-        blob = self._blobs[i]
         return pygit2.Oid(raw=entry_oid(blob)), entry_mode(blob), entry_skips(blob)
 
     def paths(self, prefix: str = "") -> Iterator[str]:
         """The paths starting with `prefix`, in order (a bisected range, not a scan)."""
-        key = prefix.encode("utf-8", "surrogateescape")
-        i = bisect.bisect_left(self._paths, key)
-        while i < len(self._paths) and self._paths[i].startswith(key):
-            yield self._paths[i].decode("utf-8", "surrogateescape")
-            i += 1
+        for key, _ in self._entries.items(_key(prefix)):
+            yield key.decode("utf-8", "surrogateescape")
 
     def items(self) -> Iterator[tuple[str, int, bool]]:
         """(path, mode, skip-worktree) of every entry, in order."""
-        for key, blob in zip(self._paths, self._blobs, strict=True):
+        for key, blob in self._entries.items():
             yield key.decode("utf-8", "surrogateescape"), entry_mode(blob), entry_skips(blob)
 
     # -- changing -------------------------------------------------------------------------
@@ -138,12 +133,11 @@ class GitIndex:
         """Add or replace the entry of `path`. `st`: the file's lstat, taken before its
         content was read or right after it was written (None: no stat data, git rehashes;
         a skip-worktree entry needs none). `taken`: when `st` was taken (default now)."""
-        key, blob = self._encoded(path, oid, mode, st, skip, taken)
-        self._put(key, blob)
+        self._put(*self._encoded(path, oid, mode, st, skip, taken))
 
     def _encoded(self, path: str, oid: pygit2.Oid, mode: int, st: os.stat_result | None,
                  skip: bool, taken: float | None) -> tuple[bytes, bytes]:
-        key = path.encode("utf-8", "surrogateescape")
+        key = _key(path)
         words = stat_words(st) if st is not None and not skip else NO_STAT
         self._racy.pop(key, None)
         if st is not None and not skip:
@@ -153,29 +147,39 @@ class GitIndex:
                 words = (*words[:8], 0)
         return key, encode(key, oid.raw, mode, words, skip)
 
+    def _put(self, key: bytes, blob: bytes) -> None:
+        old = self._entries.put(key, blob)
+        self._skips += entry_skips(blob) - (entry_skips(old) if old is not None else 0)
+
+    def remove(self, path: str) -> None:
+        self._remove(_key(path))
+
+    def _remove(self, key: bytes) -> None:
+        old = self._entries.remove(key)
+        if old is not None:
+            self._skips -= entry_skips(old)
+        self._racy.pop(key, None)
+
     def update(self, changes: Iterable[tuple[str, Change | None]]) -> None:
         """Many changes at once, (path, (oid, mode, st, skip, taken)) or (path, None) to
-        remove: one merge of the sorted lists, O(entries + changes), not an insert each."""
+        remove: past a few dozen, one merge of the sorted lists, not an insert each."""
         made: dict[bytes, bytes | None] = {}
         for path, change in changes:
             if change is None:
-                key = path.encode("utf-8", "surrogateescape")
-                self._racy.pop(key, None)
-                made[key] = None
+                made[_key(path)] = None
             else:
                 key, blob = self._encoded(path, *change)
                 made[key] = blob
         if len(made) < 64:
             for key, blob in made.items():
                 if blob is None:
-                    self.remove(key.decode("utf-8", "surrogateescape"))
+                    self._remove(key)
                 else:
                     self._put(key, blob)
             return
-        self._merge(made)
-
-    def _merge(self, made: dict[bytes, bytes | None]) -> None:
-        paths, blobs = self._paths, self._blobs
+        for key in [k for k, b in made.items() if b is None]:
+            self._racy.pop(key, None)
+        paths, blobs = self._entries.flat()
         new_paths: list[bytes] = []
         new_blobs: list[bytes] = []
         i = 0
@@ -192,40 +196,15 @@ class GitIndex:
             i = j
         new_paths += paths[i:]
         new_blobs += blobs[i:]
-        self._paths, self._blobs = new_paths, new_blobs
-        self._skips = sum(1 for b in new_blobs if b[60] & 0x40 and b[62] & 0x40)
-
-    def _put(self, key: bytes, blob: bytes) -> None:
-        i = bisect.bisect_left(self._paths, key)
-        if i < len(self._paths) and self._paths[i] == key:
-            self._skips -= entry_skips(self._blobs[i])
-            self._blobs[i] = blob
-        else:
-            self._paths.insert(i, key)
-            self._blobs.insert(i, blob)
-        self._skips += entry_skips(blob)
-
-    def remove(self, path: str) -> None:
-        key = path.encode("utf-8", "surrogateescape")
-        i = self._find(key)
-        if i is not None:
-            self._skips -= entry_skips(self._blobs[i])
-            del self._paths[i], self._blobs[i]
-        self._racy.pop(key, None)
-
-    def set_skip(self, path: str, skip: bool = True) -> None:
-        """Turn skip-worktree on or off for an existing entry (its stat data dropped)."""
-        got = self.get(path)
-        if got is not None and got[2] != skip:
-            self.set(path, got[0], got[1], skip=skip)
+        self._set_all(new_paths, new_blobs)
 
     def reset(self, entries: Iterable[tuple[str, pygit2.Oid, int, bool]]) -> None:
         """Replace every entry by `entries` (path, oid, mode, skip), as `git read-tree`
         does: an entry whose path, oid and mode are unchanged keeps its stat data."""
-        old = dict(zip(self._paths, self._blobs, strict=True))
+        old = dict(self._entries.items())
         made: list[tuple[bytes, bytes]] = []
         for path, oid, mode, skip in entries:
-            key = path.encode("utf-8", "surrogateescape")
+            key = _key(path)
             prev = old.get(key)
             if prev is not None and not skip and not entry_skips(prev) and \
                     entry_oid(prev) == oid.raw and entry_mode(prev) == mode:
@@ -233,9 +212,7 @@ class GitIndex:
             else:
                 made.append((key, encode(key, oid.raw, mode, NO_STAT, skip)))
         made.sort()
-        self._paths = [k for k, _ in made]
-        self._blobs = [b for _, b in made]
-        self._skips = sum(1 for b in self._blobs if entry_skips(b))
+        self._set_all([k for k, _ in made], [b for _, b in made])
         self._racy = {k: v for k, v in self._racy.items() if k in old}
 
     # -- writing --------------------------------------------------------------------------
@@ -244,14 +221,16 @@ class GitIndex:
         """Write the file atomically: `index.lock` (O_EXCL), then rename over `index`."""
         self._unsmudge()
         version = 3 if self._skips else 2
-        body = HEADER.pack(SIGNATURE, version, len(self._blobs)) + b"".join(self._blobs)
-        data = body + hashlib.sha1(body).digest()
+        # The cached pieces are hashed and written as they are: no 10 MB copy per write.
+        pieces = [HEADER.pack(SIGNATURE, version, len(self._entries)), *self._entries.pieces()]
+        digest = hashlib.sha1()
+        for piece in pieces:
+            digest.update(piece)
+        pieces.append(digest.digest())
         lock = self.file.with_name(self.file.name + ".lock")
         fd = _open_lock(lock)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            _write_all(fd, pieces)
         except BaseException:
             os.close(fd)
             lock.unlink(missing_ok=True)
@@ -266,27 +245,35 @@ class GitIndex:
         if not self._racy:
             return
         now = time.time()
-        done = 0
-        for key, (words, taken) in list(self._racy.items()):
-            if done >= _UNSMUDGE_PER_WRITE:
-                break
-            if now - taken < RACY_SECONDS:
+        ripe = [k for k, (_, taken) in self._racy.items() if now - taken >= RACY_SECONDS]
+        for key in ripe[:_UNSMUDGE_PER_WRITE]:
+            words, _ = self._racy.pop(key)
+            blob = self._entries.find(key)
+            if blob is None:
                 continue
-            done += 1
-            del self._racy[key]
-            i = self._find(key)
-            if i is None:
-                continue
-            blob = self._blobs[i]
             path = self.root / key.decode("utf-8", "surrogateescape")
             try:
-                st = os.lstat(path)
-                same = stat_words(st) == words and \
+                same = stat_words(os.lstat(path)) == words and \
                     pygit2.hashfile(str(path)).raw == entry_oid(blob)
             except (OSError, ValueError):
                 same = False
             if same:
-                self._blobs[i] = encode(key, entry_oid(blob), entry_mode(blob), words, False)
+                self._entries.put(key, encode(key, entry_oid(blob), entry_mode(blob), words,
+                                              False))
+
+
+def _write_all(fd: int, pieces: list[bytes]) -> None:
+    for start in range(0, len(pieces), 512):  # IOV_MAX is 1024
+        batch = pieces[start:start + 512]
+        done = os.writev(fd, batch)
+        if done < sum(len(p) for p in batch):  # a short write: the rest one by one
+            rest = memoryview(b"".join(batch))[done:]
+            while rest:
+                rest = rest[os.write(fd, rest):]
+
+
+def _key(path: str) -> bytes:
+    return path.encode("utf-8", "surrogateescape")
 
 
 def _open_lock(lock: Path) -> int:

@@ -3,6 +3,7 @@ encoded and parsed, for the writer in gitindex.py."""
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
 import struct
@@ -132,3 +133,103 @@ def tree_entries(tree: pygit2.Tree, prefix: str = "", skip: tuple[str, ...] = ()
             yield from tree_entries(entry, f"{path}/", skip)
         elif entry.filemode != pygit2.enums.FileMode.COMMIT:
             yield path, entry.id, int(entry.filemode), path.startswith(skip) if skip else False
+
+
+class SortedEntries:
+    """The entries (key → encoded bytes), sorted by key, in chunks of about `CHUNK` whose
+    joined bytes are cached: a change re-joins one chunk, so writing 100,000 entries joins
+    ~100 cached pieces instead of 100,000 small ones."""
+
+    CHUNK = 1024
+
+    def __init__(self, keys: list[bytes] | None = None, blobs: list[bytes] | None = None
+                 ) -> None:
+        keys, blobs = keys or [], blobs or []
+        n = self.CHUNK
+        self._keys = [keys[i:i + n] for i in range(0, len(keys), n)]
+        self._blobs = [blobs[i:i + n] for i in range(0, len(blobs), n)]
+        self._joined: list[bytes | None] = [None] * len(self._keys)
+        self._firsts = [k[0] for k in self._keys]
+        self._count = len(keys)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _locate(self, key: bytes) -> tuple[int, int, bool]:
+        if not self._keys:
+            return -1, 0, False
+        c = max(bisect.bisect_right(self._firsts, key) - 1, 0)
+        keys = self._keys[c]
+        i = bisect.bisect_left(keys, key)
+        return c, i, i < len(keys) and keys[i] == key
+
+    def find(self, key: bytes) -> bytes | None:
+        c, i, found = self._locate(key)
+        return self._blobs[c][i] if found else None
+
+    def put(self, key: bytes, blob: bytes) -> bytes | None:
+        """Insert or replace; returns the replaced bytes."""
+        c, i, found = self._locate(key)
+        if c < 0:  # the first entry
+            self._keys, self._blobs, self._joined = [[key]], [[blob]], [None]
+            self._firsts, self._count = [key], 1
+            return None
+        self._joined[c] = None
+        if found:
+            old, self._blobs[c][i] = self._blobs[c][i], blob
+            return old
+        self._keys[c].insert(i, key)
+        self._blobs[c].insert(i, blob)
+        self._firsts[c] = self._keys[c][0]
+        self._count += 1
+        if len(self._keys[c]) > 2 * self.CHUNK:  # split, so a chunk stays cheap to re-join
+            half = len(self._keys[c]) // 2
+            self._keys[c + 1:c + 1] = [self._keys[c][half:]]
+            self._blobs[c + 1:c + 1] = [self._blobs[c][half:]]
+            del self._keys[c][half:], self._blobs[c][half:]
+            self._joined[c + 1:c + 1] = [None]
+            self._firsts[c + 1:c + 1] = [self._keys[c + 1][0]]
+        return None
+
+    def remove(self, key: bytes) -> bytes | None:
+        c, i, found = self._locate(key)
+        if not found:
+            return None
+        old = self._blobs[c][i]
+        del self._keys[c][i], self._blobs[c][i]
+        self._count -= 1
+        if self._keys[c]:
+            self._joined[c] = None
+            self._firsts[c] = self._keys[c][0]
+        else:
+            del self._keys[c], self._blobs[c], self._joined[c], self._firsts[c]
+        return old
+
+    def items(self, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """(key, bytes) in order, those starting with `prefix` (found by bisection)."""
+        start, i, _ = self._locate(prefix) if prefix else (0, 0, False)
+        for c in range(max(start, 0), len(self._keys)):
+            keys, blobs = self._keys[c], self._blobs[c]
+            for j in range(i, len(keys)):
+                if not keys[j].startswith(prefix):
+                    return
+                yield keys[j], blobs[j]
+            i = 0
+
+    def flat(self) -> tuple[list[bytes], list[bytes]]:
+        keys: list[bytes] = []
+        blobs: list[bytes] = []
+        for k, b in zip(self._keys, self._blobs, strict=True):
+            keys += k
+            blobs += b
+        return keys, blobs
+
+    def pieces(self) -> list[bytes]:
+        """The entries' bytes in order, as one cached piece per chunk."""
+        for c, piece in enumerate(self._joined):
+            if piece is None:
+                self._joined[c] = b"".join(self._blobs[c])
+        return self._joined  # type: ignore[return-value]
+
+    def joined(self) -> bytes:
+        return b"".join(self.pieces())

@@ -152,3 +152,32 @@ def test_a_held_lock_is_not_broken(tmp_path: Path) -> None:
     (path / ".git" / "index.lock").unlink()
     index.write()
     assert git(path, "status", "--porcelain") == ""
+
+
+def test_sorted_entries_match_a_sorted_dict_through_random_changes() -> None:
+    import random
+
+    from server.core.indexformat import SortedEntries
+
+    class Small(SortedEntries):
+        CHUNK = 4  # chunks split and empty out often
+
+    rng = random.Random(9)
+    keys = sorted({f"k{rng.randrange(500):03d}".encode() for _ in range(60)})
+    store = Small(keys, [k + b"!" for k in keys])
+    model = {k: k + b"!" for k in keys}
+    for step in range(3000):
+        key = f"k{rng.randrange(500):03d}".encode()
+        if rng.random() < 0.45:
+            assert store.remove(key) == model.pop(key, None)
+        else:
+            blob = key + str(step).encode()
+            assert store.put(key, blob) == model.get(key)
+            model[key] = blob
+        if step % 97 == 0:
+            assert list(store.items()) == sorted(model.items())
+            assert store.joined() == b"".join(v for _, v in sorted(model.items()))
+            assert [k for k, _ in store.items(b"k1")] == sorted(k for k in model
+                                                                if k.startswith(b"k1"))
+    assert len(store) == len(model) and store.flat() == (sorted(model),
+                                                        [model[k] for k in sorted(model)])
