@@ -204,8 +204,10 @@ def settle(git: GitSession, record: dict[str, Any]) -> str:
         apply_tree(git, target, paths, strict=False)
         if not done:
             _remove_untracked(git, [str(p) for p in record.get("untracked") or ()])
-    # Entries a checkpoint wrote before a commit that never came (or the other way round).
+    # Entries a checkpoint wrote before a commit that never came (or the other way round),
+    # and pending files the commit took.
     git.reset_index()
+    git.drop_committed()
     crash.at("recovery.after_rollback")
     return "completed" if done else "rolled back"
 

@@ -108,16 +108,22 @@ def clear_stale_locks(git: GitSession, before: float | None = None) -> None:
 
 
 def find_record(git: GitSession, run_id: str) -> tuple[str, dict[str, Any]] | None:
-    """(path, record) of run `run_id`: the pending record a live turn wrote, else HEAD's."""
-    for rel in sorted(git.uncommitted()):
-        if rel.startswith(f"{RUNS}/") and rel.rsplit("/", 1)[-1] == f"{run_id}.json":
-            try:
-                return rel, dict(json.loads(git.read_uncommitted(rel) or b""))
-            except (ValueError, TypeError):  # written atomically: a foreign file
-                log.warning("run record %s does not parse", rel)
-                return None
+    """(path, record) of run `run_id`: the pending one a live turn wrote (a new run, or a
+    resumed one) when it is newer than HEAD's, else HEAD's (a kill right after a commit can
+    leave the pending record behind it)."""
     rel = layout.find_run_path(git, run_id) if not git.repo.head_is_unborn else None
-    return (rel, dict(git.read_json(git.head_commit(), rel))) if rel else None
+    head = dict(git.read_json(git.head_commit(), rel)) if rel else None
+    for path in sorted(git.uncommitted()):
+        if path.startswith(f"{RUNS}/") and path.rsplit("/", 1)[-1] == f"{run_id}.json":
+            try:
+                pending = dict(json.loads(git.read_uncommitted(path) or b""))
+            except (ValueError, TypeError):  # written atomically: a foreign file
+                log.warning("run record %s does not parse", path)
+                continue
+            if head is None or str(pending.get("updated_at")) > str(head.get("updated_at")):
+                return path, pending
+            git.drop_uncommitted([path])
+    return (rel, head) if rel and head is not None else None
 
 
 def interrupt_on_disk(git: GitSession, run_id: str, since: float | None = None

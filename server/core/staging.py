@@ -189,6 +189,23 @@ class IndexedSession:
                 pending.discard(rel)
                 (self.pending_dir / rel).unlink(missing_ok=True)
 
+    def drop_committed(self) -> None:
+        """Remove the pending files HEAD holds as they are (a kill after the commit that
+        took them, before they were removed)."""
+        pending = self.uncommitted()
+        if not pending or self.repo.head_is_unborn:
+            return
+        tree = self.head_commit().tree
+        done = []
+        for rel in pending:
+            data = self.read_uncommitted(rel)
+            try:
+                if data is None or tree[rel].id == pygit2.hash(data):
+                    done.append(rel)
+            except KeyError:
+                continue
+        self.drop_uncommitted(done)
+
     def set_aside_uncommitted(self, rel: str, aside: Path) -> None:
         """Move a pending file recovery will not commit to `aside/rel` (kept for a human)."""
         dest = aside / rel
