@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .model_memo import MEMO
+
 CHARS_PER_TOKEN = 4
 PER_MESSAGE = 4  # role and framing tokens of each message
 CALL_OVERHEAD = 40  # a tool call's id, type and JSON framing, in characters
@@ -24,6 +26,14 @@ def estimate(msg: dict[str, Any]) -> int:
         chars += CALL_OVERHEAD + len(str(fn.get("name") or "")) + len(str(fn.get("arguments")
                                                                           or ""))
     return PER_MESSAGE + (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+
+
+def cost(msg: dict[str, Any]) -> int:
+    """`estimate`, made once per message (model_memo.py): every call re-walks the window."""
+    kept = MEMO.of(msg)
+    if kept.tokens is None:
+        kept.tokens = estimate(msg)
+    return kept.tokens
 
 
 def note_text(omitted: int) -> str:
@@ -43,12 +53,12 @@ def fit(parts: Sequence[Sequence[dict[str, Any]]], budget: int, system_tokens: i
     last_user_seen = False
     for part in reversed(parts):
         for msg in reversed(part):
-            cost = estimate(msg)
+            tokens = cost(msg)
             # The newest user message always goes (the model must see what it answers).
-            if used + cost > budget and last_user_seen:
+            if used + tokens > budget and last_user_seen:
                 break
             kept.append(msg)
-            used += cost
+            used += tokens
             last_user_seen = last_user_seen or msg.get("role") == "user"
         else:
             continue
@@ -56,7 +66,7 @@ def fit(parts: Sequence[Sequence[dict[str, Any]]], budget: int, system_tokens: i
     kept.reverse()
     # A tool result whose call was cut off would be rejected by the model API.
     while kept and kept[0].get("role") == "tool":
-        used -= estimate(kept.pop(0))
+        used -= cost(kept.pop(0))
     omitted = total - len(kept)
     if not omitted:
         used -= estimate({"content": note_text(total)})

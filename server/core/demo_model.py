@@ -55,7 +55,8 @@ def _completion_id(body: bytes) -> str:
     return "chatcmpl-demo-" + hashlib.sha256(body).hexdigest()[:24]
 
 
-async def _stream(request: dict[str, Any], reply: Reply, cid: str) -> AsyncIterator[bytes]:
+async def _stream(request: dict[str, Any], reply: Reply, cid: str,
+                  prompt_tokens: int) -> AsyncIterator[bytes]:
     base = {"id": cid, "object": "chat.completion.chunk",
             "created": int(time.time()), "model": request.get("model") or MODEL_ID,
             "system_fingerprint": None}
@@ -71,7 +72,7 @@ async def _stream(request: dict[str, Any], reply: Reply, cid: str) -> AsyncItera
     if include_usage:
         for chunk in chunks:
             chunk["usage"] = None
-        chunks.append({**base, "choices": [], "usage": usage(request, reply)})
+        chunks.append({**base, "choices": [], "usage": usage(prompt_tokens, reply)})
     for i, chunk in enumerate(chunks):
         if i and reply.slow_ms:
             await asyncio.sleep(reply.slow_ms / 1000)
@@ -79,7 +80,8 @@ async def _stream(request: dict[str, Any], reply: Reply, cid: str) -> AsyncItera
     yield b"data: [DONE]\n\n"
 
 
-def _completion(request: dict[str, Any], reply: Reply, cid: str) -> dict[str, Any]:
+def _completion(request: dict[str, Any], reply: Reply, cid: str,
+                prompt_tokens: int) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     if reply.tool_calls:
         message["tool_calls"] = reply.tool_calls
@@ -88,7 +90,7 @@ def _completion(request: dict[str, Any], reply: Reply, cid: str) -> dict[str, An
         "model": request.get("model") or MODEL_ID, "system_fingerprint": None,
         "choices": [{"index": 0, "message": message, "logprobs": None,
                      "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
-        "usage": usage(request, reply),
+        "usage": usage(prompt_tokens, reply),
     }
 
 
@@ -126,15 +128,16 @@ async def _chat(receive: Receive, send: Send) -> None:
     request = _load(body)
     cid = _completion_id(body)
     reply = respond(request)
+    prompt_tokens = len(body) // 4
     if not request.get("stream"):
         if reply.slow_ms:
             await asyncio.sleep(reply.slow_ms / 1000)
-        await _send_json(send, 200, _completion(request, reply, cid))
+        await _send_json(send, 200, _completion(request, reply, cid, prompt_tokens))
         return
     headers = [(b"content-type", b"text/event-stream; charset=utf-8"),
                (b"cache-control", b"no-cache")]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
-    async for chunk in _stream(request, reply, cid):
+    async for chunk in _stream(request, reply, cid, prompt_tokens):
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 

@@ -115,31 +115,39 @@ def merge_note(messages: list[dict[str, Any]]) -> MergeNote | None:
     prompt) whose first line starts with `Merge turn`, with `- BRANCH: TEXT` lines and maybe a
     `Conflicts:` list of `- PATH` lines. Only notes after the previous user message count, so
     a merge earlier in the chat does not turn every later answer into `merged: ...`; among
-    those the last one wins."""
-    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
-    start = users[-2] + 1 if len(users) >= 2 else 0
-    systems = [i for i, m in enumerate(messages) if m.get("role") == "system"]
-    for i in reversed(systems[1:]):
-        if i < start:
-            break
-        lines = text_of(messages[i].get("content")).split("\n")
-        if not lines[0].startswith("Merge turn"):
-            continue
-        note = MergeNote([], [])
-        in_conflicts = False
-        for line in lines[1:]:
-            if line.strip() == "Conflicts:":
-                in_conflicts = True
-            elif in_conflicts:
-                if line.startswith("- ") and line[2:].strip():
-                    note.conflicts.append(line[2:].strip())
-                else:
-                    in_conflicts = False
-            elif match := _BRANCH_LINE.match(line):
-                note.finals.append(match.group(1))
-        if note.finals:
-            return note
+    those the last one wins. Read from the end: a long request costs what the turn holds."""
+    first_system = next((i for i, m in enumerate(messages) if m.get("role") == "system"), -1)
+    users = 0
+    for i in range(len(messages) - 1, -1, -1):
+        role = messages[i].get("role")
+        if role == "user":
+            users += 1
+            if users == 2:  # the previous user message: notes before it are older turns'
+                return None
+        elif role == "system" and i != first_system:
+            note = _read_note(text_of(messages[i].get("content")))
+            if note is not None:
+                return note
     return None
+
+
+def _read_note(text: str) -> MergeNote | None:
+    lines = text.split("\n")
+    if not lines[0].startswith("Merge turn"):
+        return None
+    note = MergeNote([], [])
+    in_conflicts = False
+    for line in lines[1:]:
+        if line.strip() == "Conflicts:":
+            in_conflicts = True
+        elif in_conflicts:
+            if line.startswith("- ") and line[2:].strip():
+                note.conflicts.append(line[2:].strip())
+            else:
+                in_conflicts = False
+        elif match := _BRANCH_LINE.match(line):
+            note.finals.append(match.group(1))
+    return note if note.finals else None
 
 
 def keep_both_sides(text: str) -> str:
@@ -190,64 +198,65 @@ class Reply:
     slow_ms: int
 
 
+def _calls_batch(m: dict[str, Any]) -> bool:
+    return m.get("role") == "assistant" and bool(m.get("tool_calls"))
+
+
 def respond(request: dict[str, Any]) -> Reply:
+    """The reply to a request. The conversation is read from its end (the last user message,
+    the turn after it); only `recall`, `notes` and a tool call's numbering read further."""
     messages = [m for m in request.get("messages") or [] if isinstance(m, dict)]
     tools = request.get("tools") or []
     has_shell = any(
         isinstance(t, dict) and (t.get("function") or {}).get("name") == "shell" for t in tools
     )
-    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    last_user = next((i for i in range(len(messages) - 1, -1, -1)
+                      if messages[i].get("role") == "user"), -1)
     user_text = text_of(messages[last_user].get("content")) if last_user >= 0 else ""
     plan = parse(user_text, has_shell)
     if plan.fail is not None:
         raise DemoError(500, plan.fail, "server_error")
-
-    def calls_batch(m: dict[str, Any]) -> bool:
-        return m.get("role") == "assistant" and bool(m.get("tool_calls"))
-
-    done = sum(1 for m in messages[last_user + 1 :] if calls_batch(m))
+    done = sum(1 for m in messages[last_user + 1 :] if _calls_batch(m))
     note = merge_note(messages)
     if note is not None and note.conflicts:
         plan.batches = [b for b in conflict_batches(note, messages, last_user + 1) if b] \
             + plan.batches
     if done < len(plan.batches):
         # Numbered over the whole conversation so ids stay unique across turns too.
-        n = sum(1 for m in messages if calls_batch(m)) + 1
+        n = sum(1 for m in messages if _calls_batch(m)) + 1
         calls = [
             {"id": f"call_{n}_{k}", "type": "function",
              "function": {"name": name, "arguments": json.dumps(args)}}
             for k, (name, args) in enumerate(plan.batches[done])
         ]
         return Reply(None, calls, plan.slow_ms)
+    return Reply(_answer(plan, note, messages, user_text), [], plan.slow_ms)
 
-    users = [text_of(m.get("content")) for m in messages if m.get("role") == "user"]
-    systems = [text_of(m.get("content")) for m in messages if m.get("role") == "system"]
-    merged = "merged: " + "; ".join(note.finals) if note is not None else None
+
+def _answer(plan: Plan, note: MergeNote | None, messages: list[dict[str, Any]],
+            user_text: str) -> str:
     ran = [(name, args) for batch in plan.batches for name, args in batch]
     if plan.says:
-        answer = "\n".join(plan.says)
-    elif merged is not None:
-        answer = merged
-    elif ran:
-        answer = "done: " + ", ".join(
+        return "\n".join(plan.says)
+    if note is not None:
+        return "merged: " + "; ".join(note.finals)
+    if ran:
+        return "done: " + ", ".join(
             f"{VERBS[name]} {args.get('path', args.get('command', ''))}" for name, args in ran
         )
-    elif plan.recall:
-        answer = " | ".join(users)
-    elif plan.notes:
-        answer = " | ".join(systems[1:]) or "no notes"
-    else:
-        answer = "echo: " + user_text
-    return Reply(answer, [], plan.slow_ms)
+    if plan.recall:
+        return " | ".join(text_of(m.get("content")) for m in messages if m.get("role") == "user")
+    if plan.notes:
+        systems = [text_of(m.get("content")) for m in messages if m.get("role") == "system"]
+        return " | ".join(systems[1:]) or "no notes"
+    return "echo: " + user_text
 
 
-def usage(request: dict[str, Any], reply: Reply) -> dict[str, int]:
-    prompt = sum(len(text_of(m.get("content")).split()) for m in request.get("messages") or []
-                 if isinstance(m, dict))
+def usage(prompt_tokens: int, reply: Reply) -> dict[str, int]:
+    """Token counts as a server reports them; the prompt's is estimated from the request's
+    size (~4 bytes a token), as counting it again would cost as much as reading it."""
     completion = len((reply.content or "").split()) + sum(
         len(c["function"]["arguments"].split()) for c in reply.tool_calls
     )
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion}
-
-
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion}

@@ -10,7 +10,8 @@ from typing import Any
 
 import aiosqlite
 
-SCHEMA = """
+# One schema for both backends; only the type of a flag differs between the dialects.
+SCHEMA_TEMPLATE = """
 CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT PRIMARY KEY,
     user_id TEXT NOT NULL,
@@ -19,7 +20,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     updated_at TEXT NOT NULL,
     forked_from_session_id TEXT,
     root_session_id TEXT,
-    archived INTEGER NOT NULL DEFAULT 0,
+    archived {flag},
     model TEXT
 );
 CREATE INDEX IF NOT EXISTS sessions_by_user ON sessions(user_id, updated_at);
@@ -36,7 +37,10 @@ CREATE TABLE IF NOT EXISTS runs (
     PRIMARY KEY (session_id, run_id)
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
+CREATE INDEX IF NOT EXISTS runs_by_time ON runs(session_id, created_at);
+CREATE INDEX IF NOT EXISTS runs_by_fork ON runs(session_id, forked_from_run_id);
 """
+SCHEMA = SCHEMA_TEMPLATE.format(flag="INTEGER NOT NULL DEFAULT 0")
 
 SESSION_COLUMNS = (
     "session_id", "user_id", "title", "created_at", "updated_at",
@@ -47,6 +51,16 @@ ADDED_SESSION_COLUMNS = {"archived": "INTEGER NOT NULL DEFAULT 0", "model": "TEX
 RUN_COLUMNS = (
     "session_id", "run_id", "status", "branch", "forked_from_run_id",
     "forked_from_message_index", "regenerated_from", "created_at", "updated_at",
+)
+
+# Forked runs and the runs they fork from (a fork of a fork names its parent, which is
+# then a forked run too, so the set is closed under `lineage._origin`). Two halves, each
+# read through `runs_by_fork`, so the cost follows the forks, not the session's runs.
+LINEAGE_SQL = (
+    "SELECT * FROM runs WHERE session_id = ? AND forked_from_run_id IS NOT NULL UNION "
+    "SELECT r.* FROM runs r JOIN (SELECT DISTINCT forked_from_run_id AS id FROM runs "
+    "WHERE session_id = ? AND forked_from_run_id IS NOT NULL) f ON r.run_id = f.id "
+    "WHERE r.session_id = ? ORDER BY created_at, run_id"
 )
 
 
@@ -139,6 +153,28 @@ class Index:
             "SELECT * FROM runs WHERE session_id = ? ORDER BY created_at", (session_id,)
         ) as cur:
             return [dict(r) for r in await cur.fetchall()]
+
+    async def lineage_runs(self, session_id: str) -> list[dict[str, Any]]:
+        """The runs that have siblings or may have (forked runs and the runs they fork
+        from), by `created_at`: what `lineage.sibling_map` needs, costing the forks, not
+        the session's runs."""
+        async with self.db.execute(LINEAGE_SQL, (session_id,) * 3) as cur:
+            return [dict(r) for r in await cur.fetchall()]
+
+    async def runs_since(self, session_id: str, created_at: str) -> list[dict[str, Any]]:
+        """The runs created at or after `created_at`, oldest first."""
+        async with self.db.execute(
+            "SELECT * FROM runs WHERE session_id = ? AND created_at >= ? "
+            "ORDER BY created_at, run_id", (session_id, created_at)
+        ) as cur:
+            return [dict(r) for r in await cur.fetchall()]
+
+    async def count_runs(self, session_id: str) -> int:
+        async with self.db.execute(
+            "SELECT count(*) FROM runs WHERE session_id = ?", (session_id,)
+        ) as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
 
     async def runs_with_status(self, status: str) -> list[dict[str, Any]]:
         async with self.db.execute("SELECT * FROM runs WHERE status = ?", (status,)) as cur:

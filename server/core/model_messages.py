@@ -19,6 +19,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from .model_memo import MEMO
+
 INVALID_ARGS_KEY = "invalid_json_arguments"
 
 
@@ -61,20 +63,36 @@ def _call(call: dict[str, Any]) -> dict[str, Any]:
                          "arguments": valid_arguments(fn.get("arguments"))}}
 
 
+def shape(msg: dict[str, Any], send_reasoning: bool = False) -> dict[str, Any] | None:
+    """One message as the request carries it (None: not sent)."""
+    role = msg["role"]
+    if role == "assistant" and msg.get("partial"):
+        return None
+    item: dict[str, Any] = {"role": role, "content": msg.get("content") or ""}
+    if role == "assistant" and msg.get("tool_calls"):
+        item["tool_calls"] = [_call(c) for c in msg["tool_calls"]]
+    if role == "assistant" and send_reasoning and msg.get("reasoning"):
+        item["reasoning_content"] = msg["reasoning"]
+    if role == "tool":
+        item["tool_call_id"] = msg.get("tool_call_id", "")
+    return item
+
+
+def shaped(msg: dict[str, Any], send_reasoning: bool = False) -> dict[str, Any] | None:
+    """`shape`, made once per message (model_memo.py). Shared: do not change it."""
+    kept = MEMO.of(msg).shaped
+    if send_reasoning not in kept:
+        kept[send_reasoning] = shape(msg, send_reasoning)
+    return kept[send_reasoning]
+
+
 def to_model(messages: Iterable[dict[str, Any]], system_prompt: str,
              send_reasoning: bool = False) -> list[dict[str, Any]]:
-    """The request's `messages`: the base prompt, then the given messages, shaped."""
+    """The request's `messages`: the base prompt, then the given messages, shaped (the
+    items are shared between calls: do not change them)."""
     out: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}]
     for msg in messages:
-        role = msg["role"]
-        if role == "assistant" and msg.get("partial"):
-            continue
-        item: dict[str, Any] = {"role": role, "content": msg.get("content") or ""}
-        if role == "assistant" and msg.get("tool_calls"):
-            item["tool_calls"] = [_call(c) for c in msg["tool_calls"]]
-        if role == "assistant" and send_reasoning and msg.get("reasoning"):
-            item["reasoning_content"] = msg["reasoning"]
-        if role == "tool":
-            item["tool_call_id"] = msg.get("tool_call_id", "")
-        out.append(item)
+        item = shaped(msg, send_reasoning)
+        if item is not None:
+            out.append(item)
     return out

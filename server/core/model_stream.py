@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .model_body import encoded
+
 
 @dataclass
 class Reply:
@@ -137,7 +139,8 @@ def estimate_tokens(text: str) -> int:
 
 
 def estimate_usage(messages: list[dict[str, Any]], reply: Reply) -> dict[str, Any]:
-    prompt = sum(estimate_tokens(json.dumps(m, ensure_ascii=False)) for m in messages)
+    # From each message's JSON as the request carried it (made once per message).
+    prompt = sum((len(encoded(m)) + 3) // 4 for m in messages)
     out = reply.content + reply.reasoning + "".join(
         c["function"]["name"] + c["function"]["arguments"] for c in reply.tool_calls)
     return {"prompt_tokens": prompt, "completion_tokens": estimate_tokens(out),

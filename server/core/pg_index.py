@@ -7,35 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .index import RUN_COLUMNS, SESSION_COLUMNS
+from .index import LINEAGE_SQL, RUN_COLUMNS, SCHEMA_TEMPLATE, SESSION_COLUMNS
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id TEXT PRIMARY KEY,
-    user_id TEXT NOT NULL,
-    title TEXT NOT NULL DEFAULT '',
-    created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL,
-    forked_from_session_id TEXT,
-    root_session_id TEXT,
-    archived BOOLEAN NOT NULL DEFAULT FALSE,
-    model TEXT
-);
-CREATE INDEX IF NOT EXISTS sessions_by_user ON sessions(user_id, updated_at);
-CREATE TABLE IF NOT EXISTS runs (
-    session_id TEXT NOT NULL,
-    run_id TEXT NOT NULL,
-    status TEXT NOT NULL,
-    branch TEXT,
-    forked_from_run_id TEXT,
-    forked_from_message_index INTEGER,
-    regenerated_from TEXT,
-    created_at TEXT NOT NULL,
-    updated_at TEXT,
-    PRIMARY KEY (session_id, run_id)
-);
-CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
-"""
+SCHEMA = SCHEMA_TEMPLATE.format(flag="BOOLEAN NOT NULL DEFAULT FALSE")
 # Two processes creating the schema at once would race on CREATE ... IF NOT EXISTS.
 SCHEMA_LOCK = 0x6272616964  # "braid"
 
@@ -129,6 +103,21 @@ class PgIndex:
         rows = await self.pool.fetch(
             "SELECT * FROM runs WHERE session_id = $1 ORDER BY created_at", session_id)
         return [dict(r) for r in rows]
+
+    async def lineage_runs(self, session_id: str) -> list[dict[str, Any]]:
+        """Forked runs and the runs they fork from (index.Index.lineage_runs)."""
+        rows = await self.pool.fetch(LINEAGE_SQL.replace("?", "$1"), session_id)
+        return [dict(r) for r in rows]
+
+    async def runs_since(self, session_id: str, created_at: str) -> list[dict[str, Any]]:
+        rows = await self.pool.fetch(
+            "SELECT * FROM runs WHERE session_id = $1 AND created_at >= $2 "
+            "ORDER BY created_at, run_id", session_id, created_at)
+        return [dict(r) for r in rows]
+
+    async def count_runs(self, session_id: str) -> int:
+        return int(await self.pool.fetchval(
+            "SELECT count(*) FROM runs WHERE session_id = $1", session_id))
 
     async def runs_with_status(self, status: str) -> list[dict[str, Any]]:
         return [dict(r) for r in await self.pool.fetch(

@@ -63,11 +63,14 @@ def _describe(git: GitSession, handle: SessionHandle) -> dict[str, Any]:
     }
 
 
-async def session_info(braid: Braid, user_id: str, session_id: str) -> dict[str, Any]:
+async def session_info(braid: Braid, user_id: str, session_id: str, *,
+                       runs: bool = True) -> dict[str, Any]:
+    """`GET /api/sessions/{id}`; the page asks without `runs` (every run of the session:
+    its transcript shows the newest turns only)."""
     handle = braid.store.get_owned(user_id, session_id)
     info = await handle.call(lambda git: _describe(git, handle))
-    runs = await braid.index.list_runs(handle.session_id)
-    info["runs"] = [_run_row(r) for r in runs]
+    if runs:
+        info["runs"] = [_run_row(r) for r in await braid.index.list_runs(handle.session_id)]
     live = {a.branch: a.run_id for a in braid.runs.for_session(handle.session_id)}
     info["running"] = live
     from .model_choice import current
@@ -193,7 +196,7 @@ async def transcript(braid: Braid, user_id: str, session_id: str, *,
     view = await handle.call(work)
     view["session_id"] = handle.session_id
     # The `‹ 2/3 ›` switcher: which turns have sibling runs (forks) and where they live.
-    attach_siblings(view["turns"], await braid.index.list_runs(handle.session_id))
+    attach_siblings(view["turns"], await braid.index.lineage_runs(handle.session_id))
     return view
 
 

@@ -278,8 +278,9 @@ async def _checkpoint_event(braid: Braid, ctx: TurnContext, kind: str, summary: 
 
 
 async def siblings_of(braid: Braid, session_id: str, run_id: str) -> dict[str, Any] | None:
-    """The run's place among its sibling runs (`‹ 2/3 ›`), for its events' payloads."""
-    return sibling_map(await braid.index.list_runs(session_id)).get(run_id)
+    """The run's place among its sibling runs (`‹ 2/3 ›`), for its events' payloads: read
+    from the session's forks only, so it costs what was forked, not the session's runs."""
+    return sibling_map(await braid.index.lineage_runs(session_id)).get(run_id)
 
 
 def _add_usage(run: dict[str, Any], usage: dict[str, Any]) -> None:

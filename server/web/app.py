@@ -21,12 +21,11 @@ from . import (
     dag_views,
     errors,
     file_actions,
+    form_posts,
     highlight,
     import_views,
     model_actions,
     pages,
-    session_actions,
-    timetravel_actions,
     transcript_pages,
 )
 from .actions import SPECS
@@ -77,7 +76,7 @@ def routes() -> list[Route | WebSocketRoute | Mount]:
         Route("/sessions/list", pages.session_list),
         Route("/sessions/import", import_views.new_from, methods=["POST"]),
         Route("/s/{session_id}", pages.session_page),
-        Route("/s/{session_id}/delete", session_actions.delete_page, methods=["POST"]),
+        Route("/s/{session_id}/delete", form_posts.delete_page, methods=["POST"]),
         Route("/api/sessions/{session_id}/files", file_actions.api_upload, methods=["POST"]),
         Route("/s/{session_id}/files", file_actions.files_fragment),
         Route("/s/{session_id}/files/view", file_actions.file_view),
@@ -85,7 +84,7 @@ def routes() -> list[Route | WebSocketRoute | Mount]:
         Route("/s/{session_id}/dag", dag_views.dag_fragment),
         Route("/s/{session_id}/turns", transcript_pages.older_turns),
         Route("/s/{session_id}/dag/node/{commit_id}", dag_views.node_fragment),
-        Route("/s/{session_id}/fork", timetravel_actions.fork_page, methods=["POST"]),
+        Route("/s/{session_id}/fork", form_posts.fork_page, methods=["POST"]),
         Route("/s/{session_id}/model", model_actions.picker_fragment),
         *http_routes(SPECS),  # the JSON API: one route per declared action
         WebSocketRoute("/ws/sessions/{session_id}", session_socket),

@@ -20,7 +20,7 @@ from ..core import model_choice, sessions
 from ..core.errors import BraidError
 from ..core.lineage import sibling_map
 from ..core.revert import files_of_run
-from .names import Names
+from .names import Names, names_of
 
 if TYPE_CHECKING:
     from .actions import ActionContext
@@ -84,7 +84,8 @@ async def _session_changed(ctx: ActionContext, data: dict[str, Any]) -> dict[str
 async def _session_updated(ctx: ActionContext, data: dict[str, Any]) -> dict[str, Any]:
     from .model_actions import picker_html
 
-    out = {"info": await sessions.session_info(ctx.braid, ctx.user_id, ctx.session_id),
+    out = {"info": await sessions.session_info(ctx.braid, ctx.user_id, ctx.session_id,
+                                               runs=False),
            "sessions": await session_rows(ctx),
            "archived": await sessions.list_sessions(ctx.braid, ctx.user_id, archived=True)}
     if "model" in (data.get("changes") or ()):
@@ -113,7 +114,7 @@ LOADS: dict[str, Load] = {
 
 async def build(ctx: ActionContext, frame: dict[str, Any]) -> View:
     data = frame.get("data") or {}
-    names = Names(await ctx.braid.index.list_runs(ctx.session_id))
+    names = await names_of(ctx.braid.index, ctx.session_id)
     reads = await LOADS.get(frame.get("event") or "", _nothing)(ctx, data)
     running = [a.run_id for a in ctx.braid.runs.foreground(ctx.session_id)]
     return View(data=data, names=names, running=running, reads=reads)
@@ -149,7 +150,7 @@ VIEWS = SharedViews()
 
 
 async def siblings_for(ctx: ActionContext, turn: dict[str, Any]) -> dict[str, Any]:
-    rows = await ctx.braid.index.list_runs(ctx.session_id)
+    rows = await ctx.braid.index.lineage_runs(ctx.session_id)
     turn["siblings"] = sibling_map(rows).get(turn.get("run_id") or "")
     return turn
 

@@ -102,18 +102,29 @@ def _partial_error(e: BraidError) -> HTMLResponse:
                         status_code=200)
 
 
-async def files_fragment(request: Request) -> Response:
-    """The panel: the folder at `path` of the workdir at `ref`, with its breadcrumbs."""
+async def _panel_get(request: Request, getter: Any, want_file: bool = False) -> Any:
+    """The panel partials' shared part: the user, then `getter` (files.list_files or
+    files.get_path) at the query's `ref` and `path`; a Response to return as it is on error."""
     user_id = user_of(request)
     if user_id is None:
         return HTMLResponse("", status_code=401)
-    sid = request.path_params["session_id"]
     try:
-        got = await files.list_files(request.app.state.braid, user_id, sid,
-                                     params.ref(request.query_params.get("ref")),
-                                     params.workdir_path(request.query_params.get("path")))
+        got = await getter(request.app.state.braid, user_id, request.path_params["session_id"],
+                           params.ref(request.query_params.get("ref")),
+                           params.workdir_path(request.query_params.get("path")))
+        if want_file and got["type"] != "file":
+            raise BadRequest(f"{got['path']} is a folder")
     except BraidError as e:
         return _partial_error(e)
+    return got
+
+
+async def files_fragment(request: Request) -> Response:
+    """The panel: the folder at `path` of the workdir at `ref`, with its breadcrumbs."""
+    got = await _panel_get(request, files.list_files)
+    if isinstance(got, Response):
+        return got
+    sid = request.path_params["session_id"]
     await load_names(request.app.state.braid, sid)
     at_commit = got["ref"] == got["commit_id"]
     return HTMLResponse(render("_files.html", listing=got, session_id=sid,
@@ -124,18 +135,10 @@ async def files_fragment(request: Request) -> Response:
 
 async def file_view(request: Request) -> Response:
     """One whole file, highlighted on the server, with its line numbers."""
-    user_id = user_of(request)
-    if user_id is None:
-        return HTMLResponse("", status_code=401)
+    got = await _panel_get(request, files.get_path, want_file=True)
+    if isinstance(got, Response):
+        return got
     sid = request.path_params["session_id"]
-    try:
-        got = await files.get_path(request.app.state.braid, user_id, sid,
-                                   params.ref(request.query_params.get("ref")),
-                                   params.workdir_path(request.query_params.get("path")))
-        if got["type"] != "file":
-            raise BadRequest(f"{got['path']} is a folder")
-    except BraidError as e:
-        return _partial_error(e)
     text = as_text(got["data"]) if got["size"] <= FILE_VIEW_LIMIT else None
     lines = highlight_lines(got["path"], text) if text is not None else None
     at_commit = got["ref"] == got["commit_id"]

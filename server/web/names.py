@@ -6,6 +6,7 @@ through a context variable, so every partial names things the same way."""
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from contextvars import ContextVar
 from typing import Any
 
@@ -26,23 +27,42 @@ def sub_label(branch: str) -> str | None:
     return f"sub-agent {match.group(1)}" if match else None
 
 
+def _order(run: dict[str, Any]) -> tuple[str, str]:
+    return (run.get("created_at") or "", run["run_id"])
+
+
 class Names:
     def __init__(self, runs: list[dict[str, Any]]) -> None:
-        self.runs = {r["run_id"]: r for r in runs}
+        self.runs: dict[str, dict[str, Any]] = {}
         self.turn_no: dict[str, int] = {}
         self.branch_names: dict[str, str] = {}
-        seen: dict[str, int] = {}
-        n = 0
-        for run in sorted(runs, key=lambda r: (r.get("created_at") or "", r["run_id"])):
+        self._seen: dict[str, int] = {}
+        self._last: tuple[str, str] | None = None
+        self.extend(sorted(runs, key=_order))
+
+    def extend(self, runs: list[dict[str, Any]]) -> bool:
+        """Name runs newer than every run named so far (oldest first); False, changing
+        nothing, when one of them is not newer (then the names must be made afresh)."""
+        fresh = [r for r in sorted(runs, key=_order) if r["run_id"] not in self.runs]
+        if fresh and self._last is not None and _order(fresh[0]) < self._last:
+            return False
+        for run in fresh:
+            self.runs[run["run_id"]] = run
             if not str(run.get("branch") or "").startswith(PREFIX):
-                n += 1
-                self.turn_no[run["run_id"]] = n
+                self.turn_no[run["run_id"]] = len(self.turn_no) + 1
             name = self._fork_name(run)
             if name:
-                seen[name] = seen.get(name, 0) + 1
-                if seen[name] > 1:
-                    name = f"{name} ({seen[name]})"
+                self._seen[name] = self._seen.get(name, 0) + 1
+                if self._seen[name] > 1:
+                    name = f"{name} ({self._seen[name]})"
                 self.branch_names[f"run/{run['run_id']}"] = name
+        if fresh:
+            self._last = _order(fresh[-1])
+        return True
+
+    @property
+    def last_created(self) -> str | None:
+        return self._last[0] if self._last else None
 
     @staticmethod
     def _fork_name(run: dict[str, Any]) -> str | None:
@@ -82,9 +102,33 @@ def use(names: Names) -> Names:
     return names
 
 
+# The names of recently rendered sessions, kept up to date by reading only the runs made
+# since (a turn adds one): (the index they came from, the names), by session.
+_KEPT: OrderedDict[str, tuple[Any, Names]] = OrderedDict()
+KEPT_SESSIONS = 64
+
+
+async def names_of(index: Any, session_id: str) -> Names:
+    """The session's names: the kept ones moved on by the runs made since (runs are made
+    in time order and never change the fields names are made of), else all read afresh."""
+    kept = _KEPT.get(session_id)
+    names = kept[1] if kept is not None and kept[0] is index else None
+    count = await index.count_runs(session_id)
+    if names is not None and names.last_created is not None:
+        if not names.extend(await index.runs_since(session_id, names.last_created)):
+            names = None
+    if names is None or len(names.runs) != count:
+        names = Names(await index.list_runs(session_id))
+    _KEPT[session_id] = (index, names)
+    _KEPT.move_to_end(session_id)
+    while len(_KEPT) > KEPT_SESSIONS:
+        _KEPT.popitem(last=False)
+    return names
+
+
 async def load_names(braid: Any, session_id: str) -> Names:
-    """Names for this render (one index query)."""
-    return use_names(await braid.index.list_runs(session_id))
+    """Names for this render (two small index queries once the session's are kept)."""
+    return use(await names_of(braid.index, session_id))
 
 
 def current() -> Names:

@@ -92,7 +92,7 @@ async def session_page(request: Request) -> Response:
         return _login_redirect()
     session_id = request.path_params["session_id"]
     try:
-        info = await sessions.session_info(braid, user_id, session_id)
+        info = await sessions.session_info(braid, user_id, session_id, runs=False)
         # A reload mid-run shows the live turn so far; the socket's catch-up goes on from it.
         view = await live.page_transcript(braid, user_id, session_id, info["branch"])
     except NotFound:

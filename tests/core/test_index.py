@@ -89,6 +89,31 @@ async def test_runs_upserted_listed_by_status_and_copied(index: Any) -> None:
     assert len(await index.list_runs("t")) == 2
 
 
+async def test_forks_and_new_runs_are_read_without_the_session_s_other_runs(
+        index: Any) -> None:
+    from server.core.lineage import sibling_map
+
+    await index.upsert_session(meta("s"))
+    for i in range(6):
+        await index.upsert_run("s", run(f"r{i}", created_at=f"2026-01-01T00:00:0{i}Z"))
+    # r4 forked from r1, r5 from r4 (a fork of a fork); r0, r2, r3 have no siblings.
+    await index.upsert_run("s", run("r4", created_at="2026-01-01T00:00:04Z",
+                                    forked_from_run_id="r1", forked_from_message_index=1))
+    await index.upsert_run("s", run("r5", created_at="2026-01-01T00:00:05Z",
+                                    forked_from_run_id="r4", forked_from_message_index=3))
+    await index.upsert_session(meta("t"))
+    await index.upsert_run("t", run("r1"))  # another session's run of the same id
+    lineage = await index.lineage_runs("s")
+    assert [r["run_id"] for r in lineage] == ["r1", "r4", "r5"]
+    everything = await index.list_runs("s")
+    assert sibling_map(lineage) == sibling_map(everything)
+    assert sibling_map(lineage)["r5"]["position"] == 3
+    assert await index.lineage_runs("t") == []
+    since = await index.runs_since("s", "2026-01-01T00:00:04Z")
+    assert [r["run_id"] for r in since] == ["r4", "r5"]
+    assert await index.count_runs("s") == 6 and await index.count_runs("none") == 0
+
+
 async def test_delete_and_clear(index: Any) -> None:
     for sid in ("s", "t"):
         await index.upsert_session(meta(sid))

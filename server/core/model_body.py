@@ -1,0 +1,39 @@
+"""The request body of a model call, as bytes, with each message's JSON made once.
+
+A long session's calls send the same few thousand messages again and again (the context
+window moves by what a turn added); encoding the whole list on every call cost more than
+everything else Braid does for a turn. Each shaped message (model_messages.shaped, shared
+between calls) is encoded once and kept (model_memo.py); a body is its other fields encoded
+as usual with the kept texts joined in. The bytes are what `json.dumps` of the whole body
+would give, in the form the openai client sends (`ensure_ascii=False`, compact separators).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .model_memo import MessageMemo
+
+ENCODED = MessageMemo()
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+                      allow_nan=False).encode()
+
+
+def encoded(item: dict[str, Any]) -> bytes:
+    """One message's JSON, made once per message object."""
+    kept = ENCODED.of(item).encoded
+    if False not in kept:
+        kept[False] = _dumps(item)
+    return kept[False]
+
+
+def body(fields: dict[str, Any], messages: list[dict[str, Any]]) -> bytes:
+    """`fields` plus `"messages": messages` as one JSON object."""
+    head = _dumps(fields)
+    parts = b",".join([encoded(m) for m in messages])
+    sep = b"," if len(head) > 2 else b""
+    return head[:-1] + sep + b'"messages":[' + parts + b"]}"

@@ -1,0 +1,44 @@
+"""Readable names (web/names.py): the names of a session are kept between renders and moved
+on by the runs made since, with the same answers as names made from every run afresh."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from server.core.index import Index
+from server.web.names import Names, names_of
+
+
+def run(run_id: str, at: str, **extra: Any) -> dict[str, Any]:
+    return {"run_id": run_id, "status": "COMPLETED", "branch": "main",
+            "created_at": f"2026-01-01T00:00:{at}Z", **extra}
+
+
+async def test_kept_names_follow_new_runs_and_match_names_made_afresh(tmp_path: Path) -> None:
+    index = Index(tmp_path / "index.sqlite3")
+    await index.open()
+    try:
+        await index.upsert_session({"session_id": "s", "user_id": "local", "title": "",
+                                    "created_at": "2026-01-01T00:00:00Z"})
+        for i in range(3):
+            await index.upsert_run("s", run(f"r{i}", f"0{i}.000"))
+        first = await names_of(index, "s")
+        assert first.run("r2") == "turn 3"
+        await index.upsert_run("s", run("r3", "03.000", forked_from_run_id="r1",
+                                        forked_from_message_index=2, branch="run/r3"))
+        await index.upsert_run("s", run("r4", "04.000", branch="sub_r3_alpha_0123abcd"))
+        kept = await names_of(index, "s")
+        assert kept is first  # moved on, not made again
+        fresh = Names(await index.list_runs("s"))
+        assert kept.turn_no == fresh.turn_no and kept.branch_names == fresh.branch_names
+        assert kept.run("r3") == "turn 4" and kept.branch("run/r3") == "Edit of message 3"
+        assert kept.run("r4") is None  # a sub-agent's run is not a turn of the chat
+        # A run dated before the newest one named (a clock set back): made afresh, in order.
+        await index.upsert_run("s", run("r0b", "00.500"))
+        again = await names_of(index, "s")
+        assert again is not first
+        assert again.turn_no == Names(await index.list_runs("s")).turn_no
+        assert again.run("r0b") == "turn 2" and again.run("r3") == "turn 5"
+    finally:
+        await index.close()
