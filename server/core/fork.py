@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pygit2
+from pygit2.enums import FileMode
 
 from . import crash, journal
 from .errors import Busy
 from .git_session import WORKDIR, GitSession, commit_message, to_json_bytes
-from .gitindex import GitIndex
 from .ids import new_session_id
+from .indexformat import stat_words
 from .records import SessionMeta
 from .turns import snapshot_user_edits
 
@@ -125,24 +126,30 @@ def copy_worktree(git: GitSession, repo: pygit2.Repository, target: Path, meta: 
     (its edits were just committed): the files the index names on disk copied (history/ and
     runs/ are skip-worktree, on disk in neither), and the index copied with `session.json`
     updated. A checkout would read every blob back out of the packs instead."""
+    source = git.git_index()
+    index = source.copy(target / ".git" / "index", target)
     made: set[Path] = set()
-    for rel, mode, skip in git.git_index().items():
-        if rel == "session.json" or skip:
-            continue  # skip-worktree: not on disk in the source, nor in the fork
+    for rel, oid, mode, words in source.on_disk():
+        if rel == "session.json":
+            continue
         src, dst = git.path / rel, target / rel
         if dst.parent not in made:
             dst.parent.mkdir(parents=True, exist_ok=True)
             made.add(dst.parent)
-        if mode == pygit2.enums.FileMode.LINK:
+        before = os.lstat(src)
+        if mode == FileMode.LINK:
             os.symlink(os.readlink(src), dst)
         else:
-            shutil.copy2(src, dst)
+            shutil.copyfile(src, dst)
+            if mode == FileMode.BLOB_EXECUTABLE:
+                os.chmod(dst, 0o755)
+        # The copy's own stat data when the source file is as its entry says (unchanged
+        # since it was staged, before and after the copy); else none, and git rehashes it.
+        fresh = stat_words(before) == words == stat_words(os.lstat(src))
+        index.set(rel, oid, mode, os.lstat(dst) if fresh else None)
     (target / "session.json").write_bytes(meta)
-    shutil.copy2(Path(git.repo.path) / "index", target / ".git" / "index")
-    fork_index = GitIndex(target / ".git" / "index", target)
-    fork_index.set("session.json", pygit2.hash(meta), pygit2.enums.FileMode.BLOB,
-                   os.lstat(target / "session.json"))
-    fork_index.write()
+    index.set("session.json", pygit2.hash(meta), FileMode.BLOB, os.lstat(target / "session.json"))
+    index.write()
 
 
 def fork_title(title: str) -> str:

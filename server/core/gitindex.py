@@ -41,6 +41,7 @@ from .indexformat import (
     entry_mode,
     entry_oid,
     entry_skips,
+    entry_stat,
     parse,
     stat_words,
     tree_entries,
@@ -125,6 +126,19 @@ class GitIndex:
         """(path, mode, skip-worktree) of every entry, in order."""
         for key, blob in self._entries.items():
             yield key.decode("utf-8", "surrogateescape"), entry_mode(blob), entry_skips(blob)
+
+    def on_disk(self) -> Iterator[tuple[str, pygit2.Oid, int, Stat]]:
+        """(path, oid, mode, stat words) of every entry that is not skip-worktree."""
+        for key, blob in self._entries.items():
+            if not entry_skips(blob):
+                yield (key.decode("utf-8", "surrogateescape"), pygit2.Oid(raw=entry_oid(blob)),
+                       entry_mode(blob), entry_stat(blob))
+
+    def copy(self, file: Path, root: Path) -> GitIndex:
+        """The same entries for another index file (a fork's), without reading any file."""
+        other = GitIndex(file, root, read=False)
+        other._entries, other._skips = self._entries.copy(), self._skips
+        return other
 
     # -- changing -------------------------------------------------------------------------
 

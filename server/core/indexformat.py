@@ -224,6 +224,14 @@ class SortedEntries:
             blobs += b
         return keys, blobs
 
+    def copy(self) -> SortedEntries:
+        other = SortedEntries()
+        other._keys = [list(k) for k in self._keys]
+        other._blobs = [list(b) for b in self._blobs]
+        other._joined, other._firsts = list(self._joined), list(self._firsts)
+        other._count = self._count
+        return other
+
     def pieces(self) -> list[bytes]:
         """The entries' bytes in order, as one cached piece per chunk."""
         for c, piece in enumerate(self._joined):
