@@ -4,19 +4,30 @@ Prints medians measured side by side in one run:
   1. a turn's checkpoint (history message files + run record + one workdir file) at turn 10
      vs turn 1,000 of one session;
   2. a one-file tool-batch checkpoint with 100 vs 10,000 files in workdir/, next to
-     `git add -A && git commit` and pygit2 `index.add_all` + `write_tree` on the same trees.
+     `git add -A && git commit` and pygit2 `index.add_all` + `write_tree` on the same trees;
+  3. side by side with agno 3.1.10 (`SqliteDb`, `checkpoint="tool-batch"`) at run 10, 100
+     and 1,000, the same run shape on both sides: a user message, 5 tool batches (a tool
+     call carrying 2 KB and its result) and an answer. Braid's figure per checkpoint is the
+     run's 6 commits plus its one index flush, divided by 6 (each checkpoint's share of the
+     index work); agno's is its 5 `checkpoint_run` calls and the end's `cleanup_and_store`,
+     divided by 6. agno runs in its own throwaway venv (created here, outside the checkout,
+     under ~/.cache/braid/agno-venv; BRAID_AGNO_VENV moves it), driven through
+     bench/agno_side.py without a model; runs of both sides are interleaved.
 
-Run: .venv/bin/python bench/checkpoint.py
+Run: .venv/bin/python bench/checkpoint.py   (BENCH_AGNO=0 leaves section 3 out)
 """
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -24,7 +35,13 @@ from server.core import layout  # noqa: E402
 from server.core.git_session import DISK, GitSession, history_path, run_path, to_json_bytes  # noqa: E402
 from server.core.ids import new_message_id, now_iso  # noqa: E402
 
-SAMPLES = 15
+SAMPLES = int(os.environ.get("BENCH_SAMPLES", "15"))
+AGNO = "agno==3.1.10"
+AGNO_VENV = Path(os.environ.get("BRAID_AGNO_VENV",
+                                Path.home() / ".cache" / "braid" / "agno-venv"))
+RUN_LENGTHS = tuple(int(n) for n in os.environ.get("BENCH_RUNS", "10,100,1000").split(","))
+BATCHES, PAYLOAD = 5, 2048
+ISSUE_AGNO_MS = "2.7-3.5"  # what issue 9 measured for agno's checkpoint, runs 10 to 1,000
 
 
 def ms(seconds: float) -> str:
@@ -126,6 +143,141 @@ def bench_workdir(root: Path, n_files: int) -> dict[str, float]:
             "addall": statistics.median(addall)}
 
 
+# -- 3. side by side with agno -------------------------------------------------------------
+
+
+def braid_run(git: GitSession, n: int) -> list[float]:
+    """One run of the shared shape; the time of each commit, the flush added to the last."""
+    run_id = new_message_id()
+    seq = layout.next_seq(git)
+    record_path = layout.new_run_path(git, run_id)
+    record = {"run_id": run_id, "status": "RUNNING", "branch": "main", "created_at": now_iso()}
+
+    def msg(role: str, content: str | None, **extra: Any) -> dict[str, Any]:
+        return {"id": new_message_id(), "role": role, "content": content, "run_id": run_id,
+                "created_at": now_iso(), **extra}
+
+    pending = [msg("user", f"write the files, run {n}")]
+    times: list[float] = []
+    for b in range(BATCHES):
+        call = {"id": f"call_{n}_{b}", "type": "function", "function": {
+            "name": "write_file",
+            "arguments": json.dumps({"path": f"f{b}.txt", "content": "x" * PAYLOAD})}}
+        pending += [msg("assistant", None, tool_calls=[call]),
+                    msg("tool", f"wrote {PAYLOAD} bytes", tool_call_id=call["id"])]
+        (git.path / "workdir" / f"f{b}.txt").write_text(f"run {n}\n" + "x" * PAYLOAD)
+        changes: dict[str, object] = {f"workdir/f{b}.txt": DISK}
+        times.append(_commit(git, pending, seq, changes, record_path, record, "tool-batch"))
+        seq += len(pending)
+        pending = []
+    record["status"] = "COMPLETED"
+    pending.append(msg("assistant", f"done: wrote {BATCHES} files"))
+    times.append(_commit(git, pending, seq, {}, record_path, record, "turn"))
+    start = time.perf_counter()
+    git.flush_index()
+    times[-1] += time.perf_counter() - start
+    return [t * 1000 for t in times]
+
+
+def _commit(git: GitSession, msgs: list[dict[str, Any]], seq: int, changes: dict[str, object],
+            record_path: str, record: dict[str, Any], kind: str) -> float:
+    for i, m in enumerate(msgs):
+        changes[layout.message_path(git, seq + i, m["role"], m["id"])] = to_json_bytes(m)
+    changes[record_path] = to_json_bytes(record)
+    start = time.perf_counter()
+    git.write_checkpoint(changes, summary=f"{kind} of run {record['run_id'][:8]}", kind=kind,
+                         run_id=record["run_id"], message_index=seq, sync_index=False)
+    return time.perf_counter() - start
+
+
+def agno_python() -> tuple[Path | None, str]:
+    """The throwaway venv's python with agno installed (made once), or why there is none."""
+    python = AGNO_VENV / "bin" / "python"
+    check = [str(python), "-c", "import agno.agent, agno.db.sqlite; "
+             "from importlib.metadata import version; print(version('agno'))"]
+    ok = python.exists() and subprocess.run(check, capture_output=True, text=True)
+    if ok and ok.returncode == 0 and ok.stdout.strip() == AGNO.split("==")[1]:
+        return python, ""
+    try:
+        if not python.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(AGNO_VENV)], check=True,
+                           capture_output=True, text=True)
+        # sqlalchemy's asyncio extra (greenlet): agno's sqlite module imports its async twin.
+        subprocess.run([str(python), "-m", "pip", "install", "-q", AGNO, "sqlalchemy[asyncio]"],
+                       check=True, capture_output=True, text=True, timeout=900)
+    except (OSError, subprocess.SubprocessError) as e:
+        detail = getattr(e, "stderr", "") or str(e)
+        return None, f"could not install {AGNO} into {AGNO_VENV}: {detail.strip()[-300:]}"
+    ok = subprocess.run(check, capture_output=True, text=True)
+    if ok.returncode != 0:
+        return None, f"{AGNO} installed but does not import: {ok.stderr.strip()[-300:]}"
+    return python, ""
+
+
+class AgnoSide:
+    """One agno session in its own process (bench/agno_side.py), driven line by line."""
+
+    def __init__(self, python: Path, folder: Path) -> None:
+        folder.mkdir(parents=True)
+        self.proc = subprocess.Popen(
+            [str(python), str(Path(__file__).with_name("agno_side.py")), str(folder)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def runs(self, n: int) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"runs": n}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("agno's side ended (see its error above)")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def bench_agno(root: Path) -> None:
+    python, why = agno_python()
+    sides: dict[int, tuple[GitSession, AgnoSide | None]] = {}
+    meta = {"title": "bench", "user_id": "local", "created_at": now_iso()}
+    try:
+        for n in RUN_LENGTHS:
+            git = GitSession.create(root / f"runs{n}", {"session_id": f"{n:032x}", **meta})
+            for i in range(n - 1):
+                braid_run(git, i)
+            agno = AgnoSide(python, root / f"agno{n}") if python else None
+            if agno is not None:
+                agno.runs(n - 1)
+            sides[n] = (git, agno)
+        ours: dict[int, list[float]] = {n: [] for n in RUN_LENGTHS}
+        theirs: dict[int, list[float]] = {n: [] for n in RUN_LENGTHS}
+        for i in range(SAMPLES):
+            for n, (git, agno) in sides.items():
+                ours[n].append(sum(braid_run(git, n + i)) / (BATCHES + 1))
+                if agno is not None:
+                    theirs[n].append(sum(agno.runs(1)["ms"][0]) / (BATCHES + 1))
+    finally:
+        for _, agno in sides.values():
+            if agno is not None:
+                agno.close()
+    print(f"\n3. A checkpoint side by side with {AGNO} (SqliteDb, checkpoint=\"tool-batch\"),"
+          f" per checkpoint: 5 tool batches of 2 KB and an answer, median of {SAMPLES} runs")
+    if python is None:
+        print(f"   agno not measured: {why}")
+        print(f"   {'run':>8} {'Braid ms':>10} {'agno (issue 9) ms':>18}")
+        for n in RUN_LENGTHS:
+            print(f"   {n:>8,} {statistics.median(ours[n]):10.2f} {ISSUE_AGNO_MS:>18}")
+        return
+    print(f"   {'run':>8} {'Braid ms':>10} {'agno ms':>10} {'Braid/agno':>11}")
+    for n in RUN_LENGTHS:
+        mine, its = statistics.median(ours[n]), statistics.median(theirs[n])
+        print(f"   {n:>8,} {mine:10.2f} {its:10.2f} {mine / its:11.2f}")
+    print("   (Braid: its 6 commits and its one index flush; agno: 5 checkpoint_run calls "
+          "and cleanup_and_store)")
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -146,6 +298,9 @@ def main() -> None:
               f"{large[key] / small[key]:8.2f}")
     print(f"\n   at 10,000 files Braid is {large['cli'] / large['ours']:.1f}x faster than "
           f"git add -A && git commit")
+    if os.environ.get("BENCH_AGNO", "1") != "0":
+        with tempfile.TemporaryDirectory() as tmp:
+            bench_agno(Path(tmp))
 
 
 if __name__ == "__main__":

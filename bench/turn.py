@@ -13,14 +13,23 @@ real openai client against the embedded demo model inside), side by side in one 
      run 10, and `fork_session` at 5,000 turns and at 500.
 
 Long sessions are built quickly by writing their history directly through the core
-(`GitSession`, two checkpoints per turn as a real one-file turn writes them); everything
-measured goes through HTTP. Sizes: BENCH_TURNS=10,1000,5000 BENCH_FILES=100000.
+(`GitSession`, two checkpoints per turn as a real one-file turn writes them: the same
+message files, run records and commits, without the model calls); everything measured goes
+through HTTP. Sizes: BENCH_TURNS=10,1000,5000 BENCH_FILES=100000.
+
+The turn's split: at 1,000 and 5,000 turns the model is sent the default context budget's
+window (BRAID_CONTEXT_TOKENS, 32k tokens: ~2,300 messages, ~220 KB of JSON), twice a turn.
+Reading that request is the model's own work; "of which the model" is the embedded demo
+model's handling of the very request the next call of that session sends (built by the
+server's own code: the window the budget keeps, shaped and encoded), timed in this process
+through the demo model's ASGI app; the rest of the turn is Braid's.
 
 Run: .venv/bin/python bench/turn.py
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -39,10 +48,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from server.core import layout  # noqa: E402
+from server.core import context, layout, model_body  # noqa: E402
+from server.core.demo_model import create_demo_app  # noqa: E402
 from server.core.git_session import DISK, GitSession, to_json_bytes  # noqa: E402
 from server.core.ids import new_message_id, new_session_id, now_iso  # noqa: E402
+from server.core.model_client import ModelClient  # noqa: E402
+from server.core.model_messages import to_model  # noqa: E402
 from server.core.packing import pack_now  # noqa: E402
+from server.core.settings import Settings  # noqa: E402
+from server.core.tools import Workspace  # noqa: E402
+from server.core.turns import SYSTEM_PROMPT  # noqa: E402
 
 TOKEN = "bench-token-0123456789"
 SAMPLES = int(os.environ.get("BENCH_SAMPLES", "15"))
@@ -229,6 +244,43 @@ def row(label: str, *cells: str) -> None:
     print(f"   {label:<52}" + "".join(f"{c:>12}" for c in cells))
 
 
+def next_request(data: Path, sid: str) -> bytes:
+    """The body the session's next model call sends, made by the server's own code."""
+    git = GitSession(data / "sessions" / sid)
+    turn = [{"id": new_message_id(), "role": "user", "content": "write n0.txt next"}]
+    system = context.estimate({"content": SYSTEM_PROMPT})
+    budget = Settings.from_env().context_tokens  # as the server reads it
+    sent, used = context.fit((layout.messages(git), turn), budget, system,
+                             layout.message_sums(git))
+    out = to_model(sent, SYSTEM_PROMPT)
+    if used["omitted_messages"]:
+        out.insert(1, {"role": "system", "content": context.note_text(used["omitted_messages"])})
+    client = ModelClient(Settings.from_env({**os.environ, "BRAID_MODEL": "demo"}))
+    endpoint, model = client.resolve()
+    fields = client._request(endpoint, model, Workspace.schemas(False), None)
+    return model_body.body(fields, out)
+
+
+def model_ms(body: bytes) -> float:
+    """The demo model's handling of `body`: its JSON read, its reply, the stream sent."""
+    app = create_demo_app()
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": [],
+             "root_path": ""}
+
+    async def once() -> float:
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            pass
+
+        start = time.perf_counter()
+        await app(scope, receive, send)
+        return time.perf_counter() - start
+
+    return median([asyncio.run(once()) for _ in range(max(5, SAMPLES))])
+
+
 def lengths_section(srv: Server, data: Path, sids: dict[int, str]) -> dict[int, float]:
     times: dict[int, list[float]] = {n: [] for n in sids}
     per_ckpt: dict[int, list[float]] = {n: [] for n in sids}
@@ -241,12 +293,19 @@ def lengths_section(srv: Server, data: Path, sids: dict[int, str]) -> dict[int, 
             made = commit_count(folder) - commits
             per_ckpt[n].append((loose_bytes(folder / ".git") - before) / max(made, 1))
     base = median(times[min(sids)])
+    # Two model calls a turn (the tool batch, then the answer), each about this request.
+    model = {n: 2 * model_ms(next_request(data, sid)) for n, sid in sids.items()}
     print("\n1. A one-file turn through HTTP as the session grows "
           f"(median of {SAMPLES}, interleaved)\n")
-    row("turn", "ms", "x turn 10", "KB/ckpt")
+    row("turn", "ms", "x turn 10", "KB/ckpt", "model ms", "Braid ms", "Braid x")
+    braid_base = base - model[min(sids)]
     for n in sids:
-        row(f"at turn {n:,}", ms(median(times[n])), f"{median(times[n]) / base:9.2f}",
-            f"{median(per_ckpt[n]) / 1024:9.1f}")
+        turn = median(times[n])
+        row(f"at turn {n:,}", ms(turn), f"{turn / base:9.2f}",
+            f"{median(per_ckpt[n]) / 1024:9.1f}", ms(model[n]), ms(turn - model[n]),
+            f"{(turn - model[n]) / braid_base:9.2f}")
+    print("   (model ms: the demo model reading and answering the two requests of the turn, "
+          "~2,300 messages of the 32k-token window at 1,000 turns and more; Braid ms: the rest)")
     return {n: median(times[n]) for n in sids}
 
 
@@ -313,6 +372,7 @@ def time_travel_section(srv: Server, data: Path, sid: str, turns: int, small: st
     runs = sorted(info["runs"], key=lambda r: r["created_at"])
     early, last = runs[10]["run_id"], runs[-1]["run_id"]
     pages, page_bytes, lists, conts, forks, small_forks = [], 0, [], [], [], []
+    srv.call("GET", f"/s/{small}")  # the server's first page compiles the templates, once
     for i in range(max(3, SAMPLES // 3)):
         if i:  # back on main, as the user left it
             srv.ws_checkout(sid, "main")

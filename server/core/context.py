@@ -9,10 +9,12 @@ follows what is sent, not the length of the chat: the messages are walked from t
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any
 
-from .model_memo import MEMO
+from .model_memo import IdentityMemo
 
 CHARS_PER_TOKEN = 4
 PER_MESSAGE = 4  # role and framing tokens of each message
@@ -28,12 +30,8 @@ def estimate(msg: dict[str, Any]) -> int:
     return PER_MESSAGE + (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
 
 
-def cost(msg: dict[str, Any]) -> int:
-    """`estimate`, made once per message (model_memo.py): every call re-walks the window."""
-    kept = MEMO.of(msg)
-    if kept.tokens is None:
-        kept.tokens = estimate(msg)
-    return kept.tokens
+COSTS: IdentityMemo[int] = IdentityMemo(estimate)
+cost = COSTS.get  # `estimate`, made once per message (model_memo.py)
 
 
 def note_text(omitted: int) -> str:
@@ -42,32 +40,67 @@ def note_text(omitted: int) -> str:
             "are not shown here (the full history is kept in git).")
 
 
-def fit(parts: Sequence[Sequence[dict[str, Any]]], budget: int, system_tokens: int
-        ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+def fit(parts: Sequence[Sequence[dict[str, Any]]], budget: int, system_tokens: int,
+        sums: Sequence[int] | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The newest messages of `parts` (the branch's messages in order, as a few lists, so
     none is copied whole) that fit `budget` tokens with the system prompt, oldest first, and
-    what the call uses: `{tokens, sent_messages, omitted_messages}`."""
+    what the call uses: `{tokens, sent_messages, omitted_messages}`. With `sums`, the running
+    totals of the first part's estimates (`[0, c0, c0+c1, ...]`, layout.message_sums), that
+    part is cut by bisection: the cost follows the turn's new messages, not the window."""
     total = sum(len(p) for p in parts)
-    used = system_tokens + estimate({"content": note_text(total)})
-    kept: list[dict[str, Any]] = []
-    last_user_seen = False
-    for part in reversed(parts):
-        for msg in reversed(part):
-            tokens = cost(msg)
-            # The newest user message always goes (the model must see what it answers).
-            if used + tokens > budget and last_user_seen:
-                break
-            kept.append(msg)
-            used += tokens
-            last_user_seen = last_user_seen or msg.get("role") == "user"
-        else:
-            continue
-        break
-    kept.reverse()
+    state = _Fit(budget, system_tokens + estimate({"content": note_text(total)}))
+    for i in range(len(parts) - 1, -1, -1):
+        part = parts[i]
+        usable = sums is not None and i == 0 and len(sums) == len(part) + 1
+        end = state.walk(part, stop_at_user=usable)
+        if usable and not state.full and end > 0:
+            end = state.bisect(part, sums, end)  # type: ignore[arg-type]
+        if state.full or end > 0:
+            break
+    kept = list(chain.from_iterable(reversed(state.chunks)))
     # A tool result whose call was cut off would be rejected by the model API.
-    while kept and kept[0].get("role") == "tool":
-        used -= cost(kept.pop(0))
+    drop = 0
+    while drop < len(kept) and kept[drop].get("role") == "tool":
+        state.used -= cost(kept[drop])
+        drop += 1
+    kept = kept[drop:]
     omitted = total - len(kept)
     if not omitted:
-        used -= estimate({"content": note_text(total)})
-    return kept, {"tokens": used, "sent_messages": len(kept), "omitted_messages": omitted}
+        state.used -= estimate({"content": note_text(total)})
+    return kept, {"tokens": state.used, "sent_messages": len(kept), "omitted_messages": omitted}
+
+
+class _Fit:
+    """The walk from the newest message: what is kept (chunks, newest first), the tokens."""
+
+    def __init__(self, budget: int, used: int) -> None:
+        self.budget, self.used = budget, used
+        self.chunks: list[Sequence[dict[str, Any]]] = []
+        self.last_user_seen = False
+        self.full = False
+
+    def walk(self, part: Sequence[dict[str, Any]], stop_at_user: bool) -> int:
+        """Keep `part`'s messages from its end while they fit (the newest user message
+        always goes: the model must see what it answers); `stop_at_user`: only until the
+        newest user message is kept. Returns where it stopped (0: the whole part kept)."""
+        end = len(part)
+        while end > 0 and not (stop_at_user and self.last_user_seen):
+            msg = part[end - 1]
+            tokens = cost(msg)
+            if self.used + tokens > self.budget and self.last_user_seen:
+                self.full = True
+                break
+            self.used += tokens
+            self.last_user_seen = self.last_user_seen or msg.get("role") == "user"
+            end -= 1
+        self.chunks.append(part[end:])
+        return end
+
+    def bisect(self, part: Sequence[dict[str, Any]], sums: Sequence[int], end: int) -> int:
+        """Keep the longest run of messages ending at `end` that fits what is left."""
+        room = self.budget - self.used
+        start = bisect_left(sums, sums[end] - room, 0, end)
+        self.used += sums[end] - sums[start]
+        self.chunks.append(part[start:end])
+        self.full = start > 0
+        return start

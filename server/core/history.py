@@ -69,9 +69,11 @@ class Listing:
     shards: list[tuple[str, pygit2.Oid]] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
     entries: list[Entry] = field(default_factory=list)
-    # Filled on demand: run id → entry index (runs), parsed messages (history).
+    # Filled on demand: run id → entry index (runs), parsed messages (history), and the
+    # running totals of the messages' token estimates (sums[k]: the first k messages').
     by_stem: dict[str, int] | None = None
     messages: list[Any] | None = None
+    sums: list[int] | None = None
 
     def copy(self) -> Listing:
         return Listing(self.top, self.tree_id, self.legacy, list(self.shards), list(self.starts),
@@ -116,7 +118,7 @@ def move_listing(repo: pygit2.Repository, listing: Listing, tree: pygit2.Tree | 
     folders that differ from the ones it holds."""
     if tree is None:
         listing.tree_id, listing.shards, listing.starts, listing.entries = None, [], [], []
-        listing.by_stem = listing.messages = None
+        listing.by_stem = listing.messages = listing.sums = None
         return
     if listing.tree_id == tree.id:
         return
@@ -137,6 +139,8 @@ def move_listing(repo: pygit2.Repository, listing: Listing, tree: pygit2.Tree | 
     listing.tree_id, listing.legacy, listing.shards = tree.id, legacy, shards
     if listing.messages is not None:
         del listing.messages[cut:]
+    if listing.sums is not None:
+        del listing.sums[cut + 1:]
     if listing.by_stem is not None:
         for i in range(cut, len(listing.entries)):
             listing.by_stem[listing.entries[i].name.rsplit(".", 1)[0]] = i
@@ -176,6 +180,7 @@ class Listings:
         if cache:
             newest = next(reversed(cache.values()))
             listing.messages = list(newest.messages) if newest.messages is not None else None
+            listing.sums = list(newest.sums) if newest.sums is not None else None
             listing.by_stem = dict(newest.by_stem) if newest.by_stem is not None else None
         move_listing(self.repo, listing, tree)
         cache[key] = listing
@@ -192,6 +197,19 @@ class Listings:
         if have < len(listing.entries):
             listing.messages.extend(load(e.blob) for e in listing.entries[have:])
         return listing.messages
+
+    def sums(self, tree: pygit2.Tree | None, load: Callable[[pygit2.Oid], Any],
+             cost: Callable[[Any], int]) -> list[int]:
+        """Running totals of `cost` over the tree's messages (`[0, c0, c0+c1, ...]`), kept
+        and extended by the new messages only (shared: do not change)."""
+        messages = self.messages(tree, load)
+        listing = self.get(HISTORY, tree)
+        if listing.sums is None:
+            listing.sums = [0]
+        sums = listing.sums
+        for msg in messages[len(sums) - 1:]:
+            sums.append(sums[-1] + cost(msg))
+        return sums
 
     def run_index(self, tree: pygit2.Tree | None) -> tuple[Listing, dict[str, int]]:
         listing = self.get(RUNS, tree)
@@ -215,6 +233,13 @@ class Lines:
     def __init__(self, repo: pygit2.Repository) -> None:
         self.repo = repo
         self._lines: list[_Line] = []
+
+    def holds(self, tip: pygit2.Oid, oid: pygit2.Oid) -> bool:
+        """Whether `oid` is on the first-parent line ending at `tip`."""
+        self.get(tip)
+        line = next(ln for ln in self._lines if tip in ln.pos)
+        at = line.pos.get(oid)
+        return at is not None and at <= line.pos[tip]
 
     def get(self, tip: pygit2.Oid) -> tuple[list[pygit2.Oid], int]:
         """The line ending at `tip` as (commit ids, index of `tip`). Shared: do not change."""

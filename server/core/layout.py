@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HISTORY", "RUNS", "StoredMessage", "answer_of", "find_run_path", "history_path",
-    "is_legacy", "last_answer", "message_files", "message_path", "messages", "new_run_path",
+    "is_legacy", "last_answer", "message_files", "message_path", "message_sums", "messages",
+    "new_run_path",
     "next_message_path", "next_seq", "run_count", "run_entries", "run_path", "runs",
     "stored_messages",
 ]
@@ -51,6 +52,14 @@ def messages(git: GitSession, commit: pygit2.Commit | None = None) -> list[dict[
     """Every message of the branch at `commit` (default HEAD), oldest first, kept in memory
     and moved by what changed. The list and its dicts are shared: copy to change."""
     return git.listings.messages(_tree(git, commit, HISTORY), git.blob_json)
+
+
+def message_sums(git: GitSession, commit: pygit2.Commit | None = None) -> list[int]:
+    """Running totals of the token estimates of `messages(git, commit)` (context.py), kept
+    with the listing: what the context budget bisects instead of walking the window."""
+    from .context import estimate
+
+    return git.listings.sums(_tree(git, commit, HISTORY), git.blob_json, estimate)
 
 
 def message_files(git: GitSession, commit: pygit2.Commit | None = None) -> list[Entry]:

@@ -13,9 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .model_memo import MessageMemo
-
-ENCODED = MessageMemo()
+from .model_memo import IdentityMemo
 
 
 def _dumps(value: Any) -> bytes:
@@ -23,17 +21,13 @@ def _dumps(value: Any) -> bytes:
                       allow_nan=False).encode()
 
 
-def encoded(item: dict[str, Any]) -> bytes:
-    """One message's JSON, made once per message object."""
-    kept = ENCODED.of(item).encoded
-    if False not in kept:
-        kept[False] = _dumps(item)
-    return kept[False]
+ENCODED: IdentityMemo[bytes] = IdentityMemo(_dumps)
+encoded = ENCODED.get  # one message's JSON, made once per message object
 
 
 def body(fields: dict[str, Any], messages: list[dict[str, Any]]) -> bytes:
     """`fields` plus `"messages": messages` as one JSON object."""
     head = _dumps(fields)
-    parts = b",".join([encoded(m) for m in messages])
+    parts = b",".join(ENCODED.many(messages))
     sep = b"," if len(head) > 2 else b""
     return head[:-1] + sep + b'"messages":[' + parts + b"]}"

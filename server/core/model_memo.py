@@ -4,56 +4,67 @@ Every model call of a long session sends the same few thousand messages it sent 
 plus one or two new ones (the context budget's window moves by what the turn added). The
 token estimate of each message (context.py), its shape for the request (model_messages.py)
 and its JSON text (model_body.py) are made once per message and kept here, so a call costs
-what is new, not what is sent.
+what is new, not what is sent: the window's kept values are gathered with C-level `map`s.
 
-Keyed by the message object itself (its `id()`, with the object kept alive beside the
-value, so an id is never reused while its entry lives): message dicts are never changed once
-made (layout.messages hands out shared ones: copy to change), and a message read again from
-git is a new object, looked at afresh. Used on the event loop only.
+Keyed by the object itself (its `id()`, with the object kept alive beside the value, so an
+id is never reused while its entry lives): message dicts are never changed once made
+(layout.messages hands out shared ones: copy to change), and a message read again from git
+is a new object, looked at afresh. Used on the event loop only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from itertools import islice
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-MESSAGES_KEPT = 8192  # a 32k-token window is ~2,300 short messages; a few sessions' worth
-
-
-class Kept:
-    """What is kept of one message: filled in by whoever needs it first."""
-
-    __slots__ = ("encoded", "shaped", "tokens")
-
-    def __init__(self) -> None:
-        self.tokens: int | None = None
-        self.shaped: dict[bool, dict[str, Any] | None] = {}  # by send_reasoning
-        self.encoded: dict[bool, bytes] = {}
+V = TypeVar("V")
+KEPT = 8192  # a 32k-token window is ~2,300 short messages: a few sessions' worth
 
 
-class MessageMemo:
-    """A `Kept` per message object; the oldest go first when full."""
+class IdentityMemo(Generic[V]):
+    """A value per object, made on first use; the oldest go first when full."""
 
-    def __init__(self, size: int = MESSAGES_KEPT) -> None:
-        self.size = size
-        self._items: dict[int, tuple[dict[str, Any], Kept]] = {}
+    def __init__(self, make: Callable[[Any], V], size: int = KEPT) -> None:
+        self.make, self.size = make, size
+        self._values: dict[int, V] = {}
+        self._objects: dict[int, Any] = {}
 
-    def of(self, msg: dict[str, Any]) -> Kept:
-        hit = self._items.get(id(msg))
-        if hit is not None and hit[0] is msg:
-            return hit[1]
-        kept = Kept()
-        if len(self._items) >= self.size:
-            for key in list(islice(self._items, self.size // 4)):
-                del self._items[key]
-        self._items[id(msg)] = (msg, kept)
-        return kept
+    def get(self, obj: Any) -> V:
+        key = id(obj)
+        if key in self._values:
+            return self._values[key]
+        return self._put(key, obj)
+
+    def many(self, objs: Iterable[Any]) -> list[V]:
+        """The values of `objs`, in order: C-level passes over the kept ones, a Python
+        call only for each new one (a call's fresh prompt, a turn's new messages)."""
+        objs = objs if isinstance(objs, list) else list(objs)
+        getitem = self._values.__getitem__
+        out: list[V] = []
+        while True:
+            done = len(out)
+            try:
+                # extend() keeps what it took before a miss: len(out) says where it was.
+                out.extend(map(getitem, map(id, objs[done:] if done else objs)))
+                return out
+            except KeyError:
+                out.append(self.get(objs[len(out)]))
+                if len(out) == len(objs):
+                    return out
+
+    def _put(self, key: int, obj: Any) -> V:
+        value = self.make(obj)
+        if len(self._values) >= self.size:
+            for old in list(islice(self._values, self.size // 4)):
+                del self._values[old], self._objects[old]
+        self._values[key] = value
+        self._objects[key] = obj
+        return value
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._values)
 
     def clear(self) -> None:
-        self._items.clear()
-
-
-MEMO = MessageMemo()
+        self._values.clear()
+        self._objects.clear()

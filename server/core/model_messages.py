@@ -19,7 +19,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from .model_memo import MEMO
+from .model_memo import IdentityMemo
 
 INVALID_ARGS_KEY = "invalid_json_arguments"
 
@@ -78,12 +78,9 @@ def shape(msg: dict[str, Any], send_reasoning: bool = False) -> dict[str, Any] |
     return item
 
 
-def shaped(msg: dict[str, Any], send_reasoning: bool = False) -> dict[str, Any] | None:
-    """`shape`, made once per message (model_memo.py). Shared: do not change it."""
-    kept = MEMO.of(msg).shaped
-    if send_reasoning not in kept:
-        kept[send_reasoning] = shape(msg, send_reasoning)
-    return kept[send_reasoning]
+# `shape` made once per message (model_memo.py), by `send_reasoning`. Shared: do not change.
+SHAPED: dict[bool, IdentityMemo[dict[str, Any] | None]] = {
+    False: IdentityMemo(lambda m: shape(m, False)), True: IdentityMemo(lambda m: shape(m, True))}
 
 
 def to_model(messages: Iterable[dict[str, Any]], system_prompt: str,
@@ -91,8 +88,5 @@ def to_model(messages: Iterable[dict[str, Any]], system_prompt: str,
     """The request's `messages`: the base prompt, then the given messages, shaped (the
     items are shared between calls: do not change them)."""
     out: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}]
-    for msg in messages:
-        item = shaped(msg, send_reasoning)
-        if item is not None:
-            out.append(item)
+    out.extend(filter(None, SHAPED[send_reasoning].many(messages)))
     return out

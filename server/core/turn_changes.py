@@ -81,6 +81,9 @@ def turn_spans(git: GitSession, tip: pygit2.Commit,
     """The spans of the given runs (all runs when None) on `tip`'s first-parent line, in one
     walk that stops as soon as every wanted run's beginning has been passed."""
     wanted = set(run_ids) if run_ids is not None else None
+    # A run's record keeps its path on a line (it is placed by the run's ordinal), so it is
+    # looked up in the tip's listing, which the page has just read; only a run whose record
+    # the tip no longer holds (a fork took its source run out) is looked up where it ends.
     record_paths: dict[str, str | None] = {}
     spans: dict[str, TurnSpan] = {}
     open_count = len(wanted) if wanted is not None else -1
@@ -93,7 +96,8 @@ def turn_spans(git: GitSession, tip: pygit2.Commit,
         span = spans.get(run_id)
         if span is None:
             span = spans[run_id] = TurnSpan(run_id, commit, commit)
-            record_paths[run_id] = layout.find_run_path(git, run_id, commit)
+            record_paths[run_id] = (layout.find_run_path(git, run_id, tip)
+                                    or layout.find_run_path(git, run_id, commit))
         elif span.complete:
             continue  # an older span of a run resumed in place; the newer one began later
         span.first = commit

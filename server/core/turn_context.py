@@ -37,6 +37,9 @@ class TurnContext:
     pending: dict[str, bytes] = field(default_factory=dict)
     changed: set[str] = field(default_factory=set)
     tool_calls: int = 0
+    # Running totals of `prior`'s token estimates (layout.message_sums), when it is a
+    # branch's listing: the context budget then bisects rather than walks.
+    prior_sums: list[int] | None = None
     legacy: bool = False  # the branch's history is in the earlier layout (history.py)
     # A tool call the turn was stopped during: its result joins before the last commit.
     inflight: tuple[dict[str, Any], asyncio.Future[Any]] | None = None
@@ -89,7 +92,7 @@ def open_turn(
     ctx = TurnContext(
         handle=handle, run=run, run_file=layout.new_run_path(git, run_id),
         prior=layout.messages(git), messages=[], next_seq=layout.next_seq(git),
-        legacy=layout.is_legacy(git),
+        prior_sums=layout.message_sums(git), legacy=layout.is_legacy(git),
     )
     for note in notes:  # system messages that open the turn (a merge turn's note)
         add_message(ctx, new_message("system", run_id, note))

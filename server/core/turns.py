@@ -56,7 +56,7 @@ def model_messages(ctx: TurnContext, budget: int = DEFAULT_CONTEXT_TOKENS,
     that fit the context budget (context.py), shaped so every server accepts them
     (model_messages.py); the run record keeps what the call used."""
     sent, used = context.fit((ctx.prior, ctx.messages), budget,
-                             context.estimate({"content": SYSTEM_PROMPT}))
+                             context.estimate({"content": SYSTEM_PROMPT}), ctx.prior_sums)
     ctx.run["context"] = dict(used, budget=budget)
     out = to_model(sent, SYSTEM_PROMPT, send_reasoning)
     if used["omitted_messages"]:

@@ -4,6 +4,7 @@ tool-call-safe boundary, with one note saying how many were left out; git keeps 
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 from conftest import git, new_session, run_turn
@@ -63,6 +64,61 @@ def test_the_cut_never_separates_a_tool_result_from_its_call() -> None:
     # The newest user message is always sent, however small the budget.
     kept, used = context.fit([history], 1, 10)
     assert [m["content"] for m in kept] == ["new"] and used["omitted_messages"] == 4
+
+
+def test_the_cut_found_by_bisection_is_the_walk_s_cut() -> None:
+    """With the running totals of the earlier messages' estimates (kept with the branch's
+    listing), `fit` bisects them instead of walking: the same messages, the same figures."""
+    rng = random.Random(9)
+    for case in range(300):
+        prior: list[dict[str, Any]] = []
+        for i in range(rng.randrange(0, 60)):
+            role = rng.choice(["user", "assistant", "tool", "assistant", "system"])
+            msg: dict[str, Any] = {"role": role, "content": "w" * rng.randrange(0, 300)}
+            if role == "assistant" and rng.random() < 0.4:
+                msg["tool_calls"] = [{"id": f"c{i}", "function": {"name": "read_file",
+                                                                  "arguments": "{}"}}]
+            prior.append(msg)
+        turn = [{"role": rng.choice(["user", "system"]), "content": "n" * rng.randrange(50)}
+                for _ in range(rng.randrange(0, 3))]
+        if rng.random() < 0.8:
+            turn.append({"role": "user", "content": "now " * rng.randrange(1, 40)})
+        turn += [{"role": "tool", "content": "r" * rng.randrange(90)}
+                 for _ in range(rng.randrange(0, 2))]
+        sums = [0]
+        for msg in prior:
+            sums.append(sums[-1] + context.estimate(msg))
+        budget = rng.choice([1, 50, 200, 600, 2000, 10**6])
+        walked = context.fit((prior, turn), budget, 12)
+        bisected = context.fit((prior, turn), budget, 12, sums)
+        assert [id(m) for m in bisected[0]] == [id(m) for m in walked[0]], case
+        assert bisected[1] == walked[1], case
+
+
+async def test_the_running_totals_follow_the_branch(braid: Any) -> None:
+    """layout.message_sums: kept with the history listing, extended by each turn, moved with
+    a checkout, always the totals of the branch's messages' estimates."""
+    from server.core import layout
+    from server.core.timetravel import continue_run_to_end
+
+    sid, _ = await new_session(braid)
+    first = await run_turn(braid, sid, "say one")
+    for text in ("write a.txt two", "say three"):
+        await run_turn(braid, sid, text)
+    handle = braid.store.get(sid)
+
+    def totals(git: Any) -> tuple[list[int], list[int]]:
+        expect = [0]
+        for msg in layout.messages(git):
+            expect.append(expect[-1] + context.estimate(msg))
+        return list(layout.message_sums(git)), expect
+
+    kept, expect = await handle.call(totals)
+    assert kept == expect and len(kept) == 1 + 4 + 6 - 2  # 3 turns, one with a tool batch
+    # A sibling run of the first turn: its branch holds fewer messages, then more.
+    await continue_run_to_end(braid, "local", sid, first["run_id"], input="say again")
+    kept, expect = await handle.call(totals)
+    assert kept == expect and len(kept) < 10
 
 
 def test_the_setting_is_read_from_the_environment() -> None:
