@@ -74,9 +74,12 @@ class Braid:
         while True:
             await asyncio.sleep(step)
             live = frozenset(a.session_id for a in self.runs.all())
-            released = self.store.release_idle(self.settings.idle_seconds,
-                                               self.settings.open_sessions, live)
-            if released and not live:  # quiet: the freed heap goes back to the system
+            closing = self.store.release_idle(self.settings.idle_seconds,
+                                              self.settings.open_sessions, live)
+            if closing:
+                await asyncio.gather(*map(asyncio.wrap_future, closing),
+                                     return_exceptions=True)
+            if closing and not live:  # quiet: the freed heap goes back to the system
                 await asyncio.to_thread(give_back_memory)
 
     async def stop(self) -> None:

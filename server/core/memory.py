@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 from typing import Any
 
 M_ARENA_MAX = -8  # mallopt's parameter number, from glibc's malloc.h
@@ -36,6 +37,11 @@ def limit_arenas(arenas: int = ARENAS) -> None:
 
 
 def give_back_memory() -> None:
-    """Return free heap pages to the system (after idle sessions were released)."""
+    """Return free heap pages to the system (after idle sessions were released).
+
+    First a full collection: what a burst of sessions leaves in reference cycles (their
+    `pygit2.Repository` objects, the turns' frames and futures) would else wait for the
+    oldest generation's rare turn, holding the C memory behind it."""
+    gc.collect()
     if _LIBC is not None:
         _LIBC.malloc_trim(0)

@@ -11,6 +11,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -56,6 +57,10 @@ class SessionHandle:
         if git is not None:
             git.flush_index()  # the deferred index entries, before the repository goes
             git.close()
+            # The C side (object cache, pack windows, odb and refdb handles) goes now: a
+            # `pygit2.Repository` sits in a reference cycle (its `branches`, `references`...
+            # point back at it), so only the cyclic GC would drop it, much later.
+            git.repo.free()
 
     @property
     def is_open(self) -> bool:
@@ -71,14 +76,14 @@ class SessionHandle:
             self._pending -= 1
             self.last_used = time.monotonic()
 
-    def release(self) -> bool:
+    def release(self) -> Future[None] | None:
         """Give back the repository (files, watcher) of an idle session; the next `call`
-        opens it again. Runs on the event loop, like `call`, so no call is in flight."""
+        opens it again. Runs on the event loop, like `call`, so no call is in flight.
+        Returns the closing's future (None: the session was not released)."""
         if not self._open or self._pending:
-            return False
+            return None
         self._open = False
-        self._lane.submit(self._close_git)
-        return True
+        return self._lane.submit(self._close_git)
 
     def close(self) -> None:
         """Close the repository once the work queued before is done (blocks: off the loop,
@@ -158,19 +163,21 @@ class SessionStore:
         return self.get(session_id)
 
     def release_idle(self, idle_seconds: float, max_open: int,
-                     keep: frozenset[str] = frozenset()) -> int:
+                     keep: frozenset[str] = frozenset()) -> list[Future[None]]:
         """Release sessions idle for `idle_seconds`, and the least recently used idle ones
-        beyond `max_open` open at once. Returns how many were released."""
+        beyond `max_open` open at once. Returns the closings' futures, one per session."""
         now = time.monotonic()
         opened = sorted((h for h in self._handles.values()
                          if h.is_open and h.session_id not in keep),
                         key=lambda h: h.last_used)
-        released = 0
+        closing = []
         for i, handle in enumerate(opened):
             over = len(opened) - i > max_open
-            if (over or now - handle.last_used >= idle_seconds) and handle.release():
-                released += 1
-        return released
+            if over or now - handle.last_used >= idle_seconds:
+                future = handle.release()
+                if future is not None:
+                    closing.append(future)
+        return closing
 
     def forget(self, session_id: str) -> None:
         """Drop a session's handle (it is being deleted); later lookups are `NotFound`."""

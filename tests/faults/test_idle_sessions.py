@@ -1,12 +1,16 @@
 """Idle sessions give back their repository, and the git threads go once quiet (D14): many
 sessions busy at once share the git pool's few threads, idle ones are released, at most the
-bound stays open, and a released session reopens on demand with nothing lost (its deferred
-index entries written first)."""
+bound stays open, a released session lets go of its repository (objects, open packs) at once,
+and it reopens on demand with nothing lost (its deferred index entries written first)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import threading
+import weakref
+from pathlib import Path
 from typing import Any
 
 from conftest import git, new_session, run_turn
@@ -55,3 +59,54 @@ async def test_at_most_the_bound_stays_open(make_braid: Any) -> None:
         await run_turn(braid, sid, f"write f.txt {i}")
     braid.store.release_idle(3600, 3)
     assert sum(1 for sid in braid.store.all_ids() if braid.store.get(sid).is_open) <= 3
+
+
+def held_files(folder: Path) -> list[str]:
+    """Files under `folder` this process holds open or mapped (/proc/self: fds and maps)."""
+    inside = str(folder) + "/"
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(inside):
+                held.append(target)
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    return held + [line.split()[-1] for line in maps if inside in line]
+
+
+async def test_an_idle_session_lets_go_of_its_repository(make_braid: Any) -> None:
+    braid = await make_braid(idle_seconds=0.5)
+    sid, path = await new_session(braid)
+    for i in range(3):
+        assert (await run_turn(braid, sid, f"write f{i}.txt {i}"))["status"] == "COMPLETED"
+    # The objects into a pack (loose ones gone), which libgit2 keeps open and mapped.
+    git(path, "repack", "-a", "-d", "-q")
+    handle = braid.store.get(sid)
+
+    def read_all(git: Any) -> Any:
+        def read(tree: Any) -> None:
+            for entry in tree:
+                obj = git.repo[entry.id]
+                if entry.type_str == "tree":
+                    read(obj)
+                else:
+                    obj.data  # noqa: B018 - read from the pack
+
+        for commit in git.repo.walk(git.head_oid()):
+            read(commit.tree)
+        return git.repo
+
+    repo = weakref.ref(await handle.call(read_all))
+    assert held_files(path / ".git"), "the pack should be open while the session is"
+    deadline = asyncio.get_running_loop().time() + 30
+    while (handle.is_open or repo() is not None or held_files(path / ".git")) \
+            and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.1)
+    assert not handle.is_open
+    # Freed with its caches and files when released, not whenever the cyclic GC comes by
+    # (a `pygit2.Repository` is in a reference cycle with its `branches`, `references`...).
+    assert repo() is None
+    assert held_files(path / ".git") == []
+    done = await run_turn(braid, sid, "write g.txt reopened")  # reopened on demand
+    assert done["status"] == "COMPLETED"
+    assert git(path, "show", "HEAD:workdir/g.txt") == "reopened\n"
