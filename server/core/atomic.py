@@ -11,21 +11,31 @@ import pygit2
 
 from . import crash, guarded, journal
 from .git_session import DISK, WORKDIR, GitSession
+from .staging import Staged, off_disk
 
 
 def changed_paths(repo: pygit2.Repository, old: pygit2.Tree | None, new: pygit2.Tree | None,
-                  prefix: str = "") -> tuple[list[str], list[str]]:
-    """(paths written, paths deleted) to go from `old` to `new`, with `prefix` prepended."""
+                  prefix: str = "", index: dict[str, Staged | None] | None = None
+                  ) -> tuple[list[str], list[str]]:
+    """(paths written, paths deleted) to go from `old` to `new`, with `prefix` prepended.
+    With `index`, the history/ and runs/ changes (never on disk) go there instead, as the
+    index entries they need."""
     empty = repo[repo.TreeBuilder().write()]
     diff = (old or empty).diff_to_tree(new or empty)
     written, deleted = [], []
     for delta in diff.deltas:
-        if delta.status == pygit2.enums.DeltaStatus.DELETED:
-            deleted.append(prefix + delta.old_file.path)
+        old_path, new_path = prefix + delta.old_file.path, prefix + delta.new_file.path
+        gone = delta.status == pygit2.enums.DeltaStatus.DELETED
+        if index is not None and off_disk(new_path):
+            index[new_path] = None if gone else Staged(delta.new_file.id, delta.new_file.mode)
+            if old_path != new_path:
+                index[old_path] = None
+        elif gone:
+            deleted.append(old_path)
         else:
-            written.append(prefix + delta.new_file.path)
-            if delta.old_file.path != delta.new_file.path:
-                deleted.append(prefix + delta.old_file.path)
+            written.append(new_path)
+            if old_path != new_path:
+                deleted.append(old_path)
     return written, deleted
 
 
@@ -48,12 +58,15 @@ def checkout(git: GitSession, name: str) -> None:
     git.flush_index()
     old = git.head_commit().tree
     new = ref.peel(pygit2.Commit).tree
-    written, deleted = changed_paths(git.repo, old, new)
+    entries: dict[str, Staged | None] = {}
+    written, deleted = changed_paths(git.repo, old, new, index=entries)
     check_all(git, written, deleted)
-    paths = written + deleted
+    paths = written + deleted  # on disk; history/ and runs/ move in the index only
     record = journal.begin(git, "checkout", paths, to=name)
     try:
         journal.apply_tree(git, new, deleted)
+        for rel, entry in entries.items():
+            git.queue_index(rel, entry)
         journal.apply_tree(git, new, written)
         crash.at("checkout.after_files")
         git.repo.set_head(f"refs/heads/{name}")
@@ -62,6 +75,7 @@ def checkout(git: GitSession, name: str) -> None:
         # Back to where it was: the old branch's files on the changed paths.
         git.repo.set_head(f"refs/heads/{record['branch']}")
         journal.apply_tree(git, old, paths)
+        git.reset_index()
         journal.end(git)
         raise
     journal.end(git)

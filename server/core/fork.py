@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pygit2
+from pygit2.enums import FileMode
 
 from . import crash, journal
 from .errors import Busy
-from .git_session import HISTORY, WORKDIR, GitSession, commit_message, to_json_bytes
+from .git_session import WORKDIR, GitSession, commit_message, to_json_bytes
 from .ids import new_session_id
+from .indexformat import stat_words
 from .records import SessionMeta
 from .turns import snapshot_user_edits
 
@@ -121,34 +123,33 @@ def clone_session(git: GitSession, target: Path, meta: dict[str, Any]) -> dict[s
 
 def copy_worktree(git: GitSession, repo: pygit2.Repository, target: Path, meta: bytes) -> None:
     """The fork's working tree and index from the source's, which match the source's HEAD
-    (its edits were just committed): the files the index names, history files hard-linked
-    (a message file is written once and never changed in place), the rest copied (run
-    records and workdir/ files change in place), and the index copied with `session.json`
+    (its edits were just committed): the files the index names on disk copied (history/ and
+    runs/ are skip-worktree, on disk in neither), and the index copied with `session.json`
     updated. A checkout would read every blob back out of the packs instead."""
-    index = git.repo.index
-    index.read(False)
-    if index.conflicts is not None:
-        raise OSError("the source's index has conflicts")
+    source = git.git_index()
+    index = source.copy(target / ".git" / "index", target)
     made: set[Path] = set()
-    for entry in index:
-        if entry.path == "session.json":
+    for rel, oid, mode, words in source.on_disk():
+        if rel == "session.json":
             continue
-        src, dst = git.path / entry.path, target / entry.path
+        src, dst = git.path / rel, target / rel
         if dst.parent not in made:
             dst.parent.mkdir(parents=True, exist_ok=True)
             made.add(dst.parent)
-        if entry.mode == pygit2.enums.FileMode.LINK:
+        before = os.lstat(src)
+        if mode == FileMode.LINK:
             os.symlink(os.readlink(src), dst)
-        elif entry.path.startswith(f"{HISTORY}/"):
-            _link_or_copy(str(src), str(dst))
         else:
-            shutil.copy2(src, dst)
+            shutil.copyfile(src, dst)
+            if mode == FileMode.BLOB_EXECUTABLE:
+                os.chmod(dst, 0o755)
+        # The copy's own stat data when the source file is as its entry says (unchanged
+        # since it was staged, before and after the copy); else none, and git rehashes it.
+        fresh = stat_words(before) == words == stat_words(os.lstat(src))
+        index.set(rel, oid, mode, os.lstat(dst) if fresh else None)
     (target / "session.json").write_bytes(meta)
-    shutil.copy2(Path(git.repo.path) / "index", target / ".git" / "index")
-    fork_index = repo.index
-    fork_index.read(True)
-    fork_index.add("session.json")
-    fork_index.write()
+    index.set("session.json", pygit2.hash(meta), FileMode.BLOB, os.lstat(target / "session.json"))
+    index.write()
 
 
 def fork_title(title: str) -> str:

@@ -10,7 +10,8 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from .commits import (
 )
 from .errors import Conflict, NotFound
 from .history import HISTORY, RUNS, Entry, Lines, Listings, history_path, run_path
+from .staging import IndexedSession, Staged, off_disk, staged
 from .workdir_scan import WORKDIR, WorkdirScan, walk_tree
 
 SIGNATURE_NAME = "Braid"
@@ -49,7 +51,7 @@ def to_json_bytes(obj: Any) -> bytes:
     return (json.dumps(obj, indent=1, ensure_ascii=False, sort_keys=True) + "\n").encode()
 
 
-class GitSession(WorkdirScan):
+class GitSession(WorkdirScan, IndexedSession):
     """One session repository: reading commits and trees, checkpoints (write_checkpoint,
     commit_on_branch), the index, branches and worktrees. The plumbing under layout.py."""
 
@@ -59,9 +61,8 @@ class GitSession(WorkdirScan):
         self.signature = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL)
         # Blobs never change, so parsed messages can be cached by blob id.
         self._json_cache: dict[pygit2.Oid, Any] = {}
-        # Index entries not yet written: writing the index is O(files in the repo), so
-        # tool-batch checkpoints defer it to the turn's end (or the next status scan).
-        self._index_pending: dict[str, tuple[pygit2.Oid, int] | None] = {}
+        self.init_index()  # the index, kept by the one writer (staging.py, gitindex.py)
+        self.convert()  # a session written with its history on disk: moved off it
         # The history and run listings of recently used trees (see history.py).
         self.listings = Listings(self.repo)
         self.lines = Lines(self.repo)
@@ -183,15 +184,16 @@ class GitSession(WorkdirScan):
         ref = self.repo.head.name if not self.repo.head_is_unborn else "refs/heads/main"
         parent = None if self.repo.head_is_unborn else self.repo.head.target
         base_tree = self.repo[parent].peel(pygit2.Commit).tree if parent else None
-        entries: dict[str, tuple[pygit2.Oid, int] | None] = {}
+        entries: dict[str, Staged | None] = {}
         for rel, content in changes.items():
             if content is DISK and guarded.left_out(self.path, rel):
-                self._index_pending[rel] = None  # not in the tree: not in the index either
+                self.queue_index(rel, None)  # not in the tree: not in the index either
                 continue
             entries[rel] = self._stage_one(rel, content)
         if tree is None:
             tree = self._rebuild(base_tree, _nest(entries))
-        self._index_pending.update(entries)
+        for rel, entry in entries.items():
+            self.queue_index(rel, entry)
         if sync_index:
             self.flush_index()
         parents = ([parent] if parent else []) + list(extra_parents)
@@ -204,28 +206,44 @@ class GitSession(WorkdirScan):
         except pygit2.GitError as e:
             raise Conflict(f"branch moved while writing a checkpoint: {e}") from e
         crash.commit_point(kind, "after_commit")
+        self.drop_uncommitted(changes)  # the live turn's pending files are committed now
         return oid
 
-    def _stage_one(self, rel: str, content: Change) -> tuple[pygit2.Oid, int] | None:
+    def _stage_one(self, rel: str, content: Change) -> Staged | None:
+        """Write one change and return its index entry (the stat is taken before the file
+        is read, or after it is written: a later change shows as a stat mismatch)."""
+        if off_disk(rel):
+            return self._stage_off_disk(rel, content)
         abs_path = self.path / rel
         if content is DISK:
+            taken = time.time()
             try:
                 st = os.lstat(abs_path)
             except (FileNotFoundError, NotADirectoryError):  # a file now stands on a parent
                 return None
             if stat.S_ISLNK(st.st_mode):
                 target = os.readlink(abs_path).encode()
-                return self.repo.create_blob(target), FileMode.LINK
+                return Staged(self.repo.create_blob(target), FileMode.LINK, st, taken)
             if not stat.S_ISREG(st.st_mode):
                 return None
             mode = FileMode.BLOB_EXECUTABLE if st.st_mode & 0o100 else FileMode.BLOB
-            return self.repo.create_blob_fromdisk(str(abs_path)), mode
+            return Staged(self.repo.create_blob_fromdisk(str(abs_path)), mode, st, taken)
         if content is None:
             guarded.delete(self.path, rel)  # never through a symlinked folder
             return None
         assert isinstance(content, bytes)
         guarded.write(self.path, rel, content)  # atomic; its temporary name is excluded
-        return self.repo.create_blob(content), FileMode.BLOB
+        return staged(self.repo.create_blob(content), FileMode.BLOB, abs_path)
+
+    def _stage_off_disk(self, rel: str, content: Change) -> Staged | None:
+        """A history/ or runs/ file: a blob only, never written to disk (DISK: the pending
+        file a killed turn left)."""
+        if content is DISK:
+            content = self.read_uncommitted(rel)
+        if content is None:
+            return None
+        assert isinstance(content, bytes)
+        return Staged(self.repo.create_blob(content), FileMode.BLOB)
 
     def _rebuild(self, tree: pygit2.Tree | None, nested: dict[str, Any]) -> pygit2.Oid:
         builder = self.repo.TreeBuilder(tree) if tree is not None else self.repo.TreeBuilder()
@@ -244,22 +262,6 @@ class GitSession(WorkdirScan):
             else:
                 builder.insert(name, change[0], change[1])
         return builder.write()
-
-    def flush_index(self) -> None:
-        """Bring the index in step with HEAD for the paths checkpoints wrote, so `git status`
-        in the session folder tells the truth."""
-        if not self._index_pending:
-            return
-        entries, self._index_pending = self._index_pending, {}
-        index = self.repo.index
-        index.read(False)
-        for rel, entry in entries.items():
-            if entry is None:
-                if rel in index:
-                    index.remove(rel)
-            elif (self.path / rel).exists() or (self.path / rel).is_symlink():
-                index.add(rel)
-        index.write()
 
     def commit_on_branch(
         self,
@@ -288,7 +290,7 @@ class GitSession(WorkdirScan):
             raise Conflict(f"branch {branch} moved while committing: {e}") from e
 
     def tree_with(
-        self, base: pygit2.Tree | None, entries: Mapping[str, tuple[pygit2.Oid, int] | None]
+        self, base: pygit2.Tree | None, entries: Mapping[str, Sequence[Any] | None]
     ) -> pygit2.Oid:
         """`base` with `entries` (repo-relative path → (blob id, mode), or None to remove)
         applied, rebuilding only the trees on those paths."""
@@ -310,7 +312,7 @@ class GitSession(WorkdirScan):
         self.repo.branches.local.create(name, self.repo[target].peel(pygit2.Commit))
 
 
-def _nest(entries: Mapping[str, tuple[pygit2.Oid, int] | None]) -> dict[str, Any]:
+def _nest(entries: Mapping[str, Sequence[Any] | None]) -> dict[str, Any]:
     """Changes as nested dicts. A path that changed between file and folder appears both as
     `a` and `a/x`, in any order: the side that exists now wins over the other's deletion."""
     root: dict[str, Any] = {}

@@ -25,6 +25,7 @@ from .git_session import (
     WORKTREES,
     to_json_bytes,
 )
+from .gitindex import GitIndex, tree_entries
 from .ids import is_session_id
 from .sources import (
     OpenedRepo,
@@ -98,8 +99,8 @@ def set_source_base(repo: pygit2.Repository, tree: pygit2.Oid | None, note: str)
 def refresh_index(repo: pygit2.Repository, path: Path, tree: pygit2.Oid) -> None:
     """The index = the commit's tree, with stat data filled in by one `git update-index
     --refresh` pass, so later status checks do not rehash every imported file."""
-    index = repo.index
-    index.read_tree(repo[tree])
+    index = GitIndex(Path(repo.path) / "index", path, read=False)
+    index.reset(tree_entries(repo[tree], ""))
     index.write()
     subprocess.run(["git", "-C", str(path), "update-index", "-q", "--refresh"],
                    capture_output=True, check=False)

@@ -36,6 +36,7 @@ from pygit2.enums import FileMode
 from . import crash, guarded
 from .git_session import GitSession, commit_info
 from .ids import is_session_id
+from .staging import Staged, off_disk, porcelain, staged
 
 log = logging.getLogger("braid.journal")
 INTENT = "braid-intent.json"
@@ -119,13 +120,20 @@ def apply_tree(git: GitSession, tree: pygit2.Tree | None, paths: Iterable[str],
     and left for the next user-edit snapshot, rather than stopping the start."""
     git.flush_index()
     wanted = {rel: _entry(tree, rel) for rel in paths}
+    for rel in [r for r in wanted if off_disk(r)]:  # in the index only, never on disk
+        entry = wanted.pop(rel)
+        git.queue_index(rel, Staged(*entry) if entry is not None else None)
+    refused: set[str] = set()
+    unwritten: set[str] = set()  # already right on disk, maybe seen through a symlink
     # Deletions first, so a file can replace a folder that empties (and the other way).
     for rel in sorted(wanted, key=lambda r: wanted[r] is not None):
         entry = wanted[rel]
         try:
             if entry is None:
                 guarded.delete(git.path, rel, prune_below=rel.split("/")[0])
-            elif not _on_disk_is(git, rel, entry):
+            elif _on_disk_is(git, rel, entry):
+                unwritten.add(rel)
+            else:
                 guarded.write(git.path, rel, git.repo[entry[0]].data,
                               executable=entry[1] == FileMode.BLOB_EXECUTABLE,
                               symlink=entry[1] == FileMode.LINK)
@@ -133,20 +141,17 @@ def apply_tree(git: GitSession, tree: pygit2.Tree | None, paths: Iterable[str],
             if strict:
                 raise
             log.warning("recovery left %s alone: the writer refused it", rel)
+            refused.add(rel)
     parents = {str(Path(rel).parent) for rel in wanted}
     guarded.remove_temp_files(git.path, [p for p in parents if p != "."])
-    index = git.repo.index
-    index.read(False)
     for rel, entry in wanted.items():
+        if rel in refused:
+            continue  # left as it is on disk: the next user-edit snapshot looks at it
         if entry is None:
-            if rel in index:
-                index.remove(rel)
-        elif os.path.lexists(git.path / rel):
-            try:
-                index.add(rel)
-            except (pygit2.GitError, OSError):  # beyond a symlink: not in this tree now
-                log.warning("left %s out of the index", rel)
-    index.write()
+            git.queue_index(rel, None)
+        elif rel not in unwritten or not guarded.left_out(git.path, rel):
+            git.queue_index(rel, staged(entry[0], entry[1], git.path / rel))
+    git.flush_index()
 
 
 def _on_disk_is(git: GitSession, rel: str, entry: tuple[pygit2.Oid, int]) -> bool:
@@ -176,6 +181,7 @@ def finish_checkout(git: GitSession, record: dict[str, Any]) -> None:
     apply_tree(git, tree, [p for p in paths if _entry(tree, p) is not None],
                        strict=False)
     git.repo.set_head(f"refs/heads/{name}")
+    git.reset_index()  # the history entries follow the new HEAD
 
 
 def settle(git: GitSession, record: dict[str, Any]) -> str:
@@ -198,25 +204,21 @@ def settle(git: GitSession, record: dict[str, Any]) -> str:
         apply_tree(git, target, paths, strict=False)
         if not done:
             _remove_untracked(git, [str(p) for p in record.get("untracked") or ()])
+    # Entries a checkpoint wrote before a commit that never came (or the other way round),
+    # and pending files the commit took.
+    git.reset_index()
+    git.drop_committed()
     crash.at("recovery.after_rollback")
     return "completed" if done else "rolled back"
 
 
 def _remove_untracked(git: GitSession, folders: list[str]) -> None:
-    # The operation's own new files there (a merge turn's message and record): nothing else
-    # writes into these folders while the operation holds the branch.
+    # The operation's own new files there (a merge turn's message and record, pending as a
+    # live turn's are: staging.py): nothing else writes there while it holds the branch.
     if not folders:
         return
     prefixes = tuple(f"{f}/" for f in folders)
-    new = pygit2.enums.FileStatus.WT_NEW | pygit2.enums.FileStatus.INDEX_NEW
-    index = git.repo.index
-    index.read(False)
-    for rel, flags in git.repo.status(untracked_files="all").items():
-        if rel.startswith(prefixes) and flags & new:
-            guarded.delete(git.path, rel, prune_below=rel.split("/")[0])
-            if rel in index:
-                index.remove(rel)
-    index.write()
+    git.drop_uncommitted([rel for rel in git.uncommitted() if rel.startswith(prefixes)])
 
 
 def recover(git: GitSession) -> str | None:
@@ -297,6 +299,6 @@ def _is_finished_fork(folder: Path) -> bool:
     try:
         git = GitSession(folder)
         return commit_info(git.head_commit()).kind == "fork" and \
-            not git.repo.status(untracked_files="no")
-    except (pygit2.GitError, KeyError, ValueError, OSError):
+            not porcelain(folder, untracked=False)
+    except (pygit2.GitError, KeyError, ValueError, OSError, RuntimeError):
         return False

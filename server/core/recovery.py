@@ -22,12 +22,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pygit2
+
 from . import crash, guarded, journal, layout, names
 from .errors import NotFound
-from .git_session import DISK, HISTORY, RUNS, WORKTREES, GitSession, to_json_bytes
+from .git_session import DISK, HISTORY, RUNS, WORKDIR, WORKTREES, GitSession, to_json_bytes
 from .ids import now_iso
 from .reindex import reindex, reindex_one
 from .session_meta import purge_deleted
+from .staging import porcelain
 from .turns import snapshot_user_edits
 
 if TYPE_CHECKING:
@@ -104,23 +107,38 @@ def clear_stale_locks(git: GitSession, before: float | None = None) -> None:
             pass
 
 
+def find_record(git: GitSession, run_id: str) -> tuple[str, dict[str, Any]] | None:
+    """(path, record) of run `run_id`: the pending one a live turn wrote (a new run, or a
+    resumed one) when it is newer than HEAD's, else HEAD's (a kill right after a commit can
+    leave the pending record behind it)."""
+    rel = layout.find_run_path(git, run_id) if not git.repo.head_is_unborn else None
+    head = dict(git.read_json(git.head_commit(), rel)) if rel else None
+    for path in sorted(git.uncommitted()):
+        if path.startswith(f"{RUNS}/") and path.rsplit("/", 1)[-1] == f"{run_id}.json":
+            try:
+                pending = dict(json.loads(git.read_uncommitted(path) or b""))
+            except (ValueError, TypeError):  # written atomically: a foreign file
+                log.warning("run record %s does not parse", path)
+                continue
+            if head is None or str(pending.get("updated_at")) > str(head.get("updated_at")):
+                return path, pending
+            git.drop_uncommitted([path])
+    return (rel, head) if rel and head is not None else None
+
+
 def interrupt_on_disk(git: GitSession, run_id: str, since: float | None = None
                       ) -> dict[str, Any] | None:
-    """Commit what a killed turn left on disk, with its run marked INTERRUPTED."""
+    """Commit what a killed turn left (its pending files, its workdir changes), with its run
+    marked INTERRUPTED."""
     clear_stale_locks(git, since)
-    records = [r for r in (git.path / RUNS).rglob(f"{run_id}.json") if r.is_file()]
-    if not records:
+    found = find_record(git, run_id)
+    if found is None:
         return None
-    try:
-        run = json.loads(records[0].read_text())
-    except ValueError:  # written atomically since; an older server's torn record
-        log.warning("run record %s does not parse", records[0])
-        return None
+    rel, run = found
     if run.get("status") != "RUNNING":
         return run
     run["status"] = "INTERRUPTED"
     run["updated_at"] = now_iso()
-    rel = str(records[0].relative_to(git.path))
     # session.json too: a session's first turn gives it its title before any commit. Temp
     # files, broken files and repeated seqs are left out (turn_leftovers).
     changes: dict[str, Any] = turn_leftovers(git, run_id, rel)
@@ -129,10 +147,8 @@ def interrupt_on_disk(git: GitSession, run_id: str, since: float | None = None
                          message_index=run.get("message_count"))
     crash.at("recovery.after_commit")
     # The dead process may have left index entries unwritten: rebuild the index from HEAD
-    # (stat data is lost, so the next status rehashes once, but it tells the truth).
-    index = git.repo.index
-    index.read_tree(git.head_commit().tree)
-    index.write()
+    # (entries whose blob is unchanged keep their stat data).
+    git.reset_index()
     return run
 
 
@@ -188,13 +204,22 @@ def recover_worktree(git: GitSession, name: str, run_id: str | None = None
     run = None
     if (folder / ".git").exists():
         child = GitSession(folder)
-        ids = [run_id] if run_id else [r.stem for r in sorted((folder / RUNS).rglob("*.json"))]
+        ids = [run_id] if run_id else running_ids(child)
         for rid in ids:
             run = interrupt_on_disk(child, rid) or run
         snapshot_user_edits(child)
         child.flush_index()
     git.remove_worktree(name)
     return run
+
+
+def running_ids(git: GitSession) -> list[str]:
+    """The runs a dead process may have left RUNNING: pending records and HEAD's."""
+    ids = [rel.rsplit("/", 1)[-1][:-5] for rel in sorted(git.uncommitted())
+           if rel.startswith(f"{RUNS}/") and rel.endswith(".json")]
+    if not git.repo.head_is_unborn:
+        ids += [str(r["run_id"]) for r in layout.runs(git) if r.get("status") == "RUNNING"]
+    return list(dict.fromkeys(ids))
 
 
 def prune_worktrees(git: GitSession, keep: set[str]) -> list[str]:
@@ -214,52 +239,50 @@ def seq_of(name: str) -> int | None:
 
 
 def turn_leftovers(git: GitSession, run_id: str, record_rel: str) -> dict[str, Any]:
-    """What a killed turn of `run_id` left uncommitted, as checkpoint changes (DISK)."""
+    """What a killed turn of `run_id` left uncommitted, as checkpoint changes: its pending
+    history files (bytes), its workdir changes and session.json (DISK)."""
     journal.ensure_excludes(git)
-    guarded.remove_temp_files(git.path, [HISTORY, RUNS])
+    guarded.remove_temp_files(git.pending_dir, [HISTORY, RUNS])
+    guarded.remove_temp_files(git.path, [WORKDIR])
     changes: dict[str, Any] = {}
-    status = git.repo.status(untracked_files="all")
     floor = layout.next_seq(git)  # every seq below it is given on the branch already
     taken: set[int] = set()
     head = git.head_commit().tree
-    for path in sorted(status):
+    for rel in sorted(git.uncommitted()):
+        data = git.read_uncommitted(rel)
+        if rel == record_rel or data is None:
+            continue
+        if rel in head and head[rel].id == pygit2.hash(data):
+            git.drop_uncommitted([rel])  # committed already; the dead process only left it
+        elif rel.startswith(f"{HISTORY}/") and not _own_message(rel, data, run_id, floor,
+                                                                 taken):
+            _set_aside(git, rel)
+        elif rel.startswith(f"{RUNS}/") and not _parses(data):
+            _set_aside(git, rel)
+        else:
+            changes[rel] = data
+    for _, path in porcelain(git.path, "session.json", WORKDIR):
         if not names.is_utf8(path):
             continue  # cannot be committed; left on disk for the user to rename
-        if path.startswith(f"{HISTORY}/") and path in head:
-            continue  # committed already; the dead process only left the index behind
-        name = path.rsplit("/", 1)[-1]
-        if guarded.is_temp(name) or path == record_rel:
-            if guarded.is_temp(name):
-                guarded.delete(git.path, path)
+        if guarded.is_temp(path.rsplit("/", 1)[-1]):
             continue
-        if path.startswith(f"{HISTORY}/"):
-            if not _own_message(git, path, run_id, floor, taken):
-                _set_aside(git, path)
-                continue
-        elif path.startswith(f"{RUNS}/") and not _parses(git.path / path):
-            _set_aside(git, path)
-            continue
-        if path == "session.json" or path.startswith((f"{HISTORY}/", "workdir/", f"{RUNS}/")):
+        if path == "session.json" or path.startswith(f"{WORKDIR}/"):
             changes[path] = DISK
     return changes
 
 
-def _parses(path: Path) -> bool:
+def _parses(data: bytes) -> bool:
     try:
-        return isinstance(json.loads(path.read_bytes()), dict)
-    except (OSError, ValueError):
-        return not path.exists()  # a deletion is fine
+        return isinstance(json.loads(data), dict)
+    except ValueError:
+        return False
 
 
-def _own_message(git: GitSession, rel: str, run_id: str, floor: int, taken: set[int]
-                 ) -> bool:
-    path = git.path / rel
-    if not path.exists():
-        return True  # a deletion of a committed file: the turn's own change
-    seq = seq_of(path.name)
+def _own_message(rel: str, data: bytes, run_id: str, floor: int, taken: set[int]) -> bool:
+    seq = seq_of(rel.rsplit("/", 1)[-1])
     try:
-        msg = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        msg = json.loads(data)
+    except ValueError:
         return False
     if seq is None or seq < floor or seq in taken or not isinstance(msg, dict):
         return False
@@ -270,12 +293,7 @@ def _own_message(git: GitSession, rel: str, run_id: str, floor: int, taken: set[
 
 
 def _set_aside(git: GitSession, rel: str) -> None:
-    """Move a file recovery will not commit out of the tracked tree (into .git), so nothing
-    is destroyed and `git status` stays clean."""
-    src = git.path / rel
-    if not src.exists() and not src.is_symlink():
-        return
-    dest = Path(git.repo.path) / ASIDE / rel
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    src.replace(dest)
+    """Move a pending file recovery will not commit into .git/braid-set-aside/, so nothing
+    is destroyed and no later commit takes it."""
+    git.set_aside_uncommitted(rel, Path(git.repo.path) / ASIDE)
     log.warning("set aside %s of session %s (not committed)", rel, git.path.name)

@@ -29,12 +29,12 @@ def read_session(git: GitSession) -> tuple[dict[str, Any], list[dict[str, Any]]]
                 runs[run["run_id"]] = dict(run)
     # A turn killed before its first checkpoint left its RUNNING record on disk only: listed
     # so that start-up recovery commits it as INTERRUPTED even when the index was lost too.
-    for record in (git.path / RUNS).rglob("*.json"):  # either layout
-        if record.stem in runs:
+    for rel in sorted(git.uncommitted()):  # pending records, either layout (staging.py)
+        if not rel.startswith(f"{RUNS}/") or rel.rsplit("/", 1)[-1][:-5] in runs:
             continue
         try:
-            run = json.loads(record.read_text())
-        except (OSError, ValueError):
+            run = json.loads(git.read_uncommitted(rel) or b"")
+        except ValueError:
             continue
         if isinstance(run, dict) and run.get("status") == "RUNNING" and run.get("run_id"):
             runs[str(run["run_id"])] = run

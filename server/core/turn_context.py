@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import crash, guarded, layout, names
+from . import crash, layout, names
 from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
 from .ids import new_message_id, now_iso
 from .records import Message, RunRecord
@@ -111,9 +111,9 @@ def write_pending_to_disk(git: GitSession, ctx: TurnContext) -> None:
     files = dict(ctx.pending)
     files[ctx.run_file] = to_json_bytes(ctx.run)
     for rel, data in files.items():
-        # Atomic (a kill leaves no half record), and replaced, never changed in place: a
-        # fork hard-links its source's history files.
-        guarded.write(git.path, rel, data)
+        # Atomic (a kill leaves no half record); history/ and runs/ files go to the pending
+        # folder (staging.py: they are never on disk in the working tree).
+        git.write_uncommitted(rel, data)
 
 
 def checkpoint_changes(ctx: TurnContext) -> tuple[dict[str, Any], int]:

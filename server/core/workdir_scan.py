@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pygit2
-from pygit2.enums import FileMode, FileStatus
+from pygit2.enums import FileMode
 
+from .staging import porcelain
 from .watch import WATCHERS, Watcher
 
 if TYPE_CHECKING:
@@ -54,12 +55,7 @@ class WorkdirScan:
         """Repo-relative paths under workdir/ that differ from HEAD (user edits, shell
         commands). Uses the index's stat cache, so unchanged files are not read."""
         self.flush_index()
-        out = []
-        for path, flags in self.repo.status(untracked_files="all").items():
-            if not path.startswith(f"{WORKDIR}/") or flags == FileStatus.IGNORED:
-                continue
-            out.append(path)
-        return sorted(out)
+        return sorted({p for _, p in porcelain(self.path, WORKDIR) if p.startswith(f"{WORKDIR}/")})
 
     def changed_workdir_paths(self) -> list[str]:
         """`dirty_workdir_paths()` in O(changed files): the watcher names the candidates and

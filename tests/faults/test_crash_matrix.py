@@ -178,6 +178,13 @@ def cases() -> Iterator[tuple[str, str]]:
 def check_repo(repo: Path) -> None:
     assert_fsck(repo)
     assert git(repo, "status", "--porcelain") == ""
+    # history/ and runs/ stay off disk (skip-worktree), and recovery committed or set aside
+    # every file a killed turn left pending.
+    assert not (repo / "history").exists() and not (repo / "runs").exists()
+    assert {line[0] for line in git(repo, "ls-files", "-t", "history", "runs").splitlines()} \
+        <= {"S"}
+    pending = repo / ".git" / "braid-pending"
+    assert not [p for p in pending.rglob("*") if p.is_file()], list(pending.rglob("*"))
     for branch in git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads").split():
         names = git(repo, "ls-tree", "-r", "--name-only", branch, "history/").split()
         seqs = [n.rsplit("/", 1)[-1].split("-", 1)[0] for n in names]

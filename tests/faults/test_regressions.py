@@ -31,10 +31,14 @@ async def test_d1_a_torn_temp_file_is_never_committed_by_recovery(make_braid: An
             "created_at": now_iso()}
     record = {"run_id": run_id, "session_id": sid, "status": "RUNNING", "branch": "main",
               "created_at": now_iso(), "updated_at": now_iso(), "message_count": 1}
-    (path / history_path(seq, "user", user["id"])).write_bytes(to_json_bytes(user))
-    torn = path / history_path(seq + 1, "assistant", run_id)
+    # Where a live turn keeps what it has not committed (history/ and runs/ are off disk).
+    pending = path / ".git" / "braid-pending"
+    (pending / history_path(seq, "user", user["id"])).parent.mkdir(parents=True, exist_ok=True)
+    (pending / history_path(seq, "user", user["id"])).write_bytes(to_json_bytes(user))
+    torn = pending / history_path(seq + 1, "assistant", run_id)
     (torn.parent / f".{torn.name}.tmp").write_bytes(b"")
-    record_file = path / run_path(1, run_id)
+    (torn.parent / ".~braid-0123.tmp").write_bytes(b"")
+    record_file = pending / run_path(1, run_id)
     record_file.parent.mkdir(parents=True, exist_ok=True)
     record_file.write_bytes(to_json_bytes(record))
     await braid.index.upsert_run(sid, record)
@@ -46,6 +50,7 @@ async def test_d1_a_torn_temp_file_is_never_committed_by_recovery(make_braid: An
     assert json.loads(git(path, "show", f"HEAD:{run_path(1, run_id)}"))["status"] == \
         "INTERRUPTED"
     assert git(path, "status", "--porcelain", "--ignored") == ""
+    assert not [p for p in pending.rglob("*") if p.is_file()]
     done = await run_turn(again, sid, "write b.txt two")
     assert done["status"] == "COMPLETED"
     cont = await timetravel.continue_run_to_end(again, "local", sid, run_id)

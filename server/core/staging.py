@@ -1,0 +1,250 @@
+"""What the index and the disk hold (DESIGN "The index and the disk"): `IndexedSession`, the
+part of `GitSession` that keeps the index through the one writer (gitindex.py) and keeps
+`history/` and `runs/` off disk.
+
+- Index entries are queued as checkpoints and checkouts write and flushed in one write
+  (`flush_index`); git commands Braid runs in the folder (`git add -A -- workdir`) write the
+  file too, and the next look re-reads it (`GitIndex.refresh`).
+- `history/` and `runs/` files live in git only: a checkpoint writes them as blobs, their
+  index entries carry skip-worktree (`git status` is clean and `git ls-files -t` shows `S`),
+  and a checkout moves only their index entries. What a live turn has not committed yet
+  (its user message, its RUNNING record) is written to `.git/braid-pending/<path>` (the
+  worktree's own git dir for a sub-agent), where recovery finds it after a kill; a commit
+  that holds a pending file removes it.
+- A session written before (its history on disk) is converted when opened (`convert`):
+  files that match HEAD are dropped from disk, the others kept as pending.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+import pygit2
+
+from . import guarded
+from .gitindex import GitIndex, IndexFormatError, tree_entries
+from .history import HISTORY, RUNS
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+log = logging.getLogger("braid.index")
+OFF_DISK = (f"{HISTORY}/", f"{RUNS}/")
+PENDING = "braid-pending"
+
+
+def off_disk(rel: str) -> bool:
+    return rel.startswith(OFF_DISK)
+
+
+class Staged(NamedTuple):
+    """A queued index entry: the blob and mode committed, and the lstat of the file on disk
+    that holds them (None: not on disk), taken at `taken`."""
+
+    oid: pygit2.Oid
+    mode: int
+    st: os.stat_result | None = None
+    taken: float = 0.0
+
+
+def staged(oid: pygit2.Oid, mode: int, abs_path: Path | None) -> Staged:
+    """`(oid, mode)` with the lstat of `abs_path`, the file that now holds them."""
+    if abs_path is None:
+        return Staged(oid, mode)
+    taken = time.time()
+    try:
+        return Staged(oid, mode, os.lstat(abs_path), taken)
+    except OSError:
+        return Staged(oid, mode)
+
+
+def porcelain(path: Path, *pathspec: str, untracked: bool = True) -> list[tuple[str, str]]:
+    """`git status` of the session folder (or of `pathspec`) as (XY, path) pairs, by the git
+    CLI: it honours skip-worktree (libgit2's status reports those entries deleted), and
+    `--no-optional-locks` keeps it from rewriting the index."""
+    args = ["git", "--no-optional-locks", "-c", "core.quotePath=false", "-C", str(path),
+            "status", "--porcelain", "-z", "--no-renames",
+            "--untracked-files=" + ("all" if untracked else "no")]
+    done = subprocess.run([*args, "--", *pathspec] if pathspec else args,
+                          capture_output=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"git status failed: {done.stderr.decode(errors='replace')}")
+    out = []
+    for item in done.stdout.split(b"\0"):
+        if item:
+            out.append((item[:2].decode(), item[3:].decode("utf-8", "surrogateescape")))
+    return out
+
+
+class IndexedSession:
+    path: Path
+    repo: pygit2.Repository
+    head_commit: Callable[[], pygit2.Commit]
+
+    def init_index(self) -> None:
+        # Index entries not yet written: a turn's checkpoints queue theirs and the turn
+        # writes them once at its end (or the next status scan or checkout does).
+        self._index_pending: dict[str, Staged | None] = {}
+        self._index: GitIndex | None = None
+        self._uncommitted: set[str] | None = None  # files in .git/braid-pending, once listed
+
+    # -- the index ------------------------------------------------------------------------
+
+    @property
+    def index_file(self) -> Path:
+        return Path(self.repo.path) / "index"
+
+    def git_index(self) -> GitIndex:
+        """The index in memory, re-read if a git command wrote the file since; rebuilt from
+        HEAD if it holds what this writer does not keep."""
+        try:
+            if self._index is None:
+                self._index = GitIndex(self.index_file, self.path)
+            else:
+                self._index.refresh()
+        except IndexFormatError as e:
+            log.warning("index of %s rebuilt from HEAD: %s", self.path, e)
+            self._index = GitIndex(self.index_file, self.path, read=False)
+            self._reset_from_head(self._index)
+        return self._index
+
+    def queue_index(self, rel: str, entry: Staged | None) -> None:
+        self._index_pending[rel] = entry
+
+    def flush_index(self) -> None:
+        """Write the queued entries, so `git status` in the session folder tells the truth."""
+        if not self._index_pending:
+            return
+        entries, self._index_pending = self._index_pending, {}
+        index = self.git_index()
+        index.update((rel, None if e is None else (e.oid, e.mode, e.st, off_disk(rel), e.taken))
+                     for rel, e in entries.items())
+        index.write()
+
+    def _reset_from_head(self, index: GitIndex) -> None:
+        if self.repo.head_is_unborn:
+            index.reset(())
+        else:
+            index.reset(tree_entries(self.head_commit().tree, "", OFF_DISK))
+
+    def reset_index(self) -> None:
+        """The index = HEAD's tree (entries whose blob is unchanged keep their stat data),
+        for when a dead process may have left entries unwritten."""
+        self._index_pending = {}
+        index = self.git_index()
+        self._reset_from_head(index)
+        index.write()
+
+    # -- what a live turn has not committed yet --------------------------------------------
+
+    @property
+    def pending_dir(self) -> Path:
+        return Path(self.repo.path) / PENDING
+
+    def write_uncommitted(self, rel: str, data: bytes) -> None:
+        """A file of a live turn before its commit: `history/` and `runs/` files into the
+        pending folder, the others (session.json) into the working tree; atomic either way."""
+        if not off_disk(rel):
+            guarded.write(self.path, rel, data)
+            return
+        pending = self.uncommitted()
+        if not pending:
+            self.pending_dir.mkdir(exist_ok=True)
+        guarded.write(self.pending_dir, rel, data)
+        pending.add(rel)
+
+    def uncommitted(self) -> set[str]:
+        """The repo-relative paths of the pending files (listed from disk once)."""
+        if self._uncommitted is None:
+            found: set[str] = set()
+            base = self.pending_dir
+            if base.is_dir():
+                for dirpath, _, names in os.walk(base):
+                    rel_dir = Path(dirpath).relative_to(base).as_posix()
+                    # A dot name is a temporary file (this writer's or an older one's).
+                    found.update(f"{rel_dir}/{n}" for n in names if not n.startswith("."))
+            self._uncommitted = found
+        return self._uncommitted
+
+    def read_uncommitted(self, rel: str) -> bytes | None:
+        try:
+            return (self.pending_dir / rel).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def drop_uncommitted(self, rels: Iterable[str]) -> None:
+        """Remove pending files (their content is committed now, or given up)."""
+        pending = self.uncommitted()
+        if not pending:
+            return
+        for rel in rels:
+            if rel in pending:
+                pending.discard(rel)
+                (self.pending_dir / rel).unlink(missing_ok=True)
+
+    def drop_committed(self) -> None:
+        """Remove the pending files HEAD holds as they are (a kill after the commit that
+        took them, before they were removed)."""
+        pending = self.uncommitted()
+        if not pending or self.repo.head_is_unborn:
+            return
+        tree = self.head_commit().tree
+        done = []
+        for rel in pending:
+            data = self.read_uncommitted(rel)
+            try:
+                if data is None or tree[rel].id == pygit2.hash(data):
+                    done.append(rel)
+            except KeyError:
+                continue
+        self.drop_uncommitted(done)
+
+    def set_aside_uncommitted(self, rel: str, aside: Path) -> None:
+        """Move a pending file recovery will not commit to `aside/rel` (kept for a human)."""
+        dest = aside / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        (self.pending_dir / rel).replace(dest)
+        self.uncommitted().discard(rel)
+
+    # -- sessions written with history on disk ----------------------------------------------
+
+    def convert(self) -> None:
+        """History on disk (a session written before, or an old sub-agent worktree): each
+        file that matches HEAD is dropped from disk, any other is moved to the pending folder
+        (recovery commits a killed run's), and the index entries get skip-worktree."""
+        folders = [name for name in (HISTORY, RUNS) if (self.path / name).is_dir()]
+        if not folders or self.repo.head_is_unborn:
+            return
+        tree = self.head_commit().tree
+        for name in folders:
+            base = self.path / name
+            if base.is_symlink():
+                continue
+            for dirpath, _, names in os.walk(base):
+                for file in names:
+                    rel = (Path(dirpath) / file).relative_to(self.path).as_posix()
+                    self._convert_file(tree, rel)
+            shutil.rmtree(base, ignore_errors=True)
+        self.reset_index()
+        log.info("history of %s moved off disk", self.path)
+
+    def _convert_file(self, tree: pygit2.Tree, rel: str) -> None:
+        path = self.path / rel
+        if guarded.is_temp(path.name) or path.is_symlink() or not path.is_file():
+            return
+        try:
+            same = tree[rel].id == pygit2.hashfile(str(path))
+        except KeyError:
+            same = False
+        if not same:
+            dest = self.pending_dir / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            path.replace(dest)
+            self.uncommitted().add(rel)

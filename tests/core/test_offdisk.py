@@ -1,0 +1,153 @@
+"""`history/` and `runs/` kept off disk (staging.py): in git and in the index (skip-worktree),
+never in the working tree, and `git status` clean between turns, after time travel, a fork,
+a revert and a recovery; sessions written with their history on disk are converted when
+opened, losing nothing. Checked with the git CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pygit2
+
+from conftest import assert_fsck, git, new_session, run_turn
+from server.core import revert, timetravel
+from server.core.braid import Braid
+from server.core.fork import fork_session
+from server.core.git_session import GitSession, to_json_bytes
+from server.core.reindex import reindex
+from server.core.users import DEFAULT_USER
+
+USER = DEFAULT_USER
+
+
+def assert_off_disk(path: Path) -> None:
+    """Nothing of history/ or runs/ on disk, their entries skip-worktree, status clean."""
+    assert not (path / "history").exists() and not (path / "runs").exists()
+    tags: dict[str, set[str]] = {}
+    for line in git(path, "ls-files", "-t").splitlines():
+        tag, rel = line.split(" ", 1)
+        tags.setdefault(rel.split("/")[0], set()).add(tag)
+    assert tags.get("history") == {"S"} and tags.get("runs") == {"S"}, tags
+    assert tags.get("workdir", {"H"}) == {"H"} and tags.get("session.json") == {"H"}, tags
+    assert git(path, "status", "--porcelain") == ""
+    assert git(path, "diff-files", "--name-only") == ""
+    assert_fsck(path)
+
+
+async def test_turns_keep_history_in_git_only(braid: Braid) -> None:
+    sid, path = await new_session(braid)
+    await run_turn(braid, sid, "write a.txt one")
+    done = await run_turn(braid, sid, "recall")
+    assert done["messages"][-1]["content"] == "write a.txt one | recall"
+    assert_off_disk(path)
+    assert (path / "workdir" / "a.txt").read_text() == "one\n"
+    assert not (path / ".git" / "braid-pending").exists() or \
+        not any(p.is_file() for p in (path / ".git" / "braid-pending").rglob("*"))
+
+
+async def test_continue_fork_and_revert_touch_only_the_workdir(braid: Braid) -> None:
+    sid, path = await new_session(braid)
+    first = await run_turn(braid, sid, "write a.txt one")
+    for i in range(3):
+        await run_turn(braid, sid, f"write b{i}.txt {i}")
+    forked = await timetravel.continue_run_to_end(braid, USER, sid, first["run_id"],
+                                                  input="recall")
+    assert forked["forked"] and forked["messages"][-1]["content"] == "write a.txt one | recall"
+    assert sorted(os.listdir(path / "workdir")) == ["a.txt"]
+    assert_off_disk(path)
+
+    copy = await fork_session(braid, USER, sid)
+    copy_path = braid.store.path(copy["session_id"])
+    assert_off_disk(copy_path)
+    assert git(copy_path, "rev-parse", "HEAD:runs") == git(path, "rev-parse", "HEAD:runs")
+    await run_turn(braid, copy["session_id"], "write c.txt in the fork")
+    assert_off_disk(copy_path)
+
+    wrote = await run_turn(braid, sid, "write d.txt on the sibling")
+    await revert.revert_turn(braid, USER, sid, wrote["run_id"])
+    assert not (path / "workdir" / "d.txt").exists()
+    assert_off_disk(path)
+
+
+def test_a_sub_agent_worktree_keeps_its_history_off_disk(tmp_path: Path) -> None:
+    meta = {"session_id": "0" * 32, "title": "t", "user_id": "local", "created_at": "now",
+            "forked_from_session_id": None, "root_session_id": "0" * 32}
+    parent = GitSession.create(tmp_path / "s", meta)
+    parent.create_branch("sub_x", parent.head_oid())
+    folder = tmp_path / "s" / "_worktrees" / "sub_x"
+    folder.parent.mkdir()
+    parent.repo.add_worktree("sub_x", str(folder), parent.repo.references["refs/heads/sub_x"])
+    child = GitSession(folder)
+    child.write_uncommitted("runs/000/00/r.json", b'{"status": "RUNNING"}\n')
+    child.write_checkpoint({"history/000/00/000000-user-u.json": b"{}\n",
+                            "runs/000/00/r.json": b'{"status": "DONE"}\n',
+                            "workdir/a.txt": b"a\n"}, summary="t", kind="turn")
+    assert not (folder / "history").exists() and not (folder / "runs").exists()
+    assert child.uncommitted() == set()
+    assert "S runs/000/00/r.json" in git(folder, "ls-files", "-t")
+    assert git(folder, "status", "--porcelain") == ""
+    assert git(tmp_path / "s", "status", "--porcelain") == ""
+
+
+def old_style(path: Path) -> None:
+    """Put history/ and runs/ back on disk with an index that has no skip-worktree bits, as
+    Braid wrote sessions before."""
+    git(path, "update-index", "--no-skip-worktree",
+        *git(path, "ls-files", "history", "runs").split())
+    git(path, "checkout", "--", "history", "runs")
+    assert (path / "history").is_dir()
+    assert git(path, "status", "--porcelain") == ""
+
+
+async def test_a_session_with_history_on_disk_is_converted_when_opened(
+        make_braid: Any, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    braid = await make_braid(data)
+    sid, path = await new_session(braid)
+    await run_turn(braid, sid, "write a.txt one")
+    await braid.stop()
+    old_style(path)
+    # A turn an old server was killed in: its user message and RUNNING record on disk only.
+    run_id = "c" * 32
+    msg = {"id": "d" * 32, "role": "user", "content": "typed before the kill",
+           "run_id": run_id, "created_at": "now"}
+    (path / "history/000/00/000004-user-" f"{'d' * 32}.json").write_bytes(to_json_bytes(msg))
+    record = json.loads(git(path, "show", "HEAD:" + git(
+        path, "ls-files", "runs").split()[0]))
+    record.update(run_id=run_id, status="RUNNING", message_count=1)
+    (path / f"runs/000/00/{run_id}.json").write_bytes(to_json_bytes(record))
+    (data / "index.sqlite3").unlink()  # and the index lost: reindex finds the record
+
+    braid = await make_braid(data)
+    await reindex(braid)
+    assert_off_disk(path)
+    shown = json.loads(git(path, "show", f"HEAD:runs/000/00/{run_id}.json"))
+    assert shown["status"] == "INTERRUPTED"
+    contents = [json.loads(git(path, "show", f"HEAD:{f}"))["content"]
+                for f in git(path, "ls-tree", "-r", "--name-only", "HEAD", "history").split()]
+    assert "typed before the kill" in contents
+    done = await run_turn(braid, sid, "recall")
+    assert "typed before the kill" in done["messages"][-1]["content"]
+    assert_off_disk(path)
+
+
+async def test_a_user_edit_among_many_files_is_found_and_status_is_clean(
+        braid: Braid) -> None:
+    sid, path = await new_session(braid)
+    for i in range(2000):
+        folder = path / "workdir" / f"d{i // 100:02d}"
+        folder.mkdir(exist_ok=True)
+        (folder / f"f{i}.txt").write_text(f"{i}\n")
+    await run_turn(braid, sid, "say first")
+    assert_off_disk(path)
+    await run_turn(braid, sid, "write d00/new.txt x")
+    (path / "workdir" / "d07" / "f777.txt").write_text("edited by the user\n")
+    await run_turn(braid, sid, "say after the edit")
+    log = git(path, "log", "-3", "--format=%s", "--name-only")
+    assert "User edits: d07/f777.txt" in log and "workdir/d07/f777.txt" in log
+    assert_off_disk(path)
+    repo = pygit2.Repository(str(path))
+    assert repo.revparse_single("HEAD:workdir/d07/f777.txt").data == b"edited by the user\n"
