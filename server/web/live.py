@@ -68,6 +68,10 @@ async def catch_up(r: HtmlRenderer, live: list[LiveTurn], full: bool,
     await load_names(r.ctx.braid, r.ctx.session_id)
     if full:
         view = await sessions.transcript(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
+        # Any turn drawn here that the snapshot did not hold may have started after it: its
+        # queued run_started must redraw it in place (render_html.HtmlRenderer.drawn).
+        live_ids = {item["run_id"] for item in live}
+        r.drawn = {t["run_id"] for t in view["turns"] if t.get("run_id")} - live_ids
         info = r.ctx.braid.store.get(r.ctx.session_id).meta
         return (render("_transcript.html", transcript=merge_live(view, live, branch))
                 + await r.run_state() + render("_branch.html", branch=branch)

@@ -33,6 +33,11 @@ EventRenderer = Callable[[View], str]
 class HtmlRenderer:
     def __init__(self, ctx: ActionContext) -> None:
         self.ctx = ctx
+        # Runs this connection's full catch-up drew from git although their run_started was
+        # still queued (a run that began after the subscription and wrote its commits while
+        # the catch-up read the transcript): that event redraws the turn instead of adding
+        # a second element with the same id.
+        self.drawn: set[str] = set()
 
     toast = staticmethod(toast)
 
@@ -47,6 +52,9 @@ class HtmlRenderer:
                 return ""
             view = await VIEWS.get(self.ctx, frame)
             use(view.names)
+            if name == "run_started" and frame["data"].get("run_id") in self.drawn:
+                self.drawn.discard(frame["data"]["run_id"])
+                return _run_restarted(view)
             return event(view)
         await load_names(self.ctx.braid, self.ctx.session_id)
         if kind == "error":
@@ -72,6 +80,14 @@ def _run_started(v: View) -> str:
             + (session_list(v.reads["sessions"], v.data["session_id"])
                if v.data.get("titled") else "")
             + run_state(v.running))
+
+
+def _run_restarted(v: View) -> str:
+    """run_started of a turn the page already shows: the turn is drawn again as it started
+    (same id, swapped in place); its tool calls and its end follow as events."""
+    if is_sub_agent_run(v.data):
+        return run_state(v.running)
+    return render("_turn.html", turn=turn_from_event(v.data, streaming=True)) + run_state(v.running)
 
 
 def _delta(data: dict[str, Any]) -> str:
