@@ -242,6 +242,8 @@ def bench_agno(root: Path) -> None:
     python, why = agno_python()
     sides: dict[int, tuple[GitSession, AgnoSide | None]] = {}
     meta = {"title": "bench", "user_id": "local", "created_at": now_iso()}
+    ours: dict[int, list[float]] = {n: [] for n in RUN_LENGTHS}
+    theirs: dict[int, list[float]] = {n: [] for n in RUN_LENGTHS}
     try:
         for n in RUN_LENGTHS:
             git = GitSession.create(root / f"runs{n}", {"session_id": f"{n:032x}", **meta})
@@ -251,20 +253,30 @@ def bench_agno(root: Path) -> None:
             if agno is not None:
                 agno.runs(n - 1)
             sides[n] = (git, agno)
-        ours: dict[int, list[float]] = {n: [] for n in RUN_LENGTHS}
-        theirs: dict[int, list[float]] = {n: [] for n in RUN_LENGTHS}
         for i in range(SAMPLES):
             for n, (git, agno) in sides.items():
+                # Who goes first alternates: the one after a write pays for its writeback.
+                first, second = (agno, None) if i % 2 else (None, agno)
+                _agno_run(first, theirs[n])
                 ours[n].append(sum(braid_run(git, n + i)) / (BATCHES + 1))
-                if agno is not None:
-                    theirs[n].append(sum(agno.runs(1)["ms"][0]) / (BATCHES + 1))
+                _agno_run(second, theirs[n])
     finally:
         for _, agno in sides.values():
             if agno is not None:
                 agno.close()
+    _print_agno(ours, theirs if python is not None else None, why)
+
+
+def _agno_run(agno: AgnoSide | None, into: list[float]) -> None:
+    if agno is not None:
+        into.append(sum(agno.runs(1)["ms"][0]) / (BATCHES + 1))
+
+
+def _print_agno(ours: dict[int, list[float]], theirs: dict[int, list[float]] | None,
+                why: str) -> None:
     print(f"\n3. A checkpoint side by side with {AGNO} (SqliteDb, checkpoint=\"tool-batch\"),"
           f" per checkpoint: 5 tool batches of 2 KB and an answer, median of {SAMPLES} runs")
-    if python is None:
+    if theirs is None:
         print(f"   agno not measured: {why}")
         print(f"   {'run':>8} {'Braid ms':>10} {'agno (issue 9) ms':>18}")
         for n in RUN_LENGTHS:

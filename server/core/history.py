@@ -24,7 +24,7 @@ import pygit2
 HISTORY = "history"
 RUNS = "runs"
 LEGACY_SHARD = 1000
-CACHED_LISTINGS = 6
+CACHED_LISTINGS = 12  # copies share their entries and messages: a few pointer arrays each
 
 
 def history_path(seq: int, role: str, message_id: str, legacy: bool = False) -> str:
@@ -113,22 +113,34 @@ def _number(top: str, name: str, ordinal: int) -> int:
     return ordinal
 
 
-def move_listing(repo: pygit2.Repository, listing: Listing, tree: pygit2.Tree | None) -> None:
+def tree_shards(top: str, tree: pygit2.Tree) -> tuple[bool, list[tuple[str, pygit2.Oid]]]:
+    """A tree's layout (legacy or not) and its leaf folders in order."""
+    legacy = is_legacy(tree)
+    return legacy, _leaf_shards(tree, top, 1 if legacy else 2)
+
+
+def common_shards(listing: Listing, legacy: bool, shards: list[tuple[str, pygit2.Oid]]) -> int:
+    """How many leading leaf folders `listing` shares with a tree's (its reusable part)."""
+    if legacy != listing.legacy:
+        return 0
+    keep, limit = 0, min(len(shards), len(listing.shards))
+    while keep < limit and shards[keep] == listing.shards[keep]:
+        keep += 1
+    return keep
+
+
+def move_listing(repo: pygit2.Repository, listing: Listing, tree: pygit2.Tree | None,
+                 layout: tuple[bool, list[tuple[str, pygit2.Oid]]] | None = None) -> None:
     """Bring `listing` to `tree` (the top folder at another commit), re-reading only the leaf
-    folders that differ from the ones it holds."""
+    folders that differ from the ones it holds (`layout`: the tree's, when already read)."""
     if tree is None:
         listing.tree_id, listing.shards, listing.starts, listing.entries = None, [], [], []
         listing.by_stem = listing.messages = listing.sums = None
         return
     if listing.tree_id == tree.id:
         return
-    legacy = is_legacy(tree)
-    shards = _leaf_shards(tree, listing.top, 1 if legacy else 2)
-    keep = 0
-    if legacy == listing.legacy:
-        limit = min(len(shards), len(listing.shards))
-        while keep < limit and shards[keep] == listing.shards[keep]:
-            keep += 1
+    legacy, shards = layout or tree_shards(listing.top, tree)
+    keep = common_shards(listing, legacy, shards)
     cut = listing.starts[keep] if keep < len(listing.starts) else len(listing.entries)
     if listing.by_stem is not None:
         for gone in listing.entries[cut:]:
@@ -162,7 +174,9 @@ def _read_shards(repo: pygit2.Repository, listing: Listing,
 
 class Listings:
     """A few listings per top folder, most recently used last; a miss moves a copy of the
-    newest one, so switching between a branch and its fork re-reads only what differs."""
+    one sharing the most leaf folders with the new tree (after a checkpoint: the newest),
+    so a new commit, or switching between a branch and its fork, re-reads only what
+    differs, and a long branch shown again after a short fork's turns is not read afresh."""
 
     def __init__(self, repo: pygit2.Repository) -> None:
         self.repo = repo
@@ -176,13 +190,14 @@ class Listings:
         if hit is not None:
             cache.move_to_end(key)
             return hit
-        listing = next(reversed(cache.values())).copy() if cache else Listing(top)
-        if cache:
-            newest = next(reversed(cache.values()))
-            listing.messages = list(newest.messages) if newest.messages is not None else None
-            listing.sums = list(newest.sums) if newest.sums is not None else None
-            listing.by_stem = dict(newest.by_stem) if newest.by_stem is not None else None
-        move_listing(self.repo, listing, tree)
+        layout = tree_shards(top, tree) if tree is not None else None
+        base = _base(cache, layout)
+        listing = base.copy() if base is not None else Listing(top)
+        if base is not None:
+            listing.messages = list(base.messages) if base.messages is not None else None
+            listing.sums = list(base.sums) if base.sums is not None else None
+            listing.by_stem = dict(base.by_stem) if base.by_stem is not None else None
+        move_listing(self.repo, listing, tree, layout)
         cache[key] = listing
         while len(cache) > CACHED_LISTINGS:
             cache.popitem(last=False)
@@ -216,6 +231,22 @@ class Listings:
         if listing.by_stem is None:
             listing.by_stem = {e.name.rsplit(".", 1)[0]: i for i, e in enumerate(listing.entries)}
         return listing, listing.by_stem
+
+
+def _base(cache: OrderedDict[pygit2.Oid | None, Listing],
+          layout: tuple[bool, list[tuple[str, pygit2.Oid]]] | None) -> Listing | None:
+    """The cached listing to move to a new tree: the newest when it differs in at most its
+    last two folders (a checkpoint), else the one sharing the most folders (parsed first)."""
+    if not cache:
+        return None
+    newest = next(reversed(cache.values()))
+    if layout is None:
+        return newest
+    legacy, shards = layout
+    if common_shards(newest, legacy, shards) >= len(shards) - 2:
+        return newest
+    return max(reversed(cache.values()), key=lambda lst: (
+        common_shards(lst, legacy, shards), lst.messages is not None))
 
 
 @dataclass

@@ -26,9 +26,8 @@ if TYPE_CHECKING:
 __all__ = [
     "HISTORY", "RUNS", "StoredMessage", "answer_of", "find_run_path", "history_path",
     "is_legacy", "last_answer", "message_files", "message_path", "message_sums", "messages",
-    "new_run_path",
-    "next_message_path", "next_seq", "run_count", "run_entries", "run_path", "runs",
-    "stored_messages",
+    "new_run_path", "next_message_path", "next_seq", "run_count", "run_entries", "run_path",
+    "run_usages", "runs", "stored_messages",
 ]
 
 
@@ -134,6 +133,23 @@ def runs(git: GitSession, commit: pygit2.Commit | None = None) -> Iterator[dict[
     """Every run record on the branch at `commit`, by ordinal."""
     for entry in git.listings.get(RUNS, _tree(git, commit, RUNS)).entries:
         yield git.blob_json(entry.blob)
+
+
+def run_usages(git: GitSession, commit: pygit2.Commit | None = None) -> list[dict[str, Any]]:
+    """Every run record's `usage` on the branch at `commit`, by ordinal. A record's usage is
+    read once per blob (kept with the session: blobs never change), so a turn's footer
+    re-reads only the records that changed, not every run's."""
+    kept: dict[pygit2.Oid, dict[str, Any]] = git.caches.setdefault("run_usage", {})
+    entries = git.listings.get(RUNS, _tree(git, commit, RUNS)).entries
+    if len(kept) > 4 * len(entries) + 1000:
+        kept.clear()
+    out = []
+    for entry in entries:
+        usage = kept.get(entry.blob)
+        if usage is None:
+            usage = kept[entry.blob] = git.blob_json(entry.blob).get("usage") or {}
+        out.append(usage)
+    return out
 
 
 def find_run_path(git: GitSession, run_id: str,

@@ -50,10 +50,9 @@ def check_model(braid: Braid, value: object) -> str | None:
     return value.strip()
 
 
-def usage_total(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def usage_total(usages: list[dict[str, Any]]) -> dict[str, Any]:
     total: dict[str, Any] = {"prompt_tokens": 0, "completion_tokens": 0, "estimated": False}
-    for run in runs:
-        usage = run.get("usage") or {}
+    for usage in usages:
         total["prompt_tokens"] += int(usage.get("prompt_tokens") or 0)
         total["completion_tokens"] += int(usage.get("completion_tokens") or 0)
         total["estimated"] = total["estimated"] or bool(usage.get("estimated"))
@@ -64,5 +63,5 @@ def usage_total(runs: list[dict[str, Any]]) -> dict[str, Any]:
 async def session_usage(braid: Braid, user_id: str, session_id: str) -> dict[str, Any]:
     """Tokens the turns on the branch shown used, all added up."""
     handle = braid.store.get_owned(user_id, session_id)
-    runs = await handle.call(lambda git: list(layout.runs(git, git.head_commit())))
-    return usage_total(runs)
+    usages = await handle.call(lambda git: layout.run_usages(git, git.head_commit()))
+    return usage_total(usages)
