@@ -12,21 +12,15 @@ import pygit2
 from . import crash, guarded, journal
 from .git_session import DISK, WORKDIR, GitSession
 from .history import HISTORY, RUNS
+from .treeops import tree_delta
 
 
 def changed_paths(repo: pygit2.Repository, old: pygit2.Tree | None, new: pygit2.Tree | None,
                   prefix: str = "") -> tuple[list[str], list[str]]:
     """(paths written, paths deleted) to go from `old` to `new`, with `prefix` prepended."""
-    empty = repo[repo.TreeBuilder().write()]
-    diff = (old or empty).diff_to_tree(new or empty)
     written, deleted = [], []
-    for delta in diff.deltas:
-        if delta.status == pygit2.enums.DeltaStatus.DELETED:
-            deleted.append(prefix + delta.old_file.path)
-        else:
-            written.append(prefix + delta.new_file.path)
-            if delta.old_file.path != delta.new_file.path:
-                deleted.append(prefix + delta.old_file.path)
+    for path, _, entry in tree_delta(old, new, prefix):  # the changed folders only
+        (written if entry is not None else deleted).append(path)
     return written, deleted
 
 
