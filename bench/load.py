@@ -109,11 +109,12 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def start_servers(n: int, data_dir: Path, idle: float, url: str | None
+def start_servers(n: int, data_dir: Path, idle: float, url: str | None,
+                  extra: dict[str, str] | None = None
                   ) -> list[tuple[subprocess.Popen[bytes], str]]:
     """`n` braid serve processes on one data dir (and one database when `url`)."""
     env = {**os.environ, "BRAID_TOKEN": TOKEN, "BRAID_MODEL": "demo",
-           "BRAID_IDLE_SECONDS": str(idle)}
+           "BRAID_IDLE_SECONDS": str(idle), **(extra or {})}
     env.pop("BRAID_DATABASE_URL", None)
     if url:
         env["BRAID_DATABASE_URL"] = url
@@ -142,10 +143,11 @@ def usage(servers: list[tuple[subprocess.Popen[bytes], str]]) -> tuple[float, in
     return sum(s[0] for s in stats), sum(s[1] for s in stats)
 
 
-def run_config(n: int, url: str | None, args: argparse.Namespace) -> dict[str, Any]:
+def run_config(n: int, url: str | None, args: argparse.Namespace,
+               extra: dict[str, str] | None = None) -> dict[str, Any]:
     """One load run; socket i talks to process i % n, sessions are made round-robin too."""
     data_dir = Path(tempfile.mkdtemp(prefix="braid-load-")) / "data"
-    servers = start_servers(n, data_dir, args.idle, url)
+    servers = start_servers(n, data_dir, args.idle, url, extra)
     try:
         bases = [b for _, b in servers]
         cold = usage(servers)
@@ -237,8 +239,14 @@ def main() -> int:
                         help="also 1 and 2 processes on PostgreSQL, side by side (a "
                              "throwaway cluster unless --database-url)")
     parser.add_argument("--database-url", help="a postgresql:// URL for --team")
+    parser.add_argument("--active-turns", default="",
+                        help="BRAID_ACTIVE_TURNS values to run side by side, e.g. 0,16 "
+                             "(0: no bound; unset: the server's default)")
     args = parser.parse_args()
-    configs: list[tuple[str, int, str | None]] = [("1 process, SQLite", 1, None)]
+    caps = [c.strip() for c in args.active_turns.split(",") if c.strip()]
+    configs: list[tuple[str, int, str | None, dict[str, str]]] = [
+        (f"SQLite, {'no' if cap == '0' else cap} cap", 1, None, {"BRAID_ACTIVE_TURNS": cap})
+        for cap in caps] or [("1 process, SQLite", 1, None, {})]
     cluster = None
     if args.team:
         url = args.database_url
@@ -252,13 +260,13 @@ def main() -> int:
                 return 2
             cluster = Cluster(bindir).start()
             url = cluster.url
-        configs += [("1 process, PG", 1, url), ("2 processes, PG", 2, url)]
+        configs += [("1 process, PG", 1, url, {}), ("2 processes, PG", 2, url, {})]
     try:
         results = []
-        for label, n, db in configs:
+        for label, n, db, extra in configs:
             if db and cluster is not None:  # each configuration on an empty database
                 db = cluster.new_database(f"load{len(results)}")
-            results.append((label, run_config(n, db, args)))
+            results.append((label, run_config(n, db, args, extra)))
     finally:
         if cluster is not None:
             cluster.stop()
@@ -274,7 +282,7 @@ def main() -> int:
     for i, key in enumerate(LABELS):
         cells = [f"{col[i]:>{w}}" for col, w in zip(table, cols, strict=True)]
         print(f"{key:<{width}}  " + "  ".join(cells))
-    if len(results) > 1:
+    if args.team:
         base = results[-2][1]
         last = results[-1][1]
         ratio = base["wall"] / last["wall"]

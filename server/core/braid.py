@@ -8,8 +8,9 @@ import logging
 import os
 from pathlib import Path
 
-from . import recovery
+from . import model_memo, recovery
 from .backends import make_index, make_team, make_users
+from .live_runs import TurnGate
 from .locks import BranchLocks
 from .memory import give_back_memory, limit_arenas
 from .model_client import ModelClient
@@ -38,6 +39,7 @@ class Braid:
         self.team, self.bus, self.runs, self.locks = make_team(self, settings)
         self.packer = Packer()  # packs idle sessions' loose objects in the background
         self.model = ModelClient(settings)
+        self.turn_gate = TurnGate(settings.active_turns)  # BRAID_ACTIVE_TURNS at once
         self._reaper: asyncio.Task[None] | None = None
 
     async def start(self) -> str:
@@ -80,6 +82,8 @@ class Braid:
                 await asyncio.gather(*map(asyncio.wrap_future, closing),
                                      return_exceptions=True)
             if closing and not live:  # quiet: the freed heap goes back to the system
+                if not self.store.open_count():
+                    model_memo.forget_all()  # the released sessions' kept messages
                 await asyncio.to_thread(give_back_memory)
 
     async def stop(self) -> None:

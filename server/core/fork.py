@@ -25,6 +25,7 @@ from pygit2.enums import FileMode
 
 from . import crash, journal
 from .errors import Busy
+from .git_init import init_repository
 from .git_session import WORKDIR, GitSession, commit_message, to_json_bytes
 from .ids import new_session_id
 from .indexformat import stat_words
@@ -85,7 +86,8 @@ def clone_session(git: GitSession, target: Path, meta: dict[str, Any]) -> dict[s
     snapshot_user_edits(git)  # the user's unsaved edits go along, committed in the source
     git.flush_index()
     head = git.branch if git.branch != "HEAD" else "main"
-    repo = pygit2.init_repository(str(target), bare=False, initial_head=head)
+    init_repository(target, head)  # pygit2's leaks a repository (git_init.py)
+    repo = pygit2.Repository(str(target))
     crash.at("fork.after_init")
     link_objects(git.path / ".git" / "objects", target / ".git" / "objects")
     exclude = git.path / ".git" / "info" / "exclude"

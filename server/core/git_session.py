@@ -29,6 +29,7 @@ from .commits import (
     parse_trailers,
 )
 from .errors import Conflict, NotFound
+from .git_init import init_repository
 from .history import HISTORY, RUNS, Entry, Lines, Listings, history_path, run_path
 from .staging import IndexedSession, Staged, off_disk, staged
 from .workdir_scan import WORKDIR, WorkdirScan, walk_tree
@@ -76,7 +77,7 @@ class GitSession(WorkdirScan, IndexedSession):
     @classmethod
     def create(cls, path: Path, meta: Mapping[str, Any]) -> GitSession:
         path.mkdir(parents=True, exist_ok=False)
-        pygit2.init_repository(str(path), bare=False, initial_head="main")
+        init_repository(path, "main")  # pygit2's leaks a repository (git_init.py)
         (path / WORKDIR).mkdir()
         exclude = path / ".git" / "info" / "exclude"
         exclude.parent.mkdir(parents=True, exist_ok=True)

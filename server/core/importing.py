@@ -17,6 +17,7 @@ import pygit2
 from pygit2.enums import FileMode
 
 from .errors import BadRequest
+from .git_init import init_repository
 from .git_session import (
     SIGNATURE_EMAIL,
     SIGNATURE_NAME,
@@ -111,7 +112,8 @@ def build_import(path: Path, meta: dict[str, Any], source: Source, settings: Set
     """Make the session folder at `path` with the import as its first (root) commit."""
     check_source_readable(source, settings)
     path.mkdir(parents=True, exist_ok=False)
-    repo = pygit2.init_repository(str(path), bare=False, initial_head="main")
+    init_repository(path, "main")  # pygit2's leaks a repository (git_init.py)
+    repo = pygit2.Repository(str(path))
     (path / WORKDIR).mkdir()
     exclude = path / ".git" / "info" / "exclude"
     exclude.parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,12 @@
 `claim_turn` holds the branch before any git work (so two sends cannot both pass) and
 registers the run; if the block that prepares the turn fails, the branch is freed at once,
 else the turn's last step frees it (`RunRegistry.end`).
+
+`TurnGate`: at most BRAID_ACTIVE_TURNS turns in their model loop at once; the others are
+started (their `run_started` sent, their branch held) and wait their turn in order. What a
+turn holds while it runs (the model stream, its messages, the git objects of its checkpoints)
+then peaks at that many turns, not at every socket's: 200 turns at once leave the heap
+scattered with the few objects that outlive them, and it is never given back whole.
 """
 
 from __future__ import annotations
@@ -83,6 +89,35 @@ class RunRegistry:
 
     def all(self) -> list[ActiveRun]:
         return list(self._by_branch.values())
+
+
+class TurnGate:
+    """At most `limit` turns drive at once (0: no bound), first come first served."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._slots = asyncio.Semaphore(limit) if limit > 0 else None
+        self.waiting = 0  # turns queued for a slot
+        self.driving = 0  # turns holding one
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Held while a turn drives. Cancelled while waiting (the turn was stopped before it
+        could start), the waiting ends at once, with no slot taken."""
+        if self._slots is None:
+            yield
+            return
+        self.waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.waiting -= 1
+        self.driving += 1
+        try:
+            yield
+        finally:
+            self.driving -= 1
+            self._slots.release()
 
 
 @asynccontextmanager

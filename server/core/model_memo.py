@@ -10,10 +10,16 @@ Keyed by the object itself (its `id()`, with the object kept alive beside the va
 id is never reused while its entry lives): message dicts are never changed once made
 (layout.messages hands out shared ones: copy to change), and a message read again from git
 is a new object, looked at afresh. Used on the event loop only.
+
+Once no session is open any more (all idle and released, store.py), `forget_all` empties
+every memo: what they keep is the released sessions' messages, up to KEPT of each, which
+would else stay for good (issue 11: RSS back to the start when the server is quiet); a
+session used again makes its values again, once, as after a restart.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import Any, Generic, TypeVar
@@ -29,6 +35,7 @@ class IdentityMemo(Generic[V]):
         self.make, self.size = make, size
         self._values: dict[int, V] = {}
         self._objects: dict[int, Any] = {}
+        _MEMOS.add(self)
 
     def get(self, obj: Any) -> V:
         key = id(obj)
@@ -68,3 +75,12 @@ class IdentityMemo(Generic[V]):
     def clear(self) -> None:
         self._values.clear()
         self._objects.clear()
+
+
+_MEMOS: weakref.WeakSet[IdentityMemo[Any]] = weakref.WeakSet()
+
+
+def forget_all() -> None:
+    """Empty every memo (no session is open: what they keep belongs to none)."""
+    for memo in list(_MEMOS):
+        memo.clear()

@@ -33,6 +33,9 @@ class Settings:
     # and at most this many stay open at once (least recently used released first).
     idle_seconds: float = 60.0
     open_sessions: int = 64
+    # At most this many turns drive (model loop, tools, checkpoints) at once, the others
+    # wait in order (live_runs.TurnGate); 0: no bound.
+    active_turns: int = 16
     # Unset: the embedded SQLite files in the data dir. A postgresql:// URL: the index and
     # users in PostgreSQL, and several processes coordinated through it (a team server).
     database_url: str | None = None
@@ -60,6 +63,7 @@ class Settings:
         s.tool_choice = env.get("BRAID_TOOL_CHOICE") or None
         s.idle_seconds = _number(env, "BRAID_IDLE_SECONDS", s.idle_seconds)
         s.open_sessions = int(_number(env, "BRAID_OPEN_SESSIONS", s.open_sessions))
+        s.active_turns = max(0, int(_number(env, "BRAID_ACTIVE_TURNS", s.active_turns)))
         s.database_url = env.get("BRAID_DATABASE_URL") or None
         if s.database_url and not s.database_url.startswith(("postgresql://", "postgres://")):
             raise ValueError("BRAID_DATABASE_URL must be a postgresql:// URL")

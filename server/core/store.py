@@ -179,6 +179,10 @@ class SessionStore:
                     closing.append(future)
         return closing
 
+    def open_count(self) -> int:
+        """How many sessions have their repository open (or opening)."""
+        return sum(1 for h in self._handles.values() if h.is_open)
+
     def forget(self, session_id: str) -> None:
         """Drop a session's handle (it is being deleted); later lookups are `NotFound`."""
         self._handles.pop(session_id, None)

@@ -117,13 +117,17 @@ async def drive(braid: Braid, ctx: TurnContext, active: ActiveRun) -> None:
     try:
         if active.stop_requested:  # cancelled between `launch` and this first step
             raise asyncio.CancelledError
-        for batch in range(MAX_BATCHES):
-            reply, msg_id = await _model_call(braid, ctx, active, (endpoint, model), batch)
-            if not reply.tool_calls:
-                break
-            await _tool_batch(braid, ctx, reply, msg_id)
-        else:
-            status, error = "ERROR", f"stopped after {MAX_BATCHES} tool batches"
+        # Queued behind BRAID_ACTIVE_TURNS others (live_runs.TurnGate): a stop while
+        # waiting ends the turn CANCELLED like a stop mid-stream.
+        async with braid.turn_gate.slot():
+            for batch in range(MAX_BATCHES):
+                reply, msg_id = await _model_call(braid, ctx, active, (endpoint, model),
+                                                  batch)
+                if not reply.tool_calls:
+                    break
+                await _tool_batch(braid, ctx, reply, msg_id)
+            else:
+                status, error = "ERROR", f"stopped after {MAX_BATCHES} tool batches"
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is not None:

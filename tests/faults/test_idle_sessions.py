@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import git, new_session, run_turn
-from server.core import store
+from server.core import context, model_body, store
 
 
 def git_threads() -> int:
@@ -61,6 +61,14 @@ async def test_at_most_the_bound_stays_open(make_braid: Any) -> None:
     assert sum(1 for sid in braid.store.all_ids() if braid.store.get(sid).is_open) <= 3
 
 
+async def until(check: Any) -> None:
+    for _ in range(300):
+        if check():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("not reached in 30 s")
+
+
 def held_files(folder: Path) -> list[str]:
     """Files under `folder` this process holds open or mapped (/proc/self: fds and maps)."""
     inside = str(folder) + "/"
@@ -79,6 +87,7 @@ async def test_an_idle_session_lets_go_of_its_repository(make_braid: Any) -> Non
     sid, path = await new_session(braid)
     for i in range(3):
         assert (await run_turn(braid, sid, f"write f{i}.txt {i}"))["status"] == "COMPLETED"
+    assert len(context.COSTS) > 0 and len(model_body.ENCODED) > 0
     # The objects into a pack (loose ones gone), which libgit2 keeps open and mapped.
     git(path, "repack", "-a", "-d", "-q")
     handle = braid.store.get(sid)
@@ -107,6 +116,8 @@ async def test_an_idle_session_lets_go_of_its_repository(make_braid: Any) -> Non
     # (a `pygit2.Repository` is in a reference cycle with its `branches`, `references`...).
     assert repo() is None
     assert held_files(path / ".git") == []
+    # No session open: the per-message memos of its model calls are emptied too.
+    await until(lambda: len(context.COSTS) == len(model_body.ENCODED) == 0)
     done = await run_turn(braid, sid, "write g.txt reopened")  # reopened on demand
     assert done["status"] == "COMPLETED"
     assert git(path, "show", "HEAD:workdir/g.txt") == "reopened\n"
