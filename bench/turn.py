@@ -336,11 +336,12 @@ def big_workdir_section(srv: Server, data: Path, tmp: Path) -> None:
         subprocess.run(["git", "init", "-q", str(copy)], check=True)
         shutil.copytree(data / "sessions" / sid / "workdir", copy / "workdir")
         start = time.perf_counter()
-        subprocess.run(f"git -C {copy} add -A && git -C {copy} -c user.name=b -c "
-                       f"user.email=b@b commit -qm snap", shell=True, check=True)
+        # gc.auto=0: a detached auto-gc would still be writing into the copy when it goes.
+        subprocess.run(f"git -C {copy} add -A && git -C {copy} -c gc.auto=0 -c user.name=b "
+                       f"-c user.email=b@b commit -qm snap", shell=True, check=True)
         row(f"   git add -A && git commit on the same {n:,} files",
             ms(time.perf_counter() - start))
-        shutil.rmtree(copy)
+        shutil.rmtree(copy, ignore_errors=True)
     times: dict[int, list[float]] = {n: [] for n in sids}
     for i in range(SAMPLES):
         for n, sid in sids.items():

@@ -11,31 +11,41 @@ import pygit2
 
 from . import crash, guarded, journal
 from .git_session import DISK, WORKDIR, GitSession
-from .staging import Staged, off_disk
+from .history import HISTORY, RUNS
+from .treeops import tree_delta
 
 
 def changed_paths(repo: pygit2.Repository, old: pygit2.Tree | None, new: pygit2.Tree | None,
-                  prefix: str = "", index: dict[str, Staged | None] | None = None
-                  ) -> tuple[list[str], list[str]]:
-    """(paths written, paths deleted) to go from `old` to `new`, with `prefix` prepended.
-    With `index`, the history/ and runs/ changes (never on disk) go there instead, as the
-    index entries they need."""
-    empty = repo[repo.TreeBuilder().write()]
-    diff = (old or empty).diff_to_tree(new or empty)
+                  prefix: str = "") -> tuple[list[str], list[str]]:
+    """(paths written, paths deleted) to go from `old` to `new`, with `prefix` prepended."""
     written, deleted = [], []
-    for delta in diff.deltas:
-        old_path, new_path = prefix + delta.old_file.path, prefix + delta.new_file.path
-        gone = delta.status == pygit2.enums.DeltaStatus.DELETED
-        if index is not None and off_disk(new_path):
-            index[new_path] = None if gone else Staged(delta.new_file.id, delta.new_file.mode)
-            if old_path != new_path:
-                index[old_path] = None
-        elif gone:
-            deleted.append(old_path)
-        else:
-            written.append(new_path)
-            if old_path != new_path:
-                deleted.append(old_path)
+    for path, _, entry in tree_delta(old, new, prefix):  # the changed folders only
+        (written if entry is not None else deleted).append(path)
+    return written, deleted
+
+
+def disk_paths(repo: pygit2.Repository, old: pygit2.Tree, new: pygit2.Tree
+               ) -> tuple[list[str], list[str]]:
+    """(written, deleted) on disk from `old` to `new`: every top-level entry but history/
+    and runs/, which are never on disk (their index entries move with `sync_off_disk`)."""
+    written: list[str] = []
+    deleted: list[str] = []
+    names = sorted({e.name for t in (old, new) for e in t} - {HISTORY, RUNS})
+    for name in names:
+        a = old[name] if name in old else None
+        b = new[name] if name in new else None
+        if a is not None and b is not None and a.id == b.id and a.filemode == b.filemode:
+            continue
+        ta = a if isinstance(a, pygit2.Tree) else None
+        tb = b if isinstance(b, pygit2.Tree) else None
+        if ta is not None or tb is not None:
+            w, d = changed_paths(repo, ta, tb, f"{name}/")
+            written += w
+            deleted += d
+        if a is not None and ta is None and (b is None or tb is not None):
+            deleted.append(name)  # a file gone, or replaced by a folder
+        elif b is not None and tb is None:
+            written.append(name)
     return written, deleted
 
 
@@ -58,16 +68,15 @@ def checkout(git: GitSession, name: str) -> None:
     git.flush_index()
     old = git.head_commit().tree
     new = ref.peel(pygit2.Commit).tree
-    entries: dict[str, Staged | None] = {}
-    written, deleted = changed_paths(git.repo, old, new, index=entries)
+    written, deleted = disk_paths(git.repo, old, new)
     check_all(git, written, deleted)
     paths = written + deleted  # on disk; history/ and runs/ move in the index only
     record = journal.begin(git, "checkout", paths, to=name)
     try:
         journal.apply_tree(git, new, deleted)
-        for rel, entry in entries.items():
-            git.queue_index(rel, entry)
+        git.sync_off_disk(new)
         journal.apply_tree(git, new, written)
+        git.flush_index()
         crash.at("checkout.after_files")
         git.repo.set_head(f"refs/heads/{name}")
         crash.at("checkout.after_head")

@@ -212,6 +212,19 @@ class GitIndex:
         new_blobs += blobs[i:]
         self._set_all(new_paths, new_blobs)
 
+    def replace_prefix(self, prefix: str, items: list[tuple[bytes, bytes]]) -> None:
+        """Every entry under `prefix` (ending in "/") replaced by `items` (key, encoded
+        bytes), sorted: one splice of the sorted lists."""
+        keys, blobs = self._entries.flat()
+        start = _key(prefix)
+        lo = bisect.bisect_left(keys, start)
+        hi = bisect.bisect_left(keys, start[:-1] + bytes([start[-1] + 1]), lo)
+        for key in keys[lo:hi]:
+            self._racy.pop(key, None)
+        keys[lo:hi] = [k for k, _ in items]
+        blobs[lo:hi] = [b for _, b in items]
+        self._set_all(keys, blobs)
+
     def reset(self, entries: Iterable[tuple[str, pygit2.Oid, int, bool]]) -> None:
         """Replace every entry by `entries` (path, oid, mode, skip), as `git read-tree`
         does: an entry whose path, oid and mode are unchanged keeps its stat data."""

@@ -31,6 +31,7 @@ import pygit2
 from . import guarded
 from .gitindex import GitIndex, IndexFormatError, tree_entries
 from .history import HISTORY, RUNS
+from .indexformat import NO_STAT, encode
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("braid.index")
 OFF_DISK = (f"{HISTORY}/", f"{RUNS}/")
 PENDING = "braid-pending"
+LISTED_MAX_ENTRIES = 1000
+LISTED_MAX_TREES = 4096
 
 
 def off_disk(rel: str) -> bool:
@@ -94,6 +97,10 @@ class IndexedSession:
         self._index_pending: dict[str, Staged | None] = {}
         self._index: GitIndex | None = None
         self._uncommitted: set[str] | None = None  # files in .git/braid-pending, once listed
+        # Encoded skip-worktree entries of history/ and runs/ subtrees, by (tree id, path):
+        # a checkout re-lists only the folders it has not seen (small ones are kept).
+        self._listed: dict[tuple[pygit2.Oid, str], list[tuple[bytes, bytes]]] = {}
+        self._index_dirty = False
 
     # -- the index ------------------------------------------------------------------------
 
@@ -120,13 +127,44 @@ class IndexedSession:
 
     def flush_index(self) -> None:
         """Write the queued entries, so `git status` in the session folder tells the truth."""
-        if not self._index_pending:
+        if not self._index_pending and not self._index_dirty:
             return
         entries, self._index_pending = self._index_pending, {}
+        self._index_dirty = False
         index = self.git_index()
         index.update((rel, None if e is None else (e.oid, e.mode, e.st, off_disk(rel), e.taken))
                      for rel, e in entries.items())
         index.write()
+
+    def sync_off_disk(self, tree: pygit2.Tree) -> None:
+        """The history/ and runs/ entries of the index become `tree`'s (a checkout moves them
+        in the index only); written by the next `flush_index`. Costs the folders not seen
+        before, a splice of the sorted entries, and no file."""
+        index = self.git_index()
+        for name in (HISTORY, RUNS):
+            sub = tree[name] if name in tree else None
+            items = self._list_off_disk(sub, f"{name}/") if isinstance(sub, pygit2.Tree) else []
+            index.replace_prefix(f"{name}/", items)
+        self._index_dirty = True
+
+    def _list_off_disk(self, tree: pygit2.Tree, prefix: str) -> list[tuple[bytes, bytes]]:
+        cached = self._listed.get((tree.id, prefix))
+        if cached is not None:
+            return cached
+        items: list[tuple[bytes, bytes]] = []
+        for entry in tree:  # git's tree order is the index's order
+            path = f"{prefix}{entry.name}"
+            if isinstance(entry, pygit2.Tree):
+                items += self._list_off_disk(entry, f"{path}/")
+            else:
+                key = path.encode("utf-8", "surrogateescape")
+                items.append((key, encode(key, entry.id.raw, int(entry.filemode), NO_STAT,
+                                          True)))
+        if len(items) <= LISTED_MAX_ENTRIES:  # a leaf folder: kept, the big lists are not
+            if len(self._listed) >= LISTED_MAX_TREES:
+                self._listed.clear()
+            self._listed[(tree.id, prefix)] = items
+        return items
 
     def _reset_from_head(self, index: GitIndex) -> None:
         if self.repo.head_is_unborn:

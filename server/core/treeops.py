@@ -25,6 +25,36 @@ def workdir_tree(commit: pygit2.Commit | None) -> pygit2.Tree | None:
     return obj if isinstance(obj, pygit2.Tree) else None
 
 
+Delta = tuple[str, Entry | None, Entry | None]
+
+
+def tree_delta(a: pygit2.Tree | None, b: pygit2.Tree | None, prefix: str = ""
+               ) -> list[Delta]:
+    """(path, entry in `a`, entry in `b`) of every file that differs, walking only the
+    subtrees whose ids differ: libgit2's tree diff reads both trees whole (~120 ms for
+    100,000 files), this costs the folders on the changed paths."""
+    out: list[Delta] = []
+    if a is not None and b is not None and a.id == b.id:
+        return out
+    olds = {e.name: e for e in a} if a is not None else {}
+    news = {e.name: e for e in b} if b is not None else {}
+    for name in sorted(olds.keys() | news.keys()):
+        old, new = olds.get(name), news.get(name)
+        if old is not None and new is not None and old.id == new.id and \
+                old.filemode == new.filemode:
+            continue
+        path = f"{prefix}{name}"
+        old_tree = old if isinstance(old, pygit2.Tree) else None
+        new_tree = new if isinstance(new, pygit2.Tree) else None
+        if old_tree is not None or new_tree is not None:
+            out += tree_delta(old_tree, new_tree, f"{path}/")
+        old_file = (old.id, int(old.filemode)) if old is not None and old_tree is None else None
+        new_file = (new.id, int(new.filemode)) if new is not None and new_tree is None else None
+        if old_file is not None or new_file is not None:
+            out.append((path, old_file, new_file))
+    return out
+
+
 def tree_changes(a: pygit2.Tree | None, b: pygit2.Tree | None) -> Changes:
     """path → new (blob id, mode), or None where `b` has no file that `a` had."""
     if a is None and b is None:

@@ -21,7 +21,7 @@ import pygit2
 from . import layout
 from .backups import BackupStore, Entry, tree_entry
 from .git_session import TRAILER_KIND, TRAILER_RUN, GitSession, parse_trailers
-from .treeops import workdir_tree
+from .treeops import tree_delta, workdir_tree
 
 # A turn's own commits. A merge turn begins with its `merge` commit (so reverting it takes the
 # merged files out, like `git revert -m 1`); a sub-agent's result is a `sub-agent` commit.
@@ -127,23 +127,10 @@ def changes_of(git: GitSession, span: TurnSpan,
     after_tree = workdir_tree(span.last)
     before: dict[str, Entry | None] = {}
     after: dict[str, Entry | None] = {}
-    if before_tree is not None or after_tree is not None:
-        if before_tree is None:
-            diff = after_tree.diff_to_tree(swap=True)  # type: ignore[union-attr]
-        elif after_tree is None:
-            diff = before_tree.diff_to_tree()
-        else:
-            diff = before_tree.diff_to_tree(after_tree)
-        for delta in diff.deltas:
-            old, new = delta.old_file, delta.new_file
-            if delta.status != pygit2.enums.DeltaStatus.ADDED:
-                before[old.path] = (old.id, int(old.mode))
-            else:
-                before.setdefault(old.path, None)
-            if delta.status != pygit2.enums.DeltaStatus.DELETED:
-                after[new.path] = (new.id, int(new.mode))
-            else:
-                after.setdefault(new.path, None)
+    # Only the folders on changed paths are read (treeops.tree_delta), not 100,000 files.
+    for path, old, new in tree_delta(before_tree, after_tree):
+        before[path] = old
+        after[path] = new
     if backups is None:
         backups = BackupStore(git).manifest(span.run_id)
     for rel, entry in backups.items():

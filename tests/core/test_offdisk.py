@@ -151,3 +151,30 @@ async def test_a_user_edit_among_many_files_is_found_and_status_is_clean(
     assert_off_disk(path)
     repo = pygit2.Repository(str(path))
     assert repo.revparse_single("HEAD:workdir/d07/f777.txt").data == b"edited by the user\n"
+
+
+async def test_checkouts_between_long_and_short_branches_move_only_index_entries(
+        braid: Braid) -> None:
+    """History in several folders: a continue from an early run and the way back to main
+    leave the index exactly HEAD's tree (every entry, S for history), nothing on disk."""
+    from server.core import sessions
+
+    sid, path = await new_session(braid)
+    first = await run_turn(braid, sid, "write a.txt one")
+    for i in range(50):  # past 100 messages: history in two leaf folders
+        await run_turn(braid, sid, f"say {i}")
+    assert len(git(path, "ls-tree", "--name-only", "HEAD", "history/000/").split()) == 2
+    forked = await timetravel.continue_run_to_end(braid, USER, sid, first["run_id"],
+                                                  input="recall")
+    for _ in range(2):
+        listed = sorted(line.split("\t")[1] + " " + line.split()[1] for line in
+                        git(path, "ls-files", "-s").splitlines())
+        tree = sorted(line.split("\t")[1] + " " + line.split()[2] for line in
+                      git(path, "ls-tree", "-r", "HEAD").splitlines())
+        assert listed == tree
+        assert_off_disk(path)
+        await sessions.checkout(braid, USER, sid, "main")
+    await sessions.checkout(braid, USER, sid, git(path, "for-each-ref", "--format=%(refname:short)",
+                                                   "refs/heads/run/").split()[0])
+    assert_off_disk(path)
+    assert forked["messages"][-1]["content"] == "write a.txt one | recall"
