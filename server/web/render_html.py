@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from .actions import ActionContext
 
 Renderer = Callable[["HtmlRenderer", dict[str, Any]], Awaitable[str]]
+# Events whose frame redraws the whole transcript: a resumed run's turn is left out of it by
+# run_continued, and its run_started (same run id) then appends it again.
+TRANSCRIPT_REDRAWS = ("run_continued", "session_changed")
 EventRenderer = Callable[[View], str]
 
 
@@ -52,7 +55,9 @@ class HtmlRenderer:
                 return ""
             view = await VIEWS.get(self.ctx, frame)
             use(view.names)
-            if name == "run_started" and frame["data"].get("run_id") in self.drawn:
+            if name in TRANSCRIPT_REDRAWS:  # the page's transcript is drawn anew from here
+                self.drawn.clear()
+            elif name == "run_started" and frame["data"].get("run_id") in self.drawn:
                 self.drawn.discard(frame["data"]["run_id"])
                 return _run_restarted(view)
             return event(view)
