@@ -18,7 +18,7 @@ from typing import Any
 import pygit2
 from pygit2.enums import FileMode
 
-from . import crash, guarded
+from . import crash, gitnames, guarded
 from .commits import (
     TRAILER_INDEX,
     TRAILER_KIND,
@@ -113,13 +113,11 @@ class GitSession(WorkdirScan, IndexedSession):
             raise NotFound(f"no commit {rev}") from e
 
     def branch_tip(self, name: str) -> pygit2.Oid:
-        try:
-            ref = self.repo.references.get(f"refs/heads/{name}")
-        except (ValueError, pygit2.InvalidSpecError):  # not a name git accepts at all
-            ref = None
-        if ref is None:
+        # Not `references.get`: pygit2 leaks its name argument (gitnames.py).
+        target = gitnames.branch_target(self.repo, name)
+        if target is None:
             raise NotFound(f"no branch {name}")
-        return ref.target
+        return target
 
     def branches(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -128,10 +126,9 @@ class GitSession(WorkdirScan, IndexedSession):
         return out
 
     def read_json(self, commit: pygit2.Commit, path: str) -> Any:
-        try:
-            entry = commit.tree[path]
-        except KeyError as e:
-            raise NotFound(f"{path} is not in commit {commit.id}") from e
+        entry = gitnames.at_path(commit.tree, path)  # not `tree[path]`: it leaks `path`
+        if entry is None:
+            raise NotFound(f"{path} is not in commit {commit.id}")
         return self.blob_json(entry.id)
 
     def blob_json(self, oid: pygit2.Oid) -> Any:
@@ -142,11 +139,7 @@ class GitSession(WorkdirScan, IndexedSession):
         return cached
 
     def subtree(self, tree: pygit2.Tree, name: str) -> pygit2.Tree | None:
-        try:
-            entry = tree[name]
-        except KeyError:
-            return None
-        return entry if isinstance(entry, pygit2.Tree) else None
+        return gitnames.subtree(tree, name)  # not `tree[name]`: it leaks `name`
 
     def workdir_files(self, commit: pygit2.Commit | None = None) -> dict[str, pygit2.Oid]:
         """Workdir-relative path → blob id for every file of `workdir/` at `commit`."""
@@ -228,7 +221,7 @@ class GitSession(WorkdirScan, IndexedSession):
             if not stat.S_ISREG(st.st_mode):
                 return None
             mode = FileMode.BLOB_EXECUTABLE if st.st_mode & 0o100 else FileMode.BLOB
-            return Staged(self.repo.create_blob_fromdisk(str(abs_path)), mode, st, taken)
+            return Staged(gitnames.blob_from_disk(self.repo, abs_path), mode, st, taken)
         if content is None:
             guarded.delete(self.path, rel)  # never through a symlinked folder
             return None
@@ -247,21 +240,26 @@ class GitSession(WorkdirScan, IndexedSession):
         return Staged(self.repo.create_blob(content), FileMode.BLOB)
 
     def _rebuild(self, tree: pygit2.Tree | None, nested: dict[str, Any]) -> pygit2.Oid:
-        builder = self.repo.TreeBuilder(tree) if tree is not None else self.repo.TreeBuilder()
+        # Entries are found and removed through gitnames (`tree[name]`, `TreeBuilder.get`
+        # and `.remove` leak their name: a dozen strings a turn, issue 11).
+        removed: list[str] = []
+        inserts: list[tuple[str, pygit2.Oid, int]] = []
         for name, change in nested.items():
             if isinstance(change, dict):
-                sub = self.subtree(tree, name) if tree is not None else None
-                oid = self._rebuild(sub, change)
+                oid = self._rebuild(gitnames.subtree(tree, name), change)
                 if len(self.repo[oid]) == 0:
-                    if builder.get(name) is not None:
-                        builder.remove(name)
+                    removed.append(name)
                 else:
-                    builder.insert(name, oid, FileMode.TREE)
+                    inserts.append((name, oid, FileMode.TREE))
             elif change is None:
-                if builder.get(name) is not None:
-                    builder.remove(name)
+                removed.append(name)
             else:
-                builder.insert(name, change[0], change[1])
+                inserts.append((name, change[0], change[1]))
+        if tree is not None and removed:
+            tree = gitnames.without(self.repo, tree, removed)
+        builder = self.repo.TreeBuilder(tree) if tree is not None else self.repo.TreeBuilder()
+        for name, oid, mode in inserts:
+            builder.insert(name, oid, mode)
         return builder.write()
 
     def commit_on_branch(
@@ -308,7 +306,7 @@ class GitSession(WorkdirScan, IndexedSession):
             shutil.rmtree(folder, ignore_errors=True)
 
     def create_branch(self, name: str, target: pygit2.Oid) -> None:
-        if self.repo.references.get(f"refs/heads/{name}") is not None:
+        if gitnames.branch_target(self.repo, name) is not None:
             raise Conflict(f"branch {name} exists")
         self.repo.branches.local.create(name, self.repo[target].peel(pygit2.Commit))
 
