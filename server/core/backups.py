@@ -28,7 +28,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import FileMode
 
-from . import guarded
+from . import gitnames, guarded
 from .errors import Conflict
 from .git_session import WORKDIR, GitSession
 
@@ -87,11 +87,12 @@ class BackupStore:
         self._write(turn_id, manifest, [e for e in head_files.values() if e])
 
     def manifest(self, turn_id: str) -> dict[str, Entry | None]:
-        ref = self.repo.references.get(REF_PREFIX + turn_id)
-        if ref is None:
+        # Not `references.get` nor `tree[name]`: both leak their name (gitnames.py).
+        commit = gitnames.ref_commit(self.repo, REF_PREFIX + turn_id)
+        found = gitnames.entry(commit.tree, MANIFEST) if commit is not None else None
+        if found is None:
             return {}
-        tree = ref.peel(pygit2.Commit).tree
-        raw = json.loads(self.repo[tree[MANIFEST].id].data)
+        raw = json.loads(self.repo[found.id].data)
         out: dict[str, Entry | None] = {}
         for rel, item in raw.get("paths", {}).items():
             out[rel] = (pygit2.Oid(hex=item["oid"]), int(item["mode"])) if item else None
@@ -120,7 +121,7 @@ class BackupStore:
         if not stat.S_ISREG(st.st_mode):
             return None
         mode = FileMode.BLOB_EXECUTABLE if st.st_mode & 0o100 else FileMode.BLOB
-        return self.repo.create_blob_fromdisk(str(path)), mode
+        return gitnames.blob_from_disk(self.repo, path), mode
 
     def _head_entries(self, rels: list[str]) -> dict[str, Entry | None]:
         if not rels:
@@ -134,8 +135,8 @@ class BackupStore:
     def _write(self, turn_id: str, manifest: dict[str, Entry | None],
                new_blobs: list[Entry]) -> None:
         ref_name = REF_PREFIX + turn_id
-        old = self.repo.references.get(ref_name)
-        old_tree = old.peel(pygit2.Commit).tree if old is not None else None
+        old = gitnames.ref_commit(self.repo, ref_name)
+        old_tree = old.tree if old is not None else None
         paths = {rel: ({"oid": str(e[0]), "mode": int(e[1])} if e else None)
                  for rel, e in sorted(manifest.items())}
         data = json.dumps({"turn_id": turn_id, "paths": paths}, indent=1, sort_keys=True)
@@ -166,24 +167,13 @@ class BackupStore:
 
 
 def _subtree(tree: pygit2.Tree | None, name: str) -> pygit2.Tree | None:
-    if tree is None:
-        return None
-    try:
-        obj = tree[name]
-    except KeyError:
-        return None
-    return obj if isinstance(obj, pygit2.Tree) else None
+    return gitnames.subtree(tree, name)
 
 
 def tree_entry(tree: pygit2.Tree | None, path: str) -> Entry | None:
     """The file at `path` in `tree` as (blob id, mode); None when absent or a folder."""
-    if tree is None:
-        return None
-    try:
-        obj = tree[path]
-    except KeyError:
-        return None
-    if isinstance(obj, pygit2.Tree):
+    obj = gitnames.at_path(tree, path)
+    if obj is None or isinstance(obj, pygit2.Tree):
         return None
     return obj.id, int(obj.filemode)
 

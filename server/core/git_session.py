@@ -18,7 +18,7 @@ from typing import Any
 import pygit2
 from pygit2.enums import FileMode
 
-from . import crash, guarded, rawobjects
+from . import crash, gitnames, guarded, rawobjects
 from .commits import (
     TRAILER_INDEX,
     TRAILER_KIND,
@@ -120,13 +120,11 @@ class GitSession(WorkdirScan, IndexedSession):
             raise NotFound(f"no commit {rev}") from e
 
     def branch_tip(self, name: str) -> pygit2.Oid:
-        try:
-            ref = self.repo.references.get(f"refs/heads/{name}")
-        except (ValueError, pygit2.InvalidSpecError):  # not a name git accepts at all
-            ref = None
-        if ref is None:
+        # Not `references.get`: pygit2 leaks its name argument (gitnames.py).
+        target = gitnames.branch_target(self.repo, name)
+        if target is None:
             raise NotFound(f"no branch {name}")
-        return ref.target
+        return target
 
     def branches(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -135,10 +133,9 @@ class GitSession(WorkdirScan, IndexedSession):
         return out
 
     def read_json(self, commit: pygit2.Commit, path: str) -> Any:
-        try:
-            entry = commit.tree[path]
-        except KeyError as e:
-            raise NotFound(f"{path} is not in commit {commit.id}") from e
+        entry = gitnames.at_path(commit.tree, path)  # not `tree[path]`: it leaks `path`
+        if entry is None:
+            raise NotFound(f"{path} is not in commit {commit.id}")
         return self.blob_json(entry.id)
 
     def blob_json(self, oid: pygit2.Oid) -> Any:
@@ -149,11 +146,7 @@ class GitSession(WorkdirScan, IndexedSession):
         return cached
 
     def subtree(self, tree: pygit2.Tree, name: str) -> pygit2.Tree | None:
-        try:
-            entry = tree[name]
-        except KeyError:
-            return None
-        return entry if isinstance(entry, pygit2.Tree) else None
+        return gitnames.subtree(tree, name)  # not `tree[name]`: it leaks `name`
 
     def workdir_files(self, commit: pygit2.Commit | None = None) -> dict[str, pygit2.Oid]:
         """Workdir-relative path → blob id for every file of `workdir/` at `commit`."""
@@ -200,11 +193,11 @@ class GitSession(WorkdirScan, IndexedSession):
                 self.queue_index(rel, None)  # not in the tree: not in the index either
                 continue
             entries[rel] = self._stage_one(rel, content)
+        built = tree is None
+        base = self._tree_id(parent) if parent is not None else None
         if tree is None:
-            base = self._tree_id(parent) if parent is not None else None
             tree = self._root(base, _nest(entries))
-        for rel, entry in entries.items():
-            self.queue_index(rel, entry)
+        self.queue_commit(entries, self.repo[base] if base is not None else None, tree, built)
         if sync_index:
             self.flush_index()
         parents = ([parent] if parent else []) + list(extra_parents)
@@ -271,7 +264,7 @@ class GitSession(WorkdirScan, IndexedSession):
             if not stat.S_ISREG(st.st_mode):
                 return None
             mode = FileMode.BLOB_EXECUTABLE if st.st_mode & 0o100 else FileMode.BLOB
-            return Staged(self.repo.create_blob_fromdisk(str(abs_path)), mode, st, taken)
+            return Staged(gitnames.blob_from_disk(self.repo, abs_path), mode, st, taken)
         if content is None:
             guarded.delete(self.path, rel)  # never through a symlinked folder
             return None
@@ -304,8 +297,7 @@ class GitSession(WorkdirScan, IndexedSession):
             key = name.encode()
             if isinstance(change, dict):
                 old = entries.get(key)
-                sub = old[1] if old is not None and rawobjects.is_tree_mode(old[0]) else None
-                made = self._rebuild(sub, change)
+                made = self._rebuild(rawobjects.entry_tree(old) if old else None, change)
                 if made is None:
                     entries.pop(key, None)
                     continue
@@ -317,7 +309,7 @@ class GitSession(WorkdirScan, IndexedSession):
                 mode, raw = int(change[1]), change[0].raw
             if key not in entries:
                 rawobjects.check_name(name, self.repo, pygit2.Oid(raw=raw), mode)
-            entries[key] = (mode, raw)
+            entries[key] = rawobjects.tree_entry(mode, key, raw)
         if not entries:
             return None
         data = rawobjects.encode_tree(entries)
@@ -365,7 +357,7 @@ class GitSession(WorkdirScan, IndexedSession):
             shutil.rmtree(folder, ignore_errors=True)
 
     def create_branch(self, name: str, target: pygit2.Oid) -> None:
-        if self.repo.references.get(f"refs/heads/{name}") is not None:
+        if gitnames.branch_target(self.repo, name) is not None:
             raise Conflict(f"branch {name} exists")
         self.repo.branches.local.create(name, self.repo[target].peel(pygit2.Commit))
 

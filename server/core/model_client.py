@@ -185,10 +185,13 @@ class ModelClient:
         from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
         payload = model_body.body(fields, messages)
-        return await asyncio.wait_for(
-            client.post("/chat/completions", content=payload, cast_to=ChatCompletion,
-                        stream=True, stream_cls=AsyncStream[ChatCompletionChunk]),
-            timeout * (int(getattr(self.settings, "model_retries", 2)) + 1) + 10)
+        # asyncio.timeout, not wait_for: 3.11's wait_for drops a cancel that lands once the
+        # awaited result is ready (the user's stop was lost and the turn streamed on).
+        async with asyncio.timeout(
+                timeout * (int(getattr(self.settings, "model_retries", 2)) + 1) + 10):
+            return await client.post("/chat/completions", content=payload,
+                                     cast_to=ChatCompletion, stream=True,
+                                     stream_cls=AsyncStream[ChatCompletionChunk])
 
     async def stream(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
@@ -206,7 +209,8 @@ class ModelClient:
             iterator = stream.__aiter__()
             while True:
                 try:
-                    chunk = await asyncio.wait_for(iterator.__anext__(), timeout)
+                    async with asyncio.timeout(timeout):  # not wait_for: see _open
+                        chunk = await iterator.__anext__()
                 except StopAsyncIteration:
                     break
                 for kind, text in assembler.add(chunk):

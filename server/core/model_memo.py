@@ -78,9 +78,18 @@ class IdentityMemo(Generic[V]):
 
 
 _MEMOS: weakref.WeakSet[IdentityMemo[Any]] = weakref.WeakSet()
+# Other per-message caches keyed by value (functools.lru_cache's cache_clear): emptied too.
+_CLEARS: list[Callable[[], None]] = []
+
+
+def forget_with_memos(clear: Callable[[], None]) -> None:
+    """Have `forget_all` call `clear` as well (a module-wide cache of messages' values)."""
+    _CLEARS.append(clear)
 
 
 def forget_all() -> None:
     """Empty every memo (no session is open: what they keep belongs to none)."""
     for memo in list(_MEMOS):
         memo.clear()
+    for clear in _CLEARS:
+        clear()

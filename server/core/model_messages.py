@@ -19,7 +19,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from .model_memo import IdentityMemo
+from .model_memo import IdentityMemo, forget_with_memos
 
 INVALID_ARGS_KEY = "invalid_json_arguments"
 
@@ -39,6 +39,10 @@ def _valid_text(text: str) -> str:
     except ValueError:
         return json.dumps({INVALID_ARGS_KEY: text[:4000]})
     return text
+
+
+# Its texts are the released sessions' arguments once none is open (issue 11).
+forget_with_memos(_valid_text.cache_clear)
 
 
 def arguments_error(raw: object) -> str | None:

@@ -33,7 +33,7 @@ import pygit2
 from .fsops import rename_new, replace
 
 TREE_MODE = 0o40000
-_ENTRY = re.compile(rb"([0-7]+) ([^\0]+)\0(.{20})", re.S)
+_ENTRY = re.compile(rb"[0-7]+ ([^\0]+)\0.{20}", re.S)
 _LEVEL = 1  # git's core.looseCompression default (and libgit2's): loose objects are packed later
 # Names git refuses in a tree ("." and "..", ".git" in its NTFS and HFS+ spellings, "git~1")
 # are left to libgit2 to judge; a name that is plain ASCII and cannot be one is taken as it is.
@@ -48,21 +48,32 @@ class BranchMoved(RuntimeError):
     """The branch is not at the expected tip, or another writer holds its lock."""
 
 
-def parse_tree(data: bytes) -> dict[bytes, tuple[int, bytes]]:
-    """A tree's bytes as {name: (mode, raw oid)}."""
-    return {m[2]: (int(m[1], 8), m[3]) for m in _ENTRY.finditer(data)}
+def parse_tree(data: bytes) -> dict[bytes, bytes]:
+    """A tree's bytes as {name: the entry's bytes} (`mode name\\0<20-byte id>`): an edit
+    replaces entries and joins them again, and makes no tuple per entry (the tuple free
+    list would keep them, which a leak check cannot tell from a leak)."""
+    return {m[1]: m[0] for m in _ENTRY.finditer(data)}
 
 
-def is_tree_mode(mode: int) -> bool:
-    return mode & 0o170000 == TREE_MODE
+def tree_entry(mode: int, name: bytes, raw: bytes) -> bytes:
+    """One entry's bytes, its mode as git writes it (`40000` for a folder, no leading 0)."""
+    return b"%o %s\0%s" % (mode, name, raw)
 
 
-def encode_tree(entries: dict[bytes, tuple[int, bytes]]) -> bytes:
+def entry_tree(entry: bytes) -> bytes | None:
+    """The raw id of the folder an entry names (None: not a folder)."""
+    if entry.startswith(b"40000 ") or (entry.startswith(b"0") and
+                                        int(entry[:entry.index(b" ")], 8) == TREE_MODE):
+        return entry[-20:]
+    return None
+
+
+def encode_tree(entries: dict[bytes, bytes]) -> bytes:
     """A tree's bytes, entries in git's order: names compared as bytes, a folder's as if it
     ended in "/" (so `a.txt` < `a/` < `a0`)."""
-    keyed = sorted((name + b"/" if mode & 0o170000 == TREE_MODE else name, mode, name, raw)
-                   for name, (mode, raw) in entries.items())
-    return b"".join([b"%o %s\0%s" % (mode, name, raw) for _, mode, name, raw in keyed])
+    order = sorted(entries, key=lambda name: name + b"/" if entry_tree(entries[name])
+                   else name)
+    return b"".join([entries[name] for name in order])
 
 
 def object_id(kind: bytes, data: bytes) -> bytes:

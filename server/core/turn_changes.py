@@ -18,7 +18,7 @@ from typing import Any
 
 import pygit2
 
-from . import layout
+from . import gitnames, layout
 from .backups import BackupStore, Entry, tree_entry
 from .git_session import TRAILER_KIND, TRAILER_RUN, GitSession, parse_trailers
 from .treeops import tree_delta, workdir_tree
@@ -113,11 +113,8 @@ def _began_here(commit: pygit2.Commit, record_path: str | None) -> bool:
     """A turn's first commit is the one that adds its run record."""
     if not commit.parents or record_path is None:
         return True
-    try:
-        commit.parents[0].tree[record_path]
-    except KeyError:
-        return True
-    return False
+    # Not `tree[record_path]`: pygit2 leaks the path (gitnames.py).
+    return gitnames.at_path(commit.parents[0].tree, record_path) is None
 
 
 def changes_of(git: GitSession, span: TurnSpan,

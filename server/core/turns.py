@@ -8,6 +8,7 @@ Git work runs on the session's worker thread; the model stream runs on the event
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -165,13 +166,16 @@ async def _model_call(braid: Braid, ctx: TurnContext, active: ActiveRun,
     tools = Workspace.schemas(braid.settings.shell)
     stream = braid.model.stream(sent, tools, model=model, endpoint=endpoint.name,
                                 tool_choice=choice)
-    async for kind, value in stream:
-        if kind == "delta":
-            active.partial += value
-            braid.bus.publish(sid, "message_delta", {
-                "run_id": ctx.run_id, "message_id": msg_id, "delta": value})
-        elif kind == "reply":
-            reply = value
+    async with contextlib.aclosing(stream):  # a stop closes the model's stream at once
+        async for kind, value in stream:
+            if active.stop_requested:  # a cancel some library swallowed: stop here
+                raise asyncio.CancelledError
+            if kind == "delta":
+                active.partial += value
+                braid.bus.publish(sid, "message_delta", {
+                    "run_id": ctx.run_id, "message_id": msg_id, "delta": value})
+            elif kind == "reply":
+                reply = value
     assert reply is not None
     _add_usage(ctx.run, reply.usage)
     msg = new_message("assistant", ctx.run_id, reply.content,

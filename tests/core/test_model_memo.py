@@ -35,3 +35,14 @@ def test_more_objects_than_it_holds_still_get_their_own_values() -> None:
     assert memo.many(objs) == [i + 1 for i in range(50)]
     assert len(memo) <= 4
     assert memo.many([]) == []
+
+
+def test_forget_all_also_empties_the_caches_by_value() -> None:
+    """The replayed arguments' texts (model_messages) go with the memos once no session is
+    open: else a burst of sessions' arguments stays for good (issue 11)."""
+    from server.core import model_memo, model_messages
+
+    model_messages.valid_arguments('{"path": "a.txt"}')
+    assert model_messages._valid_text.cache_info().currsize > 0
+    model_memo.forget_all()
+    assert model_messages._valid_text.cache_info().currsize == 0

@@ -26,6 +26,7 @@ from server.core.rawobjects import (
     move_branch,
     parse_tree,
     reflog_message,
+    tree_entry,
 )
 
 META = {"session_id": "0" * 32, "title": "t", "user_id": "local", "created_at": "now"}
@@ -55,15 +56,15 @@ def test_trees_are_the_bytes_git_mktree_writes(tmp_path: Path) -> None:
     sub = repo.TreeBuilder()
     sub.insert("f", blob, FileMode.BLOB)
     sub_oid = sub.write()
-    entries: dict[bytes, tuple[int, bytes]] = {}
+    entries: dict[bytes, bytes] = {}
     lines = []
     for i, name in enumerate(NAMES):
         if i % 3 == 0:  # folders among the files: "a" is a folder, "a.txt" < "a/" < "a0"
-            entries[name.encode()] = (TREE_MODE, sub_oid.raw)
+            entries[name.encode()] = tree_entry(TREE_MODE, name.encode(), sub_oid.raw)
             lines.append(f"040000 tree {sub_oid}\t{name}\n")
         else:
             mode, oid = [(0o100644, blob), (0o100755, exe), (0o120000, link)][i % 3]
-            entries[name.encode()] = (mode, oid.raw)
+            entries[name.encode()] = tree_entry(mode, name.encode(), oid.raw)
             kind = "blob"
             lines.append(f"{mode:06o} {kind} {oid}\t{name}\n")
     raw = writer.write(b"tree", encode_tree(entries))

@@ -361,3 +361,19 @@ async def test_files_and_folders_swapping_places(braid: Braid) -> None:
     assert git(path, "show", "HEAD:workdir/a") == "mine\n"
     assert git(path, "status", "--porcelain") == ""
     assert_fsck(path)
+
+
+async def test_a_cancel_landing_as_a_chunk_arrives_still_stops_the_turn(braid: Braid) -> None:
+    # Python 3.11's asyncio.wait_for returns the inner result when the cancel lands after
+    # the awaited chunk is ready but before the turn resumes: the cancel was lost and the
+    # turn streamed on (the team test's cancel waited > 20 s). Cancels are swept across a
+    # 2 ms chunk period so some land in that window.
+    sid, _ = await new_session(braid)
+    queue = braid.bus.subscribe(sid)
+    words = " ".join(f"w{i}" for i in range(400))
+    for i in range(40):
+        run_id = await turns.send_message(braid, USER, sid, f"slow 2\nsay {words}")
+        await next_event(queue, "message_delta")
+        await asyncio.sleep((i % 20) / 10_000)
+        result = await asyncio.wait_for(turns.cancel_run(braid, USER, sid, run_id), 5)
+        assert result == {"run_id": run_id, "status": "CANCELLED"}, i
