@@ -292,7 +292,7 @@ class GitSession(WorkdirScan, IndexedSession):
     def _rebuild(self, base: bytes | None, nested: dict[str, Any]) -> bytes | None:
         """The tree `base` (raw id) with `nested` applied, as bytes (rawobjects.py): only the
         trees on changed paths are written; None when it ends up empty (its entry goes)."""
-        entries = rawobjects.parse_tree(self.trees.get(base)) if base is not None else {}
+        entries = self.trees.entries(base) if base is not None else {}
         for name, change in nested.items():
             key = name.encode()
             if isinstance(change, dict):
@@ -314,7 +314,7 @@ class GitSession(WorkdirScan, IndexedSession):
             return None
         data = rawobjects.encode_tree(entries)
         raw = self.loose.write(b"tree", data)
-        self.trees.put(raw, data)
+        self.trees.put(raw, entries, len(data))
         return raw
 
     def commit_on_branch(

@@ -147,36 +147,42 @@ class LooseWriter:
 
 
 class TreeCache:
-    """The bytes of the trees this session wrote or read last, by raw id, most recent last:
-    the next checkpoint's base trees are the last one's, so they are not read again."""
+    """The entries of the trees this session wrote or read last ({name: entry bytes}, as
+    `parse_tree` makes them), by raw id, most recent last: the next checkpoint's base trees
+    are the last one's, so they are neither read nor parsed again. Bounded by their bytes."""
 
-    def __init__(self, repo: pygit2.Repository, limit: int = 128 * 1024) -> None:
+    def __init__(self, repo: pygit2.Repository, limit: int = 256 * 1024) -> None:
         self.repo = repo
         self.limit = limit
-        self._trees: OrderedDict[bytes, bytes] = OrderedDict()
+        self._trees: OrderedDict[bytes, tuple[dict[bytes, bytes], int]] = OrderedDict()
         self._size = 0
 
-    def get(self, raw: bytes) -> bytes:
-        data = self._trees.get(raw)
-        if data is not None:
+    def entries(self, raw: bytes) -> dict[bytes, bytes]:
+        """A copy of the tree's entries, to edit."""
+        hit = self._trees.get(raw)
+        if hit is not None:
             self._trees.move_to_end(raw)
-            return data
+            return dict(hit[0])
         kind, data = self.repo.odb.read(pygit2.Oid(raw=raw))[:2]
         if kind != pygit2.GIT_OBJECT_TREE:
             raise ValueError(f"{raw.hex()} is not a tree")
-        self.put(raw, data)
-        return data
+        entries = parse_tree(data)
+        self.put(raw, entries, len(data))
+        return dict(entries)
 
-    def put(self, raw: bytes, data: bytes) -> None:
-        if len(data) > self.limit // 4:
+    def put(self, raw: bytes, entries: dict[bytes, bytes], size: int) -> None:
+        """Keep `entries` (not changed after): `size`, the tree's bytes (its names and ids
+        are kept about twice over, with a dict's table)."""
+        size *= 3
+        if size > self.limit // 4:
             return  # a big folder of the workdir: read when needed, as libgit2 would
         if raw in self._trees:
             self._trees.move_to_end(raw)
             return
-        self._trees[raw] = data
-        self._size += len(data)
+        self._trees[raw] = (entries, size)
+        self._size += size
         while self._size > self.limit and len(self._trees) > 1:
-            self._size -= len(self._trees.popitem(last=False)[1])
+            self._size -= self._trees.popitem(last=False)[1][1]
 
     def clear(self) -> None:
         self._trees.clear()
