@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pygit2
 
-from . import guarded
+from . import gitnames, guarded
 from .gitindex import UNKNOWN, GitIndex, IndexFormatError, tree_entries
 from .history import HISTORY, RUNS
 from .indexformat import NO_STAT, SPARSE_EXTENSION, encode
@@ -98,9 +98,9 @@ def is_sparse_file(index_file: Path) -> bool:
 
 def _tree_id(tree: pygit2.Tree | None, name: str) -> bytes | None:
     """The raw id of `tree`'s folder `name` (None: none; UNKNOWN: a file stands there)."""
-    if tree is None or name not in tree:
+    sub = gitnames.entry(tree, name)  # not `tree[name]`: it leaks `name` (gitnames.py)
+    if sub is None:
         return None
-    sub = tree[name]
     return sub.id.raw if isinstance(sub, pygit2.Tree) else UNKNOWN  # type: ignore[return-value]
 
 
