@@ -98,7 +98,7 @@ def is_sparse_file(index_file: Path) -> bool:
 
 def _tree_id(tree: pygit2.Tree | None, name: str) -> bytes | None:
     """The raw id of `tree`'s folder `name` (None: none; UNKNOWN: a file stands there)."""
-    sub = gitnames.entry(tree, name)  # not `name in tree`, `tree[name]`: they leak `name`
+    sub = gitnames.entry(tree, name)  # not `tree[name]`: it leaks `name` (gitnames.py)
     if sub is None:
         return None
     return sub.id.raw if isinstance(sub, pygit2.Tree) else UNKNOWN  # type: ignore[return-value]
