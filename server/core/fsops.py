@@ -35,7 +35,7 @@ except (OSError, AttributeError):  # not glibc 2.28+: the plain calls
 _works = {_RENAME_NOREPLACE: _renameat2 is not None, _RENAME_EXCHANGE: _renameat2 is not None}
 
 
-def _call(src: Path | str, dst: Path | str, flag: int) -> int:
+def _call(src: Path | str | bytes, dst: Path | str | bytes, flag: int) -> int:
     """0 when done, else the errno (an unsupported flag is remembered and reported EINVAL)."""
     if not _works[flag]:
         return errno.EINVAL
@@ -49,7 +49,7 @@ def _call(src: Path | str, dst: Path | str, flag: int) -> int:
     return err
 
 
-def rename_new(src: Path | str, dst: Path | str) -> bool:
+def rename_new(src: Path | str | bytes, dst: Path | str | bytes) -> bool:
     """Rename `src` to `dst` unless `dst` exists (then False, `src` left in place)."""
     err = _call(src, dst, _RENAME_NOREPLACE)
     if err == 0:
@@ -57,7 +57,7 @@ def rename_new(src: Path | str, dst: Path | str) -> bool:
     if err == errno.EEXIST:
         return False
     if err != errno.EINVAL:
-        raise OSError(err, os.strerror(err), str(src), None, str(dst))
+        raise OSError(err, os.strerror(err), os.fsdecode(src), None, os.fsdecode(dst))
     try:  # as git does it
         os.link(src, dst)
     except FileExistsError:
@@ -66,12 +66,12 @@ def rename_new(src: Path | str, dst: Path | str) -> bool:
     return True
 
 
-def replace(src: Path | str, dst: Path | str) -> None:
+def replace(src: Path | str | bytes, dst: Path | str | bytes) -> None:
     """Put `src` in `dst`'s place atomically, without waiting for its data to be written."""
     err = _call(src, dst, _RENAME_EXCHANGE)
     if err == 0:
         os.unlink(src)  # now the old file
         return
     if err not in (errno.EINVAL, errno.ENOENT):  # ENOENT: no `dst` yet, a plain rename
-        raise OSError(err, os.strerror(err), str(src), None, str(dst))
+        raise OSError(err, os.strerror(err), os.fsdecode(src), None, os.fsdecode(dst))
     os.replace(src, dst)

@@ -264,7 +264,7 @@ class GitSession(WorkdirScan, IndexedSession):
             if not stat.S_ISREG(st.st_mode):
                 return None
             mode = FileMode.BLOB_EXECUTABLE if st.st_mode & 0o100 else FileMode.BLOB
-            return Staged(gitnames.blob_from_disk(self.repo, abs_path), mode, st, taken)
+            return Staged(gitnames.blob_from_disk(self.repo, abs_path, self.blob), mode, st, taken)
         if content is None:
             guarded.delete(self.path, rel)  # never through a symlinked folder
             return None
@@ -292,27 +292,26 @@ class GitSession(WorkdirScan, IndexedSession):
     def _rebuild(self, base: bytes | None, nested: dict[str, Any]) -> bytes | None:
         """The tree `base` (raw id) with `nested` applied, as bytes (rawobjects.py): only the
         trees on changed paths are written; None when it ends up empty (its entry goes)."""
-        entries = self.trees.entries(base) if base is not None else {}
+        edit = rawobjects.TreeEdit(self.trees.entries(base) if base is not None else {})
         for name, change in nested.items():
             key = name.encode()
             if isinstance(change, dict):
-                old = entries.get(key)
+                old = edit.entries.get(key)
                 made = self._rebuild(rawobjects.entry_tree(old) if old else None, change)
                 if made is None:
-                    entries.pop(key, None)
+                    edit.entries.pop(key, None)
                     continue
                 mode, raw = TREE_MODE, made
             elif change is None:
-                entries.pop(key, None)
+                edit.entries.pop(key, None)
                 continue
             else:
                 mode, raw = int(change[1]), change[0].raw
-            if key not in entries:
+            if edit.put(key, rawobjects.tree_entry(mode, key, raw)):
                 rawobjects.check_name(name, self.repo, pygit2.Oid(raw=raw), mode)
-            entries[key] = rawobjects.tree_entry(mode, key, raw)
-        if not entries:
+        if not edit.entries:
             return None
-        data = rawobjects.encode_tree(entries)
+        entries, data = edit.done()
         raw = self.loose.write(b"tree", data)
         self.trees.put(raw, entries, len(data))
         return raw

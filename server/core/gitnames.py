@@ -17,7 +17,7 @@ O(log entries)), a folder's entries removed by splicing its raw object, a branch
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pygit2
@@ -115,11 +115,13 @@ def ref_commit(repo: pygit2.Repository, ref_name: str) -> pygit2.Commit | None:
     return obj.peel(pygit2.Commit)
 
 
-def blob_from_disk(repo: pygit2.Repository, path: Path | str) -> pygit2.Oid:
+def blob_from_disk(repo: pygit2.Repository, path: Path | str,
+                   write: Callable[[bytes], pygit2.Oid] | None = None) -> pygit2.Oid:
     """A blob of the regular file at `path`, as `create_blob_fromdisk` makes it, without
     the leak. libgit2 runs a file inside the repository through its filters (line endings
     by `core.autocrlf` or `.gitattributes`, `ident`): those only change content holding a
-    CR or a `$Id`, so such a file, and one too big to read whole, still goes through it."""
+    CR or a `$Id`, so such a file, and one too big to read whole, still goes through it.
+    `write`: how the other files' blobs are written (GitSession.blob), else libgit2."""
     try:  # not through a symlink that replaced the file since: libgit2 decides then
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -128,5 +130,5 @@ def blob_from_disk(repo: pygit2.Repository, path: Path | str) -> pygit2.Oid:
         if os.fstat(fd).st_size <= WHOLE_FILE:
             data = f.read()
             if b"\r" not in data and b"$Id" not in data:
-                return repo.create_blob(data)
+                return write(data) if write is not None else repo.create_blob(data)
     return repo.create_blob_fromdisk(str(path))

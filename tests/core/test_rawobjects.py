@@ -20,6 +20,7 @@ from server.core.rawobjects import (
     TREE_MODE,
     BranchMoved,
     LooseWriter,
+    TreeEdit,
     commit_summary,
     encode_commit,
     encode_tree,
@@ -279,3 +280,33 @@ def test_reflog_messages_say_initial_and_merge() -> None:
     assert reflog_message("x\n", 0) == "commit (initial): x"
     assert reflog_message("x\n", 1) == "commit: x"
     assert reflog_message("x\n", 2) == "commit (merge): x"
+
+
+def test_an_edit_keeps_gits_order_with_or_without_a_sort(tmp_path: Path) -> None:
+    """Random edits (new names before, between and after the others, files becoming
+    folders and back, removals): the bytes are always git's (a sorted encode, and the tree
+    `git mktree` writes for the final entries)."""
+    import random
+
+    rng = random.Random(9)
+    repo = _repo(tmp_path)
+    blob = repo.create_blob(b"x").raw
+    folder = repo.TreeBuilder().write().raw
+    names = [n.encode() for n in NAMES] + [b"%06d-user.json" % i for i in range(40)]
+    entries: dict[bytes, bytes] = {}
+    for _ in range(300):
+        edit = TreeEdit(dict(entries))
+        for _ in range(rng.randint(1, 4)):
+            name = rng.choice(names)
+            if rng.random() < 0.2:
+                edit.entries.pop(name, None)
+            else:
+                tree = rng.random() < 0.3
+                edit.put(name, tree_entry(TREE_MODE if tree else 0o100644, name,
+                                          folder if tree else blob))
+        entries, data = edit.done()
+        assert data == encode_tree(entries)
+    lines = [f"{'040000 tree' if e.startswith(b'40000') else '100644 blob'} "
+             f"{e[-20:].hex()}\t{n.decode()}\n" for n, e in entries.items()]
+    raw = LooseWriter(Path(repo.path) / "objects").write(b"tree", data)
+    assert raw.hex() == _mktree(Path(repo.workdir), lines)
