@@ -83,6 +83,9 @@ class SessionHandle:
         if not self._open or self._pending:
             return None
         self._open = False
+        # Only open sessions are ranked by it; a closed one keeps no float made mid-burst,
+        # which would pin its heap arena for good (issue 11).
+        self.last_used = 0.0
         return self._lane.submit(self._close_git)
 
     def close(self) -> None:
