@@ -24,10 +24,12 @@ def _settings(args: argparse.Namespace) -> Settings:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from .core.gc_tuning import tune_for_serving
     from .web.app import create_app
     from .web.ws import WS_MAX_SIZE
 
     settings = _settings(args)
+    tune_for_serving()  # the app's code is imported: freeze it, and collect less often
     if settings.token:
         print(f"Braid is running. Open: http://{settings.host}:{settings.port}/login?token="
               f"{settings.token}", flush=True)

@@ -151,7 +151,7 @@ def copy_worktree(git: GitSession, repo: pygit2.Repository, target: Path, meta: 
         index.set(rel, oid, mode, os.lstat(dst) if fresh else None)
     (target / "session.json").write_bytes(meta)
     index.set("session.json", pygit2.hash(meta), FileMode.BLOB, os.lstat(target / "session.json"))
-    index.write()
+    index.write(full=True)  # the fork's libgit2 reads it first (staging.py: not sparse)
 
 
 def fork_title(title: str) -> str:

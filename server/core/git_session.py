@@ -184,10 +184,10 @@ class GitSession(WorkdirScan, IndexedSession):
                 self.queue_index(rel, None)  # not in the tree: not in the index either
                 continue
             entries[rel] = self._stage_one(rel, content)
+        built = tree is None
         if tree is None:
             tree = self._rebuild(base_tree, _nest(entries))
-        for rel, entry in entries.items():
-            self.queue_index(rel, entry)
+        self.queue_commit(entries, base_tree, tree, built)
         if sync_index:
             self.flush_index()
         parents = ([parent] if parent else []) + list(extra_parents)

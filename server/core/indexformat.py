@@ -7,7 +7,9 @@ import bisect
 import hashlib
 import os
 import struct
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pygit2
 
@@ -16,7 +18,13 @@ HEADER = struct.Struct(">4sII")
 _ENTRY = struct.Struct(">10I20sH")  # ctime s/ns, mtime s/ns, dev, ino, mode, uid, gid, size
 EXTENDED = 0x4000
 SKIP_WORKTREE = 0x4000
+SPARSE_DIR_MODE = 0o040000  # a sparse directory entry: a whole tree, skip-worktree
+SPARSE_EXTENSION = b"sdir"
 _MASK = 0xFFFFFFFF
+
+
+class IndexLocked(RuntimeError):
+    """`index.lock` is held by another writer (a git command running in the folder)."""
 
 
 class IndexFormatError(ValueError):
@@ -24,6 +32,9 @@ class IndexFormatError(ValueError):
 
 
 Stat = tuple[int, int, int, int, int, int, int, int, int]  # the 9 stat words before mode
+# A folder's entries listed from a tree: (folder prefix ending in "/", raw tree id) ->
+# sorted (key, encoded skip-worktree entry).
+Expand = Callable[[bytes, bytes], list[tuple[bytes, bytes]]]
 
 
 def stat_words(st: os.stat_result) -> Stat:
@@ -101,6 +112,24 @@ def parse(data: bytes) -> tuple[list[bytes], list[bytes]]:
     return paths, blobs
 
 
+def expand_sparse(keys: list[bytes], blobs: list[bytes], expand: Expand
+                  ) -> tuple[list[bytes], list[bytes], dict[bytes, bytes]]:
+    """Sparse directory entries replaced by the entries of their trees (`expand`); also
+    folder prefix -> raw tree id of each."""
+    made: list[tuple[bytes, bytes]] = []
+    trees: dict[bytes, bytes] = {}
+    for key, blob in zip(keys, blobs, strict=True):
+        if not key.endswith(b"/"):
+            made.append((key, blob))
+            continue
+        if entry_mode(blob) != SPARSE_DIR_MODE:
+            raise IndexFormatError(f"the index entry {key!r} is not a sparse directory")
+        trees[key] = entry_oid(blob)
+        made += expand(key, trees[key])
+    made.sort()
+    return [k for k, _ in made], [b for _, b in made], trees
+
+
 def _varint(data: bytes, off: int) -> tuple[int, int]:
     """Git's offset varint (index v4 path prefix lengths)."""
     byte = data[off]
@@ -118,7 +147,9 @@ def _check_extensions(data: bytes, off: int) -> None:
     while off + 8 <= end:
         sig = data[off:off + 4]
         size = int.from_bytes(data[off + 4:off + 8], "big")
-        if not sig[:1].isupper():  # required ("link", "sdir"): not kept by this writer
+        # Required ("link"): not kept by this writer; "sdir" marks sparse directory
+        # entries, which the reader's caller expands.
+        if not sig[:1].isupper() and sig != SPARSE_EXTENSION:
             raise IndexFormatError(f"the index holds the required extension {sig!r}")
         off += 8 + size
 
@@ -241,3 +272,76 @@ class SortedEntries:
 
     def joined(self) -> bytes:
         return b"".join(self.pieces())
+
+    def pieces_except(self, sparse: list[tuple[bytes, bytes]]) -> tuple[list[bytes], int]:
+        """The entries' bytes in order with the entries under each prefix of `sparse`
+        ((prefix ending in "/", the one entry standing for them), sorted) replaced by that
+        entry, and how many entries that is. A chunk wholly inside a prefix is skipped
+        unread, so the cost follows the entries outside the prefixes."""
+        out: list[bytes] = []
+        count = 0
+        ranges = [(p, prefix_end(p), blob) for p, blob in sparse]
+        r = 0
+        emitted = False
+        for c, keys in enumerate(self._keys):
+            lo, n = 0, len(keys)
+            while lo < n:
+                while r < len(ranges) and ranges[r][1] <= keys[lo]:
+                    if not emitted:
+                        out.append(ranges[r][2])
+                        count += 1
+                    r, emitted = r + 1, False
+                if r < len(ranges) and keys[lo] >= ranges[r][0]:  # inside the range
+                    if not emitted:
+                        out.append(ranges[r][2])
+                        count += 1
+                        emitted = True
+                    lo = bisect.bisect_left(keys, ranges[r][1], lo)
+                    continue
+                hi = n if r == len(ranges) else bisect.bisect_left(keys, ranges[r][0], lo)
+                if lo == 0 and hi == n:
+                    piece = self._joined[c]
+                    if piece is None:
+                        piece = self._joined[c] = b"".join(self._blobs[c])
+                    out.append(piece)
+                else:
+                    out.append(b"".join(self._blobs[c][lo:hi]))
+                count += hi - lo
+                lo = hi
+        for _, _, blob in ranges[r:]:
+            if not emitted:
+                out.append(blob)
+                count += 1
+            emitted = False
+        return out, count
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The smallest key after every key starting with `prefix` (which ends in "/")."""
+    return prefix[:-1] + bytes([prefix[-1] + 1])
+
+
+def same_entry(a: bytes, b: bytes) -> bool:
+    """The same path, blob, mode and skip-worktree bit (the stat data may differ)."""
+    return entry_oid(a) == entry_oid(b) and entry_mode(a) == entry_mode(b) and \
+        entry_skips(a) == entry_skips(b)
+
+
+def write_pieces(fd: int, pieces: list[bytes]) -> None:
+    for start in range(0, len(pieces), 512):  # IOV_MAX is 1024
+        batch = pieces[start:start + 512]
+        done = os.writev(fd, batch)
+        if done < sum(len(p) for p in batch):  # a short write: the rest one by one
+            rest = memoryview(b"".join(batch))[done:]
+            while rest:
+                rest = rest[os.write(fd, rest):]
+
+
+def open_lock(lock: Path) -> int:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    for _ in range(20):
+        try:
+            return os.open(lock, flags, 0o644)
+        except FileExistsError:
+            time.sleep(0.01)  # a git command in the folder holds it for a moment
+    raise IndexLocked(f"{lock} is held by another writer")

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pygit2
 
-from . import guarded
-from .gitindex import GitIndex, IndexFormatError, tree_entries
+from . import gitnames, guarded
+from .gitindex import UNKNOWN, GitIndex, IndexFormatError, tree_entries
 from .history import HISTORY, RUNS
-from .indexformat import NO_STAT, encode
+from .indexformat import NO_STAT, SPARSE_EXTENSION, encode
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -86,6 +86,24 @@ def porcelain(path: Path, *pathspec: str, untracked: bool = True) -> list[tuple[
     return out
 
 
+def is_sparse_file(index_file: Path) -> bool:
+    """The index file ends with the `sdir` extension (this writer puts it last)."""
+    try:
+        with open(index_file, "rb") as f:
+            f.seek(-28, os.SEEK_END)
+            return f.read(8) == SPARSE_EXTENSION + b"\0\0\0\0"
+    except OSError:  # missing, or shorter than that
+        return False
+
+
+def _tree_id(tree: pygit2.Tree | None, name: str) -> bytes | None:
+    """The raw id of `tree`'s folder `name` (None: none; UNKNOWN: a file stands there)."""
+    sub = gitnames.entry(tree, name)  # not `tree[name]`: it leaks `name` (gitnames.py)
+    if sub is None:
+        return None
+    return sub.id.raw if isinstance(sub, pygit2.Tree) else UNKNOWN  # type: ignore[return-value]
+
+
 class IndexedSession:
     path: Path
     repo: pygit2.Repository
@@ -101,6 +119,21 @@ class IndexedSession:
         # a checkout re-lists only the folders it has not seen (small ones are kept).
         self._listed: dict[tuple[pygit2.Oid, str], list[tuple[bytes, bytes]]] = {}
         self._index_dirty = False
+        # What the queued entries do to history/ and runs/: prefix -> (tree before, tree
+        # after), or None when something else queued entries there (checked at the flush).
+        self._pending_trees: dict[str, tuple[bytes | None, bytes | None] | None] = {}
+        self._checked: tuple[int, int, pygit2.Oid] | None = None
+        self._prime_libgit2()
+
+    def _prime_libgit2(self) -> None:
+        """libgit2 reads the index once per repository (attributes, for a blob made from a
+        file) and keeps it, but cannot read a sparse one: it is given a full file first."""
+        try:
+            if is_sparse_file(self.index_file):  # written so by a process before this one
+                self.git_index().write(full=True)
+            self.repo.index  # noqa: B018 - loaded now, kept by libgit2 from here on
+        except (pygit2.GitError, OSError, IndexFormatError) as e:
+            log.warning("the index of %s is not readable by libgit2: %s", self.path, e)
 
     # -- the index ------------------------------------------------------------------------
 
@@ -113,28 +146,89 @@ class IndexedSession:
         HEAD if it holds what this writer does not keep."""
         try:
             if self._index is None:
-                self._index = GitIndex(self.index_file, self.path)
+                self._index = GitIndex(self.index_file, self.path, expand=self._expand)
             else:
                 self._index.refresh()
         except IndexFormatError as e:
             log.warning("index of %s rebuilt from HEAD: %s", self.path, e)
-            self._index = GitIndex(self.index_file, self.path, read=False)
+            self._index = GitIndex(self.index_file, self.path, read=False,
+                                   expand=self._expand)
             self._reset_from_head(self._index)
         return self._index
 
+    def _expand(self, prefix: bytes, tree: bytes) -> list[tuple[bytes, bytes]]:
+        """A sparse directory entry's files (the index file names the tree)."""
+        obj = self.repo.get(pygit2.Oid(raw=tree))
+        if not isinstance(obj, pygit2.Tree):
+            raise IndexFormatError(f"the index names {prefix!r} as a tree it does not have")
+        return self._list_off_disk(obj, prefix.decode("utf-8", "surrogateescape"))
+
     def queue_index(self, rel: str, entry: Staged | None) -> None:
+        if off_disk(rel):  # not known as a tree's move: the flush checks the folder
+            self._pending_trees[rel[:rel.index("/") + 1]] = None
         self._index_pending[rel] = entry
 
-    def flush_index(self) -> None:
-        """Write the queued entries, so `git status` in the session folder tells the truth."""
-        if not self._index_pending and not self._index_dirty:
+    def queue_commit(self, entries: dict[str, Staged | None], base: pygit2.Tree | None,
+                     tree: pygit2.Oid, built: bool) -> None:
+        """Queue a commit's entries: `tree` is `base` with them (`built`) or given as is;
+        history/ and runs/ move from `base`'s folders to `tree`'s (one sparse entry each)."""
+        self._index_pending.update(entries)
+        new = self.repo[tree]
+        for prefix in OFF_DISK:
+            name = prefix[:-1]
+            before = _tree_id(base, name)
+            after = _tree_id(new, name)
+            chain = self._pending_trees.get(prefix, (before, before))
+            if chain is None or chain[1] != before or UNKNOWN in (before, after) or (
+                    not built and after != before):
+                self._pending_trees[prefix] = None
+            else:
+                self._pending_trees[prefix] = (chain[0], after)
+
+    def flush_index(self, *, full: bool = False) -> None:
+        """Write the queued entries, so `git status` in the session folder tells the truth.
+        `full`: no sparse directory entry in the file (libgit2 is about to read it)."""
+        if not self._index_pending and not self._index_dirty and not (
+                full and self._index is not None and self._index.sparse_on_disk):
             return
         entries, self._index_pending = self._index_pending, {}
+        trees, self._pending_trees = self._pending_trees, {}
         self._index_dirty = False
         index = self.git_index()
-        index.update((rel, None if e is None else (e.oid, e.mode, e.st, off_disk(rel), e.taken))
-                     for rel, e in entries.items())
-        index.write()
+        moves = {p: t for p, t in trees.items() if t is not None}
+        index.update(((rel, None if e is None else (e.oid, e.mode, e.st, off_disk(rel),
+                                                    e.taken)) for rel, e in entries.items()),
+                     moves)
+        if not full and not self.repo.head_is_unborn:
+            self._adopt(index, {p: t[1] for p, t in moves.items()})
+        index.write(full=full)
+
+    def _adopt(self, index: GitIndex, targets: dict[str, bytes | None]) -> None:
+        """history/ and runs/ not known as a tree (the file was re-read, recovery moved
+        entries): compared once with the tree the queued commits made (else HEAD's), so
+        the next writes are sparse again; and after a git command wrote the file, the
+        other entries compared with HEAD's."""
+        head = None
+        seen = (id(index), index.loads, self.repo.head.target)
+        if not index.committed and self._checked != seen:
+            self._checked = seen  # once per file read and HEAD, not per flush
+            head = self.head_commit().tree
+            want = {p: (oid.raw, mode) for p, oid, mode, _ in tree_entries(head)
+                    if not off_disk(p)}
+            index.committed = index.outside(OFF_DISK) == want
+        for prefix in OFF_DISK:
+            if index.tree_of(prefix) is not UNKNOWN:
+                continue
+            if prefix in targets:
+                tree = targets[prefix]
+            else:
+                head = head or self.head_commit().tree
+                tree = _tree_id(head, prefix[:-1])
+            if tree is None:
+                index.adopt(prefix, None, [])
+            elif tree is not UNKNOWN:
+                sub = self.repo[pygit2.Oid(raw=tree)]
+                index.adopt(prefix, tree, self._list_off_disk(sub, prefix))
 
     def sync_off_disk(self, tree: pygit2.Tree) -> None:
         """The history/ and runs/ entries of the index become `tree`'s (a checkout moves them
@@ -143,8 +237,11 @@ class IndexedSession:
         index = self.git_index()
         for name in (HISTORY, RUNS):
             sub = tree[name] if name in tree else None
-            items = self._list_off_disk(sub, f"{name}/") if isinstance(sub, pygit2.Tree) else []
-            index.replace_prefix(f"{name}/", items)
+            if isinstance(sub, pygit2.Tree):
+                index.replace_prefix(f"{name}/", self._list_off_disk(sub, f"{name}/"),
+                                     sub.id.raw)
+            else:
+                index.replace_prefix(f"{name}/", [], None if sub is None else UNKNOWN)
         self._index_dirty = True
 
     def _list_off_disk(self, tree: pygit2.Tree, prefix: str) -> list[tuple[bytes, bytes]]:
@@ -168,14 +265,19 @@ class IndexedSession:
 
     def _reset_from_head(self, index: GitIndex) -> None:
         if self.repo.head_is_unborn:
-            index.reset(())
+            index.reset((), {p: None for p in OFF_DISK})
         else:
-            index.reset(tree_entries(self.head_commit().tree, "", OFF_DISK))
+            tree = self.head_commit().tree
+            known = {p: _tree_id(tree, p[:-1]) for p in OFF_DISK}
+            index.reset(tree_entries(tree, "", OFF_DISK),
+                        {p: t for p, t in known.items() if t is not UNKNOWN})
+        index.committed = True
 
     def reset_index(self) -> None:
         """The index = HEAD's tree (entries whose blob is unchanged keep their stat data),
         for when a dead process may have left entries unwritten."""
         self._index_pending = {}
+        self._pending_trees = {}
         index = self.git_index()
         self._reset_from_head(index)
         index.write()

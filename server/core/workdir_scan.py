@@ -39,7 +39,7 @@ def walk_tree(tree: pygit2.Tree, prefix: str, out: dict[str, pygit2.Oid]) -> Non
 class WorkdirScan:
     path: Path
     repo: pygit2.Repository
-    flush_index: Callable[[], None]
+    flush_index: Callable[..., None]
     head_commit: Callable[[], pygit2.Commit]
     subtree: Callable[[pygit2.Tree, str], pygit2.Tree | None]
     write_checkpoint: Callable[..., pygit2.Oid]
@@ -127,7 +127,7 @@ class WorkdirScan:
         return entry.id != oid or entry.filemode != mode
 
     def _add_all(self) -> None:
-        self.flush_index()
+        self.flush_index(full=True)  # libgit2 reads the index next: no sparse entries
         done = subprocess.run(["git", "-c", "gc.auto=0", "-C", str(self.path), "add", "-A",
                                "--", WORKDIR], capture_output=True, text=True)
         # An empty workdir/ with nothing in the index under it matches no file: no change.

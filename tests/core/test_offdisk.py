@@ -178,3 +178,68 @@ async def test_checkouts_between_long_and_short_branches_move_only_index_entries
                                                    "refs/heads/run/").split()[0])
     assert_off_disk(path)
     assert forked["messages"][-1]["content"] == "write a.txt one | recall"
+
+
+async def test_the_index_file_holds_history_and_runs_as_one_entry_each(braid: Braid) -> None:
+    """The index file names history/ and runs/ as one sparse directory entry each (HEAD's
+    trees), so its writes cost the workdir's entries, not the chat's; git, libgit2 after a
+    full scan, and a reopened session all read every file from it."""
+    from server.core.indexformat import SPARSE_DIR_MODE, entry_mode, entry_oid, parse
+
+    sid, path = await new_session(braid)
+    await run_turn(braid, sid, "write a.txt one")
+    size = (path / ".git" / "index").stat().st_size
+    for i in range(55):  # past 100 messages: two leaf folders
+        await run_turn(braid, sid, f"say {i}")
+    keys, blobs = parse((path / ".git" / "index").read_bytes())
+    assert keys == [b"history/", b"runs/", b"session.json", b"workdir/a.txt"]
+    assert (path / ".git" / "index").stat().st_size == size  # flat as the chat grows
+    for name in ("history", "runs"):
+        blob = blobs[keys.index(f"{name}/".encode())]
+        assert entry_mode(blob) == SPARSE_DIR_MODE
+        assert entry_oid(blob).hex() == git(path, "rev-parse", f"HEAD:{name}").strip()
+    assert_off_disk(path)  # git expands them: every file S, status clean, fsck
+    files = sorted(git(path, "ls-tree", "-r", "--name-only", "HEAD", "history").split())
+    assert len(files) > 100
+    assert sorted(GitSession(path).git_index().paths("history/")) == files
+    # A full scan (`git add -A`, then libgit2 reads the index) and the writes after it.
+    handle = braid.store.get(sid)
+    assert await handle.call(lambda g: g.dirty_workdir_paths()) == []
+    (path / "workdir" / "b.txt").write_text("by hand\n")
+    await handle.call(lambda g: g.commit_workdir(summary="User edits", kind="user-edit"))
+    assert git(path, "show", "HEAD:workdir/b.txt") == "by hand\n"
+    await run_turn(braid, sid, "say after")
+    assert parse((path / ".git" / "index").read_bytes())[0][:2] == [b"history/", b"runs/"]
+    assert_off_disk(path)
+
+
+def test_a_sparse_index_file_left_by_a_process_before_opens_and_takes_files(
+        tmp_path: Path) -> None:
+    """libgit2 cannot read a sparse index (it reads the index for attributes when it makes
+    a blob from a file): a session whose file is sparse is opened with a full file for it,
+    and its later writes are sparse again."""
+    from server.core.git_session import DISK
+    from server.core.staging import is_sparse_file
+
+    meta = {"session_id": "0" * 32, "title": "t", "user_id": "local", "created_at": "now",
+            "forked_from_session_id": None, "root_session_id": "0" * 32}
+    path = tmp_path / "s"
+    first = GitSession.create(path, meta)
+    (path / "workdir" / "a.txt").write_text("a\n")
+    first.write_checkpoint({"history/000/00/000000-user-u.json": b"{}\n",
+                            "runs/000/00/r.json": b"{}\n", "workdir/a.txt": DISK},
+                           summary="t", kind="turn", sync_index=False)
+    first.flush_index()
+    assert is_sparse_file(first.index_file)
+    first.repo.free()
+    again = GitSession(path)  # the next process's repository
+    assert not is_sparse_file(again.index_file)
+    (path / "workdir" / "b.txt").write_text("b\n")
+    again.write_checkpoint({"history/000/00/000001-assistant-v.json": b"{}\n",
+                            "workdir/b.txt": DISK}, summary="t", kind="turn",
+                           sync_index=False)
+    again.flush_index()
+    assert is_sparse_file(again.index_file)
+    assert "S history/000/00/000001-assistant-v.json" in git(path, "ls-files", "-t")
+    assert git(path, "status", "--porcelain") == ""
+    assert_fsck(path)
