@@ -18,7 +18,7 @@ from typing import Any
 import pygit2
 from pygit2.enums import FileMode
 
-from . import crash, gitnames, guarded, jsontext
+from . import crash, gitnames, guarded, jsontext, rawobjects
 from .commits import (
     TRAILER_INDEX,
     TRAILER_KIND,
@@ -31,6 +31,7 @@ from .commits import (
 from .errors import Conflict, NotFound
 from .git_init import init_repository
 from .history import HISTORY, RUNS, Entry, Lines, Listings, history_path, run_path
+from .rawobjects import TREE_MODE, BranchMoved, LooseWriter, TreeCache, common_dir
 from .staging import IndexedSession, Staged, off_disk, staged
 from .workdir_scan import WORKDIR, WorkdirScan, walk_tree
 
@@ -71,6 +72,12 @@ class GitSession(WorkdirScan, IndexedSession):
         # Other views derived from this repository (the DAG's graph, dag.py), kept with it
         # rather than in a module-wide table shared by every session.
         self.caches: dict[str, Any] = {}
+        # Trees and commits written from bytes (rawobjects.py): the bytes of recent trees,
+        # and the last commit's tree, so a checkpoint's base is not read back from disk.
+        self.common = common_dir(self.repo)
+        self.loose = LooseWriter(self.common / "objects")
+        self.trees = TreeCache(self.repo)
+        self._last_commit: tuple[pygit2.Oid, pygit2.Oid] | None = None
         self.init_scan(watch)  # user edits found by the watcher (workdir_scan.py)
 
     # -- creation -------------------------------------------------------------------------
@@ -176,9 +183,11 @@ class GitSession(WorkdirScan, IndexedSession):
         `tree`, when given, is used as the commit's tree instead (the files must already
         match it on disk). With `sync_index=False` the index update (O(files in the repo))
         waits for the next `flush_index()`; every status scan and checkout flushes first."""
-        ref = self.repo.head.name if not self.repo.head_is_unborn else "refs/heads/main"
-        parent = None if self.repo.head_is_unborn else self.repo.head.target
-        base_tree = self.repo[parent].peel(pygit2.Commit).tree if parent else None
+        if self.repo.head_is_unborn:
+            ref, parent = "refs/heads/main", None
+        else:
+            head = self.repo.head
+            ref, parent = head.name, head.target
         entries: dict[str, Staged | None] = {}
         for rel, content in changes.items():
             if content is DISK and guarded.left_out(self.path, rel):
@@ -186,23 +195,57 @@ class GitSession(WorkdirScan, IndexedSession):
                 continue
             entries[rel] = self._stage_one(rel, content)
         built = tree is None
+        base = self._tree_id(parent) if parent is not None else None
         if tree is None:
-            tree = self._rebuild(base_tree, _nest(entries))
-        self.queue_commit(entries, base_tree, tree, built)
+            tree = self._root(base, _nest(entries))
+        self.queue_commit(entries, self.repo[base] if base is not None else None, tree, built)
         if sync_index:
             self.flush_index()
         parents = ([parent] if parent else []) + list(extra_parents)
         message = commit_message(summary, kind, run_id, message_index)
         crash.commit_point(kind, "before_commit")
-        try:
-            oid = self.repo.create_commit(
-                ref, self.signature, self.signature, message, tree, parents
-            )
-        except pygit2.GitError as e:
-            raise Conflict(f"branch moved while writing a checkpoint: {e}") from e
+        oid = self._commit(ref, tree, parents, message, head_log=True)
         crash.commit_point(kind, "after_commit")
         self.drop_uncommitted(changes)  # the live turn's pending files are committed now
         return oid
+
+    def _commit(self, ref: str, tree: pygit2.Oid, parents: list[pygit2.Oid], message: str,
+                head_log: bool) -> pygit2.Oid:
+        """Write the commit and move `ref` from `parents[0]` to it, or raise Conflict.
+        From bytes and by git's lock protocol (rawobjects.py); libgit2 does the unusual
+        cases (no parent, a packed or detached ref)."""
+        sig = self.signature
+        if parents and ref.startswith("refs/heads/"):
+            data = rawobjects.encode_commit(tree.raw, [p.raw for p in parents], sig, sig,
+                                            message)
+            raw = self.loose.write(b"commit", data)
+            log = rawobjects.reflog_message(message, len(parents))
+            try:
+                moved = rawobjects.move_branch(self.repo, self.common, ref, parents[0].raw, raw,
+                                               sig, log, head_log)
+            except BranchMoved as e:
+                raise Conflict(f"branch moved while writing a checkpoint: {e}") from e
+            if moved:
+                oid = pygit2.Oid(raw=raw)
+                self._last_commit = (oid, tree)
+                return oid
+        try:
+            oid = self.repo.create_commit(ref, sig, sig, message, tree, parents)
+        except pygit2.GitError as e:
+            raise Conflict(f"branch moved while writing a checkpoint: {e}") from e
+        self._last_commit = (oid, tree)
+        return oid
+
+    def _tree_id(self, commit: pygit2.Oid) -> pygit2.Oid:
+        """The tree of `commit` (the last one written is known without reading it)."""
+        last = self._last_commit
+        if last is not None and last[0] == commit:
+            return last[1]
+        return self.repo[commit].peel(pygit2.Commit).tree_id
+
+    def blob(self, data: bytes) -> pygit2.Oid:
+        """A blob of `data`, written as a loose object from its bytes (rawobjects.py)."""
+        return pygit2.Oid(raw=self.loose.write(b"blob", data))
 
     def _stage_one(self, rel: str, content: Change) -> Staged | None:
         """Write one change and return its index entry (the stat is taken before the file
@@ -218,7 +261,7 @@ class GitSession(WorkdirScan, IndexedSession):
                 return None
             if stat.S_ISLNK(st.st_mode):
                 target = os.readlink(abs_path).encode()
-                return Staged(self.repo.create_blob(target), FileMode.LINK, st, taken)
+                return Staged(self.blob(target), FileMode.LINK, st, taken)
             if not stat.S_ISREG(st.st_mode):
                 return None
             mode = FileMode.BLOB_EXECUTABLE if st.st_mode & 0o100 else FileMode.BLOB
@@ -228,7 +271,7 @@ class GitSession(WorkdirScan, IndexedSession):
             return None
         assert isinstance(content, bytes)
         guarded.write(self.path, rel, content)  # atomic; its temporary name is excluded
-        return staged(self.repo.create_blob(content), FileMode.BLOB, abs_path)
+        return staged(self.blob(content), FileMode.BLOB, abs_path)
 
     def _stage_off_disk(self, rel: str, content: Change) -> Staged | None:
         """A history/ or runs/ file: a blob only, never written to disk (DISK: the pending
@@ -238,30 +281,42 @@ class GitSession(WorkdirScan, IndexedSession):
         if content is None:
             return None
         assert isinstance(content, bytes)
-        return Staged(self.repo.create_blob(content), FileMode.BLOB)
+        return Staged(self.blob(content), FileMode.BLOB)
 
-    def _rebuild(self, tree: pygit2.Tree | None, nested: dict[str, Any]) -> pygit2.Oid:
-        # Entries are found and removed through gitnames (`tree[name]`, `TreeBuilder.get`
-        # and `.remove` leak their name: a dozen strings a turn, issue 11).
-        removed: list[str] = []
-        inserts: list[tuple[str, pygit2.Oid, int]] = []
+    def _root(self, base: pygit2.Oid | None, nested: dict[str, Any]) -> pygit2.Oid:
+        """The root tree: `base` with `nested` applied (an empty tree when nothing is left)."""
+        raw = self._rebuild(base.raw if base is not None else None, nested)
+        if raw is None:
+            raw = self.loose.write(b"tree", b"")
+        return pygit2.Oid(raw=raw)
+
+    def _rebuild(self, base: bytes | None, nested: dict[str, Any]) -> bytes | None:
+        """The tree `base` (raw id) with `nested` applied, as bytes (rawobjects.py): only the
+        trees on changed paths are written; None when it ends up empty (its entry goes)."""
+        entries = self.trees.entries(base) if base is not None else {}
         for name, change in nested.items():
+            key = name.encode()
             if isinstance(change, dict):
-                oid = self._rebuild(gitnames.subtree(tree, name), change)
-                if len(self.repo[oid]) == 0:
-                    removed.append(name)
-                else:
-                    inserts.append((name, oid, FileMode.TREE))
+                old = entries.get(key)
+                made = self._rebuild(rawobjects.entry_tree(old) if old else None, change)
+                if made is None:
+                    entries.pop(key, None)
+                    continue
+                mode, raw = TREE_MODE, made
             elif change is None:
-                removed.append(name)
+                entries.pop(key, None)
+                continue
             else:
-                inserts.append((name, change[0], change[1]))
-        if tree is not None and removed:
-            tree = gitnames.without(self.repo, tree, removed)
-        builder = self.repo.TreeBuilder(tree) if tree is not None else self.repo.TreeBuilder()
-        for name, oid, mode in inserts:
-            builder.insert(name, oid, mode)
-        return builder.write()
+                mode, raw = int(change[1]), change[0].raw
+            if key not in entries:
+                rawobjects.check_name(name, self.repo, pygit2.Oid(raw=raw), mode)
+            entries[key] = rawobjects.tree_entry(mode, key, raw)
+        if not entries:
+            return None
+        data = rawobjects.encode_tree(entries)
+        raw = self.loose.write(b"tree", data)
+        self.trees.put(raw, entries, len(data))
+        return raw
 
     def commit_on_branch(
         self,
@@ -279,22 +334,18 @@ class GitSession(WorkdirScan, IndexedSession):
             return self.write_checkpoint(changes, summary=summary, kind=kind, run_id=run_id,
                                          message_index=message_index)
         tip = self.branch_tip(branch)
-        entries = {rel: (self.repo.create_blob(data), FileMode.BLOB) if data is not None
+        entries = {rel: (self.blob(data), FileMode.BLOB) if data is not None
                    else None for rel, data in changes.items()}
-        tree = self.tree_with(self.commit(tip).tree, entries)
+        tree = self._root(self._tree_id(tip), _nest(entries))
         message = commit_message(summary, kind, run_id, message_index)
-        try:
-            return self.repo.create_commit(f"refs/heads/{branch}", self.signature,
-                                           self.signature, message, tree, [tip])
-        except pygit2.GitError as e:
-            raise Conflict(f"branch {branch} moved while committing: {e}") from e
+        return self._commit(f"refs/heads/{branch}", tree, [tip], message, head_log=False)
 
     def tree_with(
         self, base: pygit2.Tree | None, entries: Mapping[str, Sequence[Any] | None]
     ) -> pygit2.Oid:
         """`base` with `entries` (repo-relative path → (blob id, mode), or None to remove)
         applied, rebuilding only the trees on those paths."""
-        return self._rebuild(base, _nest(entries))
+        return self._root(base.id if base is not None else None, _nest(entries))
 
     def remove_worktree(self, name: str) -> None:
         """Forget a worktree and delete its folder (pygit2's prune leaves the folder)."""

@@ -1,0 +1,77 @@
+"""Renames that cost what they say: Linux `renameat2` flags, with the plain calls when the
+system or the file system lacks them.
+
+- `rename_new(src, dst)`: rename unless `dst` exists (RENAME_NOREPLACE), one call where git's
+  `link` + `unlink` (or a look first, then a rename) are two: how a loose object gets its name.
+- `replace(src, dst)`: atomically put `src` in `dst`'s place. A plain `rename` over an
+  existing file makes ext4 (auto_da_alloc) write the new file's data out before it returns,
+  up to milliseconds on a busy disk; swapping the two names (RENAME_EXCHANGE) and unlinking
+  the old file is atomic too (a reader sees the old or the new file, a kill -9 in between
+  leaves the old content under `src`'s name, a lock file recovery removes) and leaves the data
+  to the usual writeback. Like every write Braid makes, it is not fsynced: the guarantee is a
+  killed process, not a power cut.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+from pathlib import Path
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+_RENAME_EXCHANGE = 2
+_UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)
+
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _renameat2 = _libc.renameat2
+    _renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                           ctypes.c_uint]
+    _renameat2.restype = ctypes.c_int
+except (OSError, AttributeError):  # not glibc 2.28+: the plain calls
+    _renameat2 = None
+_works = {_RENAME_NOREPLACE: _renameat2 is not None, _RENAME_EXCHANGE: _renameat2 is not None}
+
+
+def _call(src: Path | str, dst: Path | str, flag: int) -> int:
+    """0 when done, else the errno (an unsupported flag is remembered and reported EINVAL)."""
+    if not _works[flag]:
+        return errno.EINVAL
+    assert _renameat2 is not None
+    if _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flag) == 0:
+        return 0
+    err = ctypes.get_errno()
+    if err in _UNSUPPORTED:
+        _works[flag] = False
+        return errno.EINVAL
+    return err
+
+
+def rename_new(src: Path | str, dst: Path | str) -> bool:
+    """Rename `src` to `dst` unless `dst` exists (then False, `src` left in place)."""
+    err = _call(src, dst, _RENAME_NOREPLACE)
+    if err == 0:
+        return True
+    if err == errno.EEXIST:
+        return False
+    if err != errno.EINVAL:
+        raise OSError(err, os.strerror(err), str(src), None, str(dst))
+    try:  # as git does it
+        os.link(src, dst)
+    except FileExistsError:
+        return False
+    os.unlink(src)
+    return True
+
+
+def replace(src: Path | str, dst: Path | str) -> None:
+    """Put `src` in `dst`'s place atomically, without waiting for its data to be written."""
+    err = _call(src, dst, _RENAME_EXCHANGE)
+    if err == 0:
+        os.unlink(src)  # now the old file
+        return
+    if err not in (errno.EINVAL, errno.ENOENT):  # ENOENT: no `dst` yet, a plain rename
+        raise OSError(err, os.strerror(err), str(src), None, str(dst))
+    os.replace(src, dst)
