@@ -28,7 +28,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import FileMode
 
-from . import gitnames, guarded
+from . import gitnames, guarded, jsontext
 from .errors import Conflict
 from .git_session import WORKDIR, GitSession
 
@@ -139,7 +139,7 @@ class BackupStore:
         old_tree = old.tree if old is not None else None
         paths = {rel: ({"oid": str(e[0]), "mode": int(e[1])} if e else None)
                  for rel, e in sorted(manifest.items())}
-        data = json.dumps({"turn_id": turn_id, "paths": paths}, indent=1, sort_keys=True)
+        data = jsontext.dumps({"turn_id": turn_id, "paths": paths})  # json.dumps's text
         root = self.repo.TreeBuilder(old_tree) if old_tree is not None else \
             self.repo.TreeBuilder()
         root.insert(MANIFEST, self.repo.create_blob(data.encode() + b"\n"), FileMode.BLOB)

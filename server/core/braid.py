@@ -21,6 +21,8 @@ from .store import SessionStore
 from .users import DEFAULT_USER, new_token
 
 log = logging.getLogger("braid")
+# Quiet steps after a release that give memory back again (the teardown frees more).
+TRIMS_AFTER = 2
 
 
 class Braid:
@@ -73,6 +75,7 @@ class Braid:
     async def _release_idle(self) -> None:
         """Idle sessions give back their thread and repository (D14), now and then."""
         step = max(0.5, min(5.0, self.settings.idle_seconds / 2))
+        again = 0
         while True:
             await asyncio.sleep(step)
             live = frozenset(a.session_id for a in self.runs.all())
@@ -85,6 +88,15 @@ class Braid:
                 if not self.store.open_count():
                     model_memo.forget_all()  # the released sessions' kept messages
                 await asyncio.to_thread(give_back_memory)
+                again = TRIMS_AFTER
+            elif again and not live and not self.store.open_count():
+                # Still quiet: what the release set going is freed after it (the pools'
+                # threads exit, closed sockets' and sessions' objects go), and glibc keeps
+                # it unless asked; a step later, then once more, it is given back too.
+                again -= 1
+                await asyncio.to_thread(give_back_memory)
+            else:
+                again = 0
 
     async def stop(self) -> None:
         if self._reaper is not None:

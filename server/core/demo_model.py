@@ -10,6 +10,7 @@ real model. This module streams it the way real servers do.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import re
@@ -183,15 +184,26 @@ _END = object()  # the app finished: no more body
 
 def _body_stream(queue: asyncio.Queue[Any], task: asyncio.Task[None]) -> Any:
     """The response body as an httpx2 stream fed by the app's `send` calls."""
+    return _body_class()(queue, task)
+
+
+@functools.cache
+def _body_class() -> type:
+    """One class for every response (httpx2 is imported on first use): a class made per
+    call is a reference cycle, and it held each call's queue and task until the cyclic GC
+    came by, which a serving process runs rarely (gc_tuning.py; issue 11: RSS after load)."""
     import httpx2
 
     class Body(httpx2.AsyncByteStream):
+        def __init__(self, queue: asyncio.Queue[Any], task: asyncio.Task[None]) -> None:
+            self.queue, self.task = queue, task
+
         async def __aiter__(self) -> AsyncIterator[bytes]:
             while True:
-                message = await queue.get()
+                message = await self.queue.get()
                 if message is _END:
-                    if not task.cancelled() and task.exception():
-                        raise task.exception()  # type: ignore[misc]
+                    if not self.task.cancelled() and self.task.exception():
+                        raise self.task.exception()  # type: ignore[misc]
                     return
                 if message.get("body"):
                     yield message["body"]
@@ -200,9 +212,9 @@ def _body_stream(queue: asyncio.Queue[Any], task: asyncio.Task[None]) -> Any:
 
         async def aclose(self) -> None:
             # A client that stops reading (the user pressed stop) ends the app too.
-            task.cancel()
+            self.task.cancel()
 
-    return Body()
+    return Body
 
 
 def _scope(request: Any) -> Scope:

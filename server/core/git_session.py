@@ -18,7 +18,7 @@ from typing import Any
 import pygit2
 from pygit2.enums import FileMode
 
-from . import crash, gitnames, guarded, rawobjects
+from . import crash, gitnames, guarded, jsontext, rawobjects
 from .commits import (
     TRAILER_INDEX,
     TRAILER_KIND,
@@ -50,7 +50,8 @@ __all__ = [
 
 
 def to_json_bytes(obj: Any) -> bytes:
-    return (json.dumps(obj, indent=1, ensure_ascii=False, sort_keys=True) + "\n").encode()
+    # json.dumps(obj, indent=1, ensure_ascii=False, sort_keys=True), without its garbage.
+    return (jsontext.dumps(obj, ensure_ascii=False) + "\n").encode()
 
 
 class GitSession(WorkdirScan, IndexedSession):

@@ -83,6 +83,9 @@ class SessionHandle:
         if not self._open or self._pending:
             return None
         self._open = False
+        # Only open sessions are ranked by it; a closed one keeps no float made mid-burst,
+        # which would pin its heap arena for good (issue 11).
+        self.last_used = 0.0
         return self._lane.submit(self._close_git)
 
     def close(self) -> None:
@@ -90,6 +93,14 @@ class SessionHandle:
         or at shutdown)."""
         self._open = False
         self._lane.submit(self._close_git).result()
+
+
+def _let_go(git: GitSession) -> None:
+    """Close a repository no one will use again, its C side at once (it sits in a reference
+    cycle: else its caches stay until the cyclic GC comes by)."""
+    git.flush_index()
+    git.close()
+    git.repo.free()
 
 
 class SessionStore:
@@ -156,10 +167,12 @@ class SessionStore:
         path = self.path(session_id)
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(None, build, path, meta)
+            made = await loop.run_in_executor(None, build, path, meta)
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise
+        if isinstance(made, GitSession):  # the lane opens its own: this one goes now
+            await loop.run_in_executor(None, _let_go, made)
         return self.get(session_id)
 
     def release_idle(self, idle_seconds: float, max_open: int,

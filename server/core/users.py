@@ -5,12 +5,13 @@ Tokens are long random strings, so a plain SHA-256 of the token is a safe thing 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import re
 import secrets
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -49,8 +50,17 @@ class Users:
         with self._connect() as db:
             db.executescript(SCHEMA)
 
-    def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, timeout=10)
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        """A connection for one transaction, closed after it: `with sqlite3.connect()` only
+        commits, and the connection (in a reference cycle) kept its sqlite heap until the
+        cyclic GC came by, one per request authenticated (issue 11)."""
+        db = sqlite3.connect(self.path, timeout=10)
+        try:
+            with db:
+                yield db
+        finally:
+            db.close()
 
     def set_token(self, user_id: str, token: str | None = None) -> str:
         """Create `user_id` or replace its token; returns the token in clear (shown once)."""

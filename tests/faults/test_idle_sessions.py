@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import threading
 import weakref
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import git, new_session, run_turn
+from server.core import braid as braid_module
 from server.core import context, model_body, store
 
 
@@ -121,3 +123,30 @@ async def test_an_idle_session_lets_go_of_its_repository(make_braid: Any) -> Non
     done = await run_turn(braid, sid, "write g.txt reopened")  # reopened on demand
     assert done["status"] == "COMPLETED"
     assert git(path, "show", "HEAD:workdir/g.txt") == "reopened\n"
+
+
+async def test_a_quiet_server_gives_memory_back_after_the_teardown_too(make_braid: Any) -> None:
+    """The release frees more after it (the pools' threads exit, the sessions' objects go):
+    the reaper gives memory back at the release and on the quiet steps after it, then stops
+    (issue 11). Each giving back starts with a full collection, which gc.callbacks see."""
+    braid = await make_braid(idle_seconds=0.5)
+    sid, _ = await new_session(braid)
+    assert (await run_turn(braid, sid, "write f.txt 1"))["status"] == "COMPLETED"
+    full: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 2:
+            full.append(1)
+
+    gc.callbacks.append(seen)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        want = 1 + braid_module.TRIMS_AFTER
+        while len(full) < want and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+        assert len(full) == want and not braid.store.open_count()
+        await asyncio.sleep(2.0)  # still quiet: no more of them
+        assert len(full) == want
+    finally:
+        gc.callbacks.remove(seen)
