@@ -144,7 +144,7 @@ class BackupStore:
             self.repo.TreeBuilder()
         root.insert(MANIFEST, self.repo.create_blob(data.encode() + b"\n"), FileMode.BLOB)
         if new_blobs:
-            blobs_tree = _subtree(old_tree, BLOBS)
+            blobs_tree = gitnames.subtree(old_tree, BLOBS)
             root.insert(BLOBS, self._add_blobs(blobs_tree, new_blobs), FileMode.TREE)
         tree = root.write()
         sig = self.git.signature
@@ -158,16 +158,12 @@ class BackupStore:
             by_shard.setdefault(str(oid)[:2], []).append(oid)
         root = self.repo.TreeBuilder(tree) if tree is not None else self.repo.TreeBuilder()
         for shard, oids in by_shard.items():
-            old = _subtree(tree, shard)
+            old = gitnames.subtree(tree, shard)
             builder = self.repo.TreeBuilder(old) if old is not None else self.repo.TreeBuilder()
             for oid in oids:
                 builder.insert(str(oid), oid, FileMode.BLOB)
             root.insert(shard, builder.write(), FileMode.TREE)
         return root.write()
-
-
-def _subtree(tree: pygit2.Tree | None, name: str) -> pygit2.Tree | None:
-    return gitnames.subtree(tree, name)
 
 
 def tree_entry(tree: pygit2.Tree | None, path: str) -> Entry | None:

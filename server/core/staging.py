@@ -236,7 +236,7 @@ class IndexedSession:
         before, a splice of the sorted entries, and no file."""
         index = self.git_index()
         for name in (HISTORY, RUNS):
-            sub = tree[name] if name in tree else None
+            sub = gitnames.entry(tree, name)  # not `tree[name]`: it leaks `name`
             if isinstance(sub, pygit2.Tree):
                 index.replace_prefix(f"{name}/", self._list_off_disk(sub, f"{name}/"),
                                      sub.id.raw)

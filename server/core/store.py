@@ -55,12 +55,7 @@ class SessionHandle:
     def _close_git(self) -> None:
         git, self._git = self._git, None
         if git is not None:
-            git.flush_index()  # the deferred index entries, before the repository goes
-            git.close()
-            # The C side (object cache, pack windows, odb and refdb handles) goes now: a
-            # `pygit2.Repository` sits in a reference cycle (its `branches`, `references`...
-            # point back at it), so only the cyclic GC would drop it, much later.
-            git.repo.free()
+            _let_go(git)
 
     @property
     def is_open(self) -> bool:
@@ -96,8 +91,10 @@ class SessionHandle:
 
 
 def _let_go(git: GitSession) -> None:
-    """Close a repository no one will use again, its C side at once (it sits in a reference
-    cycle: else its caches stay until the cyclic GC comes by)."""
+    """Close a repository no one will use again: the deferred index entries first, then its
+    C side (object cache, pack windows, odb and refdb handles) at once. A
+    `pygit2.Repository` sits in a reference cycle (its `branches`, `references`... point
+    back at it), so only the cyclic GC would drop it, much later."""
     git.flush_index()
     git.close()
     git.repo.free()
