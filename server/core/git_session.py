@@ -32,14 +32,14 @@ from .errors import Conflict, NotFound
 from .git_init import init_repository
 from .history import HISTORY, RUNS, Entry, Lines, Listings, history_path, run_path
 from .rawobjects import TREE_MODE, BranchMoved, LooseWriter, TreeCache, common_dir
-from .staging import IndexedSession, Staged, off_disk, staged
+from .staging import DISK, IndexedSession, Staged, off_disk, staged
 from .workdir_scan import WORKDIR, WorkdirScan, walk_tree
 
 SIGNATURE_NAME = "Braid"
 SIGNATURE_EMAIL = "braid@localhost"
 WORKTREES = "_worktrees"
-# A change: bytes to write, None to delete, or DISK to take the file as it is on disk now.
-DISK = object()
+# A change: bytes to write, None to delete, DISK to take the file as it is on disk now, or
+# a blob already written for the file on disk (Staged, with its lstat).
 Change = bytes | None | object
 
 
@@ -252,6 +252,8 @@ class GitSession(WorkdirScan, IndexedSession):
         is read, or after it is written: a later change shows as a stat mismatch)."""
         if off_disk(rel):
             return self._stage_off_disk(rel, content)
+        if isinstance(content, Staged):  # its blob is written (workdir_scan.commit_workdir)
+            return content
         abs_path = self.path / rel
         if content is DISK:
             taken = time.time()

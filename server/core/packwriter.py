@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pygit2
 
+from .rawobjects import common_dir
+
 BLOB = 3
 
 
@@ -38,7 +40,7 @@ class PackWriter:
 
     def __init__(self, repo: pygit2.Repository) -> None:
         self.repo = repo
-        self.pack_dir = Path(repo.path) / "objects" / "pack"
+        self.pack_dir = common_dir(repo) / "objects" / "pack"  # a worktree's too
         self.pack_dir.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix="tmp_pack_", dir=self.pack_dir)
         self._tmp = Path(tmp)

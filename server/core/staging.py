@@ -47,6 +47,9 @@ def off_disk(rel: str) -> bool:
     return rel.startswith(OFF_DISK)
 
 
+DISK = object()  # a change that takes the file as it is on disk now (git_session.Change)
+
+
 class Staged(NamedTuple):
     """A queued index entry: the blob and mode committed, and the lstat of the file on disk
     that holds them (None: not on disk), taken at `taken`."""

@@ -61,8 +61,8 @@ def snapshot_user_edits(git: GitSession) -> str | None:
     listed = ", ".join(p[len(WORKDIR) + 1:] for p in dirty[:5])
     more = f" and {len(dirty) - 5} more" if len(dirty) > 5 else ""
     summary = f"User edits: {listed}{more}"
-    if len(dirty) > BULK_EDITS:  # a folder dropped in: one `git add -A`, as git would
-        return str(git.commit_workdir(summary=summary, kind="user-edit"))
+    if len(dirty) > BULK_EDITS:  # a folder dropped in: its blobs in one pack
+        return str(git.commit_workdir(dirty, summary=summary, kind="user-edit"))
     oid = git.write_checkpoint({p: DISK for p in dirty}, summary=summary, kind="user-edit")
     return str(oid)
 

@@ -2,15 +2,19 @@
 
 The session's watcher (watch.py) names the candidate paths; each is compared with HEAD by
 hashing it. The first look, and any look the watcher cannot answer, scans everything with
-one `git add -A -- workdir` instead (the index's stat cache makes an unchanged file cost an
-lstat). `WorkdirScan` is the part of `GitSession` that does it.
+one `git status -- workdir` instead (the index's stat cache makes an unchanged file cost an
+lstat; a new file is listed, not hashed). Many changed files at once (a folder dropped in,
+the first snapshot of a big project) are committed with their blobs in one pack file
+(`commit_workdir`): git's `add -A` would write, compress and rename a loose object each.
+`WorkdirScan` is the part of `GitSession` that does it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
-import subprocess
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 from pygit2.enums import FileMode
 
-from .staging import porcelain
+from . import guarded
+from .packwriter import PackWriter
+from .staging import DISK, Staged, porcelain
 from .watch import WATCHERS, Watcher
 
 if TYPE_CHECKING:
@@ -126,39 +132,57 @@ class WorkdirScan:
             return not self.repo.path_is_ignored(f"{WORKDIR}/{rel}")
         return entry.id != oid or entry.filemode != mode
 
-    def _add_all(self) -> None:
-        self.flush_index(full=True)  # libgit2 reads the index next: no sparse entries
-        done = subprocess.run(["git", "-c", "gc.auto=0", "-C", str(self.path), "add", "-A",
-                               "--", WORKDIR], capture_output=True, text=True)
-        # An empty workdir/ with nothing in the index under it matches no file: no change.
-        if done.returncode != 0 and "did not match any files" not in done.stderr:
-            raise RuntimeError(f"git add failed: {done.stderr.strip()}")
-
     def _scan_workdir(self) -> list[str]:
-        """Every path under workdir/ that differs from HEAD, found by one `git add -A` over
-        workdir/ (its stat cache makes an unchanged file cost an lstat; a new one is hashed
-        once and staged with its stat data, ready for `commit_workdir`)."""
-        self._add_all()
-        index = self.repo.index
-        index.read(True)
-        diff = index.diff_to_tree(self.head_commit().tree)
-        out = set()
-        for delta in diff.deltas:
-            for rel in (delta.old_file.path, delta.new_file.path):
-                if rel.startswith(f"{WORKDIR}/"):
-                    out.add(rel)
-        return sorted(out)
+        """Every path under workdir/ that differs from HEAD, by one `git status` over
+        workdir/ (its stat cache makes an unchanged file cost an lstat; new files are
+        listed without being read)."""
+        return self.dirty_workdir_paths()
 
-    def commit_workdir(self, *, summary: str, kind: str) -> pygit2.Oid:
-        """Commit everything that differs under workdir/ at once from what `git add -A`
-        staged: a first snapshot of a big folder costs what `git add -A && git commit`
-        costs, not a loose write and an index insert per file."""
-        self._add_all()
-        index = self.repo.index
-        index.read(True)
-        tree = index.write_tree()
+    def commit_workdir(self, paths: list[str], *, summary: str, kind: str) -> pygit2.Oid:
+        """Commit `paths` (repo-relative, under workdir/) as they are on disk, their blobs
+        written as one pack: a first snapshot of 100,000 files is one file write for its
+        blobs (and a loose tree per folder), where `git add -A` creates 100,000 files."""
+        changes: dict[str, object] = {}
+        with PackWriter(self.repo) as pack:
+            safe: dict[str, bool] = {}  # a parent folder -> no symlink or file on its way
+            for rel in paths:
+                parent = rel.rpartition("/")[0]
+                if parent not in safe:
+                    safe[parent] = not guarded.left_out(self.path, f"{parent}/x")
+                if not safe[parent] or guarded.is_temp(rel.rpartition("/")[2]):
+                    continue
+                packed = self._packed(pack, rel)
+                changes[rel] = packed if packed is not None else DISK  # gone, or not a file
+        # The pack is in place now: the trees written next name blobs that exist.
         self._carry = set()
-        return self.write_checkpoint({}, summary=summary, kind=kind, tree=tree)
+        return self.write_checkpoint(changes, summary=summary, kind=kind)
+
+    def _packed(self, pack: PackWriter, rel: str) -> Staged | None:
+        """The file at `rel` as a blob in `pack`, with its stat taken before it is read (a
+        later change shows as a stat mismatch); None when it is gone or not a file."""
+        full = f"{self.path}/{rel}"
+        taken = time.time()
+        try:  # one open, fstat and read: a symlink is not followed (ELOOP)
+            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                return None  # gone, or unreadable: the one-file path (DISK) judges it
+            st = os.lstat(full)
+            return Staged(pack.add(os.readlink(full).encode()), FileMode.LINK, st, taken)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            data = os.read(fd, st.st_size + 1)
+            while len(data) <= st.st_size:  # a short read, or a file still growing
+                more = os.read(fd, 1 << 20)
+                if not more:
+                    break
+                data += more
+        finally:
+            os.close(fd)
+        mode = FileMode.BLOB_EXECUTABLE if st.st_mode & 0o100 else FileMode.BLOB
+        return Staged(pack.add(data), mode, st, taken)
 
     def close(self) -> None:
         """Close the watcher (the session is let go)."""

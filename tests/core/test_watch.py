@@ -81,3 +81,52 @@ async def test_many_files_dropped_in_are_one_user_edit(braid: Any) -> None:
     assert kind(path, "HEAD~1") == "user-edit"
     assert len(changed(path, "HEAD~1")) == 400
     assert git(path, "status", "--porcelain") == ""
+
+
+def counts(path: Any) -> dict[str, int]:
+    out = git(path, "count-objects", "-v")
+    return {k: int(v) for k, v in (line.split(": ") for line in out.splitlines())
+            if v.isdigit()}
+
+
+async def test_a_big_first_snapshot_writes_its_blobs_as_one_pack(braid: Any) -> None:
+    sid, path = await new_session(braid)
+    work = path / "workdir"
+    for i in range(400):  # more than BULK_EDITS, found by the first look's full scan
+        d = work / "pkg" / f"m{i // 100}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i}.py").write_text(f"x = {i}\n")
+    os.chmod(work / "pkg" / "m0" / "f0.py", 0o755)
+    os.symlink("m0/f1.py", work / "pkg" / "link")
+    (work / ".gitignore").write_text("*.log\n")
+    (work / "pkg" / "noise.log").write_text("ignored\n")
+    (work / "pkg" / ".~braid-1.tmp").write_text("a killed writer's temporary file\n")
+    loose_before = counts(path)["count"]
+    await run_turn(braid, sid, "say first")
+    assert kind(path, "HEAD~1") == "user-edit"
+    files = changed(path, "HEAD~1")
+    assert len(files) == 402 and "workdir/pkg/noise.log" not in files
+    assert not any(".~braid-" in f for f in files)
+    listed = git(path, "ls-tree", "-r", "HEAD", "workdir/pkg/m0/f0.py", "workdir/pkg/link")
+    modes = {line.split("\t")[1]: line.split()[0] for line in listed.splitlines()}
+    assert modes == {"workdir/pkg/m0/f0.py": "100755", "workdir/pkg/link": "120000"}
+    assert git(path, "cat-file", "-p", "HEAD:workdir/pkg/m3/f399.py") == "x = 399\n"
+    # The blobs are in a pack: only the trees, messages and commits are loose.
+    after = counts(path)
+    assert after["in-pack"] >= 400 and after["count"] - loose_before < 50
+    git(path, "fsck", "--strict")
+    assert git(path, "status", "--porcelain") == ""  # the temporary file is excluded
+
+    # A second bulk change seen by the watcher: changes and deletions together.
+    (work / "pkg" / ".~braid-1.tmp").unlink()
+    for i in range(0, 400, 2):
+        (work / "pkg" / f"m{i // 100}" / f"f{i}.py").write_text(f"x = {i} + 1\n")
+    for i in range(1, 400, 4):
+        (work / "pkg" / f"m{i // 100}" / f"f{i}.py").unlink()
+    await run_turn(braid, sid, "say second")
+    assert kind(path, "HEAD~1") == "user-edit"
+    assert len(changed(path, "HEAD~1")) == 300
+    assert git(path, "cat-file", "-p", "HEAD:workdir/pkg/m0/f2.py") == "x = 2 + 1\n"
+    assert "workdir/pkg/m0/f1.py" not in git(path, "ls-tree", "-r", "--name-only", "HEAD")
+    git(path, "fsck", "--strict")
+    assert git(path, "status", "--porcelain") == ""
