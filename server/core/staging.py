@@ -3,8 +3,8 @@ part of `GitSession` that keeps the index through the one writer (gitindex.py) a
 `history/` and `runs/` off disk.
 
 - Index entries are queued as checkpoints and checkouts write and flushed in one write
-  (`flush_index`); git commands Braid runs in the folder (`git add -A -- workdir`) write the
-  file too, and the next look re-reads it (`GitIndex.refresh`).
+  (`flush_index`); a git command run in the folder (`git update-index` after an import, the
+  user's own) writes the file too, and the next look re-reads it (`GitIndex.refresh`).
 - `history/` and `runs/` files live in git only: a checkpoint writes them as blobs, their
   index entries carry skip-worktree (`git status` is clean and `git ls-files -t` shows `S`),
   and a checkout moves only their index entries. What a live turn has not committed yet
@@ -188,11 +188,9 @@ class IndexedSession:
             else:
                 self._pending_trees[prefix] = (chain[0], after)
 
-    def flush_index(self, *, full: bool = False) -> None:
-        """Write the queued entries, so `git status` in the session folder tells the truth.
-        `full`: no sparse directory entry in the file (libgit2 is about to read it)."""
-        if not self._index_pending and not self._index_dirty and not (
-                full and self._index is not None and self._index.sparse_on_disk):
+    def flush_index(self) -> None:
+        """Write the queued entries, so `git status` in the session folder tells the truth."""
+        if not self._index_pending and not self._index_dirty:
             return
         entries, self._index_pending = self._index_pending, {}
         trees, self._pending_trees = self._pending_trees, {}
@@ -202,9 +200,9 @@ class IndexedSession:
         index.update(((rel, None if e is None else (e.oid, e.mode, e.st, off_disk(rel),
                                                     e.taken)) for rel, e in entries.items()),
                      moves)
-        if not full and not self.repo.head_is_unborn:
+        if not self.repo.head_is_unborn:
             self._adopt(index, {p: t[1] for p, t in moves.items()})
-        index.write(full=full)
+        index.write()
 
     def _adopt(self, index: GitIndex, targets: dict[str, bytes | None]) -> None:
         """history/ and runs/ not known as a tree (the file was re-read, recovery moved

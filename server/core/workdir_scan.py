@@ -76,7 +76,7 @@ class WorkdirScan:
                 WATCHERS.forget(watcher)
             # Opened before the scan: a change made during it is seen by the next look.
             self._watcher = WATCHERS.open(self.path / WORKDIR, Path(self.repo.path))
-            found = self._scan_workdir()
+            found = self.dirty_workdir_paths()  # a full scan: one `git status`
         else:
             WATCHERS.touch(watcher)
             found = self._differing(candidates | self._carry)
@@ -132,12 +132,6 @@ class WorkdirScan:
             return not self.repo.path_is_ignored(f"{WORKDIR}/{rel}")
         return entry.id != oid or entry.filemode != mode
 
-    def _scan_workdir(self) -> list[str]:
-        """Every path under workdir/ that differs from HEAD, by one `git status` over
-        workdir/ (its stat cache makes an unchanged file cost an lstat; new files are
-        listed without being read)."""
-        return self.dirty_workdir_paths()
-
     def commit_workdir(self, paths: list[str], *, summary: str, kind: str) -> pygit2.Oid:
         """Commit `paths` (repo-relative, under workdir/) as they are on disk, their blobs
         written as one pack: a first snapshot of 100,000 files is one file write for its
@@ -173,12 +167,10 @@ class WorkdirScan:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 return None
-            data = os.read(fd, st.st_size + 1)
-            while len(data) <= st.st_size:  # a short read, or a file still growing
-                more = os.read(fd, 1 << 20)
-                if not more:
-                    break
-                data += more
+            chunks = [os.read(fd, st.st_size or 1 << 16)]
+            while chunks[-1]:  # to the end: a short read, or a file still growing
+                chunks.append(os.read(fd, 1 << 20))
+            data = b"".join(chunks)
         finally:
             os.close(fd)
         mode = FileMode.BLOB_EXECUTABLE if st.st_mode & 0o100 else FileMode.BLOB
