@@ -18,6 +18,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from .demo_script import DemoError, Reply, respond, usage
 
 if TYPE_CHECKING:
@@ -113,9 +115,20 @@ async def _read_body(receive: Receive) -> bytes:
             return body
 
 
+def _parse(body: bytes) -> Any:
+    """The request's JSON. A model reads all it is sent, and a long chat sends its context
+    window twice a turn (~220 KB at the default budget): orjson reads it in about half the
+    time json takes. What orjson refuses and json takes (NaN, integers past 64 bits) is
+    read by json as before, and json's message names what is wrong with a bad body."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return json.loads(body)
+
+
 def _load(body: bytes) -> dict[str, Any]:
     try:
-        request = json.loads(body)
+        request = _parse(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise DemoError(400, f"Invalid JSON body: {exc}", "invalid_request_error") from exc
     if not isinstance(request, dict) or not isinstance(request.get("messages"), list):

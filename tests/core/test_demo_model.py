@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from server.core.demo_model import create_demo_app, demo_client
+from server.core.demo_script import batch_count
 
 SHELL_TOOL = {"type": "function", "function": {"name": "shell", "parameters": {"type": "object"}}}
 BASE = {"role": "system", "content": "You are Braid's agent."}
@@ -271,3 +272,34 @@ async def test_models_and_http_errors() -> None:
         assert missing.status_code == 404
         short = await http.post("/chat/completions", json={"messages": [user("hi")]})
         assert short.json()["choices"][0]["message"]["content"] == "echo: hi"
+
+
+async def test_call_ids_count_every_batch_of_a_long_request() -> None:
+    # Ids are numbered over every tool batch the request holds; only an assistant message
+    # with tool calls counts (an empty list, a tool message, a plain answer do not).
+    history: list[dict[str, Any]] = [BASE]
+    for i in range(300):
+        history += [user(f"write f{i}.txt x"),
+                    {"role": "assistant", "content": None, "tool_calls": [
+                        {"id": f"c{i}", "type": "function",
+                         "function": {"name": "write_file", "arguments": "{}"}}]},
+                    {"role": "tool", "tool_call_id": f"c{i}", "content": "ok"},
+                    {"role": "assistant", "content": "done", "tool_calls": []}]
+    result = await stream(history + [user("write last.txt y")])
+    assert [c["id"] for c in result.tool_calls.values()] == ["call_301_0"]
+    assert batch_count(history) == 300
+
+
+async def test_a_request_json_reads_is_still_read() -> None:
+    # NaN and integers past 64 bits are JSON that Python's json reads and orjson refuses:
+    # the demo model answers them as before.
+    transport = httpx2.ASGITransport(app=create_demo_app())
+    body = (b'{"messages": [{"role": "user", "content": "say ok"}], "temperature": NaN, '
+            b'"seed": 123456789012345678901234567890}')
+    async with httpx2.AsyncClient(transport=transport, base_url="http://demo.invalid") as http:
+        answer = await http.post("/v1/chat/completions", content=body)
+        assert answer.status_code == 200
+        assert answer.json()["choices"][0]["message"]["content"] == "ok"
+        bad = await http.post("/v1/chat/completions", content=b'{"messages": [}')
+        assert bad.status_code == 400
+        assert "Invalid JSON body: Expecting value" in bad.json()["error"]["message"]
