@@ -31,7 +31,8 @@ from .commits import (
 from .errors import Conflict, NotFound
 from .git_init import init_repository
 from .history import HISTORY, RUNS, Entry, Lines, Listings, history_path, run_path
-from .rawobjects import TREE_MODE, BranchMoved, LooseWriter, TreeCache, common_dir
+from .looseobjects import LooseWriter
+from .rawobjects import TREE_MODE, BranchMoved, TreeCache, common_dir
 from .staging import DISK, IndexedSession, Staged, off_disk, staged
 from .workdir_scan import WORKDIR, WorkdirScan, walk_tree
 
@@ -76,7 +77,7 @@ class GitSession(WorkdirScan, IndexedSession):
         # and the last commit's tree, so a checkpoint's base is not read back from disk.
         self.common = common_dir(self.repo)
         self.loose = LooseWriter(self.common / "objects")
-        self.trees = TreeCache(self.repo)
+        self.trees = TreeCache(self.repo, before_read=self.loose.settle)
         self._last_commit: tuple[pygit2.Oid, pygit2.Oid] | None = None
         self.init_scan(watch)  # user edits found by the watcher (workdir_scan.py)
 
@@ -188,37 +189,50 @@ class GitSession(WorkdirScan, IndexedSession):
         else:
             head = self.repo.head
             ref, parent = head.name, head.target
-        entries: dict[str, Staged | None] = {}
-        for rel, content in changes.items():
-            if content is DISK and guarded.left_out(self.path, rel):
-                self.queue_index(rel, None)  # not in the tree: not in the index either
-                continue
-            entries[rel] = self._stage_one(rel, content)
-        built = tree is None
-        base = self._tree_id(parent) if parent is not None else None
-        if tree is None:
-            tree = self._root(base, _nest(entries))
-        self.queue_commit(entries, self.repo[base] if base is not None else None, tree, built)
-        if sync_index:
-            self.flush_index()
         parents = ([parent] if parent else []) + list(extra_parents)
         message = commit_message(summary, kind, run_id, message_index)
+        self.loose.begin()  # the objects' files written together, before the branch moves
+        try:
+            entries: dict[str, Staged | None] = {}
+            for rel, content in changes.items():
+                if content is DISK and guarded.left_out(self.path, rel):
+                    self.queue_index(rel, None)  # not in the tree: not in the index either
+                    continue
+                entries[rel] = self._stage_one(rel, content)
+            built = tree is None
+            base = self._tree_id(parent) if parent is not None else None
+            if tree is None:
+                tree = self._root(base, rawobjects.nest(entries))
+            self.queue_commit(entries, base.raw if base is not None else None, tree.raw, built)
+            written = self._commit_object(ref, tree, parents, message)
+        finally:
+            self.loose.finish()
+        if sync_index:
+            self.flush_index()
         crash.commit_point(kind, "before_commit")
-        oid = self._commit(ref, tree, parents, message, head_log=True)
+        oid = self._commit(ref, tree, parents, message, head_log=True, written=written)
         crash.commit_point(kind, "after_commit")
         self.drop_uncommitted(changes)  # the live turn's pending files are committed now
         return oid
 
+    def _commit_object(self, ref: str, tree: pygit2.Oid, parents: list[pygit2.Oid],
+                       message: str) -> bytes | None:
+        """The commit written from its bytes (its raw id), or None: libgit2 writes it."""
+        if not parents or not ref.startswith("refs/heads/"):
+            return None
+        sig = self.signature
+        data = rawobjects.encode_commit(tree.raw, [p.raw for p in parents], sig, sig, message)
+        return self.loose.write(b"commit", data)
+
     def _commit(self, ref: str, tree: pygit2.Oid, parents: list[pygit2.Oid], message: str,
-                head_log: bool) -> pygit2.Oid:
-        """Write the commit and move `ref` from `parents[0]` to it, or raise Conflict.
-        From bytes and by git's lock protocol (rawobjects.py); libgit2 does the unusual
-        cases (no parent, a packed or detached ref)."""
+                head_log: bool, written: bytes | None = None) -> pygit2.Oid:
+        """Write the commit (unless `written`) and move `ref` from `parents[0]` to it, or
+        raise Conflict. From bytes and by git's lock protocol (rawobjects.py); libgit2 does
+        the unusual cases (no parent, a packed or detached ref)."""
         sig = self.signature
         if parents and ref.startswith("refs/heads/"):
-            data = rawobjects.encode_commit(tree.raw, [p.raw for p in parents], sig, sig,
-                                            message)
-            raw = self.loose.write(b"commit", data)
+            raw = written or self._commit_object(ref, tree, parents, message)
+            assert raw is not None
             log = rawobjects.reflog_message(message, len(parents))
             try:
                 moved = rawobjects.move_branch(self.repo, self.common, ref, parents[0].raw, raw,
@@ -310,7 +324,9 @@ class GitSession(WorkdirScan, IndexedSession):
                 continue
             else:
                 mode, raw = int(change[1]), change[0].raw
-            if edit.put(key, rawobjects.tree_entry(mode, key, raw)):
+            if edit.put(key, rawobjects.tree_entry(mode, key, raw)) and \
+                    not rawobjects.plain_name(name):
+                self.loose.settle()  # libgit2 judges the name, and looks the object up
                 rawobjects.check_name(name, self.repo, pygit2.Oid(raw=raw), mode)
         if not edit.entries:
             return None
@@ -335,18 +351,24 @@ class GitSession(WorkdirScan, IndexedSession):
             return self.write_checkpoint(changes, summary=summary, kind=kind, run_id=run_id,
                                          message_index=message_index)
         tip = self.branch_tip(branch)
-        entries = {rel: (self.blob(data), FileMode.BLOB) if data is not None
-                   else None for rel, data in changes.items()}
-        tree = self._root(self._tree_id(tip), _nest(entries))
+        ref = f"refs/heads/{branch}"
         message = commit_message(summary, kind, run_id, message_index)
-        return self._commit(f"refs/heads/{branch}", tree, [tip], message, head_log=False)
+        self.loose.begin()
+        try:
+            entries = {rel: (self.blob(data), FileMode.BLOB) if data is not None
+                       else None for rel, data in changes.items()}
+            tree = self._root(self._tree_id(tip), rawobjects.nest(entries))
+            written = self._commit_object(ref, tree, [tip], message)
+        finally:
+            self.loose.finish()
+        return self._commit(ref, tree, [tip], message, head_log=False, written=written)
 
     def tree_with(
         self, base: pygit2.Tree | None, entries: Mapping[str, Sequence[Any] | None]
     ) -> pygit2.Oid:
         """`base` with `entries` (repo-relative path → (blob id, mode), or None to remove)
         applied, rebuilding only the trees on those paths."""
-        return self._root(base.id if base is not None else None, _nest(entries))
+        return self._root(base.id if base is not None else None, rawobjects.nest(entries))
 
     def remove_worktree(self, name: str) -> None:
         """Forget a worktree and delete its folder (pygit2's prune leaves the folder)."""
@@ -362,25 +384,3 @@ class GitSession(WorkdirScan, IndexedSession):
         if gitnames.branch_target(self.repo, name) is not None:
             raise Conflict(f"branch {name} exists")
         self.repo.branches.local.create(name, self.repo[target].peel(pygit2.Commit))
-
-
-def _nest(entries: Mapping[str, Sequence[Any] | None]) -> dict[str, Any]:
-    """Changes as nested dicts. A path that changed between file and folder appears both as
-    `a` and `a/x`, in any order: the side that exists now wins over the other's deletion."""
-    root: dict[str, Any] = {}
-    for rel, entry in entries.items():
-        parts = rel.split("/")
-        node: dict[str, Any] | None = root
-        for part in parts[:-1]:
-            assert node is not None
-            nxt = node.get(part)
-            if not isinstance(nxt, dict):
-                if nxt is not None and entry is None:
-                    node = None  # a file stands where this folder was: nothing to delete
-                    break
-                nxt = node[part] = {}
-            node = nxt
-        if node is None or (entry is None and isinstance(node.get(parts[-1]), dict)):
-            continue  # a folder stands where this file was: it replaces the file
-        node[parts[-1]] = entry
-    return root

@@ -84,6 +84,9 @@ class IdlingThreadPool(ThreadPoolExecutor):
                     future.set_result(fn(*args, **kwargs))
                 except BaseException as e:  # noqa: BLE001 - handed to the caller's future
                     future.set_exception(e)
+            # Not kept while waiting for the next: a bound method would keep its object
+            # (a closed session's writer, its last objects) alive as long as this thread.
+            item = future = fn = args = kwargs = None
 
     def threads(self) -> int:
         with self._lock:

@@ -5,11 +5,10 @@ libgit2 spends most of a checkpoint around the writes, not in them: each object 
 first looks for an older copy (a utime, then a re-scan of `objects/pack/`), is re-read once
 or twice after it is written, and a TreeBuilder copies its whole base tree and checks every
 entry's object exists. Here a tree is edited as bytes, starting from the bytes of the tree
-this session wrote last (`TreeCache`), and each object is one temporary file renamed to its
-name, as git writes loose objects (a kill -9 leaves a temporary file at worst, never a torn
-object). The bytes are git's: entries sorted as git sorts them (a folder's name compared as
-if it ended in "/"), modes as git writes them; tests/core/test_rawobjects.py compares them
-with `git mktree` and pygit2.
+this session wrote last (`TreeCache`), and each object is a loose object written as git
+writes one (looseobjects.py). The bytes are git's: entries sorted as git sorts them (a
+folder's name compared as if it ended in "/"), modes as git writes them;
+tests/core/test_rawobjects.py compares them with `git mktree` and pygit2.
 
 The branch moves the way git moves it: `<ref>.lock` created exclusively (another writer's
 lock makes this fail), the current value compared with the expected old tip, the reflog
@@ -24,17 +23,17 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import zlib
 from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pygit2
 
-from .fsops import rename_new, replace
+from .fsops import replace
 
 TREE_MODE = 0o40000
 _ENTRY = re.compile(rb"[0-7]+ ([^\0]+)\0.{20}", re.S)
-_LEVEL = 1  # git's core.looseCompression default (and libgit2's): loose objects are packed later
 # Names git refuses in a tree ("." and "..", ".git" in its NTFS and HFS+ spellings, "git~1")
 # are left to libgit2 to judge; a name that is plain ASCII and cannot be one is taken as it is.
 _PLAIN = re.compile(r"[\x20-\x7e]+")
@@ -60,6 +59,13 @@ def tree_entry(mode: int, name: bytes, raw: bytes) -> bytes:
     return b"%o %s\0%s" % (mode, name, raw)
 
 
+def folder_in(entries: dict[bytes, bytes] | None, name: bytes, file: object) -> object:
+    """The raw id of the folder `name` among a tree's entries: None if absent, `file` if a
+    file stands there."""
+    entry = entries.get(name) if entries is not None else None
+    return None if entry is None else entry_tree(entry) or file
+
+
 def entry_tree(entry: bytes) -> bytes | None:
     """The raw id of the folder an entry names (None: not a folder)."""
     if entry.startswith(b"40000 ") or (entry.startswith(b"0") and
@@ -82,6 +88,28 @@ def sorted_entries(entries: dict[bytes, bytes]) -> dict[bytes, bytes]:
 def encode_tree(entries: dict[bytes, bytes]) -> bytes:
     """A tree's bytes, its entries in git's order."""
     return b"".join(sorted_entries(entries).values())
+
+
+def nest(entries: Mapping[str, Sequence[Any] | None]) -> dict[str, Any]:
+    """Changes as nested dicts. A path that changed between file and folder appears both as
+    `a` and `a/x`, in any order: the side that exists now wins over the other's deletion."""
+    root: dict[str, Any] = {}
+    for rel, entry in entries.items():
+        parts = rel.split("/")
+        node: dict[str, Any] | None = root
+        for part in parts[:-1]:
+            assert node is not None
+            nxt = node.get(part)
+            if not isinstance(nxt, dict):
+                if nxt is not None and entry is None:
+                    node = None  # a file stands where this folder was: nothing to delete
+                    break
+                nxt = node[part] = {}
+            node = nxt
+        if node is None or (entry is None and isinstance(node.get(parts[-1]), dict)):
+            continue  # a folder stands where this file was: it replaces the file
+        node[parts[-1]] = entry
+    return root
 
 
 class TreeEdit:
@@ -122,11 +150,17 @@ def object_id(kind: bytes, data: bytes) -> bytes:
     return sha.digest()
 
 
+def plain_name(name: str) -> bool:
+    """A tree entry name that is plain ASCII and cannot be one git refuses."""
+    return bool(_PLAIN.fullmatch(name)) and "/" not in name and name not in (".", "..") and \
+        not name.lower().startswith(_UNSAFE_START)
+
+
 def check_name(name: str, repo: pygit2.Repository, oid: pygit2.Oid, mode: int) -> None:
     """Refuse a tree entry name git would refuse (as libgit2's TreeBuilder does, with the
-    same error), cheaply for the common plain name."""
-    if _PLAIN.fullmatch(name) and "/" not in name and name not in (".", "..") and \
-            not name.lower().startswith(_UNSAFE_START):
+    same error), cheaply for the common plain name. The object must be on disk (libgit2
+    looks it up)."""
+    if plain_name(name):
         return
     repo.TreeBuilder().insert(name, oid, mode)  # raises pygit2.GitError as it always did
 
@@ -141,79 +175,33 @@ def common_dir(repo: pygit2.Repository) -> Path:
     return (gitdir / rel).resolve()
 
 
-class LooseWriter:
-    """Loose objects written as git writes them: deflated into a temporary file, renamed to
-    `objects/xx/yyyy…` unless that exists (one `renameat2` call, fsops.py)."""
-
-    def __init__(self, objects: Path) -> None:
-        self.objects = objects
-        # Paths as bytes, joined by hand: pathlib costs more than the write (~40 us).
-        self._base = os.fsencode(objects) + b"/"
-        self._made: set[bytes] = set()  # fan-out folders known to exist
-
-    def write(self, kind: bytes, data: bytes) -> bytes:
-        header = b"%s %d\0" % (kind, len(data))
-        sha = hashlib.sha1(header)
-        sha.update(data)
-        raw = sha.digest()
-        hexid = raw.hex().encode()
-        deflate = zlib.compressobj(_LEVEL)
-        body = deflate.compress(header) + deflate.compress(data) + deflate.flush()
-        folder = self._base + hexid[:2]
-        # In the object's own folder, as git does: the rename stays in one folder, and git
-        # (fsck, prune) knows a `tmp_obj_` file a killed process left there.
-        tmp = folder + b"/tmp_obj_" + os.urandom(6).hex().encode()
-        fd = self._create(folder, tmp)
-        try:
-            view = memoryview(body)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        path = folder + b"/" + hexid[2:]
-        if not rename_new(tmp, path):  # there already (a tree seen before): kept, freshened
-            os.unlink(tmp)
-            os.utime(path)
-        return raw
-
-    def _create(self, folder: bytes, tmp: bytes) -> int:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-        if folder in self._made:
-            try:
-                return os.open(tmp, flags, 0o444)
-            except FileNotFoundError:  # `git prune-packed` removed the emptied folder
-                pass
-        try:
-            os.mkdir(folder)
-        except FileExistsError:
-            pass
-        self._made.add(folder)
-        return os.open(tmp, flags, 0o444)
-
-
 class TreeCache:
     """The entries of the trees this session wrote or read last ({name: entry bytes}, as
     `parse_tree` makes them), by raw id, most recent last: the next checkpoint's base trees
     are the last one's, so they are neither read nor parsed again. Bounded by their bytes."""
 
-    def __init__(self, repo: pygit2.Repository, limit: int = 256 * 1024) -> None:
+    def __init__(self, repo: pygit2.Repository, limit: int = 256 * 1024,
+                 before_read: Callable[[], None] | None = None) -> None:
         self.repo = repo
+        self.before_read = before_read
         self.limit = limit
         self._trees: OrderedDict[bytes, tuple[dict[bytes, bytes], int]] = OrderedDict()
         self._size = 0
 
-    def entries(self, raw: bytes) -> dict[bytes, bytes]:
-        """A copy of the tree's entries, to edit."""
+    def entries(self, raw: bytes, copy: bool = True) -> dict[bytes, bytes]:
+        """A copy of the tree's entries, to edit (`copy=False`: to read only)."""
         hit = self._trees.get(raw)
         if hit is not None:
             self._trees.move_to_end(raw)
-            return dict(hit[0])
+            return dict(hit[0]) if copy else hit[0]
+        if self.before_read is not None:
+            self.before_read()  # objects kept in memory are written before one is read
         kind, data = self.repo.odb.read(pygit2.Oid(raw=raw))[:2]
         if kind != pygit2.GIT_OBJECT_TREE:
             raise ValueError(f"{raw.hex()} is not a tree")
         entries = parse_tree(data)
         self.put(raw, entries, len(data))
-        return dict(entries)
+        return dict(entries) if copy else entries
 
     def put(self, raw: bytes, entries: dict[bytes, bytes], size: int) -> None:
         """Keep `entries` (not changed after): `size`, the tree's bytes (its names and ids

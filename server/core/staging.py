@@ -32,6 +32,7 @@ from . import gitnames, guarded
 from .gitindex import UNKNOWN, GitIndex, IndexFormatError, tree_entries
 from .history import HISTORY, RUNS
 from .indexformat import NO_STAT, SPARSE_EXTENSION, encode
+from .rawobjects import TreeCache, folder_in
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -110,6 +111,7 @@ def _tree_id(tree: pygit2.Tree | None, name: str) -> bytes | None:
 class IndexedSession:
     path: Path
     repo: pygit2.Repository
+    trees: TreeCache
     head_commit: Callable[[], pygit2.Commit]
 
     def init_index(self) -> None:
@@ -171,16 +173,17 @@ class IndexedSession:
             self._pending_trees[rel[:rel.index("/") + 1]] = None
         self._index_pending[rel] = entry
 
-    def queue_commit(self, entries: dict[str, Staged | None], base: pygit2.Tree | None,
-                     tree: pygit2.Oid, built: bool) -> None:
+    def queue_commit(self, entries: dict[str, Staged | None], base: bytes | None,
+                     tree: bytes, built: bool) -> None:
         """Queue a commit's entries: `tree` is `base` with them (`built`) or given as is;
-        history/ and runs/ move from `base`'s folders to `tree`'s (one sparse entry each)."""
+        history/ and runs/ move from `base`'s folders to `tree`'s (one sparse entry each).
+        The trees as the checkpoint made them (rawobjects.TreeCache): not read back."""
         self._index_pending.update(entries)
-        new = self.repo[tree]
+        old = self.trees.entries(base, copy=False) if base is not None else None
+        new = self.trees.entries(tree, copy=False)
         for prefix in OFF_DISK:
-            name = prefix[:-1]
-            before = _tree_id(base, name)
-            after = _tree_id(new, name)
+            before = folder_in(old, prefix[:-1].encode(), UNKNOWN)
+            after = folder_in(new, prefix[:-1].encode(), UNKNOWN)
             chain = self._pending_trees.get(prefix, (before, before))
             if chain is None or chain[1] != before or UNKNOWN in (before, after) or (
                     not built and after != before):

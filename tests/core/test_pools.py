@@ -79,3 +79,24 @@ def test_a_lane_runs_in_order_one_at_a_time_beside_other_lanes() -> None:
     assert isinstance(bad.exception(timeout=10), ZeroDivisionError)
     assert after.result(timeout=10) == "next"
     pool.shutdown()
+
+
+def test_a_waiting_thread_keeps_nothing_of_its_last_job() -> None:
+    """A job's function and arguments go when it is done, not when the next job comes: a
+    bound method would keep its object (a closed session's object writer) alive."""
+    import gc
+    import weakref
+
+    class Job:
+        def run(self, payload: bytes) -> int:
+            return len(payload)
+
+    pool = IdlingThreadPool(max_workers=1, idle_seconds=30, name="t-keep")
+    job = Job()
+    gone = weakref.ref(job)
+    assert pool.submit(job.run, b"x" * 1000).result(timeout=10) == 1000
+    del job
+    time.sleep(0.1)  # the thread is back to waiting
+    gc.collect()
+    assert pool_threads("t-keep") == 1 and gone() is None
+    pool.shutdown()

@@ -16,10 +16,10 @@ from conftest import assert_fsck, git
 from server.core import fsops
 from server.core.errors import Conflict
 from server.core.git_session import DISK, GitSession, to_json_bytes
+from server.core.looseobjects import LooseWriter
 from server.core.rawobjects import (
     TREE_MODE,
     BranchMoved,
-    LooseWriter,
     TreeEdit,
     commit_summary,
     encode_commit,
