@@ -173,7 +173,6 @@ class GitSession(WorkdirScan, IndexedSession):
         run_id: str | None = None,
         message_index: int | None = None,
         extra_parents: Iterable[pygit2.Oid] = (),
-        tree: pygit2.Oid | None = None,
         sync_index: bool = True,
     ) -> pygit2.Oid:
         """Write `changes` (repo-relative paths) to disk and commit them on the current branch.
@@ -181,8 +180,7 @@ class GitSession(WorkdirScan, IndexedSession):
         Only the trees on the changed paths are rebuilt, and only their index entries are
         touched, so the cost follows the change. The branch moves by compare-and-swap on its
         old tip: a concurrent writer makes this raise `Conflict` rather than lose a commit.
-        `tree`, when given, is used as the commit's tree instead (the files must already
-        match it on disk). With `sync_index=False` the index update (O(files in the repo))
+        With `sync_index=False` the index update (O(files in the repo))
         waits for the next `flush_index()`; every status scan and checkout flushes first."""
         if self.repo.head_is_unborn:
             ref, parent = "refs/heads/main", None
@@ -199,11 +197,9 @@ class GitSession(WorkdirScan, IndexedSession):
                     self.queue_index(rel, None)  # not in the tree: not in the index either
                     continue
                 entries[rel] = self._stage_one(rel, content)
-            built = tree is None
             base = self._tree_id(parent) if parent is not None else None
-            if tree is None:
-                tree = self._root(base, rawobjects.nest(entries))
-            self.queue_commit(entries, base.raw if base is not None else None, tree.raw, built)
+            tree = self._root(base, rawobjects.nest(entries))
+            self.queue_commit(entries, base.raw if base is not None else None, tree.raw)
             written = self._commit_object(ref, tree, parents, message)
         finally:
             self.loose.finish()

@@ -174,8 +174,8 @@ class IndexedSession:
         self._index_pending[rel] = entry
 
     def queue_commit(self, entries: dict[str, Staged | None], base: bytes | None,
-                     tree: bytes, built: bool) -> None:
-        """Queue a commit's entries: `tree` is `base` with them (`built`) or given as is;
+                     tree: bytes) -> None:
+        """Queue a commit's entries: `tree` is `base` with them applied;
         history/ and runs/ move from `base`'s folders to `tree`'s (one sparse entry each).
         The trees as the checkpoint made them (rawobjects.TreeCache): not read back."""
         self._index_pending.update(entries)
@@ -185,8 +185,7 @@ class IndexedSession:
             before = folder_in(old, prefix[:-1].encode(), UNKNOWN)
             after = folder_in(new, prefix[:-1].encode(), UNKNOWN)
             chain = self._pending_trees.get(prefix, (before, before))
-            if chain is None or chain[1] != before or UNKNOWN in (before, after) or (
-                    not built and after != before):
+            if chain is None or chain[1] != before or UNKNOWN in (before, after):
                 self._pending_trees[prefix] = None
             else:
                 self._pending_trees[prefix] = (chain[0], after)
