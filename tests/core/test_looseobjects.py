@@ -20,6 +20,7 @@ from server.core import crash
 from server.core.git_session import DISK, GitSession
 from server.core.looseobjects import LooseWriter
 from server.core.pools import IdlingThreadPool
+from server.core.recovery import clear_stale_locks
 
 META = {"session_id": "0" * 32, "title": "t", "user_id": "local", "created_at": "now"}
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,7 +154,10 @@ def test_killed_anywhere_in_checkpoints_the_repository_stays_valid(tmp_path: Pat
         assert_fsck(path)
         git(path, "log", "--format=%H", "-n", "1")
         reopened = GitSession(path)
-        reopened.reset_index()  # what recovery does after a dead process
+        # What recovery does after a dead process: a kill between taking the branch's lock
+        # and putting it in place leaves `main.lock`, which start-up removes.
+        clear_stale_locks(reopened, before=time.time())
+        reopened.reset_index()
         (path / "workdir" / "after.txt").write_text(f"{delay}\n")
         oid = reopened.write_checkpoint({"workdir/after.txt": DISK}, summary="after",
                                         kind="user-edit")
