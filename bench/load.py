@@ -9,6 +9,7 @@ of every repository (each turn's file in HEAD, every run COMPLETED, `git status`
 `git fsck --strict` clean).
 
     .venv/bin/python bench/load.py --sockets 200 --turns 3
+    .venv/bin/python bench/load.py --allocators default,pymalloc     # malloc vs pymalloc
     .venv/bin/python bench/load.py --sockets 100 --turns 3 --team   # + 1 vs 2 processes on PG
 
 With `--team`, the same load also runs against 1 and then 2 `braid serve` processes on one
@@ -116,6 +117,8 @@ def start_servers(n: int, data_dir: Path, idle: float, url: str | None,
     env = {**os.environ, "BRAID_TOKEN": TOKEN, "BRAID_MODEL": "demo",
            "BRAID_IDLE_SECONDS": str(idle), **(extra or {})}
     env.pop("BRAID_DATABASE_URL", None)
+    if "PYTHONMALLOC" not in (extra or {}):
+        env.pop("PYTHONMALLOC", None)  # the server's own choice (server/core/memory.py)
     if url:
         env["BRAID_DATABASE_URL"] = url
     servers = []
@@ -239,6 +242,9 @@ def main() -> int:
                         help="also 1 and 2 processes on PostgreSQL, side by side (a "
                              "throwaway cluster unless --database-url)")
     parser.add_argument("--database-url", help="a postgresql:// URL for --team")
+    parser.add_argument("--allocators", default="",
+                        help="PYTHONMALLOC values to run side by side, e.g. default,pymalloc "
+                             "(default: the server's own choice, glibc's malloc)")
     parser.add_argument("--active-turns", default="",
                         help="BRAID_ACTIVE_TURNS values to run side by side, e.g. 0,16 "
                              "(0: no bound; unset: the server's default)")
@@ -246,7 +252,11 @@ def main() -> int:
     caps = [c.strip() for c in args.active_turns.split(",") if c.strip()]
     configs: list[tuple[str, int, str | None, dict[str, str]]] = [
         (f"SQLite, {'no' if cap == '0' else cap} cap", 1, None, {"BRAID_ACTIVE_TURNS": cap})
-        for cap in caps] or [("1 process, SQLite", 1, None, {})]
+        for cap in caps]
+    configs += [(f"SQLite, {alloc}", 1, None, {} if alloc == "default" else
+                 {"PYTHONMALLOC": alloc})
+                for alloc in (a.strip() for a in args.allocators.split(",")) if alloc]
+    configs = configs or [("1 process, SQLite", 1, None, {})]
     cluster = None
     if args.team:
         url = args.database_url

@@ -22,6 +22,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def serve(args: argparse.Namespace) -> int:
+    from .core.memory import use_system_allocator
+
+    use_system_allocator()  # re-executes this process once (memory.py says why)
     import uvicorn
 
     from .core.gc_tuning import tune_for_serving

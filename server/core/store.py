@@ -10,6 +10,7 @@ import asyncio
 import json
 import shutil
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -30,9 +31,11 @@ GIT_POOL = IdlingThreadPool(GIT_THREADS, IDLE_SECONDS, name="braid-git")
 class SessionHandle:
     """A live session: its metadata and the lane its git work runs in."""
 
-    def __init__(self, session_id: str, path: Path) -> None:
+    def __init__(self, session_id: str, path: Path,
+                 on_use: Callable[[SessionHandle], None] = lambda _: None) -> None:
         self.session_id = session_id
         self.path = path
+        self._on_use = on_use  # the store keeps a handle in use (see `SessionStore`)
         self._lane = SerialLane(GIT_POOL)
         # Opened on demand and given back when idle (`release`): a thousand sessions once
         # looked at must not keep a thousand repositories and watchers open (D14). Only
@@ -63,6 +66,8 @@ class SessionHandle:
 
     async def call(self, fn: Callable[[GitSession], T]) -> T:
         """Run `fn(git)` in this session's lane, after any work queued before it."""
+        if not self._open:
+            self._on_use(self)
         self._open = True
         self._pending += 1
         try:
@@ -78,9 +83,6 @@ class SessionHandle:
         if not self._open or self._pending:
             return None
         self._open = False
-        # Only open sessions are ranked by it; a closed one keeps no float made mid-burst,
-        # which would pin its heap arena for good (issue 11).
-        self.last_used = 0.0
         return self._lane.submit(self._close_git)
 
     def close(self) -> None:
@@ -101,10 +103,21 @@ def _let_go(git: GitSession) -> None:
 
 
 class SessionStore:
+    """The session folders under `root`, and a handle for each one in use.
+
+    A handle is held here while it is in use: from a lookup or its first `call` until the
+    reaper finds it idle (`release_idle`). After that only whoever still holds it (a socket,
+    a run) keeps it, and `get` gives them the same handle, so a session never has two lanes.
+    A handle nobody holds is dropped: a burst of sessions opened once leaves nothing behind
+    (no metadata, lane or path per session ever seen), and nothing made mid-burst pins
+    the heap after it (issue 11)."""
+
     def __init__(self, root: Path) -> None:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
-        self._handles: dict[str, SessionHandle] = {}
+        self._handles: dict[str, SessionHandle] = {}  # in use: held until released
+        self._known: weakref.WeakValueDictionary[str, SessionHandle] = \
+            weakref.WeakValueDictionary()  # every handle someone holds
         self._deleted: set[str] = set()  # being deleted: no new handle may open them
 
     def path(self, session_id: str) -> Path:
@@ -121,15 +134,23 @@ class SessionStore:
         # id names nothing and never reaches the file system.
         if not is_session_id(session_id):
             raise NotFound(f"no session {session_id!r}")
-        handle = self._handles.get(session_id)
+        handle = self._known.get(session_id)
         if handle is None:
             if session_id in self._deleted:
                 raise NotFound(f"no session {session_id}")
             path = self.path(session_id)
             if not (path / "session.json").exists():
                 raise NotFound(f"no session {session_id}")
-            handle = self._handles[session_id] = SessionHandle(session_id, path)
+            handle = SessionHandle(session_id, path, self._in_use)
+            self._known[session_id] = handle
+        elif session_id not in self._handles:
+            handle.last_used = time.monotonic()
+        self._handles[session_id] = handle
         return handle
+
+    def _in_use(self, handle: SessionHandle) -> None:
+        if self._known.get(handle.session_id) is handle:  # not forgotten (deleted) meanwhile
+            self._handles[handle.session_id] = handle
 
     def get_owned(self, user_id: str, session_id: str) -> SessionHandle:
         """The session if `user_id` owns it. Another user's session is `NotFound`, so its
@@ -175,7 +196,8 @@ class SessionStore:
     def release_idle(self, idle_seconds: float, max_open: int,
                      keep: frozenset[str] = frozenset()) -> list[Future[None]]:
         """Release sessions idle for `idle_seconds`, and the least recently used idle ones
-        beyond `max_open` open at once. Returns the closings' futures, one per session."""
+        beyond `max_open` open at once. Returns the closings' futures, one per session.
+        Handles looked up but never opened are let go after `idle_seconds` too."""
         now = time.monotonic()
         opened = sorted((h for h in self._handles.values()
                          if h.is_open and h.session_id not in keep),
@@ -187,6 +209,11 @@ class SessionStore:
                 future = handle.release()
                 if future is not None:
                     closing.append(future)
+                    del self._handles[handle.session_id]
+        for sid, handle in list(self._handles.items()):
+            if not handle.is_open and sid not in keep \
+                    and now - handle.last_used >= idle_seconds:
+                del self._handles[sid]
         return closing
 
     def open_count(self) -> int:
@@ -196,9 +223,10 @@ class SessionStore:
     def forget(self, session_id: str) -> None:
         """Drop a session's handle (it is being deleted); later lookups are `NotFound`."""
         self._handles.pop(session_id, None)
+        self._known.pop(session_id, None)
         self._deleted.add(session_id)
 
     def close(self) -> None:
-        for handle in self._handles.values():
+        for handle in list(self._known.values()):
             handle.close()
         self._handles.clear()

@@ -150,3 +150,32 @@ async def test_a_quiet_server_gives_memory_back_after_the_teardown_too(make_brai
         assert len(full) == want
     finally:
         gc.callbacks.remove(seen)
+
+
+async def test_a_released_session_keeps_no_handle_nobody_holds(make_braid: Any) -> None:
+    """A burst of sessions leaves nothing per session behind once they are released (no
+    metadata, lane or path kept: each would pin heap made mid-burst; issue 11), and whoever
+    still holds a handle gets that same handle back, so a session never has two lanes."""
+    braid = await make_braid(idle_seconds=0.5)
+    sid, path = await new_session(braid)
+    kept, _ = await new_session(braid)
+    for s in (sid, kept):
+        assert (await run_turn(braid, s, "write f.txt 1"))["status"] == "COMPLETED"
+    gone = weakref.ref(braid.store.get(sid))
+    holder = [braid.store.get(kept)]  # a socket's, say
+    await until(lambda: not holder[0].is_open and gone() is None)  # released, let go
+    assert braid.store.get(kept) is holder[0]  # still held: the same handle and lane
+    assert braid.store.open_count() == 0
+    # Used again through the handle it held: the store keeps it in use, then releases it.
+    assert await holder[0].call(lambda git: git.branch) == "main"
+    assert holder[0].is_open and braid.store.open_count() == 1
+    await until(lambda: not holder[0].is_open)
+    assert braid.store.open_count() == 0
+    # Let go once nobody holds it either.
+    held = weakref.ref(holder.pop())
+    await until(lambda: held() is None)
+    # A session let go opens again on demand, its metadata read back from session.json.
+    assert braid.store.get(sid).meta["session_id"] == sid
+    done = await run_turn(braid, sid, "write g.txt later")
+    assert done["status"] == "COMPLETED"
+    assert git(path, "show", "HEAD:workdir/g.txt") == "later\n"

@@ -1,0 +1,79 @@
+"""The serving process's allocator, and what it gives back when quiet (memory.py, issue 11)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from conftest import ROOT
+from server.core.memory import give_back_memory
+
+# Run as `python -c CHECK a 'b c'`: re-executed once, then it says what it runs with. Python's
+# own allocator is the one whose statistics name a "Small block threshold".
+CHECK = """
+import json, os, subprocess, sys
+from server.core.memory import use_system_allocator
+use_system_allocator()
+child = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('PYTHONMALLOC'))"],
+                       capture_output=True, text=True).stdout.strip()
+print(json.dumps({"pid": os.getpid(), "argv": sys.argv[1:], "child": child,
+                  "env": os.environ.get("PYTHONMALLOC")}), flush=True)
+sys._debugmallocstats()
+"""
+
+
+def run_check(**env: str) -> tuple[dict[str, Any], str, int]:
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONMALLOC"}
+    proc = subprocess.Popen([sys.executable, "-c", CHECK, "a", "b c"], cwd=ROOT,
+                            env={**base, **env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    return json.loads(out), err, proc.pid
+
+
+def test_the_server_re_executes_itself_on_the_system_allocator() -> None:
+    found, stats, pid = run_check()
+    assert "Small block threshold" not in stats  # glibc's malloc, not pymalloc
+    assert found["pid"] == pid  # the same process (a kill -9 of its pid still kills it)
+    assert found["argv"] == ["a", "b c"]  # its arguments as they were
+    # Neither the process's environment nor its children's keep the setting: a command
+    # the shell tool runs gets the user's own allocator.
+    assert found["env"] is None and found["child"] == "None"
+
+
+def test_a_users_own_allocator_setting_is_kept() -> None:
+    found, stats, pid = run_check(PYTHONMALLOC="pymalloc")
+    assert "Small block threshold" in stats
+    assert found["pid"] == pid
+    assert found["env"] == "pymalloc" and found["child"] == "pymalloc"
+
+
+def test_giving_back_memory_lets_go_of_the_names_looked_up() -> None:
+    """The type attribute cache keeps each name it was asked for; after a burst those are
+    strings its requests made, scattered over the heap it would give back."""
+
+    class Thing:
+        pass
+
+    name = "".join(["made_by_", "a_request"])  # a new string, as a parsed request's
+    held = sys.getrefcount(name)
+    getattr(Thing(), name, None)
+    assert sys.getrefcount(name) == held + 1  # the cache's reference
+    give_back_memory()
+    assert sys.getrefcount(name) == held
+
+
+def test_the_served_process_runs_on_malloc_and_its_commands_do_not(server_factory: Any) -> None:
+    server = server_factory(BRAID_SHELL="on")
+    environ = Path(f"/proc/{server.proc.pid}/environ").read_bytes().split(b"\0")
+    assert b"PYTHONMALLOC=malloc" in environ
+    sid = server.new_session()
+    done = server.run(sid, 'shell echo "allocator=${PYTHONMALLOC:-default}" > env.txt')
+    assert done["status"] == "COMPLETED", done
+    env_txt = server.session_path(sid) / "workdir" / "env.txt"
+    assert env_txt.read_text() == "allocator=default\n"
