@@ -337,6 +337,22 @@ def write_pieces(fd: int, pieces: list[bytes]) -> None:
                 rest = rest[os.write(fd, rest):]
 
 
+# A lock file older than this process was left by a dead one: only Braid writes in a
+# session's .git, and each of its writes holds a lock for milliseconds (recovery.py).
+PROCESS_STARTED = time.time()
+
+
+def clear_stale_lock(lock: Path, before: float | None = None) -> bool:
+    """Remove `lock` if it is older than this process (or than `before`); True if it was."""
+    try:
+        if lock.stat().st_mtime < (PROCESS_STARTED if before is None else before):
+            lock.unlink()
+            return True
+    except FileNotFoundError:
+        pass
+    return False
+
+
 def open_lock(lock: Path) -> int:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     for _ in range(20):

@@ -76,6 +76,6 @@ def give_back_memory() -> None:
     oldest generation's rare turn, holding the C memory behind it. Then the type cache,
     whose entries keep the attribute names of the burst's lookups alive."""
     gc.collect()
-    sys._clear_type_cache()
+    ctypes.pythonapi.PyType_ClearCache()  # the C API of sys._clear_type_cache()
     if _LIBC is not None:
         _LIBC.malloc_trim(0)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +27,7 @@ from . import crash, guarded, journal, layout, names
 from .errors import NotFound
 from .git_session import DISK, HISTORY, RUNS, WORKDIR, WORKTREES, GitSession, to_json_bytes
 from .ids import now_iso
+from .indexformat import clear_stale_lock
 from .reindex import reindex, reindex_one
 from .session_meta import purge_deleted
 from .staging import porcelain
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("braid.recovery")
 _SEQ = re.compile(r"^(\d+)-[a-z]+-[0-9A-Za-z_-]+\.json$")
 ASIDE = "braid-set-aside"  # under .git: files recovery would not commit, kept for a human
-_PROCESS_STARTED = time.time()
 
 
 async def start_up(braid: Braid, fresh_index: bool) -> None:
@@ -91,7 +90,6 @@ def clear_stale_locks(git: GitSession, before: float | None = None) -> None:
     itself, and one left behind would stop every later write (and this recovery, and so the
     server's start). Only locks older than this process are removed: only Braid writes here.
     (`before`: older than that time, when another process died and this one recovers.)"""
-    cutoff = _PROCESS_STARTED if before is None else before
     # repo.path is the git dir (a linked worktree has its own, with its own index and HEAD);
     # branch refs live in the common dir.
     git_dir = Path(git.repo.path)
@@ -99,12 +97,8 @@ def clear_stale_locks(git: GitSession, before: float | None = None) -> None:
     common = (git_dir / pointer.read_text().strip()).resolve() if pointer.exists() else git_dir
     for lock in {git_dir / "index.lock", git_dir / "HEAD.lock", common / "index.lock",
                  *(common / "refs" / "heads").rglob("*.lock")}:
-        try:
-            if lock.stat().st_mtime < cutoff:
-                lock.unlink()
-                log.warning("removed stale lock %s", lock)
-        except FileNotFoundError:
-            pass
+        if clear_stale_lock(lock, before):
+            log.warning("removed stale lock %s", lock)
 
 
 def find_record(git: GitSession, run_id: str) -> tuple[str, dict[str, Any]] | None:

@@ -31,7 +31,7 @@ import pygit2
 from . import gitnames, guarded
 from .gitindex import UNKNOWN, GitIndex, IndexFormatError, tree_entries
 from .history import HISTORY, RUNS
-from .indexformat import NO_STAT, SPARSE_EXTENSION, encode
+from .indexformat import NO_STAT, SPARSE_EXTENSION, clear_stale_lock, encode
 from .rawobjects import TreeCache, folder_in
 
 if TYPE_CHECKING:
@@ -135,6 +135,10 @@ class IndexedSession:
         file) and keeps it, but cannot read a sparse one: it is given a full file first."""
         try:
             if is_sparse_file(self.index_file):  # written so by a process before this one
+                # One killed while it rewrote the file left its lock too. Recovery clears
+                # such locks, but only through an open session: this is where it opens.
+                if clear_stale_lock(self.index_file.with_name("index.lock")):
+                    log.warning("removed stale lock %s.lock", self.index_file)
                 self.git_index().write(full=True)
             self.repo.index  # noqa: B018 - loaded now, kept by libgit2 from here on
         except (pygit2.GitError, OSError, IndexFormatError) as e:

@@ -18,6 +18,7 @@ import pytest
 from conftest import assert_fsck, git
 from server.core import crash
 from server.core.git_session import DISK, GitSession
+from server.core.indexformat import clear_stale_lock
 from server.core.looseobjects import LooseWriter
 from server.core.pools import IdlingThreadPool
 from server.core.recovery import clear_stale_locks
@@ -153,10 +154,14 @@ def test_killed_anywhere_in_checkpoints_the_repository_stays_valid(tmp_path: Pat
         child.wait()
         assert_fsck(path)
         git(path, "log", "--format=%H", "-n", "1")
+        # What a server started after the dead one does: its locks are older than it, and
+        # the open (index.lock: a kill while the index was rewritten) then recovery
+        # (`main.lock`: a kill between taking the branch's lock and putting it in place)
+        # remove them.
+        died = time.time()
+        clear_stale_lock(path / ".git" / "index.lock", before=died)
         reopened = GitSession(path)
-        # What recovery does after a dead process: a kill between taking the branch's lock
-        # and putting it in place leaves `main.lock`, which start-up removes.
-        clear_stale_locks(reopened, before=time.time())
+        clear_stale_locks(reopened, before=died)
         reopened.reset_index()
         (path / "workdir" / "after.txt").write_text(f"{delay}\n")
         oid = reopened.write_checkpoint({"workdir/after.txt": DISK}, summary="after",

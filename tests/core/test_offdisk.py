@@ -17,6 +17,7 @@ from server.core import revert, timetravel
 from server.core.braid import Braid
 from server.core.fork import fork_session
 from server.core.git_session import GitSession, to_json_bytes
+from server.core.indexformat import IndexLocked
 from server.core.reindex import reindex
 from server.core.users import DEFAULT_USER
 
@@ -244,3 +245,48 @@ def test_a_sparse_index_file_left_by_a_process_before_opens_and_takes_files(
     assert "S history/000/00/000001-assistant-v.json" in git(path, "ls-files", "-t")
     assert git(path, "status", "--porcelain") == ""
     assert_fsck(path)
+
+
+def test_a_sparse_index_killed_mid_rewrite_opens_after_a_restart(tmp_path: Path) -> None:
+    """A server killed while it rewrote a sparse index file left `index.lock` beside it. The
+    next server opens the session (which rewrites the file in full for libgit2) though
+    recovery, which clears such locks, only runs through an open session."""
+    from server.core.git_session import DISK
+    from server.core.indexformat import PROCESS_STARTED
+    from server.core.staging import is_sparse_file
+
+    meta = {"session_id": "1" * 32, "title": "t", "user_id": "local", "created_at": "now",
+            "forked_from_session_id": None, "root_session_id": "1" * 32}
+    path = tmp_path / "s"
+    first = GitSession.create(path, meta)
+    (path / "workdir" / "a.txt").write_text("a\n")
+    first.write_checkpoint({"history/000/00/000000-user-u.json": b"{}\n",
+                            "workdir/a.txt": DISK}, summary="t", kind="turn",
+                           sync_index=False)
+    first.flush_index()
+    first.repo.free()
+    assert is_sparse_file(first.index_file)
+    lock = path / ".git" / "index.lock"
+    lock.write_bytes(b"half an index")  # the dead server's, from before this process
+    os.utime(lock, (PROCESS_STARTED - 60, PROCESS_STARTED - 60))
+    again = GitSession(path)
+    assert not lock.exists() and not is_sparse_file(again.index_file)
+    (path / "workdir" / "b.txt").write_text("b\n")
+    again.write_checkpoint({"workdir/b.txt": DISK}, summary="t", kind="user-edit")
+    assert git(path, "show", "HEAD:workdir/b.txt") == "b\n"
+    assert git(path, "status", "--porcelain") == ""
+    assert_fsck(path)
+    # A lock taken since this process started is another writer's: it is left alone.
+    again.write_checkpoint({"history/000/00/000001-user-v.json": b"{}\n"}, summary="t",
+                           kind="turn", sync_index=False)
+    again.flush_index()
+    again.repo.free()
+    assert is_sparse_file(again.index_file)
+    lock.write_bytes(b"")
+    try:
+        GitSession(path)
+        raise AssertionError("a live writer's lock was taken over")
+    except IndexLocked:
+        assert lock.exists()
+    finally:
+        lock.unlink()
