@@ -16,9 +16,10 @@ from conftest import assert_fsck, git, new_session, run_turn
 from server.core import revert, timetravel
 from server.core.braid import Braid
 from server.core.fork import fork_session
-from server.core.git_session import GitSession, to_json_bytes
-from server.core.indexformat import IndexLocked
+from server.core.git_session import DISK, GitSession, to_json_bytes
+from server.core.indexformat import PROCESS_STARTED, IndexLocked
 from server.core.reindex import reindex
+from server.core.staging import is_sparse_file
 from server.core.users import DEFAULT_USER
 
 USER = DEFAULT_USER
@@ -215,17 +216,11 @@ async def test_the_index_file_holds_history_and_runs_as_one_entry_each(braid: Br
     assert_off_disk(path)
 
 
-def test_a_sparse_index_file_left_by_a_process_before_opens_and_takes_files(
-        tmp_path: Path) -> None:
-    """libgit2 cannot read a sparse index (it reads the index for attributes when it makes
-    a blob from a file): a session whose file is sparse is opened with a full file for it,
-    and its later writes are sparse again."""
-    from server.core.git_session import DISK
-    from server.core.staging import is_sparse_file
-
+def sparse_session(path: Path) -> Path:
+    """A session whose index file a process before this one left sparse (history/ and
+    runs/ as one directory entry each), its repository closed."""
     meta = {"session_id": "0" * 32, "title": "t", "user_id": "local", "created_at": "now",
             "forked_from_session_id": None, "root_session_id": "0" * 32}
-    path = tmp_path / "s"
     first = GitSession.create(path, meta)
     (path / "workdir" / "a.txt").write_text("a\n")
     first.write_checkpoint({"history/000/00/000000-user-u.json": b"{}\n",
@@ -234,6 +229,15 @@ def test_a_sparse_index_file_left_by_a_process_before_opens_and_takes_files(
     first.flush_index()
     assert is_sparse_file(first.index_file)
     first.repo.free()
+    return path
+
+
+def test_a_sparse_index_file_left_by_a_process_before_opens_and_takes_files(
+        tmp_path: Path) -> None:
+    """libgit2 cannot read a sparse index (it reads the index for attributes when it makes
+    a blob from a file): a session whose file is sparse is opened with a full file for it,
+    and its later writes are sparse again."""
+    path = sparse_session(tmp_path / "s")
     again = GitSession(path)  # the next process's repository
     assert not is_sparse_file(again.index_file)
     (path / "workdir" / "b.txt").write_text("b\n")
@@ -251,21 +255,7 @@ def test_a_sparse_index_killed_mid_rewrite_opens_after_a_restart(tmp_path: Path)
     """A server killed while it rewrote a sparse index file left `index.lock` beside it. The
     next server opens the session (which rewrites the file in full for libgit2) though
     recovery, which clears such locks, only runs through an open session."""
-    from server.core.git_session import DISK
-    from server.core.indexformat import PROCESS_STARTED
-    from server.core.staging import is_sparse_file
-
-    meta = {"session_id": "1" * 32, "title": "t", "user_id": "local", "created_at": "now",
-            "forked_from_session_id": None, "root_session_id": "1" * 32}
-    path = tmp_path / "s"
-    first = GitSession.create(path, meta)
-    (path / "workdir" / "a.txt").write_text("a\n")
-    first.write_checkpoint({"history/000/00/000000-user-u.json": b"{}\n",
-                            "workdir/a.txt": DISK}, summary="t", kind="turn",
-                           sync_index=False)
-    first.flush_index()
-    first.repo.free()
-    assert is_sparse_file(first.index_file)
+    path = sparse_session(tmp_path / "s")
     lock = path / ".git" / "index.lock"
     lock.write_bytes(b"half an index")  # the dead server's, from before this process
     os.utime(lock, (PROCESS_STARTED - 60, PROCESS_STARTED - 60))
