@@ -59,7 +59,10 @@ def use_system_allocator() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     env = {**os.environ, "PYTHONMALLOC": "malloc", _REEXEC_MARK: "1"}
-    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    try:
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    except OSError:  # no interpreter to run again (an embedding): serve on this one
+        return
 
 
 def limit_arenas(arenas: int = ARENAS) -> None:

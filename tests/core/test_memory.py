@@ -77,3 +77,14 @@ def test_the_served_process_runs_on_malloc_and_its_commands_do_not(server_factor
     assert done["status"] == "COMPLETED", done
     env_txt = server.session_path(sid) / "workdir" / "env.txt"
     assert env_txt.read_text() == "allocator=default\n"
+
+
+def test_with_no_interpreter_to_run_again_it_serves_on_this_one() -> None:
+    script = ("import sys\nfrom server.core.memory import use_system_allocator\n"
+              "sys.executable = '/nonexistent/python'\nuse_system_allocator()\n"
+              "print('serving', flush=True)\nsys._debugmallocstats()\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONMALLOC"}
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == "serving\n", out.stderr
+    assert "Small block threshold" in out.stderr  # still Python's own allocator
