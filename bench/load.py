@@ -135,7 +135,7 @@ def start_servers(n: int, data_dir: Path, idle: float, url: str | None,
                 urllib.request.urlopen(f"{base}/login", timeout=1)
                 break
             except OSError:
-                time.sleep(0.1)
+                time.sleep(0.02)
         servers.append((proc, base))
     return servers
 
@@ -150,7 +150,9 @@ def run_config(n: int, url: str | None, args: argparse.Namespace,
                extra: dict[str, str] | None = None) -> dict[str, Any]:
     """One load run; socket i talks to process i % n, sessions are made round-robin too."""
     data_dir = Path(tempfile.mkdtemp(prefix="braid-load-")) / "data"
+    spawned = time.perf_counter()
     servers = start_servers(n, data_dir, args.idle, url, extra)
+    startup = (time.perf_counter() - spawned) / n  # one after another: each one's start
     try:
         bases = [b for _, b in servers]
         cold = usage(servers)
@@ -198,8 +200,8 @@ def run_config(n: int, url: str | None, args: argparse.Namespace,
             proc.terminate()
         for proc, _ in servers:
             proc.wait(timeout=30)
-    return {"wall": wall, "latencies": latencies, "errors": errors, "problems": problems,
-            "runs_ok": runs_ok, "sids": sids, "cold": cold, "before": before,
+    return {"startup": startup, "wall": wall, "latencies": latencies, "errors": errors,
+            "problems": problems, "runs_ok": runs_ok, "sids": sids, "cold": cold, "before": before,
             "loaded": loaded, "idle": idle, "idles": idles}
 
 
@@ -208,6 +210,7 @@ def rows_of(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
     cold, before, loaded, idle = r["cold"], r["before"], r["loaded"], r["idle"]
     bad = len({p.split(":")[0] for p in r["problems"]})
     return [
+        f"{r['startup'] * 1000:.0f} ms",
         f"{r['wall']:.1f} s",
         f"{args.sockets * args.turns / r['wall']:.1f} turns/s",
         f"{pct(r['latencies'], 0.5) * 1000:.0f} ms",
@@ -223,7 +226,8 @@ def rows_of(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
     ]
 
 
-LABELS = ["wall time (last round)", "throughput", "send->done p50", "send->done p99", "errors",
+LABELS = ["start-up (spawn -> /login answers)", "wall time (last round)", "throughput",
+          "send->done p50", "send->done p99", "errors",
           "RSS cold / start / loaded / idle", "RSS idle / start",
           "RSS idle after each round", "threads cold / start / loaded / idle",
           "threads idle / start",

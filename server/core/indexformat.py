@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import logging
 import os
 import struct
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pygit2
 
+log = logging.getLogger("braid.index")
 SIGNATURE = b"DIRC"
 HEADER = struct.Struct(">4sII")
 _ENTRY = struct.Struct(">10I20sH")  # ctime s/ns, mtime s/ns, dev, ino, mode, uid, gid, size
@@ -342,15 +344,14 @@ def write_pieces(fd: int, pieces: list[bytes]) -> None:
 PROCESS_STARTED = time.time()
 
 
-def clear_stale_lock(lock: Path, before: float | None = None) -> bool:
-    """Remove `lock` if it is older than this process (or than `before`); True if it was."""
+def clear_stale_lock(lock: Path, before: float | None = None) -> None:
+    """Remove `lock` if it is older than this process (or than `before`)."""
     try:
         if lock.stat().st_mtime < (PROCESS_STARTED if before is None else before):
             lock.unlink()
-            return True
+            log.warning("removed stale lock %s", lock)
     except FileNotFoundError:
         pass
-    return False
 
 
 def open_lock(lock: Path) -> int:

@@ -97,8 +97,7 @@ def clear_stale_locks(git: GitSession, before: float | None = None) -> None:
     common = (git_dir / pointer.read_text().strip()).resolve() if pointer.exists() else git_dir
     for lock in {git_dir / "index.lock", git_dir / "HEAD.lock", common / "index.lock",
                  *(common / "refs" / "heads").rglob("*.lock")}:
-        if clear_stale_lock(lock, before):
-            log.warning("removed stale lock %s", lock)
+        clear_stale_lock(lock, before)
 
 
 def find_record(git: GitSession, run_id: str) -> tuple[str, dict[str, Any]] | None:

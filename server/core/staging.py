@@ -137,8 +137,7 @@ class IndexedSession:
             if is_sparse_file(self.index_file):  # written so by a process before this one
                 # One killed while it rewrote the file left its lock too. Recovery clears
                 # such locks, but only through an open session: this is where it opens.
-                if clear_stale_lock(self.index_file.with_name("index.lock")):
-                    log.warning("removed stale lock %s.lock", self.index_file)
+                clear_stale_lock(self.index_file.with_name("index.lock"))
                 self.git_index().write(full=True)
             self.repo.index  # noqa: B018 - loaded now, kept by libgit2 from here on
         except (pygit2.GitError, OSError, IndexFormatError) as e:
