@@ -43,3 +43,10 @@ class Busy(BraidError):
 
 class Unauthorized(BraidError):
     code = "unauthorized"
+
+
+class TooLarge(BraidError):
+    """An upload, an import or an update from source past BRAID_IMPORT_MAX_BYTES or
+    BRAID_IMPORT_MAX_FILES (HTTP 413); nothing of it is kept."""
+
+    code = "too_large"

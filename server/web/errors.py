@@ -17,6 +17,7 @@ from ..core.errors import (
     Conflict,
     Forbidden,
     NotFound,
+    TooLarge,
     Unauthorized,
 )
 
@@ -27,6 +28,7 @@ STATUS: dict[type[BraidError], int] = {
     NotFound: 404,
     Conflict: 409,
     Busy: 409,
+    TooLarge: 413,
 }
 
 
