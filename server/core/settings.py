@@ -29,6 +29,15 @@ class Settings:
     # Folders a session may be imported from (DESIGN §7): the server user's home by default.
     import_roots: list[Path] = field(default_factory=lambda: [Path.home()])
     import_max_file: int = 5 * 1024 * 1024
+    # Boundaries (DESIGN §4): an import, an update from source or an upload stops past these
+    # totals, counted as they arrive; git URLs take only these schemes, and a host that
+    # resolves to a loopback/private/link-local address only when listed here (names or CIDRs).
+    import_max_bytes: int = 1024 ** 3
+    import_max_files: int = 200_000
+    import_schemes: tuple[str, ...] = ("https",)
+    import_hosts: tuple[str, ...] = ()
+    # At most this many actions of one socket run at once; past that the server stops reading it.
+    socket_inflight: int = 32
     # An open session's thread and repository are given back after this many idle seconds,
     # and at most this many stay open at once (least recently used released first).
     idle_seconds: float = 60.0
@@ -81,6 +90,11 @@ class Settings:
             if not cap.isdigit():
                 raise ValueError("BRAID_IMPORT_MAX_FILE must be a whole number of bytes")
             s.import_max_file = int(cap)
+        s.import_max_bytes = _whole(env, "BRAID_IMPORT_MAX_BYTES", s.import_max_bytes)
+        s.import_max_files = _whole(env, "BRAID_IMPORT_MAX_FILES", s.import_max_files)
+        s.import_schemes = _words(env, "BRAID_IMPORT_SCHEMES", s.import_schemes, lower=True)
+        s.import_hosts = _words(env, "BRAID_IMPORT_HOSTS", s.import_hosts, lower=True)
+        s.socket_inflight = max(1, _whole(env, "BRAID_SOCKET_INFLIGHT", s.socket_inflight))
         return s
 
 
@@ -95,3 +109,21 @@ def _number(env: dict[str, str], name: str, default: float) -> float:
     if value < 0 or value != value:
         raise ValueError(f"{name} must not be negative")
     return value
+
+
+def _whole(env: dict[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit():
+        raise ValueError(f"{name} must be a whole number, not {raw!r}")
+    return int(raw)
+
+
+def _words(env: dict[str, str], name: str, default: tuple[str, ...], *,
+           lower: bool = False) -> tuple[str, ...]:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    words = (w.strip() for w in raw.split(","))
+    return tuple(w.lower() if lower else w for w in words if w)
