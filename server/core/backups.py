@@ -117,7 +117,7 @@ class BackupStore:
         except (FileNotFoundError, NotADirectoryError):
             return None
         if stat.S_ISLNK(st.st_mode):
-            return self.repo.create_blob(os.readlink(path).encode()), FileMode.LINK
+            return self.repo.create_blob(os.fsencode(os.readlink(path))), FileMode.LINK
         if not stat.S_ISREG(st.st_mode):
             return None
         mode = FileMode.BLOB_EXECUTABLE if st.st_mode & 0o100 else FileMode.BLOB

@@ -1,9 +1,12 @@
-"""Checkpoint commits as Braid writes and reads them: a summary line, a blank line, then the
+"""Checkpoint commits as Braid writes and reads them: a summary line, a blank line, the names
+left out (`skipped`, when there are any) as a paragraph of JSON lines, then the
 trailers `Braid-Kind`, `Braid-Run`, `Braid-Message-Index` (DESIGN §3), and `CommitInfo`,
 the view of one such commit (DESIGN §2 ContextCommit)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +15,9 @@ import pygit2
 TRAILER_KIND = "Braid-Kind"
 TRAILER_RUN = "Braid-Run"
 TRAILER_INDEX = "Braid-Message-Index"
+# The body paragraph that lists the names a commit left out (`skipped_in` reads it back).
+SKIPPED_HEAD = "Left out, names git cannot hold"
+SKIPPED_LISTED = 200
 
 
 @dataclass(frozen=True)
@@ -43,13 +49,39 @@ class CommitInfo:
         }
 
 
-def commit_message(summary: str, kind: str, run_id: str | None, message_index: int | None) -> str:
-    lines = [summary.splitlines()[0][:200] if summary else kind, "", f"{TRAILER_KIND}: {kind}"]
+def commit_message(summary: str, kind: str, run_id: str | None, message_index: int | None,
+                   skipped: Sequence[dict[str, str]] = ()) -> str:
+    lines = [summary.splitlines()[0][:200] if summary else kind, ""]
+    if skipped:  # names git cannot hold, left out (DESIGN §4 "Boundaries"): before the trailers
+        lines.append(f"{SKIPPED_HEAD} ({len(skipped)}):")
+        # One JSON object a line: a name's newline or "Braid-…: " never reads as a trailer.
+        lines += ["  " + json.dumps(s, ensure_ascii=False) for s in skipped[:SKIPPED_LISTED]]
+        if len(skipped) > SKIPPED_LISTED:
+            lines.append(f"  ... and {len(skipped) - SKIPPED_LISTED} more")
+        lines.append("")
+    lines.append(f"{TRAILER_KIND}: {kind}")
     if run_id:
         lines.append(f"{TRAILER_RUN}: {run_id}")
     if message_index is not None:
         lines.append(f"{TRAILER_INDEX}: {message_index}")
     return "\n".join(lines) + "\n"
+
+
+def skipped_in(message: str) -> list[dict[str, str]]:
+    """The `skipped` list a commit message holds (`commit_message`), or []."""
+    out: list[dict[str, str]] = []
+    listing = False
+    for line in message.splitlines():
+        if line.startswith(SKIPPED_HEAD):
+            listing = True
+        elif listing and line.startswith("  {"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        elif listing:
+            listing = line.startswith("  ")
+    return out
 
 
 def parse_trailers(message: str) -> dict[str, str]:

@@ -18,7 +18,7 @@ from typing import Any
 import pygit2
 from pygit2.enums import FileMode
 
-from . import crash, gitnames, guarded, jsontext, rawobjects
+from . import crash, gitnames, guarded, jsontext, names, rawobjects
 from .commits import (
     TRAILER_INDEX,
     TRAILER_KIND,
@@ -34,7 +34,7 @@ from .history import HISTORY, RUNS, Entry, Lines, Listings, history_path, run_pa
 from .looseobjects import LooseWriter
 from .rawobjects import TREE_MODE, BranchMoved, TreeCache, common_dir
 from .staging import DISK, IndexedSession, Staged, off_disk, staged
-from .workdir_scan import WORKDIR, WorkdirScan, walk_tree
+from .workdir_scan import WORKDIR, WorkdirScan, holdable, walk_tree
 
 SIGNATURE_NAME = "Braid"
 SIGNATURE_EMAIL = "braid@localhost"
@@ -174,6 +174,7 @@ class GitSession(WorkdirScan, IndexedSession):
         message_index: int | None = None,
         extra_parents: Iterable[pygit2.Oid] = (),
         sync_index: bool = True,
+        also_skipped: Iterable[str] = (),
     ) -> pygit2.Oid:
         """Write `changes` (repo-relative paths) to disk and commit them on the current branch.
 
@@ -181,14 +182,21 @@ class GitSession(WorkdirScan, IndexedSession):
         touched, so the cost follows the change. The branch moves by compare-and-swap on its
         old tip: a concurrent writer makes this raise `Conflict` rather than lose a commit.
         With `sync_index=False` the index update (O(files in the repo))
-        waits for the next `flush_index()`; every status scan and checkout flushes first."""
+        waits for the next `flush_index()`; every status scan and checkout flushes first.
+
+        A file on disk whose name git cannot hold (names.py) is left out and listed in the
+        commit's message (`self.last_skipped` after the call), with `also_skipped`: such names
+        found by the caller's own look."""
+        changes, left_out = holdable(changes, also_skipped)
+        skipped = [names.skipped_entry(rel[len(WORKDIR) + 1:] if rel.startswith(f"{WORKDIR}/")
+                                       else rel, reason) for rel, reason in left_out]
         if self.repo.head_is_unborn:
             ref, parent = "refs/heads/main", None
         else:
             head = self.repo.head
             ref, parent = head.name, head.target
         parents = ([parent] if parent else []) + list(extra_parents)
-        message = commit_message(summary, kind, run_id, message_index)
+        message = commit_message(summary, kind, run_id, message_index, skipped)
         self.loose.begin()  # the objects' files written together, before the branch moves
         try:
             entries: dict[str, Staged | None] = {}
@@ -209,6 +217,8 @@ class GitSession(WorkdirScan, IndexedSession):
         oid = self._commit(ref, tree, parents, message, head_log=True, written=written)
         crash.commit_point(kind, "after_commit")
         self.drop_uncommitted(changes)  # the live turn's pending files are committed now
+        self.last_skipped = skipped
+        self.note_listed(rel for rel, _ in left_out)
         return oid
 
     def _commit_object(self, ref: str, tree: pygit2.Oid, parents: list[pygit2.Oid],
@@ -272,7 +282,7 @@ class GitSession(WorkdirScan, IndexedSession):
             except (FileNotFoundError, NotADirectoryError):  # a file now stands on a parent
                 return None
             if stat.S_ISLNK(st.st_mode):
-                target = os.readlink(abs_path).encode()
+                target = os.fsencode(os.readlink(abs_path))  # the bytes, UTF-8 or not
                 return Staged(self.blob(target), FileMode.LINK, st, taken)
             if not stat.S_ISREG(st.st_mode):
                 return None

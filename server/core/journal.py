@@ -158,7 +158,7 @@ def _on_disk_is(git: GitSession, rel: str, entry: tuple[pygit2.Oid, int]) -> boo
     path = git.path / rel
     try:
         if entry[1] == FileMode.LINK:
-            return path.is_symlink() and os.readlink(path).encode() == git.repo[entry[0]].data
+            return path.is_symlink() and os.fsencode(os.readlink(path)) == git.repo[entry[0]].data
         if path.is_symlink() or not path.is_file():
             return False
         return pygit2.hash(path.read_bytes()) == entry[0] and \

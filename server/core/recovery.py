@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
-from . import crash, guarded, journal, layout, names
+from . import crash, guarded, journal, layout
 from .errors import NotFound
 from .git_session import DISK, HISTORY, RUNS, WORKDIR, WORKTREES, GitSession, to_json_bytes
 from .ids import now_iso
@@ -254,9 +254,8 @@ def turn_leftovers(git: GitSession, run_id: str, record_rel: str) -> dict[str, A
             _set_aside(git, rel)
         else:
             changes[rel] = data
+    # A name git cannot hold (names.py) is taken too: the commit leaves it out and lists it.
     for _, path in porcelain(git.path, "session.json", WORKDIR):
-        if not names.is_utf8(path):
-            continue  # cannot be committed; left on disk for the user to rename
         if guarded.is_temp(path.rsplit("/", 1)[-1]):
             continue
         if path == "session.json" or path.startswith(f"{WORKDIR}/"):

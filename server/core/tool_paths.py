@@ -1,13 +1,14 @@
 """Where the agent's tools may act: paths confined to one `workdir/` (no absolute path, no
-`..` above the root, no symlinked folder leading out, nothing inside `.git`), and the one
-way they write a file (folders made, then re-checked, then `O_NOFOLLOW`)."""
+`..` above the root, no symlinked folder leading out, every part a name git can hold: the
+one name rule of names.py, so nothing inside `.git` in any spelling), and the one way they
+write a file (folders made, then re-checked, then `O_NOFOLLOW`)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from .names import is_utf8, shown
+from .names import part_problem, shown
 
 FILE_MODE = 0o666  # new files get the usual mode, filtered by the umask as open(2) does
 
@@ -20,10 +21,6 @@ def lexical_parts(path: object) -> list[str]:
     """The path's parts with `.` and `..` taken lexically, or PathEscape."""
     if not isinstance(path, str):
         raise PathEscape("path must be a string")
-    if "\x00" in path:
-        raise PathEscape("path contains a NUL byte")
-    if not is_utf8(path):
-        raise PathEscape(f"path is not valid UTF-8: '{shown(path)}'")
     if path.startswith("/") or os.path.isabs(path):
         raise PathEscape(f"absolute paths are not allowed: {path!r}")
     parts: list[str] = []
@@ -66,7 +63,7 @@ def resolve_in(root: Path, path: str, *, follow_final: bool,
     rel = os.path.relpath(real, root_real).replace(os.sep, "/")
     if rel == "." and not allow_root:
         raise PathEscape("the workspace root itself cannot be written or deleted")
-    reject_git(rel.split("/"), path)
+    reject_git([] if rel == "." else rel.split("/"), path)
     return Path(real), rel
 
 
@@ -101,6 +98,11 @@ def check_inside(real: str, root_real: str, original: str) -> None:
 
 
 def reject_git(parts: list[str], original: str) -> None:
-    # casefold: on a case-insensitive file system ".GIT" is the repository too.
-    if any(p.casefold() == ".git" for p in parts):
-        raise PathEscape(f"paths inside .git are not allowed: {original!r}")
+    """PathEscape unless every part is a name git can hold (names.py: no `.git` in any
+    spelling a file system takes for it, no NUL, valid UTF-8, at most 255 bytes): a file the
+    tools write is one the next checkpoint can commit, and nothing is written otherwise."""
+    for part in parts:
+        problem = part_problem(part)
+        if problem:
+            raise PathEscape(f"bad file name '{shown(original)}': {problem} (git cannot "
+                             f"hold it; use another name)")

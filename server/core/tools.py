@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from server.core.names import shown
 from server.core.patch import PatchError, apply_hunks, parse_patch
 from server.core.shell import run_shell
 from server.core.tool_paths import (
@@ -239,7 +240,8 @@ class Workspace:
                 if fname.casefold() == ".git":
                     continue
                 full = os.path.join(dirpath, fname)
-                found.append(os.path.relpath(full, root_real).replace(os.sep, "/"))
+                # Escaped: a name that is not UTF-8 (made by the shell) cannot go into JSON.
+                found.append(shown(os.path.relpath(full, root_real).replace(os.sep, "/")))
         if not found:
             return ToolResult(f"(no files under {rel})")
         found.sort()

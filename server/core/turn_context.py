@@ -43,6 +43,10 @@ class TurnContext:
     legacy: bool = False  # the branch's history is in the earlier layout (history.py)
     # A tool call the turn was stopped during: its result joins before the last commit.
     inflight: tuple[dict[str, Any], asyncio.Future[Any]] | None = None
+    # Names git cannot hold the opening look found (the user's, or a shell's before): the
+    # turn's next checkpoint lists them as left out, and so does its record (`skipped`).
+    carried: set[str] = field(default_factory=set)
+    last_skipped: list[dict[str, str]] = field(default_factory=list)  # of the last checkpoint
 
     @property
     def run_id(self) -> str:
@@ -52,19 +56,24 @@ class TurnContext:
 def snapshot_user_edits(git: GitSession) -> str | None:
     """Commit what the user changed in workdir/ since HEAD as `user-edit`, so it is never
     attributed to, or clobbered by, a turn."""
-    dirty, unnamed = names.split(git.changed_workdir_paths())
-    if unnamed:
-        log.warning("left out of the user-edit commit (not UTF-8): %s",
-                    ", ".join(names.shown(p) for p in unnamed))
-    if not dirty:
-        return None
+    return take_user_edits(git)[0]
+
+
+def take_user_edits(git: GitSession) -> tuple[str | None, list[str]]:
+    """`snapshot_user_edits`, and the workdir-relative names it found that git cannot hold:
+    left out of the commit and listed in it (names.py), never a reason to fail."""
+    found = git.changed_workdir_paths()
+    dirty, unholdable = names.split(found)
+    bad = [p[len(WORKDIR) + 1:] for p in unholdable]
+    if not dirty:  # nothing to commit: a later commit lists them
+        return None, bad
     listed = ", ".join(p[len(WORKDIR) + 1:] for p in dirty[:5])
     more = f" and {len(dirty) - 5} more" if len(dirty) > 5 else ""
     summary = f"User edits: {listed}{more}"
-    if len(dirty) > BULK_EDITS:  # a folder dropped in: its blobs in one pack
-        return str(git.commit_workdir(dirty, summary=summary, kind="user-edit"))
-    oid = git.write_checkpoint({p: DISK for p in dirty}, summary=summary, kind="user-edit")
-    return str(oid)
+    if len(found) > BULK_EDITS:  # a folder dropped in: its blobs in one pack
+        return str(git.commit_workdir(found, summary=summary, kind="user-edit")), bad
+    oid = git.write_checkpoint({p: DISK for p in found}, summary=summary, kind="user-edit")
+    return str(oid), bad
 
 
 def new_message(role: str, run_id: str, content: str | None, **extra: Any) -> dict[str, Any]:
@@ -84,7 +93,7 @@ def open_turn(
 ) -> TurnContext:
     """Open a turn on the session thread: snapshot user edits, then the user message (after
     any `notes`) and a RUNNING record written to disk; `turns.launch` then drives it."""
-    snapshot_user_edits(git)
+    _, unholdable = take_user_edits(git)
     crash.at("turn.prepare")
     run_id = new_message_id()
     run = RunRecord(run_id, handle.session_id, git.branch).as_dict()
@@ -93,6 +102,7 @@ def open_turn(
         handle=handle, run=run, run_file=layout.new_run_path(git, run_id),
         prior=layout.messages(git), messages=[], next_seq=layout.next_seq(git),
         prior_sums=layout.message_sums(git), legacy=layout.is_legacy(git),
+        carried=set(unholdable),
     )
     for note in notes:  # system messages that open the turn (a merge turn's note)
         add_message(ctx, new_message("system", run_id, note))
@@ -122,10 +132,23 @@ def checkpoint_changes(ctx: TurnContext) -> tuple[dict[str, Any], int]:
     ctx.run["message_count"] = len(ctx.messages)
     ctx.run["updated_at"] = now_iso()
     changes: dict[str, Any] = dict(ctx.pending)
-    changes[ctx.run_file] = to_json_bytes(ctx.run)
-    for rel in ctx.changed:
+    for rel in ctx.changed | ctx.carried:  # a name git cannot hold: left out and listed
         changes[f"{WORKDIR}/{rel}"] = DISK
+    ctx.last_skipped = [names.skipped_entry(rel, why) for rel in sorted(ctx.changed | ctx.carried)
+                        if (why := names.why_not(rel))]
+    if ctx.last_skipped:  # the record keeps the turn's, for its bubble's note
+        known = ctx.run.setdefault("skipped", [])
+        known += [e for e in ctx.last_skipped if e not in known]
+    changes[ctx.run_file] = to_json_bytes(ctx.run)
     return changes, len(ctx.messages)
+
+
+def checkpoint_data(ctx: TurnContext, commit_id: str, kind: str) -> dict[str, Any]:
+    """The `checkpoint` event of the turn's last commit: with the names it left out."""
+    data: dict[str, Any] = {"run_id": ctx.run_id, "commit_id": commit_id, "kind": kind}
+    if ctx.last_skipped:
+        data["skipped"] = list(ctx.last_skipped)
+    return data
 
 
 def write_turn_commit(git: GitSession, run_id: str, changes: dict[str, Any], index: int,
@@ -152,4 +175,5 @@ async def commit_turn(ctx: TurnContext, kind: str, summary: str, *,
     oid = await ctx.handle.call(work)
     ctx.pending.clear()
     ctx.changed.clear()
+    ctx.carried.clear()
     return oid

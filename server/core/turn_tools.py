@@ -98,15 +98,17 @@ def _file_tool(braid: Braid, git: GitSession, run_id: str, name: str,
 
 def _after_shell(braid: Braid, git: GitSession, run_id: str, known: list[str],
                  result: ToolResult) -> ToolOutcome:
-    # A shell command may change anything: found by one status scan, after it ran.
-    dirty, unnamed = names.split(git.changed_workdir_paths())
-    changed = [rel[len(WORKDIR) + 1:] for rel in dirty]
+    # A shell command may change anything: found by one status scan, after it ran. A name
+    # git cannot hold joins the changes all the same: the checkpoint leaves it out and lists
+    # it (`skipped`); the model is told, so it can rename it.
+    found = [rel[len(WORKDIR) + 1:] for rel in git.changed_workdir_paths()]
+    holdable, unholdable = names.split(found)
     content, is_error = result.content, result.is_error
-    if unnamed:
-        content += "\n" + names.refusal([p[len(WORKDIR) + 1:] for p in unnamed])
+    if unholdable:
+        content += "\n" + names.refusal(unholdable)
         is_error = True
-    BackupStore(git).backup_from_head(run_id, sorted({*known, *changed}))
-    return ToolOutcome(content, is_error, changed)
+    BackupStore(git).backup_from_head(run_id, sorted({*names.split(known)[0], *holdable}))
+    return ToolOutcome(content, is_error, found)
 
 
 def record_tool(ctx: TurnContext, call: dict[str, Any], outcome: ToolOutcome) -> dict:

@@ -26,6 +26,7 @@ from .turn_changes import files_of
 from .turn_context import (
     TurnContext,
     add_message,
+    checkpoint_data,
     commit_turn,
     new_message,
     open_turn,
@@ -226,8 +227,7 @@ async def _finish(
             # for the next turn's user-edit snapshot.
             ctx.changed.clear()
             commit_id = await _close_and_commit(ctx, status)
-        braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": commit_id,
-                                              "kind": "turn"})
+        braid.bus.publish(sid, "checkpoint", checkpoint_data(ctx, commit_id, "turn"))
         await braid.index.upsert_run(sid, ctx.run)
         # Writing the index costs O(files in the repo), once per turn: before the end event,
         # so `git status` in the session folder is true when the client hears of it (D6).
@@ -282,7 +282,7 @@ def _answer_open_calls(ctx: TurnContext) -> None:
 async def _checkpoint_event(braid: Braid, ctx: TurnContext, kind: str, summary: str) -> None:
     commit_id = await commit_turn(ctx, kind, summary)
     braid.bus.publish(ctx.handle.session_id, "checkpoint",
-                      {"run_id": ctx.run_id, "commit_id": commit_id, "kind": kind})
+                      checkpoint_data(ctx, commit_id, kind))
 
 
 async def siblings_of(braid: Braid, session_id: str, run_id: str) -> dict[str, Any] | None:

@@ -6,8 +6,8 @@ The watcher only names candidates; `GitSession.changed_workdir_paths` compares e
 A look first writes a marker file into `.git/braid-watch/` (watched too, invisible to git)
 and waits until its event comes back: events reach us in order, so every change made before
 the look has been seen by then. Without a watcher (too many open sessions, the system's
-limit reached, a marker that never came back) the caller falls back on a full scan, as it
-does on a watcher's first look.
+limit reached, a marker that never came back, a name that is not UTF-8, which watchfiles
+cannot decode) the caller falls back on a full scan, as it does on a watcher's first look.
 """
 
 from __future__ import annotations
@@ -70,8 +70,14 @@ class Watcher:
                         self._flooded = True
                         self._changed.clear()
                     self._lock.notify_all()
-        except Exception:  # noqa: BLE001 - a broken watcher only means full scans
-            log.exception("file watcher stopped")
+        except Exception as e:  # noqa: BLE001 - a broken watcher only means full scans
+            if "decode path" in str(e):
+                # watchfiles gives up for good on a name that is not UTF-8 (it raises on
+                # every later call): this watcher ends, the next look scans everything
+                # (git status handles such names) and opens a new one.
+                log.info("file watcher of %s stopped: %s", self.workdir, e)
+            else:
+                log.exception("file watcher stopped")
         finally:
             self.closed = True
             self._notify.close()

@@ -14,17 +14,18 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pygit2
 from pygit2.enums import FileMode
 
-from . import guarded
+from . import guarded, names
 from .packwriter import PackWriter
-from .staging import DISK, Staged, porcelain
+from .staging import DISK, Staged, off_disk, porcelain
 from .watch import WATCHERS, Watcher
 
 if TYPE_CHECKING:
@@ -42,6 +43,30 @@ def walk_tree(tree: pygit2.Tree, prefix: str, out: dict[str, pygit2.Oid]) -> Non
             out[f"{prefix}{entry.name}"] = entry.id
 
 
+def holdable(changes: Mapping[str, Any], also: Iterable[str] = ()
+             ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """(the changes git can hold, [(path, why not)] for the others). A name found on disk
+    (DISK, a blob packed from it, a deletion) is left out; bytes Braid was handed to write
+    under a bad name are refused (`BadName`) before anything is written: its door missed it."""
+    kept: dict[str, Any] = {}
+    left: list[tuple[str, str]] = []
+    for rel, content in changes.items():
+        reason = None if off_disk(rel) else names.why_not(rel)
+        if reason is None:
+            kept[rel] = content
+        elif isinstance(content, bytes):
+            raise names.BadName(rel, reason)
+        else:
+            left.append((rel, reason))
+    listed = {rel for rel, _ in left}
+    for rel in also:
+        reason = names.why_not(rel)
+        if reason and rel not in listed and rel not in changes:
+            listed.add(rel)
+            left.append((rel, reason))
+    return kept, left
+
+
 class WorkdirScan:
     path: Path
     repo: pygit2.Repository
@@ -56,6 +81,10 @@ class WorkdirScan:
         self._watcher: Watcher | None = None
         # Paths the last look found changed: looked at again until they match HEAD.
         self._carry: set[str] = set()
+        # Names git cannot hold that a commit listed as left out, with their lstat then: a
+        # look names one again only once it changed, so each is listed once, not every turn.
+        self._listed_bad: dict[str, tuple[int, ...] | None] = {}
+        self.last_skipped: list[dict[str, str]] = []  # what the last checkpoint left out
 
     def dirty_workdir_paths(self) -> list[str]:
         """Repo-relative paths under workdir/ that differ from HEAD (user edits, shell
@@ -80,8 +109,25 @@ class WorkdirScan:
         else:
             WATCHERS.touch(watcher)
             found = self._differing(candidates | self._carry)
+        if self._listed_bad:
+            found = [p for p in found if not self._listed_as_is(p)]
         self._carry = {p[len(WORKDIR) + 1:] for p in found}
         return found
+
+    def note_listed(self, rels: Iterable[str]) -> None:
+        """`rels` (names git cannot hold) were listed as left out by a commit."""
+        for rel in rels:
+            self._listed_bad[rel] = self._signature(rel)
+
+    def _listed_as_is(self, rel: str) -> bool:
+        return rel in self._listed_bad and self._listed_bad[rel] == self._signature(rel)
+
+    def _signature(self, rel: str) -> tuple[int, ...] | None:
+        try:
+            st = os.lstat(self.path / rel)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def _differing(self, candidates: Iterable[str]) -> list[str]:
         head = self.subtree(self.head_commit().tree, WORKDIR)
@@ -94,8 +140,8 @@ class WorkdirScan:
             if rel in seen or not rel:
                 continue
             seen.add(rel)
-            try:
-                entry = head[rel] if head is not None else None
+            try:  # a name git cannot hold is in no tree (and libgit2 takes only UTF-8)
+                entry = head[rel] if head is not None and names.is_utf8(rel) else None
             except KeyError:
                 entry = None
             if isinstance(entry, pygit2.Tree):  # a folder in HEAD: look at what it held
@@ -110,9 +156,9 @@ class WorkdirScan:
                     out.add(rel)
                 continue
             if stat.S_ISDIR(st.st_mode):  # a new folder may hold files made before its watch
-                for dirpath, _, names in os.walk(work / rel):
+                for dirpath, _, files_here in os.walk(work / rel):
                     base = os.path.relpath(dirpath, work)
-                    todo.extend(f"{base}/{n}" for n in names)
+                    todo.extend(f"{base}/{n}" for n in files_here)
                 if entry is not None:
                     out.add(rel)  # a file replaced by a folder
                 continue
@@ -121,16 +167,25 @@ class WorkdirScan:
         return sorted(f"{WORKDIR}/{rel}" for rel in out)
 
     def _file_differs(self, path: Path, st: os.stat_result, entry: Any, rel: str) -> bool:
+        if not (stat.S_ISLNK(st.st_mode) or stat.S_ISREG(st.st_mode)):
+            return False
+        if entry is None:  # new: unless git ignores it
+            return not self._ignored(f"{WORKDIR}/{rel}")
         if stat.S_ISLNK(st.st_mode):
-            oid, mode = pygit2.hash(os.readlink(path).encode()), FileMode.LINK
-        elif stat.S_ISREG(st.st_mode):
+            oid = pygit2.hash(os.fsencode(os.readlink(path)))
+            mode = FileMode.LINK
+        else:
             oid = pygit2.hashfile(str(path))
             mode = FileMode.BLOB_EXECUTABLE if st.st_mode & 0o100 else FileMode.BLOB
-        else:
-            return False
-        if entry is None:
-            return not self.repo.path_is_ignored(f"{WORKDIR}/{rel}")
         return entry.id != oid or entry.filemode != mode
+
+    def _ignored(self, rel: str) -> bool:
+        if names.is_utf8(rel):
+            return bool(self.repo.path_is_ignored(rel))
+        # libgit2 takes no other name: git itself answers (rare: a shell's odd name).
+        done = subprocess.run(["git", "-C", str(self.path), "check-ignore", "-q", "--no-index",
+                               "--", rel], capture_output=True, check=False)
+        return done.returncode == 0
 
     def commit_workdir(self, paths: list[str], *, summary: str, kind: str) -> pygit2.Oid:
         """Commit `paths` (repo-relative, under workdir/) as they are on disk, their blobs
@@ -144,6 +199,9 @@ class WorkdirScan:
                 if parent not in safe:
                     safe[parent] = not guarded.left_out(self.path, f"{parent}/x")
                 if not safe[parent] or guarded.is_temp(rel.rpartition("/")[2]):
+                    continue
+                if names.why_not(rel) is not None:  # left out and listed by the checkpoint
+                    changes[rel] = DISK
                     continue
                 packed = self._packed(pack, rel)
                 changes[rel] = packed if packed is not None else DISK  # gone, or not a file
@@ -162,7 +220,7 @@ class WorkdirScan:
             if e.errno != errno.ELOOP:
                 return None  # gone, or unreadable: the one-file path (DISK) judges it
             st = os.lstat(full)
-            return Staged(pack.add(os.readlink(full).encode()), FileMode.LINK, st, taken)
+            return Staged(pack.add(os.fsencode(os.readlink(full))), FileMode.LINK, st, taken)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
