@@ -130,3 +130,35 @@ async def test_a_big_first_snapshot_writes_its_blobs_as_one_pack(braid: Any) -> 
     assert "workdir/pkg/m0/f1.py" not in git(path, "ls-tree", "-r", "--name-only", "HEAD")
     git(path, "fsck", "--strict")
     assert git(path, "status", "--porcelain") == ""
+
+
+async def test_a_name_that_is_not_utf8_never_stops_the_watching_for_good(braid: Any) -> None:
+    """watchfiles cannot decode such a name and gives up (issue 21 row 6): the look falls back
+    on one full scan, a new watcher takes over, and the names it finds are only listed."""
+    sid, path = await new_session(braid)
+    work = path / "workdir"
+    handle = braid.store.get(sid)
+    await run_turn(braid, sid, "say first")  # the first look: the watcher opens
+    first = await handle.call(lambda g: g._watcher)
+    assert first is not None and not first.closed
+    (work / os.fsdecode(b"bad\xff.txt")).write_text("b")
+    (work / "good.txt").write_text("g")
+    done = await run_turn(braid, sid, "write a.txt agent")
+    assert done["status"] == "COMPLETED", done
+    assert changed(path, "HEAD~2") == ["workdir/good.txt"]
+    assert first.closed  # watchfiles gave up on that name ...
+    # ... and a new watcher answers the next looks, with the odd name carried along.
+    (work / "later.txt").write_text("l")
+    again = await run_turn(braid, sid, "write b.txt agent")
+    assert again["status"] == "COMPLETED", again
+    assert changed(path, "HEAD~2") == ["workdir/later.txt"]
+    second = await handle.call(lambda g: g._watcher)
+    assert second is not None and second is not first and not second.closed
+    (work / os.fsdecode(b"bad\xff.txt")).write_text("changed")  # kills the second one too
+    (work / "last.txt").write_text("z")
+    third = await run_turn(braid, sid, "write c.txt agent")
+    assert third["status"] == "COMPLETED", third
+    assert changed(path, "HEAD~2") == ["workdir/last.txt"]
+    assert git(path, "show", "HEAD:workdir/c.txt") == "agent\n"
+    assert git(path, "status", "--porcelain", "--untracked-files=all") == \
+        '?? "workdir/bad\\377.txt"\n'
