@@ -555,3 +555,32 @@ def test_shell_timeout_kills_the_process_tree(root: Path) -> None:
     assert "started" in r.content
     time.sleep(0.2)
     assert not (root / "late.txt").exists()
+
+
+BAD_NAMES = ["git~1/x", "GIT~1/x", ".git./x", ".gIt /x", ".GIT/config", "a/.Git/config",
+             ".git::$INDEX_ALLOCATION/x", ".g\u200cit/x", "a\\.git/x", "a" * 256,
+             "d/" + "é" * 128 + "/x", "bad\udcff.txt", "a\0b", "x/../.git ./y"]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_every_door_refuses_a_name_git_cannot_hold(ws: Workspace, root: Path, calls: list[str],
+                                                   name: str) -> None:
+    """Issue 21 rows 5 and 15: the name rule (names.py) at the tools' door; nothing written,
+    no backup taken, a result the model reads (never an exception)."""
+    for tool, args in [
+        ("write_file", {"path": name, "content": "x"}),
+        ("edit_file", {"path": name, "old_text": "", "new_text": "x"}),
+        ("read_file", {"path": name}),
+        ("delete_file", {"path": name}),
+        ("list_files", {"path": name}),
+        ("apply_patch", {"patch": f"--- /dev/null\n+++ b/{name}\n@@ -0,0 +1 @@\n+x\n"}),
+    ]:
+        err(ws.execute(tool, args), "bad file name")
+    assert calls == [] and list(root.iterdir()) == []
+
+
+def test_list_files_shows_a_shell_made_name_escaped(ws: Workspace, root: Path) -> None:
+    (root / os.fsdecode(b"bad\xff.txt")).write_text("x")
+    r = ok(ws.execute("list_files", {"path": "."}))
+    assert r.content == "bad\\xff.txt"
+    r.content.encode("utf-8")  # goes into a JSON message as it is
