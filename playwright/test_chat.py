@@ -4,6 +4,7 @@ reload, error toasts, safe Markdown, Stop, the connection indicator, phone scree
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,34 @@ def test_markdown_is_rendered_without_raw_html(page: Page, login: Any,
     page.reload()
     expect(turn(page, run_id).locator(".md strong")).to_have_text("bold")
     assert page.locator(f"#turn-{run_id} img").count() == 0
+    assert dialogs == []
+
+
+def test_a_turn_shows_the_names_it_left_out(page: Page, login: Any,
+                                           shared_server: Server) -> None:
+    """Issue 21 rows 5 and 6: names on disk git cannot hold (here made by the user in
+    workdir/) are left out of the turn's commit, and its bubble says which and why, escaped,
+    live and after a reload."""
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    sid = shared_server.new_session()
+    work = shared_server.session_path(sid) / "workdir"
+    hostile = "<img src=x onerror=alert(1)>"
+    (work / ".git.").mkdir()
+    (work / ".git." / hostile).write_text("x")
+    (work / os.fsdecode(b"bad\xff.txt")).write_text("y")
+    login(page, sid)
+    run_id = send(page, "write ok.txt fine")
+    expect(turn(page, run_id)).to_have_attribute("data-status", "COMPLETED", timeout=TIMEOUT)
+    for _ in range(2):  # live, then as the page renders it from the history
+        note = turn(page, run_id).locator(".run-skipped")
+        expect(note).to_contain_text("Not saved in the history")
+        expect(note).to_contain_text(f".git./{hostile}")
+        expect(note).to_contain_text("names the repository's .git folder")
+        expect(note).to_contain_text("bad\\xff.txt (not valid UTF-8)")
+        assert page.locator(f"#turn-{run_id} img").count() == 0
+        page.reload()
+        page.wait_for_selector("#conn[data-state=open]", timeout=TIMEOUT)
     assert dialogs == []
 
 
