@@ -10,12 +10,13 @@ reverts, exports and a restart all work, and `git fsck --strict` stays clean."""
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import Server, WsClient, assert_fsck, git
+from conftest import Server, WsClient, assert_fsck, free_port, git
 from server.core.commits import skipped_in
 from tests.web.test_file_actions import upload
 
@@ -188,4 +189,39 @@ def test_a_session_holding_such_names_from_before_opens_and_works(server_factory
     assert skipped_of(events) == [{"path": "git~1/x", "reason": REPO},
                                   {"path": "old\\xff.txt", "reason": "not valid UTF-8"}]
     assert git(path, "show", "HEAD:workdir/b.txt") == "two\n"
+    assert_fsck(path)
+
+
+def test_a_turn_killed_with_such_names_on_disk_is_recovered(server_factory: Any,
+                                                           tmp_path: Path) -> None:
+    """kill -9 at the checkpoint of a turn whose shell made such names: start-up recovery
+    commits what the turn left (INTERRUPTED), leaving them out and listing them; the session
+    goes on, the interrupted run resumes."""
+    data = tmp_path / "data"
+    srv = server_factory(data, BRAID_SHELL="on")
+    sid = srv.new_session()
+    path = srv.session_path(sid)
+    srv.stop()
+    srv = Server(data_dir=data, port=free_port(),
+                 env={"BRAID_SHELL": "on", "BRAID_CRASH_AT": "turn.checkpoint"}).start()
+    try:
+        ws = srv.socket(sid)
+        ws.send("send_message", text="shell mkdir -p GIT~1 && echo x > GIT~1/y && printf z > "
+                                     "\"$(printf 'bad\\377.txt')\" && echo k > kept.txt")
+        assert srv.proc is not None and srv.proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        srv.stop()
+    srv = server_factory(data, BRAID_SHELL="on")
+    assert git(path, "show", "HEAD:workdir/kept.txt") == "k\n"
+    found = [s for rev in git(path, "rev-list", "HEAD").split()
+             for s in commit_skipped(path, rev)]
+    assert {"path": "GIT~1/y", "reason": REPO} in found
+    assert {"path": "bad\\xff.txt", "reason": "not valid UTF-8"} in found
+    assert_fsck(path)
+    run_id = git(path, "log", "-1", "--format=%(trailers:key=Braid-Run,valueonly)").strip()
+    status, body = srv.api("POST", f"/api/runs/{run_id}/continue",
+                           {"session_id": sid, "input": "write after.txt a"})
+    assert status == 200 and body["status"] == "COMPLETED", body
+    assert srv.run(sid, "shell echo n > n.txt")["status"] == "COMPLETED"
+    assert git(path, "show", "HEAD:workdir/n.txt") == "n\n"
     assert_fsck(path)
