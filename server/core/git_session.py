@@ -174,7 +174,6 @@ class GitSession(WorkdirScan, IndexedSession):
         message_index: int | None = None,
         extra_parents: Iterable[pygit2.Oid] = (),
         sync_index: bool = True,
-        also_skipped: Iterable[str] = (),
     ) -> pygit2.Oid:
         """Write `changes` (repo-relative paths) to disk and commit them on the current branch.
 
@@ -184,10 +183,9 @@ class GitSession(WorkdirScan, IndexedSession):
         With `sync_index=False` the index update (O(files in the repo))
         waits for the next `flush_index()`; every status scan and checkout flushes first.
 
-        A file on disk whose name git cannot hold (names.py) is left out and listed in the
-        commit's message (`self.last_skipped` after the call), with `also_skipped`: such names
-        found by the caller's own look."""
-        changes, left_out = holdable(changes, also_skipped)
+        A file on disk whose name git cannot hold (names.py) is left out, and listed in the
+        commit's message and in `self.last_skipped` (until the next call)."""
+        changes, left_out = holdable(changes)
         skipped = [names.skipped_entry(rel[len(WORKDIR) + 1:] if rel.startswith(f"{WORKDIR}/")
                                        else rel, reason) for rel, reason in left_out]
         if self.repo.head_is_unborn:

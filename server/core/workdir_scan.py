@@ -43,8 +43,7 @@ def walk_tree(tree: pygit2.Tree, prefix: str, out: dict[str, pygit2.Oid]) -> Non
             out[f"{prefix}{entry.name}"] = entry.id
 
 
-def holdable(changes: Mapping[str, Any], also: Iterable[str] = ()
-             ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+def holdable(changes: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """(the changes git can hold, [(path, why not)] for the others). A name found on disk
     (DISK, a blob packed from it, a deletion) is left out; bytes Braid was handed to write
     under a bad name are refused (`BadName`) before anything is written: its door missed it."""
@@ -57,12 +56,6 @@ def holdable(changes: Mapping[str, Any], also: Iterable[str] = ()
         elif isinstance(content, bytes):
             raise names.BadName(rel, reason)
         else:
-            left.append((rel, reason))
-    listed = {rel for rel, _ in left}
-    for rel in also:
-        reason = names.why_not(rel)
-        if reason and rel not in listed and rel not in changes:
-            listed.add(rel)
             left.append((rel, reason))
     return kept, left
 
