@@ -185,7 +185,7 @@ class GitSession(WorkdirScan, IndexedSession):
 
         A file on disk whose name git cannot hold (names.py) is left out, and listed in the
         commit's message and in `self.last_skipped` (until the next call)."""
-        changes, left_out = holdable(changes)
+        changes, left_out = holdable(changes, self.path)
         skipped = [names.skipped_entry(rel[len(WORKDIR) + 1:] if rel.startswith(f"{WORKDIR}/")
                                        else rel, reason) for rel, reason in left_out]
         if self.repo.head_is_unborn:

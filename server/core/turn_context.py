@@ -16,6 +16,7 @@ from . import crash, layout, names
 from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
 from .ids import new_message_id, now_iso
 from .records import Message, RunRecord
+from .workdir_scan import why_left_out
 
 if TYPE_CHECKING:
     from .store import SessionHandle
@@ -63,8 +64,9 @@ def take_user_edits(git: GitSession) -> tuple[str | None, list[str]]:
     """`snapshot_user_edits`, and the workdir-relative names it found that git cannot hold:
     left out of the commit and listed in it (names.py), never a reason to fail."""
     found = git.changed_workdir_paths()
-    dirty, unholdable = names.split(found)
-    bad = [p[len(WORKDIR) + 1:] for p in unholdable]
+    unholdable = {p for p in found if why_left_out(git.path, p)}
+    dirty = [p for p in found if p not in unholdable]
+    bad = sorted(p[len(WORKDIR) + 1:] for p in unholdable)
     if not dirty:  # nothing to commit: a later commit lists them
         return None, bad
     listed = ", ".join(p[len(WORKDIR) + 1:] for p in dirty[:5])
@@ -134,8 +136,9 @@ def checkpoint_changes(ctx: TurnContext) -> tuple[dict[str, Any], int]:
     changes: dict[str, Any] = dict(ctx.pending)
     for rel in ctx.changed | ctx.carried:  # a name git cannot hold: left out and listed
         changes[f"{WORKDIR}/{rel}"] = DISK
+    work = ctx.handle.path / WORKDIR
     ctx.last_skipped = [names.skipped_entry(rel, why) for rel in sorted(ctx.changed | ctx.carried)
-                        if (why := names.why_not(rel))]
+                        if (why := why_left_out(work, rel))]
     if ctx.last_skipped:  # the record keeps the turn's, for its bubble's note
         known = ctx.run.setdefault("skipped", [])
         known += [e for e in ctx.last_skipped if e not in known]

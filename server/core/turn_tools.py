@@ -17,6 +17,7 @@ from .model_messages import arguments_error
 from .shell import on_own_thread
 from .tools import ToolResult, Workspace
 from .turn_context import TurnContext, add_message, new_message
+from .workdir_scan import why_left_out
 
 if TYPE_CHECKING:
     from .braid import Braid
@@ -102,13 +103,23 @@ def _after_shell(braid: Braid, git: GitSession, run_id: str, known: list[str],
     # git cannot hold joins the changes all the same: the checkpoint leaves it out and lists
     # it (`skipped`); the model is told, so it can rename it.
     found = [rel[len(WORKDIR) + 1:] for rel in git.changed_workdir_paths()]
-    holdable, unholdable = names.split(found)
+    work = git.path / WORKDIR
+    left = {rel: why for rel in found if (why := why_left_out(work, rel))}
     content, is_error = result.content, result.is_error
-    if unholdable:
-        content += "\n" + names.refusal(unholdable)
+    if left:
+        content += "\n" + _left_out_note(left)
         is_error = True
-    BackupStore(git).backup_from_head(run_id, sorted({*names.split(known)[0], *holdable}))
+    backed = {*names.split(known)[0], *(rel for rel in found if rel not in left)}
+    BackupStore(git).backup_from_head(run_id, sorted(backed))
     return ToolOutcome(content, is_error, found)
+
+
+def _left_out_note(left: dict[str, str]) -> str:
+    """What the model reads of the names its command made that git cannot hold."""
+    listed = ", ".join(f"'{names.shown(p)}' ({why})" for p, why in list(left.items())[:10])
+    more = f" and {len(left) - 10} more" if len(left) > 10 else ""
+    return (f"error: file names git cannot hold were left out of the commit: {listed}{more}. "
+            f"Rename them (e.g. with the shell) to keep them.")
 
 
 def record_tool(ctx: TurnContext, call: dict[str, Any], outcome: ToolOutcome) -> dict:

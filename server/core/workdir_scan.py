@@ -43,14 +43,21 @@ def walk_tree(tree: pygit2.Tree, prefix: str, out: dict[str, pygit2.Oid]) -> Non
             out[f"{prefix}{entry.name}"] = entry.id
 
 
-def holdable(changes: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+def holdable(changes: Mapping[str, Any], root: Path
+             ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """(the changes git can hold, [(path, why not)] for the others). A name found on disk
-    (DISK, a blob packed from it, a deletion) is left out; bytes Braid was handed to write
-    under a bad name are refused (`BadName`) before anything is written: its door missed it."""
+    (DISK, a blob packed from it, a deletion) is left out, and so is a symlink named
+    `.gitmodules` (`git fsck` refuses one); bytes Braid was handed to write under a bad name
+    are refused (`BadName`) before anything is written: its door missed it."""
     kept: dict[str, Any] = {}
     left: list[tuple[str, str]] = []
     for rel, content in changes.items():
-        reason = None if off_disk(rel) else names.why_not(rel)
+        if off_disk(rel):
+            reason = None
+        elif content is None or isinstance(content, bytes):
+            reason = names.why_not(rel)
+        else:
+            reason = why_left_out(root, rel, content)
         if reason is None:
             kept[rel] = content
         elif isinstance(content, bytes):
@@ -58,6 +65,16 @@ def holdable(changes: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[str
         else:
             left.append((rel, reason))
     return kept, left
+
+
+def why_left_out(root: Path, rel: str, content: Any = DISK) -> str | None:
+    """Why the file at `rel` (under `root`) cannot be committed as it is, or None."""
+    reason = names.why_not(rel)
+    if reason is None and names.why_not(rel, symlink=True):  # a `.gitmodules` spelling
+        link = content.mode == FileMode.LINK if isinstance(content, Staged) \
+            else os.path.islink(root / rel)
+        reason = names.why_not(rel, symlink=True) if link else None
+    return reason
 
 
 class WorkdirScan:
