@@ -19,6 +19,9 @@ import pygit2
 from pygit2.enums import FileMode
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Folders only walked through (never listed) need no read permission, only search: O_PATH.
+# With O_DIRECTORY|O_NOFOLLOW a symlink there is ENOTDIR, never opened nor followed.
+WALK_FLAGS = os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_PATH", os.O_RDONLY)
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 PRIVATE_PREFIX = ".braid-export-"
 _MAX_OPEN = 256  # folder handles kept open at once (a 30,000-file export has thousands)
@@ -47,10 +50,14 @@ def _what(st: os.stat_result) -> str:
     return "file" if stat.S_ISREG(st.st_mode) else "other"
 
 
+def _is_private(st: os.stat_result) -> bool:
+    return st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o700
+
+
 def step(parent: int, name: str, prefix: str, create: bool) -> int | None:
     """The handle of folder `name` in `parent`; None when absent (and not `create`)."""
     try:
-        return os.open(name, DIR_FLAGS, dir_fd=parent)
+        return os.open(name, WALK_FLAGS, dir_fd=parent)
     except FileNotFoundError:
         if not create:
             return None
@@ -68,7 +75,7 @@ def step(parent: int, name: str, prefix: str, create: bool) -> int | None:
 def open_path(path: Path, create: bool) -> int | None:
     """A handle on the absolute folder `path`, walked down from `/` without following a
     symlink (so a part swapped for one after the path was checked is refused)."""
-    fd = os.open("/", DIR_FLAGS)
+    fd = os.open("/", WALK_FLAGS)
     walked = ""
     for part in path.parts[1:]:
         walked = f"{walked}/{part}"
@@ -79,7 +86,10 @@ def open_path(path: Path, create: bool) -> int | None:
         if child is None:
             return None
         fd = child
-    return fd
+    try:
+        return os.open(".", DIR_FLAGS, dir_fd=fd)  # the folder itself is listed: readable
+    finally:
+        os.close(fd)
 
 
 def blob_id(fd: int, size: int) -> pygit2.Oid:
@@ -174,22 +184,30 @@ class Folder:
         (mkdir never follows a symlink planted there)."""
         os.mkdir(name, 0o700, dir_fd=self.fd)
         fd = os.open(name, DIR_FLAGS, dir_fd=self.fd)
-        st = os.fstat(fd)
-        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        if os.fstat(fd).st_uid == os.getuid():
+            os.fchmod(fd, 0o700)  # whatever the umask took away
+        if not _is_private(os.fstat(fd)):
             os.close(fd)
             raise PermissionError(f"{name} is not the private folder just made")
         return fd
 
-    def open_private(self, name: str) -> int | None:
+    def open_private(self, name: str, ino: int | None = None) -> int | None:
+        """The private folder `name`, only if it is still ours (a folder swapped in under
+        that name is left alone: None)."""
         try:
-            return os.open(name, DIR_FLAGS, dir_fd=self.fd)
-        except FileNotFoundError:
+            fd = os.open(name, DIR_FLAGS, dir_fd=self.fd)
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        st = os.fstat(fd)
+        if not _is_private(st) or (ino is not None and st.st_ino != ino):
+            os.close(fd)
+            return None
+        return fd
 
-    def remove_private(self, name: str) -> None:
+    def remove_private(self, name: str, ino: int | None = None) -> None:
         """Remove the private folder and what is left in it (only files and symlinks: it
         never holds a folder)."""
-        fd = self.open_private(name)
+        fd = self.open_private(name, ino)
         if fd is None:
             return
         try:

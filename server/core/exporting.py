@@ -5,6 +5,7 @@ changed there since is never overwritten unless `force`)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -128,20 +129,33 @@ def _save(git: GitSession, record: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _stage(git: GitSession, target: Folder, plan: Plan, tmp: str) -> None:
-    """Every file of the export into the private folder, under names only we know."""
-    tmp_fd = target.make_private(tmp)
+def _stage(git: GitSession, target: Folder, plan: Plan, record: dict[str, Any]) -> None:
+    """Every file of the export into the private folder, under names only we know. A
+    failure (a full disk...) removes it, and the record: nothing was changed."""
     try:
+        tmp_fd = target.make_private(record["tmp"])
+    except OSError as e:
+        _record_path(git).unlink(missing_ok=True)
+        raise BadRequest(f"cannot export to {record['folder']}: {e.strerror}") from e
+    try:
+        record["ino"] = os.fstat(tmp_fd).st_ino  # removed at the end only if still this one
         for i, (_rel, entry) in enumerate(plan.writes):
             put_file(tmp_fd, f"w{i}", git.repo[entry[0]].data, entry[1])
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            target.remove_private(record["tmp"], record.get("ino"))
+        _record_path(git).unlink(missing_ok=True)
+        raise BadRequest(f"cannot export to {record['folder']}: {e.strerror}") from e
     finally:
         os.close(tmp_fd)
 
 
-def _finish(git: GitSession, target: Folder, record: dict[str, Any]) -> None:
+def _finish(git: GitSession, target: Folder, record: dict[str, Any]) -> list[str]:
     """The renames (each done once: a retry skips what moved), then the folder's state, then
-    the private folder and the record go. Idempotent: a kill anywhere is finished by it."""
-    tmp_fd = target.open_private(record["tmp"])
+    the private folder and the record go. Idempotent: a kill anywhere is finished by it.
+    Returns the paths it could not put in place (changed under it: never followed)."""
+    left_out: list[str] = []
+    tmp_fd = target.open_private(record["tmp"], record.get("ino"))
     if tmp_fd is not None:
         try:
             for rel, trash in record["deletes"]:
@@ -150,8 +164,9 @@ def _finish(git: GitSession, target: Folder, record: dict[str, Any]) -> None:
             for i, (name, rel) in enumerate(writes):
                 try:
                     target.move_in(tmp_fd, name, rel)
-                except (Blocked, IsADirectoryError, NotADirectoryError) as e:
+                except (Blocked, OSError) as e:  # a symlink or a folder put there since...
                     log.warning("export to %s left %s out: %s", record["folder"], rel, e)
+                    left_out.append(rel)
                 if i == len(writes) // 2:
                     crash.at("export.mid_rename")
         finally:
@@ -159,8 +174,9 @@ def _finish(git: GitSession, target: Folder, record: dict[str, Any]) -> None:
     crash.at("export.after_renames")
     git.repo.references.create(record["ref"], pygit2.Oid(hex=record["state"]), force=True)
     crash.at("export.after_state")
-    target.remove_private(record["tmp"])
+    target.remove_private(record["tmp"], record.get("ino"))
     _record_path(git).unlink(missing_ok=True)
+    return left_out
 
 
 def finish_pending(git: GitSession) -> dict[str, Any] | None:
@@ -230,6 +246,8 @@ def export_to_folder(git: GitSession, folder: Path, force: bool,
         target = Folder.open(folder, create=True)
     except Blocked as e:
         raise Conflict(f"cannot export to {folder}: {e}") from e
+    except OSError as e:
+        raise BadRequest(f"cannot export to {folder}: {e.strerror}") from e
     assert target is not None
     with target:
         base_tree = _base_tree(repo, folder, target, source)
@@ -247,13 +265,16 @@ def export_to_folder(git: GitSession, folder: Path, force: bool,
                       "ref": _ref_for(folder), "state": str(state), "phase": "staging",
                       "written": result["written"], "deleted": plan.deletes}
             _save(git, record)
-            _stage(git, target, plan, record["tmp"])
+            _stage(git, target, plan, record)
             crash.at("export.after_temp_files")
             record["phase"] = "moving"
             record["writes"] = [[f"w{i}", rel] for i, (rel, _) in enumerate(plan.writes)]
             record["deletes"] = [[rel, f"d{i}"] for i, rel in enumerate(plan.deletes)]
             _save(git, record)
-            _finish(git, target, record)
+            left_out = _finish(git, target, record)
+            result["written"] = [rel for rel in result["written"] if rel not in left_out]
+            result["skipped"] += [names.skipped_entry(rel, "changed in the folder meanwhile")
+                                  for rel in left_out]
         elif state is not None:
             repo.references.create(_ref_for(folder), state, force=True)
     if finished is not None and finished["folder"] == str(folder):
