@@ -1,7 +1,18 @@
 """Take a session's work back out (DESIGN §4 "Import and export", §5 `export_session`):
 `to: branch` (a branch of the git source, see export_branch.py) or `to: folder` (three-way
-against what that folder last got from this session, the import base at first: a file
-changed there since is never overwritten unless `force`)."""
+against what that folder last got from this session, the import base at first for the folder
+it was imported from: a file changed there since is never overwritten unless `force`).
+
+Export to a folder (DESIGN §4 "Boundaries") goes through directory handles (dirhandles.py):
+no symlink in the folder is ever followed. Its files are staged in a private folder of the
+export (a fresh random name, 0700, inside the target), then, under a record in the session's
+`.git` (`braid-export.json`), renamed into place, the folder's state (`_ref_for`) moved, the
+record removed: after kill -9 the next export of the session, or the start-up, finishes the
+renames (or, if the files were not all staged, drops them): all or nothing. A session's
+symlink is exported as a symlink (its target text as is). A clash (a folder where the session
+has a file, a file or symlink where it needs a folder) is a `conflict` error listing every
+conflict, with nothing written; `force` overrides only the three-way conflicts (the user's
+changed files), never a clash: a folder tree is never deleted, a symlink never followed."""
 
 from __future__ import annotations
 
@@ -193,17 +204,19 @@ def finish_pending(git: GitSession) -> dict[str, Any] | None:
         return None
     try:
         target = Folder.open(Path(record["folder"]), create=False)
-    except Blocked as e:  # the folder became a symlink since: nothing is written through it
+        if target is None or record.get("phase") != "moving":
+            if target is not None:
+                with target:
+                    target.remove_private(record["tmp"])
+            _record_path(git).unlink(missing_ok=True)
+            return None
+        with target:
+            _finish(git, target, record)
+    except (Blocked, OSError) as e:  # the folder is a symlink now, or not ours to write any
+        # more: nothing is written through it, and the next export is not held up by it.
         log.warning("export to %s left unfinished: %s", record["folder"], e)
-        target = None
-    if target is None or record.get("phase") != "moving":
-        if target is not None:
-            with target:
-                target.remove_private(record["tmp"])
         _record_path(git).unlink(missing_ok=True)
         return None
-    with target:
-        _finish(git, target, record)
     log.warning("finished the export to %s a killed process left", record["folder"])
     return record
 
