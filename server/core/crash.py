@@ -26,6 +26,10 @@ POINTS: dict[str, tuple[str, ...]] = {
                   "sub-agent.after_commit"),
     "checkout": ("checkout.after_files", "checkout.after_head"),
     "recovery": ("recovery.after_rollback", "recovery.after_commit"),
+    # Export to a folder (exporting.py): its files staged in its private folder, half of
+    # them renamed into place, all renamed but the folder's state not moved, state moved.
+    "export": ("export.after_temp_files", "export.mid_rename", "export.after_renames",
+               "export.after_state"),
 }
 _OPERATION_OF_KIND = {"tool-batch": "checkpoint", "turn": "checkpoint"}
 # Steps of a turn where an injected exception must still end the run with an event.

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
-from . import crash, guarded, journal, layout
+from . import crash, exporting, guarded, journal, layout
 from .errors import NotFound
 from .git_session import DISK, HISTORY, RUNS, WORKDIR, WORKTREES, GitSession, to_json_bytes
 from .ids import now_iso
@@ -70,7 +70,8 @@ async def recover_operations(braid: Braid) -> None:
         await reindex_one(braid, session_id)
     for session_id in braid.store.all_ids():
         path = root / session_id
-        if not (path / ".git" / journal.INTENT).exists():
+        if not (path / ".git" / journal.INTENT).exists() and \
+                not (path / ".git" / exporting.RECORD).exists():
             continue
         handle = braid.store.get(session_id)
         try:
@@ -83,6 +84,7 @@ def _settle_session(git: GitSession) -> None:
     clear_stale_locks(git)
     journal.ensure_excludes(git)
     journal.recover(git)
+    exporting.finish_pending(git)  # an export to a folder a kill interrupted
 
 
 def clear_stale_locks(git: GitSession, before: float | None = None) -> None:
