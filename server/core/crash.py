@@ -26,6 +26,10 @@ POINTS: dict[str, tuple[str, ...]] = {
                   "sub-agent.after_commit"),
     "checkout": ("checkout.after_files", "checkout.after_head"),
     "recovery": ("recovery.after_rollback", "recovery.after_commit"),
+    # An upload (uploads.py; tests/faults/test_crash_upload.py): streamed to its staging
+    # folder, intent written, one file renamed in, all renamed in, committed.
+    "upload": ("upload.after_temp", "upload.after_intent", "upload.mid_rename",
+               "upload.after_renames", "upload.after_commit"),
 }
 _OPERATION_OF_KIND = {"tool-batch": "checkpoint", "turn": "checkpoint"}
 # Steps of a turn where an injected exception must still end the run with an event.
