@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import stat
+import subprocess
 import threading
 import zipfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("braid.files")
 ZIP_CHUNK = 256 * 1024  # bytes per chunk sent
 ZIP_AHEAD = 8  # chunks made ahead of a slow client
+ZIP_WHOLE = 8 << 20  # a blob up to this is read whole; a bigger one is streamed
 MAX_PATH = 1024
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
 _BRANCH = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
@@ -167,14 +170,38 @@ def _zip_tree(repo: pygit2.Repository, zf: zipfile.ZipFile, tree: pygit2.Tree,
         perm = 0o755 if mode == FileMode.BLOB_EXECUTABLE else 0o644
         info.external_attr = (kind | perm) << 16
         info.compress_type = zipfile.ZIP_DEFLATED
-        blob = repo[entry.id]
-        data = memoryview(blob)  # no copy of the blob's bytes
-        info.file_size = len(data)  # so zipfile picks zip64 for a big one
+        _, size = repo.odb.read_header(entry.id)
+        info.file_size = size  # so zipfile picks zip64 for a big one
         with zf.open(info, "w") as dest:
-            for at in range(0, len(data), ZIP_CHUNK):
-                dest.write(data[at:at + ZIP_CHUNK])
-        data.release()
-        del blob
+            for chunk in _blob_chunks(repo, entry.id, size):
+                dest.write(chunk)
+
+
+def _blob_chunks(repo: pygit2.Repository, oid: pygit2.Oid, size: int) -> Iterator[bytes]:
+    """A blob's bytes in chunks. libgit2 reads an object whole (and a loose one twice over:
+    deflated and inflated), so a big blob is streamed by git itself (`cat-file` streams
+    loose and whole packed blobs), in its own process."""
+    if size <= ZIP_WHOLE:
+        data = repo[oid].data
+        for at in range(0, len(data), ZIP_CHUNK):
+            yield data[at:at + ZIP_CHUNK]
+        return
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    proc = subprocess.Popen(["git", "--no-replace-objects", f"--git-dir={repo.path}",
+                             "cat-file", "blob", str(oid)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=env)
+    assert proc.stdout is not None
+    try:
+        got = 0
+        while chunk := proc.stdout.read(ZIP_CHUNK):
+            got += len(chunk)
+            yield chunk
+        if proc.wait() != 0 or got != size:
+            raise RuntimeError(f"git cat-file gave {got} of {size} bytes of {oid}")
+    finally:
+        proc.kill()
+        proc.stdout.close()
+        proc.wait()
 
 
 @dataclass

@@ -22,6 +22,7 @@ MAX_FRAME = 1_000_000
 # What the server accepts on the wire (uvicorn's ws_max_size): frames between MAX_FRAME and
 # this get an error frame; only beyond it does the protocol close the socket (1009).
 WS_MAX_SIZE = 16_000_000
+OUT_QUEUE = 64  # frames waiting for a client that does not read
 
 
 def parse_frame(text: str) -> dict[str, Any]:
@@ -56,17 +57,25 @@ def _echo(text: str) -> tuple[Any, Any]:
 
 
 class Connection:
-    def __init__(self, ws: WebSocket, ctx: ActionContext, fmt: str) -> None:
+    """One socket. What it may hold is bounded (DESIGN §4 "Boundaries"): at most
+    `BRAID_SOCKET_INFLIGHT` actions run at once (`slots`; the socket is not read meanwhile),
+    and at most `OUT_QUEUE` frames wait for a client that does not read (then the actions
+    wait too), so a flood of frames cannot grow the server."""
+
+    def __init__(self, ws: WebSocket, ctx: ActionContext, fmt: str, inflight: int = 32
+                 ) -> None:
         self.ws = ws
         self.ctx = ctx
         self.fmt = fmt
-        self.out: asyncio.Queue[str | None] = asyncio.Queue()
+        self.out: asyncio.Queue[str | None] = asyncio.Queue(maxsize=OUT_QUEUE)
         self.html = HtmlRenderer(ctx) if fmt == "html" else None
         self.tasks: set[asyncio.Task[None]] = set()
+        self.slots = asyncio.Semaphore(inflight)
+        self.closed = asyncio.Event()
 
     async def emit(self, frame: dict[str, Any]) -> None:
         if self.html is None:
-            self.out.put_nowait(json.dumps(frame))
+            await self.send(json.dumps(frame))
             return
         try:
             text = await self.html.render(frame)
@@ -74,7 +83,25 @@ class Connection:
             log.exception("rendering %s failed", frame.get("event") or frame.get("action"))
             return
         if text:
+            await self.send(text)
+
+    async def send(self, text: str) -> None:
+        """Queue a frame; while the queue is full (the client does not read), wait for room,
+        or for the socket to close (the frame is dropped then: nobody would read it)."""
+        if self.closed.is_set():
+            return
+        try:
             self.out.put_nowait(text)
+            return
+        except asyncio.QueueFull:
+            pass
+        put = asyncio.ensure_future(self.out.put(text))
+        closed = asyncio.ensure_future(self.closed.wait())
+        try:
+            await asyncio.wait((put, closed), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            put.cancel()
+            closed.cancel()
 
     async def writer(self) -> None:
         while True:
@@ -86,6 +113,10 @@ class Connection:
     async def forward_events(self, queue: asyncio.Queue[dict[str, Any]]) -> None:
         while True:
             await self.emit(await queue.get())
+
+    def finished(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        self.slots.release()
 
     async def handle(self, text: str) -> None:
         action: Any = None
@@ -141,9 +172,12 @@ async def _catch_up(ws: WebSocket, conn: Connection, running: Any) -> None:
 
 
 async def _receive(ws: WebSocket, conn: Connection) -> None:
-    """Each frame in is handled on its own task, so a long action never blocks the next."""
+    """Each frame in is handled on its own task, so a long action never blocks the next; with
+    `BRAID_SOCKET_INFLIGHT` of them running, the next frame is not read until one ends (the
+    client's sends then wait on TCP: nothing piles up here)."""
     try:
         while True:
+            await conn.slots.acquire()
             message = await ws.receive()
             if message["type"] == "websocket.disconnect":
                 return
@@ -152,7 +186,7 @@ async def _receive(ws: WebSocket, conn: Connection) -> None:
                 text = (message.get("bytes") or b"").decode("utf-8", "replace")
             task = asyncio.create_task(conn.handle(text))
             conn.tasks.add(task)
-            task.add_done_callback(conn.tasks.discard)
+            task.add_done_callback(conn.finished)
     except (WebSocketDisconnect, RuntimeError):
         pass
 
@@ -163,7 +197,8 @@ async def session_socket(ws: WebSocket) -> None:
         return
     user_id, session_id, fmt = opened
     braid = ws.app.state.braid
-    conn = Connection(ws, ActionContext(braid, user_id, session_id, fmt), fmt)
+    conn = Connection(ws, ActionContext(braid, user_id, session_id, fmt), fmt,
+                      braid.settings.socket_inflight)
     queue = braid.bus.subscribe(session_id)
     # Taken with the subscription, before any await: the catch-up frame and the queued
     # events after it neither miss nor repeat anything (a page opened mid-run streams on).
@@ -175,7 +210,7 @@ async def session_socket(ws: WebSocket) -> None:
         await _receive(ws, conn)
     finally:
         braid.bus.unsubscribe(session_id, queue)
+        conn.closed.set()  # actions waiting to send give up their frames
         forwarder.cancel()
-        conn.out.put_nowait(None)
         writer.cancel()
         # Actions already started (a turn, a merge) go on without this socket.
