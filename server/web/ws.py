@@ -104,11 +104,16 @@ class Connection:
             closed.cancel()
 
     async def writer(self) -> None:
-        while True:
-            text = await self.out.get()
-            if text is None:
-                return
-            await self.ws.send_text(text)
+        try:
+            while True:
+                text = await self.out.get()
+                if text is None:
+                    return
+                await self.ws.send_text(text)
+        except Exception:  # noqa: BLE001 - the client is gone (reset, closed)
+            # Actions waiting for room give up their frames, free their slots, and the
+            # receive loop reads on to the disconnect.
+            self.closed.set()
 
     async def forward_events(self, queue: asyncio.Queue[dict[str, Any]]) -> None:
         while True:

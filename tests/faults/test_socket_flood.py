@@ -7,6 +7,8 @@ request once its client reads."""
 from __future__ import annotations
 
 import json
+import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -65,4 +67,17 @@ def test_a_socket_flooded_without_reading_stays_bounded(server_factory: Any) -> 
         assert len(ids) == sent and len(set(ids)) == sent
         assert flood.call("list_files")["type"] == "result"
     flood.close()
+    # A client that floods and then vanishes without reading: its blocked actions drop
+    # their frames, the socket ends, and the server still stops cleanly.
+    gone = srv.socket(sid)
+    sender = threading.Thread(target=lambda: [gone.ws.send(json.dumps(
+        {"action": "get_dag", "request_id": n})) for n in range(5000)], daemon=True)
+    sender.start()
+    sender.join(timeout=10)
+    time.sleep(1)
+    gone.ws.socket.shutdown(socket.SHUT_RDWR)
+    time.sleep(1)
+    assert other.call("get_dag")["type"] == "result"
     other.close()
+    srv.stop()
+    assert srv.proc.returncode != -signal.SIGKILL, "the server did not stop on SIGTERM"
