@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("braid.files")
 ZIP_CHUNK = 256 * 1024  # bytes per chunk sent
 ZIP_AHEAD = 8  # chunks made ahead of a slow client
-ZIP_WHOLE = 8 << 20  # a blob up to this is read whole; a bigger one is streamed
+ZIP_WHOLE = 8 << 20  # a blob up to this is read whole; a bigger one is streamed (git)
 MAX_PATH = 1024
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
 _BRANCH = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
@@ -97,20 +97,21 @@ def _node(commit: pygit2.Commit, path: str) -> pygit2.Object | None:
         return None
 
 
-def _entries(tree: pygit2.Tree, path: str) -> list[dict[str, Any]]:
+def _entries(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> list[dict[str, Any]]:
     out = []
     for entry in tree:
         rel = f"{path}/{entry.name}" if path else entry.name
         if isinstance(entry, pygit2.Tree):
             out.append({"path": rel, "type": "dir", "size": None})
-        else:
-            out.append({"path": rel, "type": "file", "size": entry.size})
+        else:  # the size from the object's header: `entry.size` reads the whole blob
+            out.append({"path": rel, "type": "file", "size": repo.odb.read_header(entry.id)[1]})
     out.sort(key=lambda e: (e["type"] != "dir", e["path"].lower()))
     return out
 
 
 def read_path(git: GitSession, ref: str | None, path: str) -> dict[str, Any]:
-    """{ref, commit_id, path, type, entries | data}: a folder's entries or a file's bytes."""
+    """{ref, commit_id, path, type, entries | data}: a folder's entries or a file's bytes
+    (over ZIP_WHOLE: `data` None and a `stream` of them)."""
     commit, name = resolve(git, ref)
     node = _node(commit, path)
     base = {"ref": name, "commit_id": str(commit.id), "path": path}
@@ -119,10 +120,19 @@ def read_path(git: GitSession, ref: str | None, path: str) -> dict[str, Any]:
             return {**base, "type": "dir", "entries": []}
         raise NotFound(f"no file or folder {path} at {name}")
     if isinstance(node, pygit2.Tree):
-        return {**base, "type": "dir", "entries": _entries(node, path)}
-    blob = git.repo[node.id]
-    return {**base, "type": "file", "size": blob.size, "data": blob.data,
-            "mode": int(node.filemode)}
+        return {**base, "type": "dir", "entries": _entries(git.repo, node, path)}
+    size = git.repo.odb.read_header(node.id)[1]
+    got = {**base, "type": "file", "size": size, "mode": int(node.filemode)}
+    if size > ZIP_WHOLE:  # sent as it is read (`stream`), never whole in memory
+        oid = node.id
+        return {**got, "data": None, "stream": RepoStream(
+            git.path, lambda repo, out: _copy_blob(repo, oid, size, out))}
+    return {**got, "data": git.repo[node.id].data}
+
+
+def _copy_blob(repo: pygit2.Repository, oid: pygit2.Oid, size: int, out: _Pipe) -> None:
+    for chunk in _blob_chunks(repo, oid, size):
+        out.write(chunk)
 
 
 class _Pipe:
@@ -154,7 +164,6 @@ def write_zip(repo: pygit2.Repository, commit_id: str, out: Any) -> None:
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
         if isinstance(root, pygit2.Tree):
             _zip_tree(repo, zf, root, "")
-    out.flush()
 
 
 def _zip_tree(repo: pygit2.Repository, zf: zipfile.ZipFile, tree: pygit2.Tree,
@@ -205,15 +214,15 @@ def _blob_chunks(repo: pygit2.Repository, oid: pygit2.Oid, size: int) -> Iterato
 
 
 @dataclass
-class ZipStream:
-    """A zip of one commit's workdir, made as it is sent: on a thread of its own with its
-    own repository handle (pygit2 objects are never shared between threads), so the
-    session's lane is free during the download; at most `ZIP_AHEAD` chunks wait for a slow
-    client, so memory does not follow the size."""
+class RepoStream:
+    """Bytes made as they are sent (a zip, a big file): `write(repo, out)` runs on a thread
+    of its own with its own repository handle (pygit2 objects are never shared between
+    threads), so the session's lane is free meanwhile; at most `ZIP_AHEAD` chunks wait for a
+    slow client, so memory does not follow the size."""
 
     path: Path
-    commit_id: str
-    name: str
+    write: Callable[[pygit2.Repository, _Pipe], None]
+    name: str = ""
 
     async def chunks(self) -> AsyncIterator[bytes]:
         loop = asyncio.get_running_loop()
@@ -231,20 +240,22 @@ class ZipStream:
             try:
                 repo = pygit2.Repository(str(self.path))
                 try:
-                    write_zip(repo, self.commit_id, _Pipe(hand))
+                    out = _Pipe(hand)
+                    self.write(repo, out)
+                    out.flush()
                 finally:
                     repo.free()
                 hand(None)
             except _Stopped:
                 return
             except BaseException as e:  # noqa: BLE001 - re-raised on the loop
-                log.exception("workdir.zip of %s failed", self.path.name)
+                log.exception("streaming from %s failed", self.path.name)
                 try:
                     hand(e)
                 except (_Stopped, RuntimeError):
                     pass
 
-        threading.Thread(target=produce, name="braid-zip", daemon=True).start()
+        threading.Thread(target=produce, name="braid-stream", daemon=True).start()
         try:
             while True:
                 item = await ready.get()
@@ -252,7 +263,7 @@ class ZipStream:
                 if item is None:
                     return
                 if isinstance(item, BaseException):
-                    raise BraidError("the zip could not be made") from item
+                    raise BraidError("the download could not be made") from item
                 yield item
         finally:
             stop.set()  # a client that went away: the thread ends at its next chunk
@@ -284,9 +295,9 @@ async def get_path(braid: Braid, user_id: str, session_id: str, ref: str | None 
 
 
 async def get_zip(braid: Braid, user_id: str, session_id: str,
-                  ref: str | None = None) -> ZipStream:
+                  ref: str | None = None) -> RepoStream:
     """The workdir at `ref` as a zip stream: only the ref is resolved in the session's lane;
-    the zip is read and sent after (`ZipStream`)."""
+    the zip is read and sent after (`RepoStream`)."""
     handle = braid.store.get_owned(user_id, session_id)
 
     def target(git: GitSession) -> tuple[str, str]:
@@ -294,4 +305,4 @@ async def get_zip(braid: Braid, user_id: str, session_id: str,
         return str(commit.id), name
 
     commit_id, name = await handle.call(target)
-    return ZipStream(handle.path, commit_id, name)
+    return RepoStream(handle.path, lambda repo, out: write_zip(repo, commit_id, out), name)

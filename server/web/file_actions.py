@@ -35,14 +35,16 @@ def file_or_folder(got: dict[str, Any], status: int) -> Response:
     if got["type"] == "dir":
         return JSONResponse({k: got[k] for k in ("ref", "commit_id", "path", "entries")})
     name = got["path"].rsplit("/", 1)[-1]
-    return Response(got["data"], media_type="application/octet-stream", headers={
-        "content-disposition": _attachment(name),
-        "content-security-policy": "sandbox; default-src 'none'",
-        "x-braid-commit": got["commit_id"],
-    })
+    headers = {"content-disposition": _attachment(name),
+               "content-security-policy": "sandbox; default-src 'none'",
+               "x-braid-commit": got["commit_id"]}
+    if got["data"] is None:  # a big file: streamed
+        return StreamingResponse(got["stream"].chunks(), media_type="application/octet-stream",
+                                 headers={**headers, "content-length": str(got["size"])})
+    return Response(got["data"], media_type="application/octet-stream", headers=headers)
 
 
-def zip_download(got: files.ZipStream, status: int) -> Response:
+def zip_download(got: files.RepoStream, status: int) -> Response:
     """`GET /api/sessions/{id}/workdir.zip`: the workdir at a ref, as a download made while
     it is sent."""
     label = got.name[:12] if re.fullmatch(r"[0-9a-f]{40}", got.name) else got.name
@@ -129,7 +131,8 @@ async def file_view(request: Request) -> Response:
     if isinstance(got, Response):
         return got
     sid = request.path_params["session_id"]
-    text = as_text(got["data"]) if got["size"] <= FILE_VIEW_LIMIT else None
+    text = as_text(got["data"]) if got["data"] is not None and got["size"] <= FILE_VIEW_LIMIT \
+        else None
     lines = highlight_lines(got["path"], text) if text is not None else None
     at_commit = got["ref"] == got["commit_id"]
     return HTMLResponse(render("_file_view.html", file=got, lines=lines, session_id=sid,

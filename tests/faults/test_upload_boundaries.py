@@ -5,6 +5,7 @@ size, nor does a `workdir.zip`'s; an error answer leaves the keep-alive connecti
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import io
 import json
@@ -188,3 +189,23 @@ def test_a_big_upload_and_its_zip_do_not_grow_the_server(server_factory: Any) ->
         assert zf.getinfo("big.bin").file_size == size
         assert zf.testzip() is None
     assert grown < 60 * MB, f"the server grew by {grown // MB} MB for the zip"
+
+    # The folder's listing and the file itself: sizes from object headers, bytes streamed.
+    before = memory(pid)["VmRSS"]
+    status, listing = srv.api("GET", f"/api/sessions/{sid}/files?path=")
+    assert status == 200
+    assert {e["path"]: e["size"] for e in listing["entries"]}["big.bin"] == size
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=300)
+    try:
+        conn.request("GET", f"/api/sessions/{sid}/files?path=big.bin",
+                     headers={"Authorization": f"Bearer {srv.token}"})
+        res = conn.getresponse()
+        assert res.status == 200 and res.headers["content-security-policy"].startswith("sandbox")
+        digest = hashlib.sha1(f"blob {size}\0".encode())
+        while chunk := res.read(MB):
+            digest.update(chunk)
+    finally:
+        conn.close()
+    assert digest.hexdigest() == git(repo, "rev-parse", "HEAD:workdir/big.bin").strip()
+    grown = memory(pid)["VmHWM"] - before
+    assert grown < 60 * MB, f"the server grew by {grown // MB} MB to list and send the file"
