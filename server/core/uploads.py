@@ -35,6 +35,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 
 from . import crash, journal, layout, names
 from .errors import BadRequest, BraidError, Busy, Conflict, Forbidden, TooLarge
+from .files import path_param
 from .git_session import WORKDIR, GitSession, to_json_bytes
 from .ids import new_message_id, now_iso
 from .records import RunRecord
@@ -63,8 +64,6 @@ class Received:
     def targets(self) -> dict[str, str]:
         """Workdir-relative path → staged file name, each checked (a later part of the same
         name wins, as it would on disk)."""
-        from .files import path_param
-
         base = path_param(self.folder_param)
         out: dict[str, str] = {}
         for i, name in enumerate(self.names):
@@ -72,6 +71,12 @@ class Received:
             out[path_param(names.check_path(rel), required=True)] = f"f{i}"
         if not out:
             raise BadRequest("no file to upload")
+        for rel in out:
+            parts = rel.split("/")
+            clash = next((p for i in range(1, len(parts))
+                          if (p := "/".join(parts[:i])) in out), None)
+            if clash is not None:
+                raise BadRequest(f"{clash} is both a file and a folder of this upload")
         return out
 
 
@@ -130,8 +135,6 @@ class Receiver:
         self._sink = self._field_data
 
     def _open_file(self, raw: bytes) -> None:
-        from .files import path_param
-
         try:
             filename = raw.decode("utf-8")
         except UnicodeDecodeError as e:

@@ -85,6 +85,14 @@ def test_a_name_git_cannot_hold_is_refused_with_nothing_written(shared_server: S
     assert status == 201, body
 
 
+def test_a_file_and_a_folder_of_one_name_is_refused(shared_server: Server) -> None:
+    sid = shared_server.new_session()
+    head = git(shared_server.session_path(sid), "rev-parse", "HEAD")
+    status, body = upload(shared_server, sid, [("a", b"file"), ("a/b.txt", b"in a folder")])
+    assert status == 400 and body["error"]["code"] == "bad_request", body
+    nothing_written(shared_server, sid, head)
+
+
 def test_too_many_bytes_or_files_is_too_large_and_nothing_is_kept(server_factory: Any) -> None:
     srv = server_factory(BRAID_IMPORT_MAX_BYTES=str(MB), BRAID_IMPORT_MAX_FILES="3")
     sid = srv.new_session()
@@ -160,9 +168,9 @@ def test_a_big_upload_and_its_zip_do_not_grow_the_server(server_factory: Any) ->
                             f"multipart/form-data; boundary={boundary}", length)
     finally:
         conn.close()
-    assert status == 201, body
-    grown = memory(pid)["VmHWM"] - before
+    grown = memory(pid)["VmHWM"] - before  # whatever the answer: a refusal counts too
     assert grown < 60 * MB, f"the server grew by {grown // MB} MB for a 200 MB upload"
+    assert status == 201, body
     repo = srv.session_path(sid)
     assert (repo / "workdir" / "big.bin").stat().st_size == size
     assert git(repo, "status", "--porcelain") == ""
