@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("braid.files")
 ZIP_CHUNK = 256 * 1024  # bytes per chunk sent
 ZIP_AHEAD = 8  # chunks made ahead of a slow client
+_STREAMS = threading.BoundedSemaphore(8)  # streams made at once; others wait their turn
 ZIP_WHOLE = 8 << 20  # a blob up to this is read whole; a bigger one is streamed (git)
 MAX_PATH = 1024
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
@@ -237,23 +238,9 @@ class RepoStream:
             loop.call_soon_threadsafe(ready.put_nowait, item)
 
         def produce() -> None:
-            try:
-                repo = pygit2.Repository(str(self.path))
-                try:
-                    out = _Pipe(hand)
-                    self.write(repo, out)
-                    out.flush()
-                finally:
-                    repo.free()
-                hand(None)
-            except _Stopped:
-                return
-            except BaseException as e:  # noqa: BLE001 - re-raised on the loop
-                log.exception("streaming from %s failed", self.path.name)
-                try:
-                    hand(e)
-                except (_Stopped, RuntimeError):
-                    pass
+            with _STREAMS:  # downloads at once in this process: memory is per stream
+                if not stop.is_set():  # its client may have gone while it waited
+                    self._produce(hand)
 
         threading.Thread(target=produce, name="braid-stream", daemon=True).start()
         try:
@@ -267,6 +254,26 @@ class RepoStream:
                 yield item
         finally:
             stop.set()  # a client that went away: the thread ends at its next chunk
+
+    def _produce(self, hand: Callable[[bytes | BaseException | None], None]) -> None:
+        """On the stream's thread: the bytes, then None (the end) or the error."""
+        try:
+            repo = pygit2.Repository(str(self.path))
+            try:
+                out = _Pipe(hand)
+                self.write(repo, out)
+                out.flush()
+            finally:
+                repo.free()
+            hand(None)
+        except _Stopped:
+            return
+        except BaseException as e:  # noqa: BLE001 - re-raised on the loop
+            log.exception("streaming from %s failed", self.path.name)
+            try:
+                hand(e)
+            except (_Stopped, RuntimeError):
+                pass
 
 
 class _Stopped(Exception):

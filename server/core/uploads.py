@@ -354,6 +354,8 @@ async def upload(braid: Braid, user_id: str, session_id: str, body: AsyncIterato
     boundary = boundary_of(content_type)
     settings = braid.settings
     root = staging_root(handle.path)
+    if root.is_symlink():  # only Braid makes it: never written through a link
+        root.unlink()
     root.mkdir(exist_ok=True)
     folder = root / secrets.token_hex(8)
     folder.mkdir()

@@ -10,6 +10,7 @@ import http.client
 import io
 import json
 import os
+import time
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -217,3 +218,55 @@ def test_a_big_upload_and_its_zip_do_not_grow_the_server(server_factory: Any) ->
     assert digest.hexdigest() == git(repo, "rev-parse", "HEAD:workdir/big.bin").strip()
     grown = memory(pid)["VmHWM"] - before
     assert grown < 60 * MB, f"the server grew by {grown // MB} MB to list and send the file"
+
+
+def threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no Threads")
+
+
+def children(pid: int) -> list[str]:
+    """The processes any thread of `pid` started (each thread lists its own)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out += (task / "children").read_text().split()
+        except OSError:
+            pass
+    return out
+
+
+def test_a_zip_left_half_read_ends_its_thread_and_git(server_factory: Any) -> None:
+    srv = server_factory()
+    assert srv.proc is not None
+    sid = srv.new_session()
+    boundary = uuid.uuid4().hex
+    size = 40 * MB
+    length = len(next(streamed_body(boundary, "big.bin", 0))) + size + \
+        len(f"\r\n--{boundary}--\r\n")
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=120)
+    status, body = post(conn, srv, sid, streamed_body(boundary, "big.bin", size),
+                        f"multipart/form-data; boundary={boundary}", length)
+    conn.close()
+    assert status == 201, body
+    srv.api("GET", f"/api/sessions/{sid}")
+    idle = threads(srv.proc.pid)
+    for _ in range(3):  # the client reads a little, then goes away
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+        conn.request("GET", f"/api/sessions/{sid}/workdir.zip",
+                     headers={"Authorization": f"Bearer {srv.token}"})
+        res = conn.getresponse()
+        assert res.status == 200 and len(res.read(1 << 16)) == 1 << 16
+        conn.sock.shutdown(2)
+        conn.close()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if threads(srv.proc.pid) <= idle and not children(srv.proc.pid):
+            break
+        time.sleep(0.2)
+    assert threads(srv.proc.pid) <= idle, "a zip thread outlived its client"
+    assert not children(srv.proc.pid), "a git cat-file outlived its client"
+    status, _ = srv.api("GET", f"/api/sessions/{sid}")
+    assert status == 200
