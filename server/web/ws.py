@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import deque
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -59,19 +60,22 @@ def _echo(text: str) -> tuple[Any, Any]:
 class Connection:
     """One socket. What it may hold is bounded (DESIGN §4 "Boundaries"): at most
     `BRAID_SOCKET_INFLIGHT` actions run at once (`slots`; the socket is not read meanwhile),
-    and at most `OUT_QUEUE` frames wait for a client that does not read (then the actions
-    wait too), so a flood of frames cannot grow the server."""
+    and once `OUT_QUEUE` frames wait for a client that does not read, whoever sends one
+    more waits (the actions, the event forwarder) until the writer makes room, so a flood of
+    frames cannot grow the server. Frames go out in the order they were sent."""
 
     def __init__(self, ws: WebSocket, ctx: ActionContext, fmt: str, inflight: int = 32
                  ) -> None:
         self.ws = ws
         self.ctx = ctx
         self.fmt = fmt
-        self.out: asyncio.Queue[str | None] = asyncio.Queue(maxsize=OUT_QUEUE)
+        self.pending: deque[str] = deque()  # at most OUT_QUEUE + one per sender
+        self.ready = asyncio.Event()  # pending is not empty
+        self.room = asyncio.Event()  # the writer took a frame
+        self.gone = False  # the client left: frames are dropped, nobody waits for room
         self.html = HtmlRenderer(ctx) if fmt == "html" else None
         self.tasks: set[asyncio.Task[None]] = set()
         self.slots = asyncio.Semaphore(inflight)
-        self.closed = asyncio.Event()
 
     async def emit(self, frame: dict[str, Any]) -> None:
         if self.html is None:
@@ -85,35 +89,37 @@ class Connection:
         if text:
             await self.send(text)
 
+    def push(self, text: str) -> None:
+        if not self.gone:
+            self.pending.append(text)
+            self.ready.set()
+
     async def send(self, text: str) -> None:
-        """Queue a frame; while the queue is full (the client does not read), wait for room,
-        or for the socket to close (the frame is dropped then: nobody would read it)."""
-        if self.closed.is_set():
-            return
-        try:
-            self.out.put_nowait(text)
-            return
-        except asyncio.QueueFull:
-            pass
-        put = asyncio.ensure_future(self.out.put(text))
-        closed = asyncio.ensure_future(self.closed.wait())
-        try:
-            await asyncio.wait((put, closed), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            put.cancel()
-            closed.cancel()
+        """Queue a frame, then wait while too many wait for the client (or until it left)."""
+        self.push(text)
+        while len(self.pending) > OUT_QUEUE and not self.gone:
+            self.room.clear()
+            await self.room.wait()
+
+    def close(self) -> None:
+        """The client left: senders waiting for room give up (their frames are dropped)."""
+        self.gone = True
+        self.pending.clear()
+        self.room.set()
 
     async def writer(self) -> None:
         try:
             while True:
-                text = await self.out.get()
-                if text is None:
-                    return
+                while not self.pending:
+                    self.ready.clear()
+                    await self.ready.wait()
+                text = self.pending.popleft()
+                self.room.set()
                 await self.ws.send_text(text)
         except Exception:  # noqa: BLE001 - the client is gone (reset, closed)
             # Actions waiting for room give up their frames, free their slots, and the
             # receive loop reads on to the disconnect.
-            self.closed.set()
+            self.close()
 
     async def forward_events(self, queue: asyncio.Queue[dict[str, Any]]) -> None:
         while True:
@@ -171,7 +177,7 @@ async def _catch_up(ws: WebSocket, conn: Connection, running: Any) -> None:
         shown = [r for r in ws.query_params.get("live", "").split(",") if r][:20]
         first = await live.catch_up(conn.html, running, full, shown)
         if first:
-            conn.out.put_nowait(first)
+            conn.push(first)
     except Exception:  # noqa: BLE001 - the socket works without its catch-up
         log.exception("catch-up of session %s failed", conn.ctx.session_id)
 
@@ -215,7 +221,7 @@ async def session_socket(ws: WebSocket) -> None:
         await _receive(ws, conn)
     finally:
         braid.bus.unsubscribe(session_id, queue)
-        conn.closed.set()  # actions waiting to send give up their frames
+        conn.close()  # actions waiting to send give up their frames
         forwarder.cancel()
         writer.cancel()
         # Actions already started (a turn, a merge) go on without this socket.
