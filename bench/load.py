@@ -11,6 +11,11 @@ of every repository (each turn's file in HEAD, every run COMPLETED, `git status`
     .venv/bin/python bench/load.py --sockets 200 --turns 3
     .venv/bin/python bench/load.py --allocators default,pymalloc     # malloc vs pymalloc
     .venv/bin/python bench/load.py --sockets 100 --turns 3 --team   # + 1 vs 2 processes on PG
+    .venv/bin/python bench/load.py --sockets 20 --turns 2 --rounds 1  # quick, with the flood
+
+After the load, one socket of a new session sends `--flood` frames (60,000) and never reads
+them (issue 21, row 18): the server stops reading it past BRAID_SOCKET_INFLIGHT actions, and
+its RSS 30 s after the socket closed must be within 20 % of its start.
 
 With `--team`, the same load also runs against 1 and then 2 `braid serve` processes on one
 data dir and one PostgreSQL (BRAID_DATABASE_URL), sockets spread over the processes, and the
@@ -27,6 +32,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -84,6 +90,43 @@ async def one_socket(ws_url: str, sid: str, turns: int, latencies: list[float],
                         errors.append(f"{sid}: {frame['event']} {data.get('error')}")
                     latencies.append(time.perf_counter() - started)
                     break
+
+
+def flood(base: str, pid: int, frames: int, settle: float) -> dict[str, Any]:
+    """One socket sends `frames` frames and never reads (issue 21, row 18): the server's RSS
+    at the start, its peak while the frames go in, and `settle` s after the socket closed."""
+    from websockets.sync.client import connect
+
+    sid = api(base, "POST", "/api/sessions", {})["session_id"]
+    ws = connect(f"{base.replace('http:', 'ws:')}/ws/sessions/{sid}?format=json",
+                 additional_headers={"Authorization": f"Bearer {TOKEN}"}, open_timeout=30,
+                 close_timeout=1, legacy=True)
+    start = peak = proc_status(pid)[0]
+    sent = 0
+
+    def send_all() -> None:
+        nonlocal sent
+        try:
+            for n in range(frames):
+                ws.send(json.dumps({"action": "get_dag", "request_id": n}))
+                sent += 1
+        except Exception:  # noqa: BLE001 - the socket is shut under a blocked send
+            pass
+
+    sender = threading.Thread(target=send_all, daemon=True)
+    began = time.perf_counter()
+    sender.start()
+    while sender.is_alive() and time.perf_counter() - began < 60:
+        sender.join(timeout=0.5)
+        peak = max(peak, proc_status(pid)[0])
+    time.sleep(2)  # what the server took in is handled
+    peak = max(peak, proc_status(pid)[0])
+    ws.socket.shutdown(socket.SHUT_RDWR)  # gone without reading
+    ws.close()
+    sender.join(timeout=10)
+    time.sleep(settle)
+    return {"sent": sent, "start": start, "peak": peak, "after": proc_status(pid)[0],
+            "blocked": sent < frames}
 
 
 def check_repo(folder: Path, sid: str, turns: int) -> list[str]:
@@ -189,6 +232,8 @@ def run_config(n: int, url: str | None, args: argparse.Namespace,
             time.sleep(args.idle * 2 + 2)  # sockets closed: the sessions go idle
             idles.append(usage(servers))
         idle = idles[0]
+        flooded = flood(bases[0], servers[0][0].pid, args.flood, args.flood_settle) \
+            if args.flood else None
         problems: list[str] = []
         runs_ok = 0
         for i, sid in enumerate(sids):
@@ -202,7 +247,7 @@ def run_config(n: int, url: str | None, args: argparse.Namespace,
             proc.wait(timeout=30)
     return {"startup": startup, "wall": wall, "latencies": latencies, "errors": errors,
             "problems": problems, "runs_ok": runs_ok, "sids": sids, "cold": cold, "before": before,
-            "loaded": loaded, "idle": idle, "idles": idles}
+            "loaded": loaded, "idle": idle, "idles": idles, "flood": flooded}
 
 
 def rows_of(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
@@ -223,7 +268,17 @@ def rows_of(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
         f"{idle[1] / before[1]:.2f}",
         f"{r['runs_ok']} / {turns}",
         f"{len(r['sids']) - bad} / {len(r['sids'])}",
+        *flood_rows(r.get("flood")),
     ]
+
+
+def flood_rows(f: dict[str, Any] | None) -> list[str]:
+    if f is None:
+        return ["-", "-", "-"]
+    sent = f"{f['sent']}" + (" (then the server stopped reading)" if f["blocked"] else "")
+    return [sent, f"{f['start']:.0f} / {f['peak']:.0f} / {f['after']:.0f} MB",
+            f"{f['after'] / f['start']:.2f}" + (" ok" if f["after"] <= 1.2 * f["start"]
+                                                 else " OVER 1.20")]
 
 
 LABELS = ["start-up (spawn -> /login answers)", "wall time (last round)", "throughput",
@@ -231,7 +286,9 @@ LABELS = ["start-up (spawn -> /login answers)", "wall time (last round)", "throu
           "RSS cold / start / loaded / idle", "RSS idle / start",
           "RSS idle after each round", "threads cold / start / loaded / idle",
           "threads idle / start",
-          "runs COMPLETED in git", "repos consistent"]
+          "runs COMPLETED in git", "repos consistent",
+          "flood: frames sent on 1 socket, never read",
+          "flood: RSS start / peak / 30 s after close", "flood: RSS after / start"]
 
 
 def main() -> int:
@@ -242,6 +299,11 @@ def main() -> int:
                         help="bursts one after another on new sessions; idle after each")
     parser.add_argument("--idle", type=float, default=3.0,
                         help="seconds after which an idle session gives back its thread")
+    parser.add_argument("--flood", type=int, default=60_000,
+                        help="frames one socket sends without reading, after the load "
+                             "(0: none)")
+    parser.add_argument("--flood-settle", type=float, default=30.0,
+                        help="seconds after the flooding socket closed when RSS is read")
     parser.add_argument("--team", action="store_true",
                         help="also 1 and 2 processes on PostgreSQL, side by side (a "
                              "throwaway cluster unless --database-url)")

@@ -30,6 +30,10 @@ POINTS: dict[str, tuple[str, ...]] = {
     # them renamed into place, all renamed but the folder's state not moved, state moved.
     "export": ("export.after_temp_files", "export.mid_rename", "export.after_renames",
                "export.after_state"),
+    # An upload (uploads.py; tests/faults/test_crash_upload.py): streamed to its staging
+    # folder, intent written, one file renamed in, all renamed in, committed.
+    "upload": ("upload.after_temp", "upload.after_intent", "upload.mid_rename",
+               "upload.after_renames", "upload.after_commit"),
 }
 _OPERATION_OF_KIND = {"tool-batch": "checkpoint", "turn": "checkpoint"}
 # Steps of a turn where an injected exception must still end the run with an event.

@@ -1,36 +1,39 @@
 """The workdir as the file panel sees it (DESIGN §5 `list_files`, GET files, workdir.zip):
-a folder's entries or a file's bytes at a ref (a branch or a commit, default HEAD), the whole
-workdir of a commit as a zip, and uploads, each one `user-edit` commit owned by an upload run,
-so it shows in the transcript and reverts like any turn.
+a folder's entries or a file's bytes at a ref (a branch or a commit, default HEAD), and the
+whole workdir of a commit as a zip, streamed (`ZipStream`). Uploads are in uploads.py; the
+parameters they share (`path_param`) are here.
 
-Everything reads committed trees (what a ref holds), never the files on disk, except an upload,
-which writes into `workdir/` without following any symlinked folder."""
+Everything reads committed trees (what a ref holds), never the files on disk."""
 
 from __future__ import annotations
 
-import io
+import asyncio
+import logging
 import os
 import re
 import stat
+import subprocess
+import threading
 import zipfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pygit2
 from pygit2.enums import FileMode
 
-from . import layout
-from .errors import BadRequest, Busy, Conflict, Forbidden, NotFound
-from .git_session import WORKDIR, GitSession, to_json_bytes
-from .ids import new_message_id, now_iso
-from .records import RunRecord
-from .turn_changes import files_of
+from .errors import BadRequest, BraidError, Forbidden, NotFound
+from .git_session import WORKDIR, GitSession
 
 if TYPE_CHECKING:
     from .braid import Braid
 
-UPLOAD_MAX_FILE = 10 * 1024 * 1024
-UPLOAD_MAX_TOTAL = 50 * 1024 * 1024
-UPLOAD_MAX_FILES = 200
+log = logging.getLogger("braid.files")
+ZIP_CHUNK = 256 * 1024  # bytes per chunk sent
+ZIP_AHEAD = 8  # chunks made ahead of a slow client
+_STREAMS = threading.BoundedSemaphore(8)  # streams made at once; others wait their turn
+ZIP_WHOLE = 8 << 20  # a blob up to this is read whole; a bigger one is streamed (git)
 MAX_PATH = 1024
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
 _BRANCH = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
@@ -95,20 +98,21 @@ def _node(commit: pygit2.Commit, path: str) -> pygit2.Object | None:
         return None
 
 
-def _entries(tree: pygit2.Tree, path: str) -> list[dict[str, Any]]:
+def _entries(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> list[dict[str, Any]]:
     out = []
     for entry in tree:
         rel = f"{path}/{entry.name}" if path else entry.name
         if isinstance(entry, pygit2.Tree):
             out.append({"path": rel, "type": "dir", "size": None})
-        else:
-            out.append({"path": rel, "type": "file", "size": entry.size})
+        else:  # the size from the object's header: `entry.size` reads the whole blob
+            out.append({"path": rel, "type": "file", "size": repo.odb.read_header(entry.id)[1]})
     out.sort(key=lambda e: (e["type"] != "dir", e["path"].lower()))
     return out
 
 
 def read_path(git: GitSession, ref: str | None, path: str) -> dict[str, Any]:
-    """{ref, commit_id, path, type, entries | data}: a folder's entries or a file's bytes."""
+    """{ref, commit_id, path, type, entries | data}: a folder's entries or a file's bytes
+    (over ZIP_WHOLE: `data` None and a `stream` of them)."""
     commit, name = resolve(git, ref)
     node = _node(commit, path)
     base = {"ref": name, "commit_id": str(commit.id), "path": path}
@@ -117,28 +121,58 @@ def read_path(git: GitSession, ref: str | None, path: str) -> dict[str, Any]:
             return {**base, "type": "dir", "entries": []}
         raise NotFound(f"no file or folder {path} at {name}")
     if isinstance(node, pygit2.Tree):
-        return {**base, "type": "dir", "entries": _entries(node, path)}
-    blob = git.repo[node.id]
-    return {**base, "type": "file", "size": blob.size, "data": blob.data,
-            "mode": int(node.filemode)}
+        return {**base, "type": "dir", "entries": _entries(git.repo, node, path)}
+    size = git.repo.odb.read_header(node.id)[1]
+    got = {**base, "type": "file", "size": size, "mode": int(node.filemode)}
+    if size > ZIP_WHOLE:  # sent as it is read (`stream`), never whole in memory
+        oid = node.id
+        return {**got, "data": None, "stream": RepoStream(
+            git.path, lambda repo, out: _copy_blob(repo, oid, size, out))}
+    return {**got, "data": git.repo[node.id].data}
 
 
-def workdir_zip(git: GitSession, ref: str | None) -> tuple[bytes, str]:
-    """The whole workdir of a commit as a zip (paths relative to workdir/, modes kept)."""
-    commit, name = resolve(git, ref)
-    buf = io.BytesIO()
+def _copy_blob(repo: pygit2.Repository, oid: pygit2.Oid, size: int, out: _Pipe) -> None:
+    for chunk in _blob_chunks(repo, oid, size):
+        out.write(chunk)
+
+
+class _Pipe:
+    """What zipfile writes to: gathered into chunks handed to `put` (no `tell`: zipfile then
+    writes an unseekable zip, sizes in data descriptors)."""
+
+    def __init__(self, put: Callable[[bytes], None]) -> None:
+        self.put = put
+        self.buf = bytearray()
+
+    def write(self, data: bytes) -> int:
+        self.buf += data
+        if len(self.buf) >= ZIP_CHUNK:
+            self.put(bytes(self.buf))
+            self.buf.clear()
+        return len(data)
+
+    def flush(self) -> None:
+        if self.buf:
+            self.put(bytes(self.buf))
+            self.buf.clear()
+
+
+def write_zip(repo: pygit2.Repository, commit_id: str, out: Any) -> None:
+    """The workdir of a commit as a zip written to `out` as it goes: one blob in memory at a
+    time (paths relative to workdir/, modes kept)."""
+    commit = repo[commit_id].peel(pygit2.Commit)
     root = _node(commit, "")
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
         if isinstance(root, pygit2.Tree):
-            _zip_tree(git, zf, root, "")
-    return buf.getvalue(), name
+            _zip_tree(repo, zf, root, "")
 
 
-def _zip_tree(git: GitSession, zf: zipfile.ZipFile, tree: pygit2.Tree, prefix: str) -> None:
+def _zip_tree(repo: pygit2.Repository, zf: zipfile.ZipFile, tree: pygit2.Tree,
+              prefix: str) -> None:
     for entry in tree:
         rel = f"{prefix}{entry.name}"
         if isinstance(entry, pygit2.Tree):
-            _zip_tree(git, zf, entry, rel + "/")
+            _zip_tree(repo, zf, entry, rel + "/")
             continue
         info = zipfile.ZipInfo(rel, date_time=(1980, 1, 1, 0, 0, 0))
         mode = int(entry.filemode)
@@ -146,7 +180,104 @@ def _zip_tree(git: GitSession, zf: zipfile.ZipFile, tree: pygit2.Tree, prefix: s
         perm = 0o755 if mode == FileMode.BLOB_EXECUTABLE else 0o644
         info.external_attr = (kind | perm) << 16
         info.compress_type = zipfile.ZIP_DEFLATED
-        zf.writestr(info, git.repo[entry.id].data)
+        _, size = repo.odb.read_header(entry.id)
+        info.file_size = size  # so zipfile picks zip64 for a big one
+        with zf.open(info, "w") as dest:
+            for chunk in _blob_chunks(repo, entry.id, size):
+                dest.write(chunk)
+
+
+def _blob_chunks(repo: pygit2.Repository, oid: pygit2.Oid, size: int) -> Iterator[bytes]:
+    """A blob's bytes in chunks. libgit2 reads an object whole (and a loose one twice over:
+    deflated and inflated), so a big blob is streamed by git itself (`cat-file` streams
+    loose and whole packed blobs), in its own process."""
+    if size <= ZIP_WHOLE:
+        data = repo[oid].data
+        for at in range(0, len(data), ZIP_CHUNK):
+            yield data[at:at + ZIP_CHUNK]
+        return
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    proc = subprocess.Popen(["git", "--no-replace-objects", f"--git-dir={repo.path}",
+                             "cat-file", "blob", str(oid)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=env)
+    assert proc.stdout is not None
+    try:
+        got = 0
+        while chunk := proc.stdout.read(ZIP_CHUNK):
+            got += len(chunk)
+            yield chunk
+        if proc.wait() != 0 or got != size:
+            raise RuntimeError(f"git cat-file gave {got} of {size} bytes of {oid}")
+    finally:
+        proc.kill()
+        proc.stdout.close()
+        proc.wait()
+
+
+@dataclass
+class RepoStream:
+    """Bytes made as they are sent (a zip, a big file): `write(repo, out)` runs on a thread
+    of its own with its own repository handle (pygit2 objects are never shared between
+    threads), so the session's lane is free meanwhile; at most `ZIP_AHEAD` chunks wait for a
+    slow client, so memory does not follow the size."""
+
+    path: Path
+    write: Callable[[pygit2.Repository, _Pipe], None]
+    name: str = ""
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
+        slots = threading.Semaphore(ZIP_AHEAD)
+        stop = threading.Event()
+
+        def hand(item: bytes | BaseException | None) -> None:
+            while not slots.acquire(timeout=0.5):
+                if stop.is_set():
+                    raise _Stopped
+            loop.call_soon_threadsafe(ready.put_nowait, item)
+
+        def produce() -> None:
+            with _STREAMS:  # downloads at once in this process: memory is per stream
+                if not stop.is_set():  # its client may have gone while it waited
+                    self._produce(hand)
+
+        threading.Thread(target=produce, name="braid-stream", daemon=True).start()
+        try:
+            while True:
+                item = await ready.get()
+                slots.release()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise BraidError("the download could not be made") from item
+                yield item
+        finally:
+            stop.set()  # a client that went away: the thread ends at its next chunk
+
+    def _produce(self, hand: Callable[[bytes | BaseException | None], None]) -> None:
+        """On the stream's thread: the bytes, then None (the end) or the error."""
+        try:
+            repo = pygit2.Repository(str(self.path))
+            try:
+                out = _Pipe(hand)
+                self.write(repo, out)
+                out.flush()
+            finally:
+                repo.free()
+            hand(None)
+        except _Stopped:
+            return
+        except BaseException as e:  # noqa: BLE001 - re-raised on the loop
+            log.exception("streaming from %s failed", self.path.name)
+            try:
+                hand(e)
+            except (_Stopped, RuntimeError):
+                pass
+
+
+class _Stopped(Exception):
+    pass
 
 
 # -- the core calls -----------------------------------------------------------------------
@@ -171,100 +302,14 @@ async def get_path(braid: Braid, user_id: str, session_id: str, ref: str | None 
 
 
 async def get_zip(braid: Braid, user_id: str, session_id: str,
-                  ref: str | None = None) -> tuple[bytes, str]:
+                  ref: str | None = None) -> RepoStream:
+    """The workdir at `ref` as a zip stream: only the ref is resolved in the session's lane;
+    the zip is read and sent after (`RepoStream`)."""
     handle = braid.store.get_owned(user_id, session_id)
-    return await handle.call(lambda git: workdir_zip(git, ref))
 
+    def target(git: GitSession) -> tuple[str, str]:
+        commit, name = resolve(git, ref)
+        return str(commit.id), name
 
-# -- uploads ------------------------------------------------------------------------------
-
-
-def check_uploads(files: list[tuple[object, bytes]], folder: object) -> dict[str, bytes]:
-    """Workdir-relative path → bytes, each path checked and confined to the workdir."""
-    base = path_param(folder)
-    if not files:
-        raise BadRequest("no file to upload")
-    if len(files) > UPLOAD_MAX_FILES:
-        raise BadRequest(f"at most {UPLOAD_MAX_FILES} files per upload")
-    out: dict[str, bytes] = {}
-    total = 0
-    for name, data in files:
-        rel = path_param(name, required=True)
-        rel = f"{base}/{rel}" if base else rel
-        if len(data) > UPLOAD_MAX_FILE:
-            raise BadRequest(f"{rel} is larger than {UPLOAD_MAX_FILE // (1024 * 1024)} MB")
-        total += len(data)
-        out[rel] = data
-    if total > UPLOAD_MAX_TOTAL:
-        raise BadRequest(f"an upload holds at most {UPLOAD_MAX_TOTAL // (1024 * 1024)} MB")
-    return out
-
-
-def _confined(git: GitSession, rel: str) -> None:
-    """No folder on the way is a symlink, and no file stands where a folder must go."""
-    here = git.path / WORKDIR
-    for part in rel.split("/")[:-1]:
-        here = here / part
-        try:
-            st = os.lstat(here)
-        except FileNotFoundError:
-            return
-        if stat.S_ISLNK(st.st_mode):
-            raise Forbidden(f"{rel}: a folder on the way is a symlink")
-        if not stat.S_ISDIR(st.st_mode):
-            raise Conflict(f"{rel}: a file stands where a folder must go")
-    target = git.path / WORKDIR / rel
-    if target.is_dir() and not target.is_symlink():
-        raise Conflict(f"{rel} is a folder")
-
-
-def commit_upload(git: GitSession, session_id: str, files: dict[str, bytes]) -> dict[str, Any]:
-    """On the session thread: one `user-edit` commit holding the files, an upload run record
-    and the message the transcript (and the model) reads."""
-    from .turns import snapshot_user_edits
-
-    for rel in files:
-        _confined(git, rel)
-    snapshot_user_edits(git)  # edits made on disk before stay the user's own commit
-    run_id = new_message_id()
-    names = sorted(files)
-    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-    now = now_iso()
-    message = {"id": new_message_id(), "role": "user", "run_id": run_id, "created_at": now,
-               "content": f"I uploaded {len(names)} file{'s' if len(names) != 1 else ''} "
-                          f"into the workdir: {shown}", "upload": names}
-    run = RunRecord(run_id, session_id, git.branch, status="COMPLETED", created_at=now,
-                    message_count=1, extra={"kind": "upload"}).as_dict()
-    changes: dict[str, Any] = {f"{WORKDIR}/{rel}": data for rel, data in files.items()}
-    changes[layout.next_message_path(git, "user", message["id"])] = to_json_bytes(message)
-    changes[layout.new_run_path(git, run_id)] = to_json_bytes(run)
-    commit_id = git.write_checkpoint(changes, summary=f"Upload: {shown}"[:200],
-                                     kind="user-edit", run_id=run_id, message_index=1)
-    return {"run_id": run_id, "run": run, "messages": [message], "paths": names,
-            "commit_id": str(commit_id)}
-
-
-def _chips(git: GitSession, made: dict[str, Any]) -> list[dict[str, str]]:
-    return files_of(git, made["run_id"], made["run"].get("branch"))
-
-
-async def upload(braid: Braid, user_id: str, session_id: str,
-                 files: list[tuple[object, bytes]], folder: object = None) -> dict[str, Any]:
-    """Put files into workdir/ (into `folder`) as one revertable `user-edit` commit."""
-    handle = braid.store.get_owned(user_id, session_id)
-    checked = check_uploads(files, folder)
-    branch = await handle.call(lambda git: git.branch)
-
-    def work(git: GitSession) -> dict[str, Any]:
-        if git.branch != branch:
-            raise Busy(f"the session switched from branch {branch} to {git.branch}")
-        return commit_upload(git, handle.session_id, checked)
-
-    async with braid.locks.hold(handle.session_id, branch):  # no turn may run meanwhile
-        made = await handle.call(work)
-    await braid.index.upsert_run(handle.session_id, made["run"])
-    # Its chips go out with the event, read once rather than by every tab.
-    made["files"] = await handle.call(lambda git: _chips(git, made))
-    braid.bus.publish(handle.session_id, "files_uploaded", made)
-    braid.bus.publish(handle.session_id, "dag_changed", {"run_id": made["run_id"]})
-    return {"run_id": made["run_id"], "commit_id": made["commit_id"], "paths": made["paths"]}
+    commit_id, name = await handle.call(target)
+    return RepoStream(handle.path, lambda repo, out: write_zip(repo, commit_id, out), name)

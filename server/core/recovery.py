@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
-from . import crash, exporting, guarded, journal, layout
+from . import crash, exporting, guarded, journal, layout, uploads
 from .errors import NotFound
 from .git_session import DISK, HISTORY, RUNS, WORKDIR, WORKTREES, GitSession, to_json_bytes
 from .ids import now_iso
@@ -70,6 +70,8 @@ async def recover_operations(braid: Braid) -> None:
         await reindex_one(braid, session_id)
     for session_id in braid.store.all_ids():
         path = root / session_id
+        if uploads.remove_staging(path):  # bodies a dead server was receiving
+            log.warning("removed the unfinished uploads of session %s", session_id)
         if not (path / ".git" / journal.INTENT).exists() and \
                 not (path / ".git" / exporting.RECORD).exists():
             continue

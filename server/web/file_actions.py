@@ -6,14 +6,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
 
-from starlette.datastructures import UploadFile
-from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
-from ..core import files
+from ..core import files, uploads
 from ..core.errors import BadRequest, BraidError, Forbidden
 from . import params
 from .auth import origin_allowed, user_of
@@ -35,52 +35,44 @@ def file_or_folder(got: dict[str, Any], status: int) -> Response:
     if got["type"] == "dir":
         return JSONResponse({k: got[k] for k in ("ref", "commit_id", "path", "entries")})
     name = got["path"].rsplit("/", 1)[-1]
-    return Response(got["data"], media_type="application/octet-stream", headers={
-        "content-disposition": _attachment(name),
-        "content-security-policy": "sandbox; default-src 'none'",
-        "x-braid-commit": got["commit_id"],
-    })
+    headers = {"content-disposition": _attachment(name),
+               "content-security-policy": "sandbox; default-src 'none'",
+               "x-braid-commit": got["commit_id"]}
+    if got["data"] is None:  # a big file: streamed
+        return StreamingResponse(got["stream"].chunks(), media_type="application/octet-stream",
+                                 headers={**headers, "content-length": str(got["size"])})
+    return Response(got["data"], media_type="application/octet-stream", headers=headers)
 
 
-def zip_download(got: tuple[bytes, str], status: int) -> Response:
-    """`GET /api/sessions/{id}/workdir.zip`: the workdir at a ref, as a download."""
-    data, ref_name = got
-    label = ref_name[:12] if re.fullmatch(r"[0-9a-f]{40}", ref_name) else ref_name
+def zip_download(got: files.RepoStream, status: int) -> Response:
+    """`GET /api/sessions/{id}/workdir.zip`: the workdir at a ref, as a download made while
+    it is sent."""
+    label = got.name[:12] if re.fullmatch(r"[0-9a-f]{40}", got.name) else got.name
     name = f"workdir-{label.replace('/', '-')}.zip"
-    return Response(data, media_type="application/zip",
-                    headers={"content-disposition": _attachment(name)})
+    return StreamingResponse(got.chunks(), media_type="application/zip",
+                             headers={"content-disposition": _attachment(name)})
 
 
-async def _upload_parts(request: Request) -> tuple[list[tuple[object, bytes]], object]:
-    content_type = request.headers.get("content-type", "")
-    if not content_type.startswith("multipart/form-data"):
-        raise BadRequest("an upload is a multipart/form-data body with `files` parts")
+async def _body(request: Request) -> AsyncIterator[bytes]:
     try:
-        form = await request.form(max_files=files.UPLOAD_MAX_FILES, max_fields=50,
-                                  max_part_size=files.UPLOAD_MAX_FILE)
-    except Exception as e:  # noqa: BLE001 - python-multipart's errors are the client's input
-        raise BadRequest(f"malformed upload: {e}") from e
-    parts: list[tuple[object, bytes]] = []
-    try:
-        for item in form.getlist("files"):
-            if not isinstance(item, UploadFile):
-                raise BadRequest("each `files` part must be a file")
-            parts.append((item.filename, await item.read()))
-        return parts, form.get("dir")
-    finally:
-        await form.close()
+        async for chunk in request.stream():
+            if chunk:
+                yield chunk
+    except ClientDisconnect as e:
+        raise BadRequest("the client went away during the upload") from e
 
 
 async def api_upload(request: Request) -> Response:
-    """`POST /api/sessions/{id}/files` (multipart): AuthMiddleware let only a caller with a
-    valid token through; a browser's upload must come from this origin even with a Bearer."""
+    """`POST /api/sessions/{id}/files` (multipart, streamed): AuthMiddleware let only a caller
+    with a valid token through; a browser's upload must come from this origin even with a
+    Bearer."""
     user_id = user_of(request)
     assert user_id is not None
     if not origin_allowed(request):
         raise Forbidden("cross-site upload refused")
-    parts, folder = await _upload_parts(request)
-    made = await files.upload(request.app.state.braid, user_id,
-                              request.path_params["session_id"], parts, folder)
+    made = await uploads.upload(request.app.state.braid, user_id,
+                                request.path_params["session_id"], _body(request),
+                                request.headers.get("content-type", ""))
     return JSONResponse(made, status_code=201)
 
 
@@ -139,7 +131,8 @@ async def file_view(request: Request) -> Response:
     if isinstance(got, Response):
         return got
     sid = request.path_params["session_id"]
-    text = as_text(got["data"]) if got["size"] <= FILE_VIEW_LIMIT else None
+    text = as_text(got["data"]) if got["data"] is not None and got["size"] <= FILE_VIEW_LIMIT \
+        else None
     lines = highlight_lines(got["path"], text) if text is not None else None
     at_commit = got["ref"] == got["commit_id"]
     return HTMLResponse(render("_file_view.html", file=got, lines=lines, session_id=sid,

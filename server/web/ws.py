@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import deque
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -22,6 +23,7 @@ MAX_FRAME = 1_000_000
 # What the server accepts on the wire (uvicorn's ws_max_size): frames between MAX_FRAME and
 # this get an error frame; only beyond it does the protocol close the socket (1009).
 WS_MAX_SIZE = 16_000_000
+OUT_QUEUE = 64  # frames waiting for a client that does not read
 
 
 def parse_frame(text: str) -> dict[str, Any]:
@@ -56,17 +58,28 @@ def _echo(text: str) -> tuple[Any, Any]:
 
 
 class Connection:
-    def __init__(self, ws: WebSocket, ctx: ActionContext, fmt: str) -> None:
+    """One socket. What it may hold is bounded (DESIGN §4 "Boundaries"): at most
+    `BRAID_SOCKET_INFLIGHT` actions run at once (`slots`; the socket is not read meanwhile),
+    and once `OUT_QUEUE` frames wait for a client that does not read, whoever sends one
+    more waits (the actions, the event forwarder) until the writer makes room, so a flood of
+    frames cannot grow the server. Frames go out in the order they were sent."""
+
+    def __init__(self, ws: WebSocket, ctx: ActionContext, fmt: str, inflight: int = 32
+                 ) -> None:
         self.ws = ws
         self.ctx = ctx
         self.fmt = fmt
-        self.out: asyncio.Queue[str | None] = asyncio.Queue()
+        self.pending: deque[str] = deque()  # at most OUT_QUEUE + one per sender
+        self.ready = asyncio.Event()  # pending is not empty
+        self.room = asyncio.Event()  # the writer took a frame
+        self.gone = False  # the client left: frames are dropped, nobody waits for room
         self.html = HtmlRenderer(ctx) if fmt == "html" else None
         self.tasks: set[asyncio.Task[None]] = set()
+        self.slots = asyncio.Semaphore(inflight)
 
     async def emit(self, frame: dict[str, Any]) -> None:
         if self.html is None:
-            self.out.put_nowait(json.dumps(frame))
+            await self.send(json.dumps(frame))
             return
         try:
             text = await self.html.render(frame)
@@ -74,18 +87,47 @@ class Connection:
             log.exception("rendering %s failed", frame.get("event") or frame.get("action"))
             return
         if text:
-            self.out.put_nowait(text)
+            await self.send(text)
+
+    def push(self, text: str) -> None:
+        if not self.gone:
+            self.pending.append(text)
+            self.ready.set()
+
+    async def send(self, text: str) -> None:
+        """Queue a frame, then wait while too many wait for the client (or until it left)."""
+        self.push(text)
+        while len(self.pending) > OUT_QUEUE and not self.gone:
+            self.room.clear()
+            await self.room.wait()
+
+    def close(self) -> None:
+        """The client left: senders waiting for room give up (their frames are dropped)."""
+        self.gone = True
+        self.pending.clear()
+        self.room.set()
 
     async def writer(self) -> None:
-        while True:
-            text = await self.out.get()
-            if text is None:
-                return
-            await self.ws.send_text(text)
+        try:
+            while True:
+                while not self.pending:
+                    self.ready.clear()
+                    await self.ready.wait()
+                text = self.pending.popleft()
+                self.room.set()
+                await self.ws.send_text(text)
+        except Exception:  # noqa: BLE001 - the client is gone (reset, closed)
+            # Actions waiting for room give up their frames, free their slots, and the
+            # receive loop reads on to the disconnect.
+            self.close()
 
     async def forward_events(self, queue: asyncio.Queue[dict[str, Any]]) -> None:
         while True:
             await self.emit(await queue.get())
+
+    def finished(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        self.slots.release()
 
     async def handle(self, text: str) -> None:
         action: Any = None
@@ -135,15 +177,18 @@ async def _catch_up(ws: WebSocket, conn: Connection, running: Any) -> None:
         shown = [r for r in ws.query_params.get("live", "").split(",") if r][:20]
         first = await live.catch_up(conn.html, running, full, shown)
         if first:
-            conn.out.put_nowait(first)
+            conn.push(first)
     except Exception:  # noqa: BLE001 - the socket works without its catch-up
         log.exception("catch-up of session %s failed", conn.ctx.session_id)
 
 
 async def _receive(ws: WebSocket, conn: Connection) -> None:
-    """Each frame in is handled on its own task, so a long action never blocks the next."""
+    """Each frame in is handled on its own task, so a long action never blocks the next; with
+    `BRAID_SOCKET_INFLIGHT` of them running, the next frame is not read until one ends (the
+    client's sends then wait on TCP: nothing piles up here)."""
     try:
         while True:
+            await conn.slots.acquire()
             message = await ws.receive()
             if message["type"] == "websocket.disconnect":
                 return
@@ -152,7 +197,7 @@ async def _receive(ws: WebSocket, conn: Connection) -> None:
                 text = (message.get("bytes") or b"").decode("utf-8", "replace")
             task = asyncio.create_task(conn.handle(text))
             conn.tasks.add(task)
-            task.add_done_callback(conn.tasks.discard)
+            task.add_done_callback(conn.finished)
     except (WebSocketDisconnect, RuntimeError):
         pass
 
@@ -163,7 +208,8 @@ async def session_socket(ws: WebSocket) -> None:
         return
     user_id, session_id, fmt = opened
     braid = ws.app.state.braid
-    conn = Connection(ws, ActionContext(braid, user_id, session_id, fmt), fmt)
+    conn = Connection(ws, ActionContext(braid, user_id, session_id, fmt), fmt,
+                      braid.settings.socket_inflight)
     queue = braid.bus.subscribe(session_id)
     # Taken with the subscription, before any await: the catch-up frame and the queued
     # events after it neither miss nor repeat anything (a page opened mid-run streams on).
@@ -175,7 +221,7 @@ async def session_socket(ws: WebSocket) -> None:
         await _receive(ws, conn)
     finally:
         braid.bus.unsubscribe(session_id, queue)
+        conn.close()  # actions waiting to send give up their frames
         forwarder.cancel()
-        conn.out.put_nowait(None)
         writer.cancel()
         # Actions already started (a turn, a merge) go on without this socket.

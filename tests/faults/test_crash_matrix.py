@@ -168,7 +168,7 @@ RECOVERED = {"recovery.after_rollback": ("revert", "revert.after_files"),
 
 
 # Operations whose points are killed in a file of their own (the same checks and table).
-ELSEWHERE = {"export": "test_export_killed.py"}
+ELSEWHERE = {"export": "test_export_killed.py", "upload": "test_crash_upload.py"}
 
 
 def cases() -> Iterator[tuple[str, str]]:
