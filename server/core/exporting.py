@@ -148,7 +148,7 @@ def _branch_export(git: GitSession, settings: Settings, roots: Roots, meta: dict
     if src.local is None:
         raise BadRequest("this session was imported from a URL: export to a folder, or "
                          "import from a local clone to export to a branch")
-    allowed_path(roots, str(src.local), export=True)
+    allowed_path(roots, str(src.local))
     snapshot_user_edits(git)
     opened = OpenedRepo(src, settings, roots)  # refuses a .git leading out of the roots
     try:

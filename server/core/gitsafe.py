@@ -35,6 +35,7 @@ SAFE_CONFIG = (
 # Environment variables a child git must not inherit besides GIT_* (they name programs).
 _UNSAFE_ENV = ("SSH_ASKPASS", "SSH_ASKPASS_REQUIRE", "EDITOR", "VISUAL", "PAGER")
 ALTERNATES_DEPTH = 5  # git's own limit on chained alternates
+MAX_LINK_FILE = 64 * 1024
 
 
 def git_env(allow_protocols: str = "") -> dict[str, str]:
@@ -72,9 +73,22 @@ def _looks_like_git_dir(path: Path) -> bool:
     if not (path / "HEAD").is_file():
         return False
     common = path
-    if (path / "commondir").is_file():
-        common = _relative(path, (path / "commondir").read_text(errors="replace").strip())
+    text = _small_text(path / "commondir")
+    if text is not None:
+        common = _relative(path, text.strip())
     return (common / "objects").is_dir() and (common / "refs").is_dir()
+
+
+def _small_text(path: Path) -> str | None:
+    """A small link file's text (`.git`, commondir, alternates), or None: never a FIFO or a
+    device (a read would hang), never more than a few KiB."""
+    try:
+        if not path.is_file():
+            return None
+        with open(path, "rb") as f:
+            return f.read(MAX_LINK_FILE).decode(errors="replace")
+    except OSError:  # unreadable: git could not follow it either
+        return None
 
 
 def _relative(base: Path, value: str) -> Path:
@@ -82,7 +96,7 @@ def _relative(base: Path, value: str) -> Path:
 
 
 def _gitdir_of_file(dotgit: Path) -> Path:
-    text = dotgit.read_text(errors="replace").strip()
+    text = (_small_text(dotgit) or "").strip()
     if not text.startswith("gitdir:"):
         return dotgit  # not a link: refused below as not a git dir
     return _relative(dotgit.parent, text[len("gitdir:"):].strip())
@@ -94,9 +108,9 @@ def check_git_dir(git_dir: Path, roots: Roots, shown: str) -> None:
     dir."""
     real = Path(os.path.realpath(git_dir))
     todo = [real]
-    common = real / "commondir"
-    if common.is_file():
-        todo.append(_relative(real, common.read_text(errors="replace").strip()))
+    common = _small_text(real / "commondir")
+    if common is not None:
+        todo.append(_relative(real, common.strip()))
     objects = [d / "objects" for d in todo]
     seen: set[Path] = set()
     for _ in range(ALTERNATES_DEPTH):
@@ -108,6 +122,7 @@ def check_git_dir(git_dir: Path, roots: Roots, shown: str) -> None:
             todo.append(obj)
             found += _alternates(obj)
         objects = found
+    todo += objects  # past git's depth: not followed, but refused all the same
     for path in todo:
         if not roots.covers(path):
             raise Forbidden(f"the repository at {shown} reaches outside the folders you may "
@@ -115,10 +130,7 @@ def check_git_dir(git_dir: Path, roots: Roots, shown: str) -> None:
 
 
 def _alternates(objects: Path) -> list[Path]:
-    try:
-        lines = (objects / "info" / "alternates").read_text(errors="replace").splitlines()
-    except OSError:
-        return []
+    lines = (_small_text(objects / "info" / "alternates") or "").splitlines()
     return [_relative(objects, line.strip()) for line in lines
             if line.strip() and not line.startswith("#")]
 
