@@ -6,9 +6,13 @@ really is: its `.git` (a folder, or a file saying `gitdir: ...`), `commondir` an
 alternates must all lie inside the user's roots, or the folder is refused.
 
 A hostile `.git/config` may set `core.fsmonitor` (run by `ls-files`, `status`, `rev-parse`
-reading the index), `core.hooksPath`, `core.sshCommand`, `core.gitProxy`, `diff.external`,
-`credential.helper`, `core.askPass`, `core.pager`, `protocol.ext.allow`: each is overridden
-below (checked against git 2.39)."""
+reading the index: the attack of issue 21 row 1), `core.hooksPath`, `core.sshCommand`,
+`diff.external`, `credential.helper`, `core.askPass`, `core.pager`, `protocol.ext.allow`:
+each is overridden below (git 2.39; tests/faults/test_boundaries_sources.py). One key is not
+last-wins: `core.gitProxy` keeps its first value, so a repository's own would beat ours; it
+only serves git:// connections, which Braid makes only for a clone, whose repository (and
+config) is Braid's new one. The commands Braid runs in a user's repository (`ls-files`,
+`init`) connect nowhere, and `protocol.allow=never` makes sure of it."""
 
 from __future__ import annotations
 
