@@ -40,6 +40,7 @@ SAFE_CONFIG = (
 _UNSAFE_ENV = ("SSH_ASKPASS", "SSH_ASKPASS_REQUIRE", "EDITOR", "VISUAL", "PAGER")
 ALTERNATES_DEPTH = 5  # git's own limit on chained alternates
 MAX_LINK_FILE = 64 * 1024
+MAX_REF_FOLDERS = 20_000
 
 
 def git_env(allow_protocols: str = "") -> dict[str, str]:
@@ -115,6 +116,7 @@ def check_git_dir(git_dir: Path, roots: Roots, shown: str) -> None:
     common = _small_text(real / "commondir")
     if common is not None:
         todo.append(_relative(real, common.strip()))
+    git_dirs = list(todo)
     objects = [d / "objects" for d in todo]
     seen: set[Path] = set()
     for _ in range(ALTERNATES_DEPTH):
@@ -127,10 +129,36 @@ def check_git_dir(git_dir: Path, roots: Roots, shown: str) -> None:
             found += _alternates(obj)
         objects = found
     todo += objects  # past git's depth: not followed, but refused all the same
+    todo += [link for d in git_dirs for link in _symlinks(d, shown)]
     for path in todo:
-        if not roots.covers(path):
+        if not roots.covers(Path(os.path.realpath(path))):
             raise Forbidden(f"the repository at {shown} reaches outside the folders you may "
                             f"import from ({path.name})")
+
+
+def _symlinks(git_dir: Path, shown: str) -> list[Path]:
+    """The symlinks in a git dir where git and libgit2 read and write (its top, objects/ and
+    objects/pack/, refs/ and logs/ all the way down): a `refs -> /elsewhere/refs` would make
+    an export to a branch write there."""
+    found: list[Path] = []
+    todo = [(git_dir, False), (git_dir / "objects", False), (git_dir / "objects" / "pack", False),
+            (git_dir / "refs", True), (git_dir / "logs", True)]
+    scanned = 0
+    while todo:
+        folder, deep = todo.pop()
+        scanned += 1
+        if scanned > MAX_REF_FOLDERS:
+            raise Forbidden(f"the repository at {shown} has too many ref folders to check")
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_symlink():
+                found.append(Path(entry.path))
+            elif deep and entry.is_dir(follow_symlinks=False):
+                todo.append((Path(entry.path), True))
+    return found
 
 
 def _alternates(objects: Path) -> list[Path]:

@@ -279,6 +279,12 @@ def test_row3_a_git_file_leading_out_of_the_roots_is_refused(srv: Server, roots:
     subprocess.run(["git", "clone", "-q", str(real), str(common)], check=True)
     (common / ".git" / "commondir").write_text(f"{real / '.git'}\n")
     cases.append(common)
+    for part in ("refs", "objects", "refs/heads/main"):  # where an export to a branch writes
+        linked = roots / f"linked-{part.replace('/', '-')}"
+        subprocess.run(["git", "clone", "-q", str(real), str(linked)], check=True)
+        subprocess.run(["rm", "-rf", str(linked / ".git" / part)], check=True)
+        (linked / ".git" / part).symlink_to(real / ".git" / part)
+        cases.append(linked)
     for folder in cases:
         for source in ({"path": str(folder)}, {"git": str(folder)}):
             status, body = srv.api("POST", "/api/sessions", {"source": source})
