@@ -154,8 +154,8 @@ def _symlinks(git_dir: Path, shown: str) -> list[Path]:
         except OSError:
             continue
         for entry in entries:
-            if entry.is_symlink():
-                found.append(Path(entry.path))
+            if entry.is_symlink() and not (folder == git_dir and entry.name == "hooks"):
+                found.append(Path(entry.path))  # (hooks never run: SAFE_CONFIG, libgit2)
             elif deep and entry.is_dir(follow_symlinks=False):
                 todo.append((Path(entry.path), True))
     return found
