@@ -61,12 +61,12 @@ class Roots:
         if not given.is_absolute():
             raise BadRequest(f"{raw} is not an absolute path")
         path = _real(given)
+        if self.root_of(path) is None:  # first: says nothing of where the data dir is
+            raise Forbidden(f"{raw} is outside the folders you may import from and export to "
+                            f"({self.hint})")
         if self.in_data_dir(path) or (export and _under(self.data_dir, path)):
             raise Forbidden(f"{raw} is Braid's own data folder (or holds it): never imported "
                             "or exported")
-        if self.root_of(path) is None:
-            raise Forbidden(f"{raw} is outside the folders you may import from and export to "
-                            f"({self.hint})")
         return path
 
     def data_dir_in(self, folder: Path) -> str | None:
