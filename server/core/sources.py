@@ -141,9 +141,14 @@ def folder_head(folder: Path, dirs: RepoDirs | None) -> str | None:
         return None
     try:
         repo = pygit2.Repository(str(dirs.git_dir), RepositoryOpenFlag.NO_SEARCH)
+    except pygit2.GitError:
+        return None
+    try:
         return None if repo.head_is_unborn else str(repo.head.peel(pygit2.Commit).id)
     except (pygit2.GitError, KeyError, ValueError):
         return None
+    finally:
+        repo.free()  # its files now, not when the collector comes by
 
 
 def list_folder(folder: Path, roots: Roots) -> Listing:
