@@ -63,14 +63,30 @@ def reindex(args: argparse.Namespace) -> int:
 
 
 def user_add(args: argparse.Namespace) -> int:
+    """Create a user (or replace its token) and print the token; `--roots A:B` sets the
+    folders it may import from and export to (kept as they were without it; "" for none)."""
     from .core.backends import make_users
+    from .core.errors import BadRequest
+    from .core.users import DEFAULT_USER, check_roots
 
     settings = _settings(args)
+    try:
+        roots = None if args.roots is None else check_roots(args.roots)
+    except BadRequest as e:
+        raise SystemExit(f"braid: {e.message}") from e
+    if roots is not None and args.name == DEFAULT_USER:
+        raise SystemExit(f"braid: {DEFAULT_USER}'s roots are BRAID_IMPORT_ROOTS")
     users = make_users(settings)  # users.sqlite3, or PostgreSQL's with BRAID_DATABASE_URL
     try:
         if users.exists(args.name):
             print(f"user {args.name} exists; its token is replaced", file=sys.stderr)
-        print(users.set_token(args.name))
+        token = users.set_token(args.name)
+        if roots is not None:
+            users.set_roots(args.name, roots)
+        given = [str(p) for p in settings.import_roots] if args.name == DEFAULT_USER \
+            else users.roots(args.name)
+        print(f"{args.name}'s roots: {', '.join(given) or 'none'}", file=sys.stderr)
+        print(token)
     finally:
         users.close()
     return 0
@@ -92,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     user_sub = p.add_subparsers(dest="user_command", required=True)
     q = user_sub.add_parser("add", help="create a user (or replace its token) and print it")
     q.add_argument("name")
+    q.add_argument("--roots", help="folders (separated by ':') the user may import from and "
+                   "export to; without it a new user has none")
     q.add_argument("--data-dir")
     q.set_defaults(fn=user_add)
     from .cli_project import add_commands

@@ -104,7 +104,7 @@ def open_project(settings: Settings, args: argparse.Namespace) -> int:
     print(f"Imported {(created.get('import') or {}).get('files', 0)} files into session "
           f"{session_id}")
     for item in skipped:
-        print(f"  skipped {item['path']} ({item['reason']}, {item['size']} bytes)")
+        print(f"  skipped {item['path']} ({item['reason']}, {item.get('size', 0)} bytes)")
     print(f"Open: {url}", flush=True)
     if not args.no_browser:
         webbrowser.open(url)

@@ -34,6 +34,7 @@ from .errors import BadRequest, Busy, Conflict, Forbidden
 from .export_branch import export_to_branch
 from .git_session import SIGNATURE_EMAIL, SIGNATURE_NAME, GitSession
 from .importing import SOURCE_BASE_REF
+from .roots import Roots, roots_of
 from .sources import OpenedRepo, Source, allowed_path
 from .treeops import Changes, Entry, apply_changes, tree_files, workdir_tree
 from .turns import snapshot_user_edits
@@ -306,7 +307,7 @@ def check_target(folder: Path) -> None:
             raise Forbidden(f"cannot export to {folder}: '{names.shown(part)}' {reason}")
 
 
-def _folder_of(settings: Settings, value: str | None, meta: dict[str, Any]) -> Path:
+def _folder_of(roots: Roots, value: str | None, meta: dict[str, Any]) -> Path:
     """The folder to export to: `value`, or the folder the session was imported from."""
     source = meta.get("source") or {}
     if value is None:
@@ -315,13 +316,14 @@ def _folder_of(settings: Settings, value: str | None, meta: dict[str, Any]) -> P
         value = source.get("path_or_url")
     if not isinstance(value, str):
         raise BadRequest("path must be a folder path")
-    folder = allowed_path(settings, value)
+    folder = allowed_path(roots, value, export=True)
     if folder.exists() and not folder.is_dir():
         raise BadRequest(f"{value} is a file, not a folder")
     return folder
 
 
-def _branch_export(git: GitSession, settings: Settings, meta: dict[str, Any]) -> dict:
+def _branch_export(git: GitSession, settings: Settings, roots: Roots, meta: dict[str, Any]
+                   ) -> dict:
     source = meta.get("source") or {}
     if not source.get("base_commit"):
         raise BadRequest("export to a branch needs a session imported from a git repository; "
@@ -330,9 +332,9 @@ def _branch_export(git: GitSession, settings: Settings, meta: dict[str, Any]) ->
     if src.local is None:
         raise BadRequest("this session was imported from a URL: export to a folder, or "
                          "import from a local clone to export to a branch")
-    allowed_path(settings, str(src.local))
+    allowed_path(roots, str(src.local))
     snapshot_user_edits(git)
-    opened = OpenedRepo(src, settings.data_dir / "tmp")
+    opened = OpenedRepo(src, settings, roots)  # refuses a .git leading out of the roots
     try:
         return export_to_branch(git, opened.repo, meta)
     finally:
@@ -346,11 +348,12 @@ async def export_session(braid: Braid, user_id: str, session_id: str, to: str,
     if await braid.locks.held(handle.session_id):
         raise Busy("a run is going on in this session: export when it ends")
     meta = dict(handle.meta)
+    roots = await roots_of(braid, user_id)  # the caller's, checked on every export
     if target == "branch":
         if path is not None:
             raise BadRequest("path is for to=folder; a branch goes to the source repository")
-        return await handle.call(lambda git: _branch_export(git, braid.settings, meta))
-    folder = _folder_of(braid.settings, path, meta)
+        return await handle.call(lambda git: _branch_export(git, braid.settings, roots, meta))
+    folder = _folder_of(roots, path, meta)
     check_target(folder)
     source = meta.get("source") or {}
     where = source.get("path_or_url")

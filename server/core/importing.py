@@ -8,7 +8,6 @@ folder is made or removes it, so a failed import leaves nothing behind."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +26,9 @@ from .git_session import (
     to_json_bytes,
 )
 from .gitindex import GitIndex, tree_entries
+from .gitsafe import run_git
 from .ids import is_session_id
+from .roots import Roots, roots_of
 from .sources import (
     OpenedRepo,
     Snapshot,
@@ -55,7 +56,8 @@ def import_message(source: Source, snap: Snapshot) -> str:
     lines = [f"Import {where}"[:200], ""]
     if snap.skipped:
         lines += [f"Skipped {len(snap.skipped)} file(s):"]
-        lines += [f"  {s['path']} ({s['reason']}, {s['size']} bytes)" for s in snap.skipped[:50]]
+        lines += [f"  {s['path']} ({s['reason']}, {s.get('size', 0)} bytes)"
+                  for s in snap.skipped[:50]]
         lines.append("")
     lines += [f"{TRAILER_KIND}: import", f"{TRAILER_SOURCE}: {source.kind} {source.path_or_url}"]
     if snap.base_commit:
@@ -63,15 +65,17 @@ def import_message(source: Source, snap: Snapshot) -> str:
     return "\n".join(lines) + "\n"
 
 
-def take_snapshot(repo: pygit2.Repository, source: Source, settings: Settings,
+def take_snapshot(repo: pygit2.Repository, source: Source, settings: Settings, roots: Roots,
                   workdir: Path | None = None) -> Snapshot:
-    """The source's files now, as a tree in `repo` (and files in `workdir`)."""
+    """The source's files now, as a tree in `repo` (and files in `workdir`), read as the
+    caller may (their roots; never git running the source's own code)."""
     if source.kind == "folder":
         assert source.local is not None
         if not source.local.is_dir():
             raise BadRequest(f"the source folder {source.path_or_url} is gone")
-        return snapshot_folder(repo, source.local, settings.import_max_file, workdir)
-    opened = OpenedRepo(source, settings.data_dir / "tmp")
+        return snapshot_folder(repo, source.local, settings.import_max_file, workdir,
+                               roots=roots)
+    opened = OpenedRepo(source, settings, roots)
     try:
         commit = resolve_commit(opened.repo, source.ref)
         return snapshot_git(repo, opened.repo, commit, settings.import_max_file, workdir)
@@ -79,11 +83,11 @@ def take_snapshot(repo: pygit2.Repository, source: Source, settings: Settings,
         opened.close()
 
 
-def check_source_readable(source: Source, settings: Settings) -> None:
+def check_source_readable(source: Source, settings: Settings, roots: Roots) -> None:
     """Fail early (before any session folder exists) on a repository that cannot be read
     or a ref it does not have. A URL is checked by the clone itself, later."""
     if source.kind == "git" and source.local is not None:
-        opened = OpenedRepo(source, settings.data_dir / "tmp")
+        opened = OpenedRepo(source, settings, roots)
         try:
             resolve_commit(opened.repo, source.ref)
         finally:
@@ -103,14 +107,13 @@ def refresh_index(repo: pygit2.Repository, path: Path, tree: pygit2.Oid) -> None
     index = GitIndex(Path(repo.path) / "index", path, read=False)
     index.reset(tree_entries(repo[tree], ""))
     index.write()
-    subprocess.run(["git", "-C", str(path), "update-index", "-q", "--refresh"],
-                   capture_output=True, check=False)
+    run_git(["-C", str(path), "update-index", "-q", "--refresh"])
 
 
-def build_import(path: Path, meta: dict[str, Any], source: Source, settings: Settings
-                 ) -> dict[str, Any]:
+def build_import(path: Path, meta: dict[str, Any], source: Source, settings: Settings,
+                 roots: Roots) -> dict[str, Any]:
     """Make the session folder at `path` with the import as its first (root) commit."""
-    check_source_readable(source, settings)
+    check_source_readable(source, settings, roots)
     path.mkdir(parents=True, exist_ok=False)
     init_repository(path, "main")  # pygit2's leaks a repository (git_init.py)
     repo = pygit2.Repository(str(path))
@@ -118,7 +121,7 @@ def build_import(path: Path, meta: dict[str, Any], source: Source, settings: Set
     exclude = path / ".git" / "info" / "exclude"
     exclude.parent.mkdir(parents=True, exist_ok=True)
     exclude.write_text(f"/{WORKTREES}/\n")
-    snap = take_snapshot(repo, source, settings, path / WORKDIR)
+    snap = take_snapshot(repo, source, settings, roots, path / WORKDIR)
     meta["source"] = source.meta(snap.base_commit)
     meta["import"] = snap.summary()
     if not meta.get("title"):
@@ -168,11 +171,12 @@ async def import_session(braid: Braid, user_id: str, asked: SourceRequest | None
         handle = await braid.store.create(user_id, title, extra_meta=extra)
         await braid.index.upsert_session(handle.meta)
         return {"session_id": handle.session_id, "title": handle.meta["title"]}
-    source = resolve_source(braid.settings, asked)
+    roots = await roots_of(braid, user_id)  # the caller's own, never the server's
+    source = resolve_source(braid.settings, roots, asked)
     sweep_leftovers(braid.store.root, braid.settings.data_dir / "tmp")
 
     def build(path: Path, meta: dict[str, Any]) -> None:
-        build_import(path, meta, source, braid.settings)
+        build_import(path, meta, source, braid.settings, roots)
 
     handle = await braid.store.create(user_id, title, extra_meta=extra, build=build)
     await braid.index.upsert_session(handle.meta)

@@ -12,14 +12,16 @@ from typing import Any
 from .errors import BadRequest
 from .ids import now_iso
 from .pg_conn import PgThread
-from .users import USER_NAME, hash_token, new_token
+from .users import USER_NAME, hash_token, new_token, roots_list, roots_text
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS users (
     user_id TEXT PRIMARY KEY,
     token_hash TEXT NOT NULL UNIQUE,
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    roots TEXT
 );
+ALTER TABLE users ADD COLUMN IF NOT EXISTS roots TEXT;
 """
 SCHEMA_LOCK = 0x6272616965
 
@@ -61,6 +63,16 @@ class PgUsers:
         row = self._db.run(lambda db: db.fetchrow(
             "SELECT 1 FROM users WHERE user_id = $1", user_id))
         return row is not None
+
+    def set_roots(self, user_id: str, roots: list[str]) -> None:
+        text = roots_text(roots)
+        self._db.run(lambda db: db.execute(
+            "UPDATE users SET roots = $1 WHERE user_id = $2", text, user_id))
+
+    def roots(self, user_id: str) -> list[str]:
+        row = self._db.run(lambda db: db.fetchrow(
+            "SELECT roots FROM users WHERE user_id = $1", user_id))
+        return roots_list(row["roots"] if row else None)
 
     def close(self) -> None:
         self._db.close()

@@ -15,6 +15,7 @@ import pygit2
 from .errors import BadRequest, Busy
 from .git_session import WORKDIR, GitSession, to_json_bytes
 from .importing import SOURCE_BASE_REF, set_source_base, take_snapshot
+from .roots import Roots, roots_of
 from .sources import Source, allowed_path
 from .treeops import empty_tree, tree_changes, workdir_tree
 from .turns import snapshot_user_edits
@@ -40,16 +41,16 @@ def _merged(repo: pygit2.Repository, base: pygit2.Tree, ours: pygit2.Tree,
     return repo[index.write_tree(repo)], conflicts
 
 
-def sync_from_source(git: GitSession, settings: Settings, meta: dict[str, Any]
+def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: dict[str, Any]
                      ) -> dict[str, Any]:
     raw = meta.get("source")
     if not raw:
         raise BadRequest("this session was not imported: it has no source to update from")
     source = Source.from_meta(raw)
-    if source.local is not None:
-        allowed_path(settings, str(source.local))
+    if source.local is not None:  # the caller's roots now, not the importer's then
+        allowed_path(roots, str(source.local))
     repo = git.repo
-    snap = take_snapshot(repo, source, settings)
+    snap = take_snapshot(repo, source, settings, roots)
     theirs = repo[snap.tree] if snap.tree is not None else empty_tree(repo)
     base_ref = repo.references.get(SOURCE_BASE_REF)
     base = repo[base_ref.target].peel(pygit2.Commit).tree if base_ref else empty_tree(repo)
@@ -82,7 +83,8 @@ async def update_from_source(braid: Braid, user_id: str, session_id: str) -> dic
     if await braid.locks.held(handle.session_id):
         raise Busy("a run is going on in this session: update when it ends")
     meta = dict(handle.meta)
-    result = await handle.call(lambda git: sync_from_source(git, braid.settings, meta))
+    roots = await roots_of(braid, user_id)
+    result = await handle.call(lambda git: sync_from_source(git, braid.settings, roots, meta))
     new_meta = result.pop("meta", None)
     if new_meta is not None:
         handle.meta["source"] = new_meta["source"]

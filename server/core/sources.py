@@ -1,12 +1,13 @@
-"""Where an import comes from (DESIGN §4 "Import and export"): a folder or a git repository,
-checked against BRAID_IMPORT_ROOTS, and the snapshot of its files written into a session
-repository as blobs and trees (no index, no `git add`).
+"""Where an import comes from (DESIGN §4 "Import and export", "Boundaries"): a folder or a git
+repository, checked against the caller's roots (roots.py), and the snapshot of its files
+written into a session repository as blobs and trees (no index, no `git add`).
 
 A folder's files are the ones `git ls-files --others --cached --exclude-standard` lists there
-(git itself lists them, so nested .gitignore files, negations and the global excludes mean
-what they mean to git), minus a top-level `.braidignore`'s patterns, symlinks and files over
-BRAID_IMPORT_MAX_FILE. A git source's files are its tree at a ref, read from its object
-database; nothing is checked out."""
+(git itself lists them, through gitsafe so the folder's repository runs none of its own code;
+nested .gitignore files, negations and the global excludes mean what they mean to git), minus
+a top-level `.braidignore`'s patterns, symlinks and files over BRAID_IMPORT_MAX_FILE, Braid's
+data dir and nested repositories (both listed in `skipped`). A git source's files are its
+tree at a ref, read from its object database; nothing is checked out."""
 
 from __future__ import annotations
 
@@ -23,17 +24,19 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pygit2
-from pygit2.enums import FileMode
+from pygit2.enums import FileMode, RepositoryOpenFlag
 
-from .errors import BadRequest, Forbidden
+from .errors import BadRequest
+from .git_urls import FETCH_FAILED, clone_plan, parse_url
+from .gitsafe import RepoDirs, find_repo, run_git
+from .names import skipped_entry
 from .packwriter import PackWriter
+from .roots import Roots
 from .settings import Settings
 
 BRAIDIGNORE = ".braidignore"
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _SCP = re.compile(r"^[\w.-]+@[\w.-]+:")  # user@host:path, as git clone reads it
-# Transports a clone may use: never ext:: (it runs commands) or fd::.
-ALLOWED_PROTOCOLS = "http:https:ssh:git:file"
 CLONE_TIMEOUT = 600
 
 
@@ -89,18 +92,10 @@ def is_url(value: str) -> bool:
     return bool(_URL.match(value) or _SCP.match(value))
 
 
-def allowed_path(settings: Settings, raw: str) -> Path:
-    """The real path behind `raw` if it lies under one of BRAID_IMPORT_ROOTS, else
-    `forbidden`. Checked before existence, so nothing outside the roots is revealed."""
-    given = Path(raw).expanduser()
-    if not given.is_absolute():
-        raise BadRequest(f"{raw} is not an absolute path")
-    path = Path(os.path.realpath(given))
-    for root in settings.import_roots:
-        real_root = os.path.realpath(root.expanduser())
-        if os.path.commonpath([real_root, str(path)]) == real_root:
-            return path
-    raise Forbidden(f"{raw} is outside the folders imports may come from (BRAID_IMPORT_ROOTS)")
+def allowed_path(roots: Roots, raw: str, *, export: bool = False) -> Path:
+    """The real path behind `raw` if it lies in the caller's roots and not in the data dir
+    (for an export: nor holds it), else `forbidden` (roots.py)."""
+    return roots.allowed(raw, export=export)
 
 
 def _existing_folder(path: Path, raw: str) -> Path:
@@ -111,63 +106,83 @@ def _existing_folder(path: Path, raw: str) -> Path:
     return path
 
 
-def resolve_source(settings: Settings, asked: SourceRequest) -> Source:
-    """The source a client asked for, checked (roots, existence) but not read."""
+def resolve_source(settings: Settings, roots: Roots, asked: SourceRequest) -> Source:
+    """The source a client asked for, checked (roots, existence, a URL's form and scheme)
+    but not read. A URL's host is checked when it is cloned (git_urls.clone_plan)."""
     where, ref = asked.where, asked.ref
     if asked.kind == "folder":
-        folder = _existing_folder(allowed_path(settings, where), where)
+        folder = _existing_folder(allowed_path(roots, where), where)
         return Source("folder", str(folder), local=folder)
-    if where.startswith("file://"):
+    if where.lower().startswith("file:"):  # a local path: through the roots, never a URL
         where = unquote(urlparse(where).path)
     if is_url(where):
+        parse_url(settings, where)
         return Source("git", where, ref)
-    repo_dir = _existing_folder(allowed_path(settings, where), where)
+    repo_dir = _existing_folder(allowed_path(roots, where), where)
     return Source("git", str(repo_dir), ref, repo_dir)
 
 
 # -- listing a folder ---------------------------------------------------------------------
 
 
-def _git_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_TERMINAL_PROMPT="0", GIT_ALLOW_PROTOCOL=ALLOWED_PROTOCOLS, LC_ALL="C")
-    return env
+@dataclass
+class Listing:
+    """A folder's files to import, what was left out of it, and its repository's HEAD."""
+
+    files: list[str]
+    skipped: list[dict[str, Any]]
+    head: str | None
 
 
-def _git(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["git", *args], capture_output=True, env=_git_env(),
-                          timeout=timeout, check=False)
-
-
-def folder_head(folder: Path) -> str | None:
+def folder_head(folder: Path, dirs: RepoDirs | None) -> str | None:
     """The HEAD commit of the repository whose work tree is exactly `folder`, if any: the
-    base a folder import's export to a branch starts from."""
-    top = _git(["-C", str(folder), "rev-parse", "--show-toplevel"])
-    if top.returncode != 0 or Path(top.stdout.decode().strip()) != folder:
+    base a folder import's export to a branch starts from. Read by libgit2 (no git runs)."""
+    if dirs is None or dirs.work_tree != folder:
         return None
-    head = _git(["-C", str(folder), "rev-parse", "--verify", "-q", "HEAD^{commit}"])
-    return head.stdout.decode().strip() or None if head.returncode == 0 else None
+    try:
+        repo = pygit2.Repository(str(dirs.git_dir), RepositoryOpenFlag.NO_SEARCH)
+    except pygit2.GitError:
+        return None
+    try:
+        return None if repo.head_is_unborn else str(repo.head.peel(pygit2.Commit).id)
+    except (pygit2.GitError, KeyError, ValueError):
+        return None
+    finally:
+        repo.free()  # its files now, not when the collector comes by
 
 
-def list_folder(folder: Path) -> list[str]:
+def list_folder(folder: Path, roots: Roots) -> Listing:
     """The folder's files as `git ls-files --others --cached --exclude-standard` lists them
-    (through a throwaway git dir when the folder is not in a repository)."""
-    inside = _git(["-C", str(folder), "rev-parse", "--is-inside-work-tree"])
+    (with the repository named explicitly, after `gitsafe.find_repo` checked it; through a
+    throwaway git dir when the folder is in none), git made harmless (gitsafe.run_git).
+    Left out, and said so: Braid's data dir inside the folder, nested repositories."""
+    dirs = find_repo(folder, roots, str(folder))
+    skipped: list[dict[str, Any]] = []
+    pathspec = ["--", "."]
+    inner = roots.data_dir_in(folder)
+    if inner is not None:
+        pathspec.append(f":(exclude,literal){inner}")
+        skipped.append({**skipped_entry(f"{inner}/", "Braid's data folder: never imported"),
+                        "size": 0})
     with tempfile.TemporaryDirectory(prefix="braid-ls-") as tmp:
-        if inside.returncode == 0 and inside.stdout.strip() == b"true":
-            cmd = ["-C", str(folder)]
+        if dirs is not None and dirs.work_tree is not None:
+            cmd = [f"--git-dir={dirs.git_dir}", f"--work-tree={dirs.work_tree}"]
         else:
-            _git(["init", "-q", "--bare", tmp])
-            cmd = [f"--git-dir={tmp}", f"--work-tree={folder}", "-C", str(folder)]
-        cmd += ["ls-files", "-z", "--others", "--cached", "--exclude-standard"]
+            run_git(["init", "-q", "--bare", "--template=", tmp])
+            cmd = [f"--git-dir={tmp}", f"--work-tree={folder}"]
+        cmd += ["-C", str(folder), "ls-files", "-z", "--others", "--cached", "--exclude-standard"]
         if (folder / BRAIDIGNORE).is_file():
             cmd.append(f"--exclude-from={folder / BRAIDIGNORE}")
-        out = _git(cmd)
+        out = run_git(cmd + pathspec)
     if out.returncode != 0:
-        raise BadRequest(f"could not list {folder}: {out.stderr.decode(errors='replace')}")
-    names = {n.decode("utf-8", "surrogateescape") for n in out.stdout.split(b"\0") if n}
-    # An untracked nested repository is listed as "dir/": it is not a file of this folder.
-    return sorted(n for n in names if not n.endswith("/"))
+        last = out.stderr.decode(errors="replace").strip().splitlines()[-1:]
+        raise BadRequest(f"could not list {folder}: {last[0] if last else 'git failed'}")
+    names = sorted({n.decode("utf-8", "surrogateescape") for n in out.stdout.split(b"\0") if n})
+    # An untracked nested repository is listed as "dir/": not a file of this folder.
+    skipped += [{**skipped_entry(n, "a nested git repository"), "size": 0}
+                for n in names if n.endswith("/")]
+    return Listing([n for n in names if not n.endswith("/")], skipped,
+                   folder_head(folder, dirs))
 
 
 # -- writing a snapshot -------------------------------------------------------------------
@@ -223,13 +238,14 @@ class Files:
 
 
 def snapshot_folder(repo: pygit2.Repository, folder: Path, max_file: int,
-                    workdir: Path | None = None) -> Snapshot:
+                    workdir: Path | None = None, *, roots: Roots) -> Snapshot:
     """The folder's files as blobs and trees in `repo` (and copied into `workdir`)."""
     trees = TreeWriter(repo)
-    snap = Snapshot(tree=None, base_commit=folder_head(folder))
+    listing = list_folder(folder, roots)
+    snap = Snapshot(tree=None, base_commit=listing.head, skipped=listing.skipped)
     files = Files(workdir)
     with PackWriter(repo) as pack:
-        for rel in list_folder(folder):
+        for rel in listing.files:
             _copy_one(folder, rel, max_file, pack, trees, files, snap)
     snap.tree = trees.write()  # after the pack is in place: trees name existing blobs
     return snap
@@ -302,30 +318,35 @@ def snapshot_git(repo: pygit2.Repository, src: pygit2.Repository, commit: pygit2
 
 
 class OpenedRepo:
-    """A git source opened for reading: a local repository as it is, a URL as a bare clone
-    in a temporary folder that `close()` removes."""
+    """A git source opened for reading: a local repository as it is (after `find_repo`
+    checked where its `.git` file, commondir and alternates lead), a URL as a bare clone in
+    a temporary folder that `close()` removes (after git_urls checked its scheme and host)."""
 
-    def __init__(self, source: Source, tmp_root: Path) -> None:
+    def __init__(self, source: Source, settings: Settings, roots: Roots) -> None:
         self._tmp: Path | None = None
         if source.local is not None:
+            dirs = find_repo(source.local, roots, source.path_or_url)
             try:
-                self.repo = pygit2.Repository(str(source.local))
+                if dirs is None:
+                    raise pygit2.GitError("no repository")
+                self.repo = pygit2.Repository(str(dirs.git_dir), RepositoryOpenFlag.NO_SEARCH)
             except pygit2.GitError as e:
                 raise BadRequest(f"{source.path_or_url} is not a git repository") from e
             return
+        remote = parse_url(settings, source.path_or_url)
+        url, config = clone_plan(settings, remote)
+        tmp_root = settings.data_dir / "tmp"
         tmp_root.mkdir(parents=True, exist_ok=True)
         self._tmp = Path(tempfile.mkdtemp(prefix="clone-", dir=tmp_root))
         try:
-            out = _git(["clone", "--bare", "--quiet", "--", source.path_or_url,
-                        str(self._tmp / "repo.git")], timeout=CLONE_TIMEOUT)
-        except subprocess.TimeoutExpired as e:
+            out = run_git(["clone", "--bare", "--quiet", "--template=", "--", url,
+                           str(self._tmp / "repo.git")], timeout=CLONE_TIMEOUT,
+                          config=config, allow_protocols=remote.scheme)
+        except subprocess.TimeoutExpired:
+            out = None
+        if out is None or out.returncode != 0:
             self.close()
-            raise BadRequest(f"cloning {source.path_or_url} timed out") from e
-        if out.returncode != 0:
-            self.close()
-            message = out.stderr.decode(errors="replace").strip().splitlines()
-            raise BadRequest(f"could not clone {source.path_or_url}: "
-                             f"{message[-1] if message else 'git clone failed'}")
+            raise BadRequest(FETCH_FAILED)  # never what the other end answered
         self.repo = pygit2.Repository(str(self._tmp / "repo.git"))
 
     def close(self) -> None:

@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import json
+import os
 import re
 import secrets
 import sqlite3
@@ -28,9 +30,13 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS users (
     user_id TEXT PRIMARY KEY,
     token_hash TEXT NOT NULL UNIQUE,
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    roots TEXT
 );
 """
+# `roots`: a JSON list of the folders the user may import from and export to (roots.py);
+# NULL for none. Databases made before it get the column when opened.
+ADD_ROOTS = "ALTER TABLE users ADD COLUMN roots TEXT"
 
 
 def hash_token(token: str) -> str:
@@ -49,6 +55,10 @@ class Users:
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.executescript(SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(users)")}
+            if "roots" not in columns:
+                with contextlib.suppress(sqlite3.OperationalError):  # another process did
+                    db.execute(ADD_ROOTS)
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -95,6 +105,41 @@ class Users:
             row = db.execute("SELECT 1 FROM users WHERE user_id = ?", (user_id,)).fetchone()
         return row is not None
 
+    def set_roots(self, user_id: str, roots: list[str]) -> None:
+        with self._connect() as db:
+            db.execute("UPDATE users SET roots = ? WHERE user_id = ?",
+                       (roots_text(roots), user_id))
+
+    def roots(self, user_id: str) -> list[str]:
+        with self._connect() as db:
+            row = db.execute("SELECT roots FROM users WHERE user_id = ?", (user_id,)).fetchone()
+        return roots_list(row[0] if row else None)
+
+
+def check_roots(raw: str) -> list[str]:
+    """`--roots A:B` as absolute folder paths (`~` expanded); "" for none."""
+    out = []
+    for part in raw.split(os.pathsep):
+        if not part.strip():
+            continue
+        path = Path(part.strip()).expanduser()
+        if not path.is_absolute():
+            raise BadRequest(f"a root must be an absolute path, not {part!r}")
+        out.append(str(path))
+    return out
+
+
+def roots_text(roots: list[str]) -> str | None:
+    return json.dumps(roots) if roots else None
+
+
+def roots_list(text: str | None) -> list[str]:
+    try:
+        value = json.loads(text) if text else []
+    except ValueError:
+        return []
+    return [str(p) for p in value] if isinstance(value, list) else []
+
 
 class UserStore(Protocol):
     """What a users backend offers (SQLite here; another may keep them elsewhere): plain
@@ -103,6 +148,8 @@ class UserStore(Protocol):
     def set_token(self, user_id: str, token: str | None = None) -> str: ...
     def authenticate(self, token: str | None) -> str | None: ...
     def exists(self, user_id: str) -> bool: ...
+    def set_roots(self, user_id: str, roots: list[str]) -> None: ...
+    def roots(self, user_id: str) -> list[str]: ...
 
 
 class UsersOffLoop:
@@ -127,6 +174,9 @@ class UsersOffLoop:
 
     async def exists(self, user_id: str) -> bool:
         return await self._run(lambda: self.backend.exists(user_id))
+
+    async def roots(self, user_id: str) -> list[str]:
+        return await self._run(lambda: self.backend.roots(user_id))
 
     def close(self) -> None:
         self._thread.shutdown(wait=False)

@@ -4,16 +4,21 @@ server: a folder matches `git ls-files --others --cached --exclude-standard`, a 
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import io
 import json
 import subprocess
 import tarfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import Server, assert_fsck, git
+from conftest import Server, assert_fsck, free_port, git
 
 
 def workdir_files(root: Path) -> dict[str, bytes]:
@@ -192,7 +197,11 @@ def test_bad_sources_are_clear_errors_and_create_nothing(srv: Server, roots: Pat
         ({"git": str(outside / "missing.git")}, 403, "forbidden", "BRAID_IMPORT_ROOTS"),
         ({"path": str(roots / "missing")}, 400, "bad_request", "no such folder"),
         ({"path": str(roots / "file.txt")}, 400, "bad_request", "is a file"),
-        ({"git": "http://127.0.0.1:9/nothing.git"}, 400, "bad_request", "could not clone"),
+        ({"git": "http://127.0.0.1:9/nothing.git"}, 403, "forbidden", "BRAID_IMPORT_SCHEMES"),
+        ({"git": "https://127.0.0.1:9/nothing.git"}, 403, "forbidden", "BRAID_IMPORT_HOSTS"),
+        ({"git": "https://[::1]:9/x.git"}, 403, "forbidden", "BRAID_IMPORT_HOSTS"),
+        ({"git": "ext::sh -c touch% /tmp/x"}, 400, "bad_request", "not an absolute path"),
+        ({"git": "ftp://example.com/x.git"}, 400, "bad_request", "not a git URL"),
         ({"git": str(roots / "missing.git")}, 400, "bad_request", "no such folder"),
         ({"git": str(bare), "ref": "v9"}, 400, "bad_request", "no commit"),
         ({"git": str(roots)}, 400, "bad_request", "not a git repository"),
@@ -209,3 +218,135 @@ def test_bad_sources_are_clear_errors_and_create_nothing(srv: Server, roots: Pat
         assert_nothing_created(srv, before)
     status, listed = srv.api("GET", "/api/sessions")
     assert {s["session_id"] for s in listed["sessions"]} == before
+
+
+def test_nested_repositories_are_listed_in_skipped(srv: Server, roots: Path) -> None:
+    """Issue 21 row 17: an untracked nested repository (its own `.git` folder, or a `.git`
+    file as `git worktree add` makes) is left out, and said so, in a repository and in a
+    plain folder alike."""
+    src = make_project(roots)
+    nested = src / "vendor" / "lib"
+    nested.mkdir(parents=True)
+    git(nested, "init", "-q")
+    (nested / "lib.c").write_text("int lib;\n")
+    git(src, "worktree", "add", "-q", "--detach", str(src / "wt"))
+    plain = roots / "plain"
+    (plain / "inner").mkdir(parents=True)
+    (plain / "top.txt").write_text("top\n")
+    git(plain / "inner", "init", "-q")
+    (plain / "inner" / "x.txt").write_text("x\n")
+    for folder, wanted in ((src, ["vendor/lib/", "wt/"]), (plain, ["inner/"])):
+        status, body = srv.api("POST", "/api/sessions", {"source": {"path": str(folder)}})
+        assert status == 201, body
+        skipped = {s["path"]: s["reason"] for s in body["import"]["skipped"]}
+        assert {p: skipped.get(p) for p in wanted} == \
+            {p: "a nested git repository" for p in wanted}, skipped
+        files = workdir_files(srv.session_path(body["session_id"]) / "workdir")
+        assert not [p for p in files if p.startswith(tuple(wanted))]
+        message = git(srv.session_path(body["session_id"]), "log", "-1", "--format=%B")
+        assert all(f"{p} (a nested git repository" in message for p in wanted)
+
+
+# -- git URLs (issue 21 row 7) --------------------------------------------------------------
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def http_server(handler: Any) -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def dumb_repo_server(base: Path) -> Any:
+    """A bare repository served over plain (dumb) HTTP on 127.0.0.1."""
+    _, bare = make_repo(base)
+    subprocess.run(["git", "-C", str(bare), "update-server-info"], check=True)
+    return bare, functools.partial(_Quiet, directory=str(base))
+
+
+class _NotGit(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        body = b"SSH-2.0-OpenSSH_9.2 internal admin panel: secret-banner\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_url_on_the_servers_own_network_is_forbidden(server_factory: Any,
+                                                       tmp_path: Path) -> None:
+    """http:// on 127.0.0.1 (or a name resolving to it): `forbidden` unless BRAID_IMPORT_HOSTS
+    lists it, and then cloned; any failure (a closed port, a service that is not git, a
+    redirect) says the same few words and nothing of what answered."""
+    base = tmp_path / "served"
+    base.mkdir()
+    bare, handler = dumb_repo_server(base)
+    closed = free_port()
+    with http_server(handler) as port, http_server(_NotGit) as other:
+        url = f"http://127.0.0.1:{port}/repo.git"
+        srv = server_factory(BRAID_IMPORT_SCHEMES="http,https")
+        for where in (url, f"http://localhost:{port}/repo.git", f"http://[::1]:{port}/x"):
+            status, body = srv.api("POST", "/api/sessions", {"source": {"git": where}})
+            assert status == 403 and "BRAID_IMPORT_HOSTS" in body["error"]["message"], body
+        srv.stop()
+        srv = server_factory(BRAID_IMPORT_SCHEMES="http", BRAID_IMPORT_HOSTS="127.0.0.0/8")
+        for where in (url, f"http://localhost:{port}/repo.git"):  # a name: pinned to 127.0.0.1
+            status, body = srv.api("POST", "/api/sessions", {"source": {"git": where,
+                                                                        "ref": "v1"}})
+            assert status == 201, body
+            assert workdir_files(srv.session_path(body["session_id"]) / "workdir") == \
+                archive(bare, "v1")
+        errors = []
+        with http_server(_redirect_to(port)) as redirecting:
+            for where in (f"http://127.0.0.1:{closed}/repo.git",
+                          f"http://127.0.0.1:{other}/repo.git",
+                          f"http://127.0.0.1:{redirecting}/repo.git"):
+                status, body = srv.api("POST", "/api/sessions", {"source": {"git": where}})
+                errors.append((status, body["error"]))
+        assert errors == [(400, {"code": "bad_request", "message": "could not fetch URL"})] * 3
+
+
+def _redirect_to(port: int) -> Any:
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{port}{self.path}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    return Redirect
+
+
+def test_the_checked_address_is_the_one_git_connects_to() -> None:
+    """DNS rebinding: the clone's own connection is pinned (curl's resolve list) to the
+    addresses just checked, redirects are off, and only the URL's transport is on."""
+    from server.core.errors import BadRequest
+    from server.core.git_urls import clone_plan, parse_url
+    from server.core.settings import Settings
+
+    settings = Settings(import_schemes=("https",), import_hosts=("localhost",))
+    url, config = clone_plan(settings, parse_url(settings, "https://LocalHost:8443/r.git"))
+    assert url == "https://localhost:8443/r.git"
+    assert config[:2] == ("protocol.https.allow=always", "http.followRedirects=false")
+    assert config[2].startswith("http.curloptResolve=localhost:8443:")
+    assert "127.0.0.1" in config[2].split(":", 2)[2]
+    for bad in ("https://a@127.0.0.1@evil.example/x", "https://127.1/x", "https://2130706433/x",
+                "https://evil.example\\@127.0.0.1/x", "https://exa mple/x"):
+        with pytest.raises(BadRequest, match="host|ASCII"):
+            parse_url(settings, bad)
