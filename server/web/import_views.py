@@ -70,9 +70,13 @@ def _conflicts(items: Any) -> list[dict[str, str]]:
     shows what it can; every string is escaped by the template)."""
     if not isinstance(items, list):
         return []
-    return [{"path": c["path"], "ours": OURS.get(str(c.get("ours")), str(c.get("ours", ""))),
-             "theirs": THEIRS.get(str(c.get("theirs")), str(c.get("theirs", "")))}
+    return [{"path": c["path"], "ours": _word(OURS, c.get("ours")),
+             "theirs": _word(THEIRS, c.get("theirs"))}
             for c in items if isinstance(c, dict) and isinstance(c.get("path"), str)]
+
+
+def _word(words: dict[str, str], value: Any) -> str:
+    return words.get(value, value) if isinstance(value, str) else ""
 
 
 def _skipped(items: Any) -> list[dict[str, str]]:
