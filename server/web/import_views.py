@@ -56,7 +56,7 @@ async def new_from(request: Request) -> Response:
 THEIRS = {
     "folder": "a folder is there",
     "file": "a file stands where its folder must go",
-    "symlink": "a symlink stands where its folder must go (never followed)",
+    "symlink": "a symlink stands where its folder must go",
     "other": "something that is not a file (a pipe, a device…) is in the way",
     "modified": "changed there since",
     "deleted": "deleted there since",
@@ -90,11 +90,23 @@ def _result(result: dict[str, Any]) -> str:
     return render("_export_result.html", result=result)
 
 
-async def _exported(r: HtmlRenderer, data: dict[str, Any]) -> str:
+def exported_html(data: dict[str, Any]) -> str:
     if "branch" in data:
         return _result({**data, "kind": "branch"})
     return _result({**data, "kind": "folder", "conflicts": _conflicts(data.get("conflicts")),
                     "skipped": _skipped(data.get("skipped"))})
+
+
+def failed_html(error: dict[str, Any]) -> str:
+    """An error frame: its message, and for a clash (`conflict` with `details.conflicts`)
+    each path and what is in its way: nothing was written (all or nothing)."""
+    details = error.get("details") if isinstance(error.get("details"), dict) else {}
+    clashes = _conflicts(details.get("conflicts")) if error.get("code") == "conflict" else []
+    return _result({"error": error.get("message") or "failed", "clashes": clashes})
+
+
+async def _exported(r: HtmlRenderer, data: dict[str, Any]) -> str:
+    return exported_html(data)
 
 
 async def _updated(r: HtmlRenderer, data: dict[str, Any]) -> str:
@@ -102,11 +114,7 @@ async def _updated(r: HtmlRenderer, data: dict[str, Any]) -> str:
 
 
 async def _failed(r: HtmlRenderer, error: dict[str, Any]) -> str:
-    """An error frame: its message, and for a clash (`conflict` with `details.conflicts`)
-    each path and what is in its way: nothing was written (all or nothing)."""
-    details = error.get("details") if isinstance(error.get("details"), dict) else {}
-    clashes = _conflicts(details.get("conflicts")) if error.get("code") == "conflict" else []
-    return _result({"error": error.get("message") or "failed", "clashes": clashes})
+    return failed_html(error)
 
 
 IMPORT_RESULTS = {"export_session": _exported, "update_from_source": _updated}
