@@ -3,6 +3,7 @@ to branch" and "Export to folder", end to end, the results checked with the git 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -81,3 +82,79 @@ def test_new_session_from_a_folder_then_export_to_branch(page: Page, server_fact
     expect(result.locator(".export-conflicts")).to_contain_text("README.md")
     assert (project / "README.md").read_text() == "# project, edited by me\n"
     assert errors == []
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every entry under `root` as it is on disk (symlinks not followed): to see that an
+    export wrote nothing, not even a private staging folder."""
+    out: dict[str, str] = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        if path.is_symlink():
+            out[rel] = "-> " + str(path.readlink())
+        elif path.is_dir():
+            out[rel] = "dir"
+        else:
+            out[rel] = path.read_text()
+    return out
+
+
+def test_export_to_folder_clash_lists_each_path_and_writes_nothing(
+        page: Page, server_factory: Any, tmp_path: Path) -> None:
+    roots = tmp_path / "home"
+    project = roots / "project"
+    (project / "sub").mkdir(parents=True)
+    (project / "README.md").write_text("# project\n")
+    (project / "notes.txt").write_text("notes\n")
+    (project / "sub" / "a.txt").write_text("a\n")
+    elsewhere = tmp_path / "elsewhere"  # where a symlink in the folder points: never written
+    elsewhere.mkdir()
+    (elsewhere / "a.txt").write_text("outside\n")
+    hostile = "<b>bold<b>.md"  # a name the page must show as text, never as markup
+    srv = server_factory(BRAID_IMPORT_ROOTS=str(roots))
+    page.goto(f"{srv.base_url}/login?token={srv.token}")
+    expect(page.locator("#conn")).to_have_attribute("data-state", "open", timeout=TIMEOUT)
+    first_url = page.url
+    page.click("#new-from-toggle")
+    page.fill("#new-from-where", str(project))
+    page.click("#new-from-submit")
+    page.wait_for_url(lambda url: url != first_url, timeout=TIMEOUT)
+    expect(page.locator("#conn")).to_have_attribute("data-state", "open", timeout=TIMEOUT)
+    send_from_page(page, "append README.md from the agent\nappend notes.txt more\n"
+                         f"append sub/a.txt b\nwrite {hostile} new\nsay changed four files",
+                   until_done=True)
+
+    # The user, meanwhile, puts a folder where README.md and the new file go, a symlink
+    # where the folder sub/ goes, and changes notes.txt.
+    (project / "README.md").unlink()
+    (project / "README.md").mkdir()
+    (project / "README.md" / "keep.txt").write_text("mine\n")
+    (project / hostile).mkdir()
+    (project / "sub" / "a.txt").unlink()
+    (project / "sub").rmdir()
+    (project / "sub").symlink_to(elsewhere)
+    (project / "notes.txt").write_text("notes, mine\n")
+    before, outside = _tree(project), _tree(elsewhere)
+
+    page.click("#export-folder summary")
+    page.check(".export-force input")  # force overrides a changed file, never a clash
+    page.click("#export-folder-submit")
+    result = page.locator("#export-result")
+    expect(result).to_contain_text("Nothing was written", timeout=TIMEOUT)
+    expect(result).to_have_class(re.compile(r"\bexport-error\b"))
+    items = result.locator("#export-clashes li")
+    expect(items).to_have_count(3)
+    expect(items.nth(0)).to_have_text(
+        f"{hostile} — a folder is there (added in this session)")
+    expect(items.nth(1)).to_have_text("README.md — a folder is there (changed in this session)")
+    expect(items.nth(2)).to_contain_text("sub/a.txt — a symlink stands where its folder")
+    assert result.locator("b").count() == 0  # the hostile name stayed text
+    assert _tree(project) == before and _tree(elsewhere) == outside
+
+    # Without force the user's changed file is listed too, in words.
+    page.uncheck(".export-force input")
+    page.click("#export-folder-submit")
+    expect(items).to_have_count(4, timeout=TIMEOUT)
+    expect(result.locator("#export-clashes")).to_contain_text(
+        "notes.txt — changed there since (changed in this session)")
+    assert _tree(project) == before and _tree(elsewhere) == outside

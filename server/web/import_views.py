@@ -51,13 +51,62 @@ async def new_from(request: Request) -> Response:
     return RedirectResponse(url, status_code=303)
 
 
+# What stands in the folder where the session's file must go (`theirs` of a conflict), and
+# what the session did to it (`ours`), in plain words for the page.
+THEIRS = {
+    "folder": "a folder is there",
+    "file": "a file stands where its folder must go",
+    "symlink": "a symlink stands where its folder must go",
+    "other": "something that is not a file (a pipe, a device…) is in the way",
+    "modified": "changed there since",
+    "deleted": "deleted there since",
+}
+OURS = {"added": "added in this session", "modified": "changed in this session",
+        "deleted": "deleted in this session"}
+
+
+def _conflicts(items: Any) -> list[dict[str, str]]:
+    """`[{path, ours, theirs}]` as words; anything not shaped so is left out (the page
+    shows what it can; every string is escaped by the template)."""
+    if not isinstance(items, list):
+        return []
+    return [{"path": c["path"], "ours": _word(OURS, c.get("ours")),
+             "theirs": _word(THEIRS, c.get("theirs"))}
+            for c in items if isinstance(c, dict) and isinstance(c.get("path"), str)]
+
+
+def _word(words: dict[str, str], value: Any) -> str:
+    return words.get(value, value) if isinstance(value, str) else ""
+
+
+def _skipped(items: Any) -> list[dict[str, str]]:
+    if not isinstance(items, list):
+        return []
+    return [{"path": s["path"], "reason": str(s.get("reason", ""))}
+            for s in items if isinstance(s, dict) and isinstance(s.get("path"), str)]
+
+
 def _result(result: dict[str, Any]) -> str:
     return render("_export_result.html", result=result)
 
 
+def exported_html(data: dict[str, Any]) -> str:
+    if "branch" in data:
+        return _result({**data, "kind": "branch"})
+    return _result({**data, "kind": "folder", "conflicts": _conflicts(data.get("conflicts")),
+                    "skipped": _skipped(data.get("skipped"))})
+
+
+def failed_html(error: dict[str, Any]) -> str:
+    """An error frame: its message, and for a clash (`conflict` with `details.conflicts`)
+    each path and what is in its way: nothing was written (all or nothing)."""
+    details = error.get("details") if isinstance(error.get("details"), dict) else {}
+    clashes = _conflicts(details.get("conflicts")) if error.get("code") == "conflict" else []
+    return _result({"error": error.get("message") or "failed", "clashes": clashes})
+
+
 async def _exported(r: HtmlRenderer, data: dict[str, Any]) -> str:
-    kind = "branch" if "branch" in data else "folder"
-    return _result({**data, "kind": kind})
+    return exported_html(data)
 
 
 async def _updated(r: HtmlRenderer, data: dict[str, Any]) -> str:
@@ -65,7 +114,7 @@ async def _updated(r: HtmlRenderer, data: dict[str, Any]) -> str:
 
 
 async def _failed(r: HtmlRenderer, error: dict[str, Any]) -> str:
-    return _result({"error": error.get("message") or "failed"})
+    return failed_html(error)
 
 
 IMPORT_RESULTS = {"export_session": _exported, "update_from_source": _updated}
