@@ -29,6 +29,7 @@ from .git_session import (
 from .gitindex import GitIndex, tree_entries
 from .ids import is_session_id
 from .sources import (
+    Budget,
     OpenedRepo,
     Snapshot,
     Source,
@@ -65,16 +66,19 @@ def import_message(source: Source, snap: Snapshot) -> str:
 
 def take_snapshot(repo: pygit2.Repository, source: Source, settings: Settings,
                   workdir: Path | None = None) -> Snapshot:
-    """The source's files now, as a tree in `repo` (and files in `workdir`)."""
+    """The source's files now, as a tree in `repo` (and files in `workdir`); TooLarge past
+    BRAID_IMPORT_MAX_BYTES / _FILES, counted as they arrive."""
+    budget = Budget.of(settings)
     if source.kind == "folder":
         assert source.local is not None
         if not source.local.is_dir():
             raise BadRequest(f"the source folder {source.path_or_url} is gone")
-        return snapshot_folder(repo, source.local, settings.import_max_file, workdir)
+        return snapshot_folder(repo, source.local, settings.import_max_file, workdir, budget)
     opened = OpenedRepo(source, settings.data_dir / "tmp")
     try:
         commit = resolve_commit(opened.repo, source.ref)
-        return snapshot_git(repo, opened.repo, commit, settings.import_max_file, workdir)
+        return snapshot_git(repo, opened.repo, commit, settings.import_max_file, workdir,
+                            budget)
     finally:
         opened.close()
 

@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlparse
 import pygit2
 from pygit2.enums import FileMode
 
-from .errors import BadRequest, Forbidden
+from .errors import BadRequest, Forbidden, TooLarge
 from .packwriter import PackWriter
 from .settings import Settings
 
@@ -200,6 +200,43 @@ class TreeWriter:
         return builder.write()
 
 
+class Budget:
+    """The total an import or an update may bring in (BRAID_IMPORT_MAX_BYTES, _FILES),
+    counted as files arrive and before each is read (a folder's by its size on disk, a
+    repository's by its object header, before inflating): a tree bomb (a small repository
+    whose trees repeat one subtree many times over) stops at the limit, in time and bytes
+    proportional to the limit, not to the bomb. Folders walked count against the files
+    limit too, so a bomb of nested trees without files stops as well."""
+
+    def __init__(self, max_bytes: int | None = None, max_files: int | None = None) -> None:
+        self.max_bytes = max_bytes
+        self.max_files = max_files
+        self.bytes = 0
+        self.files = 0
+        self.folders = 0
+
+    @classmethod
+    def of(cls, settings: Settings) -> Budget:
+        return cls(settings.import_max_bytes, settings.import_max_files)
+
+    def take(self, size: int) -> None:
+        """One more file of `size` bytes, or TooLarge (nothing of it read yet)."""
+        self.files += 1
+        self.bytes += size
+        if self.max_files is not None and self.files > self.max_files:
+            raise TooLarge(f"the source has more than {self.max_files:,} files "
+                           "(BRAID_IMPORT_MAX_FILES); nothing was kept")
+        if self.max_bytes is not None and self.bytes > self.max_bytes:
+            raise TooLarge(f"the source's files add up to more than {self.max_bytes:,} bytes "
+                           "(BRAID_IMPORT_MAX_BYTES); nothing was kept")
+
+    def folder(self) -> None:
+        self.folders += 1
+        if self.max_files is not None and self.folders > self.max_files:
+            raise TooLarge(f"the source has more than {self.max_files:,} folders "
+                           "(BRAID_IMPORT_MAX_FILES); nothing was kept")
+
+
 class Files:
     """Copies into `workdir` (None: nowhere), making each folder once."""
 
@@ -223,21 +260,23 @@ class Files:
 
 
 def snapshot_folder(repo: pygit2.Repository, folder: Path, max_file: int,
-                    workdir: Path | None = None) -> Snapshot:
-    """The folder's files as blobs and trees in `repo` (and copied into `workdir`)."""
+                    workdir: Path | None = None, budget: Budget | None = None) -> Snapshot:
+    """The folder's files as blobs and trees in `repo` (and copied into `workdir`), or
+    TooLarge once they pass `budget` (the caller drops what was made)."""
     trees = TreeWriter(repo)
     snap = Snapshot(tree=None, base_commit=folder_head(folder))
     files = Files(workdir)
+    budget = budget or Budget()
     with PackWriter(repo) as pack:
         for rel in list_folder(folder):
-            _copy_one(folder, rel, max_file, pack, trees, files, snap)
+            _copy_one(folder, rel, max_file, pack, trees, files, snap, budget)
     snap.tree = trees.write()  # after the pack is in place: trees name existing blobs
     return snap
 
 
 def _copy_one(folder: Path, rel: str, max_file: int, pack: PackWriter, trees: TreeWriter,
-              files: Files, snap: Snapshot) -> None:
-    """One listed file: skipped with its reason, or packed and copied."""
+              files: Files, snap: Snapshot, budget: Budget) -> None:
+    """One listed file: skipped with its reason, or counted, packed and copied."""
     full = f"{folder}/{rel}"
     try:
         st = os.lstat(full)
@@ -249,8 +288,12 @@ def _copy_one(folder: Path, rel: str, max_file: int, pack: PackWriter, trees: Tr
     if st.st_size > max_file:
         snap.skipped.append({"path": rel, "size": st.st_size, "reason": "too large"})
         return
+    budget.take(st.st_size)
     with open(full, "rb") as f:
-        data = f.read()
+        data = f.read(max_file + 1)  # a file growing meanwhile is read no further
+    if len(data) > max_file:
+        snap.skipped.append({"path": rel, "size": len(data), "reason": "too large"})
+        return
     executable = bool(st.st_mode & 0o100)
     trees.add(rel, pack.add(data), FileMode.BLOB_EXECUTABLE if executable else FileMode.BLOB)
     files.put(rel, data, executable)
@@ -258,10 +301,12 @@ def _copy_one(folder: Path, rel: str, max_file: int, pack: PackWriter, trees: Tr
     snap.bytes += len(data)
 
 
-def _walk_tree(tree: pygit2.Tree, prefix: str = "") -> Iterator[tuple[str, pygit2.Object]]:
+def _walk_tree(tree: pygit2.Tree, budget: Budget, prefix: str = ""
+               ) -> Iterator[tuple[str, pygit2.Object]]:
     for entry in tree:
         if isinstance(entry, pygit2.Tree):
-            yield from _walk_tree(entry, f"{prefix}{entry.name}/")
+            budget.folder()
+            yield from _walk_tree(entry, budget, f"{prefix}{entry.name}/")
         else:
             yield f"{prefix}{entry.name}", entry
 
@@ -274,13 +319,16 @@ def resolve_commit(src: pygit2.Repository, ref: str | None) -> pygit2.Commit:
 
 
 def snapshot_git(repo: pygit2.Repository, src: pygit2.Repository, commit: pygit2.Commit,
-                 max_file: int, workdir: Path | None = None) -> Snapshot:
-    """`commit`'s tree copied from `src`'s object database into `repo` (and `workdir`)."""
+                 max_file: int, workdir: Path | None = None, budget: Budget | None = None
+                 ) -> Snapshot:
+    """`commit`'s tree copied from `src`'s object database into `repo` (and `workdir`), or
+    TooLarge once it passes `budget` (the caller drops what was made)."""
     trees = TreeWriter(repo)
     snap = Snapshot(tree=None, base_commit=str(commit.id))
     files = Files(workdir)
+    budget = budget or Budget()
     with PackWriter(repo) as pack:
-        for rel, entry in _walk_tree(commit.tree):
+        for rel, entry in _walk_tree(commit.tree, budget):
             mode = entry.filemode
             if mode not in (FileMode.BLOB, FileMode.BLOB_EXECUTABLE):
                 snap.skipped.append({"path": rel, "size": 0, "reason": "not a file"})
@@ -289,6 +337,7 @@ def snapshot_git(repo: pygit2.Repository, src: pygit2.Repository, commit: pygit2
             if size > max_file:
                 snap.skipped.append({"path": rel, "size": size, "reason": "too large"})
                 continue
+            budget.take(size)
             data = entry.data
             trees.add(rel, pack.add(data), mode)
             files.put(rel, data, mode == FileMode.BLOB_EXECUTABLE)
