@@ -26,6 +26,11 @@ POINTS: dict[str, tuple[str, ...]] = {
                   "sub-agent.after_commit"),
     "checkout": ("checkout.after_files", "checkout.after_head"),
     "recovery": ("recovery.after_rollback", "recovery.after_commit"),
+    "import": ("import.after_files", "import.after_commit", "import.after_meta",
+               "import.after_build", "import.after_index"),
+    # An update's commit is a `user-edit`: its points inside write_checkpoint are those.
+    "update": ("update.after_snapshot", "user-edit.before_commit", "user-edit.after_commit",
+               "update.after_commit"),
 }
 _OPERATION_OF_KIND = {"tool-batch": "checkpoint", "turn": "checkpoint"}
 # Steps of a turn where an injected exception must still end the run with an event.
