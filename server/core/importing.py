@@ -20,6 +20,7 @@ import pygit2
 from pygit2.enums import FileMode
 
 from . import crash, journal
+from .budget import Budget
 from .errors import BadRequest
 from .git_init import init_repository
 from .git_session import (
@@ -33,7 +34,6 @@ from .git_session import (
 from .gitindex import GitIndex, tree_entries
 from .ids import is_session_id
 from .sources import (
-    Budget,
     OpenedRepo,
     Snapshot,
     Source,
