@@ -113,8 +113,9 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = {"unparsed": raw.decode(errors="replace")}
         body["_headers"] = {"authorization": self.headers.get("Authorization", "")}
+        body["_path"] = self.path  # with its query, as it came
         self.replay.requests.append(body)
-        if self.path.rstrip("/") != "/v1/chat/completions":
+        if self.path.partition("?")[0].rstrip("/") != "/v1/chat/completions":
             return self._send(error(404, f"no route {self.path}"))
         answer = self.replay.answers.pop(0) if self.replay.answers else self.replay.default
         self._send(answer)

@@ -34,6 +34,11 @@ POINTS: dict[str, tuple[str, ...]] = {
     # folder, intent written, one file renamed in, all renamed in, committed.
     "upload": ("upload.after_temp", "upload.after_intent", "upload.mid_rename",
                "upload.after_renames", "upload.after_commit"),
+    "import": ("import.after_files", "import.after_commit", "import.after_meta",
+               "import.after_build", "import.after_index"),
+    # An update's commit is a `user-edit`: its points inside write_checkpoint are those.
+    "update": ("update.after_snapshot", "user-edit.before_commit", "user-edit.after_commit",
+               "update.after_commit"),
 }
 _OPERATION_OF_KIND = {"tool-batch": "checkpoint", "turn": "checkpoint"}
 # Steps of a turn where an injected exception must still end the run with an event.

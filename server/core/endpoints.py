@@ -22,16 +22,31 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from .errors import BadRequest
 
 DEMO = "demo"
 DEFAULT = "default"
 TOOL_CHOICE_WORDS = ("auto", "none", "required")
+HIDDEN = "***"
+# Query parameters of a base URL shown as they are; every other value (api-key, key, token,
+# access_token, sig, …) may be a credential and is shown as *** (DESIGN §4 "Login and secrets").
+PLAIN_PARAMS = frozenset({"api-version", "api_version", "version"})
+_USERINFO = re.compile(r"(?<=://)[^/?#@\s]+@")
+_PARAM = re.compile(r"(?<=[?&])([\w.~%-]+)=([^&#\s'\"]*)")
+
+
+def redact_url(url: str) -> str:
+    """`url` with its user-info and query values (but PLAIN_PARAMS's) shown as ***."""
+    url = _USERINFO.sub(HIDDEN + "@", url)
+    return _PARAM.sub(lambda m: m[0] if m[1].lower() in PLAIN_PARAMS
+                      else f"{m[1]}={HIDDEN}", url)
 
 
 @dataclass(frozen=True)
@@ -57,7 +72,39 @@ class Endpoint:
         return self.api_key
 
     def where(self) -> str:
-        return self.base_url or "the embedded demo model"
+        """The server as errors, logs and pages name it: credentials shown as ***."""
+        return redact_url(self.base_url) if self.base_url else "the embedded demo model"
+
+    def request_url(self) -> tuple[str | None, dict[str, str]]:
+        """The client's base URL without its query, and the query as parameters every
+        request carries: the client appends paths to the base URL, so a query left in it
+        would end up before `/chat/completions`."""
+        if not self.base_url:
+            return None, {}
+        parts = urlsplit(self.base_url)
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        base = urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+        return base, query
+
+    def secrets(self) -> list[str]:
+        """The credentials in the base URL, as they may appear in an error's text."""
+        if not self.base_url:
+            return []
+        parts = urlsplit(self.base_url)
+        found = [parts.password or ""]  # the user name is hidden in URLs, not in free text
+        found += [v for k, v in parse_qsl(parts.query, keep_blank_values=True)
+                  if k.lower() not in PLAIN_PARAMS]
+        found += [unquote(v) for v in found]
+        # Longest first, so a secret holding another is hidden whole; a one- or two-letter
+        # secret is not hunted in free text (it would hide every such letter), only in URLs.
+        return sorted({v for v in found if len(v) >= 3}, key=len, reverse=True)
+
+    def scrub(self, text: str) -> str:
+        """`text` (an error, a log line) with every credential of this endpoint as ***."""
+        text = redact_url(text)
+        for secret in self.secrets():
+            text = text.replace(secret, HIDDEN)
+        return text
 
 
 def _text(entry: dict[str, Any], key: str, where: str) -> str | None:

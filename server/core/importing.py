@@ -2,8 +2,11 @@
 become the session's first commit (`Braid-Kind: import`), written as blobs and trees directly
 (no `git add`), and `session.json` names the source and, for git, the base commit.
 
-Everything that can fail (roots, a missing path, a bad ref, a clone) fails before the session
-folder is made or removes it, so a failed import leaves nothing behind."""
+Everything that can fail (roots, a missing path, a bad ref, a clone, a source past the size
+limits) fails before the session folder is made or removes it, so a failed import leaves
+nothing behind. Under kill -9 a marker next to the folder (`sessions/.<id>.intent`, as a
+fork's) makes start-up remove a half-made folder (journal.recover_folders); a whole one
+(session.json, its import commit, a clean status) is kept and indexed."""
 
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 from pygit2.enums import FileMode
 
+from . import crash, journal
+from .budget import Budget
 from .errors import BadRequest
 from .git_init import init_repository
 from .git_session import (
@@ -68,17 +73,20 @@ def import_message(source: Source, snap: Snapshot) -> str:
 def take_snapshot(repo: pygit2.Repository, source: Source, settings: Settings, roots: Roots,
                   workdir: Path | None = None) -> Snapshot:
     """The source's files now, as a tree in `repo` (and files in `workdir`), read as the
-    caller may (their roots; never git running the source's own code)."""
+    caller may (their roots; never git running the source's own code); TooLarge past
+    BRAID_IMPORT_MAX_BYTES / _FILES, counted as they arrive."""
+    budget = Budget.of(settings)
     if source.kind == "folder":
         assert source.local is not None
         if not source.local.is_dir():
             raise BadRequest(f"the source folder {source.path_or_url} is gone")
-        return snapshot_folder(repo, source.local, settings.import_max_file, workdir,
+        return snapshot_folder(repo, source.local, settings.import_max_file, workdir, budget,
                                roots=roots)
     opened = OpenedRepo(source, settings, roots)
     try:
         commit = resolve_commit(opened.repo, source.ref)
-        return snapshot_git(repo, opened.repo, commit, settings.import_max_file, workdir)
+        return snapshot_git(repo, opened.repo, commit, settings.import_max_file, workdir,
+                            budget)
     finally:
         opened.close()
 
@@ -122,6 +130,7 @@ def build_import(path: Path, meta: dict[str, Any], source: Source, settings: Set
     exclude.parent.mkdir(parents=True, exist_ok=True)
     exclude.write_text(f"/{WORKTREES}/\n")
     snap = take_snapshot(repo, source, settings, roots, path / WORKDIR)
+    crash.at("import.after_files")
     meta["source"] = source.meta(snap.base_commit)
     meta["import"] = snap.summary()
     if not meta.get("title"):
@@ -134,10 +143,12 @@ def build_import(path: Path, meta: dict[str, Any], source: Source, settings: Set
     tree = root.write()
     sig = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL)
     repo.create_commit("refs/heads/main", sig, sig, import_message(source, snap), tree, [])
+    set_source_base(repo, snap.tree, f"Source files at import ({source.path_or_url})")
+    crash.at("import.after_commit")
     # A folder with session.json is a session (store.all_ids): written only once the
     # commit holds everything, so a crash before leaves no half session the app would list.
     (path / "session.json").write_bytes(data)
-    set_source_base(repo, snap.tree, f"Source files at import ({source.path_or_url})")
+    crash.at("import.after_meta")
     refresh_index(repo, path, tree)
     return meta
 
@@ -151,6 +162,13 @@ def sweep_leftovers(sessions_root: Path, tmp_root: Path) -> None:
     are live); a folder with a commit is left for recovery to judge."""
     candidates = [p for p in sessions_root.iterdir() if is_session_id(p.name)] \
         if sessions_root.is_dir() else []
+    # A folder marker killed while it was being written (journal._write_atomic's temporary).
+    for tmp in sessions_root.glob(".*.intent.*.new") if sessions_root.is_dir() else ():
+        try:
+            if tmp.stat().st_mtime < _STARTED:
+                tmp.unlink()
+        except OSError:
+            pass
     candidates += list(tmp_root.glob("clone-*")) if tmp_root.is_dir() else []
     for path in candidates:
         try:
@@ -175,10 +193,22 @@ async def import_session(braid: Braid, user_id: str, asked: SourceRequest | None
     source = resolve_source(braid.settings, roots, asked)
     sweep_leftovers(braid.store.root, braid.settings.data_dir / "tmp")
 
+    root = braid.store.root
+
     def build(path: Path, meta: dict[str, Any]) -> None:
-        build_import(path, meta, source, braid.settings, roots)
+        root.mkdir(parents=True, exist_ok=True)
+        journal.begin_folder(root, path.name, "import")
+        try:
+            build_import(path, meta, source, braid.settings, roots)
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)  # before the marker that guards it goes
+            journal.end_folder(root, path.name)
+            raise
 
     handle = await braid.store.create(user_id, title, extra_meta=extra, build=build)
+    crash.at("import.after_build")
     await braid.index.upsert_session(handle.meta)
+    crash.at("import.after_index")
+    journal.end_folder(root, handle.session_id)
     return {"session_id": handle.session_id, "title": handle.meta["title"],
             "source": handle.meta["source"], "import": handle.meta["import"]}

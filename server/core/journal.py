@@ -267,7 +267,7 @@ def recover_folders(root: Path) -> list[str]:
     for marker in root.glob(FOLDER_INTENT.format("*")):
         session_id = marker.name[1:-len(".intent")]
         folder = root / session_id
-        if _is_finished_fork(folder):
+        if _is_finished(folder):
             kept.append(session_id)
         else:
             shutil.rmtree(folder, ignore_errors=True)
@@ -293,12 +293,13 @@ def _never_finished(folder: Path) -> bool:
     return commit_info(repo.head.peel(pygit2.Commit)).kind == "fork"
 
 
-def _is_finished_fork(folder: Path) -> bool:
+def _is_finished(folder: Path) -> bool:
+    """A fork or an import that made its commit, session.json and index (status clean)."""
     if not (folder / "session.json").is_file():
         return False
     try:
         git = GitSession(folder)
-        return commit_info(git.head_commit()).kind == "fork" and \
+        return commit_info(git.head_commit()).kind in ("fork", "import") and \
             not porcelain(folder, untracked=False)
     except (pygit2.GitError, KeyError, ValueError, OSError, RuntimeError):
         return False

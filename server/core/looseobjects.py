@@ -21,6 +21,7 @@ from .fsops import rename_new
 from .pools import IdlingThreadPool
 
 _WRITERS = 4  # threads a checkpoint's object files are written on (this one and 3 more)
+_ATTEMPTS = 5  # writes of one object when its folder or file vanishes under a prune
 _LEVEL = 1  # git's core.looseCompression default (and libgit2's): loose objects are packed later
 
 # The threads checkpoints' object files are written on, shared by every session.
@@ -108,6 +109,19 @@ class LooseWriter:
             raise error
 
     def _put(self, hexid: bytes, body: bytes) -> None:
+        # A fan-out folder, or the object itself (packed meanwhile), may vanish under a
+        # `git prune-packed` (a repack's `-d`, run by hand or by an older Braid): then the
+        # whole write is made again, which finds or makes everything anew.
+        for attempt in range(_ATTEMPTS):
+            try:
+                self._put_once(hexid, body)
+                return
+            except FileNotFoundError:
+                self._made.discard(self._base + hexid[:2])
+                if attempt == _ATTEMPTS - 1:
+                    raise
+
+    def _put_once(self, hexid: bytes, body: bytes) -> None:
         folder = self._base + hexid[:2]
         # In the object's own folder, as git does: the rename stays in one folder, and git
         # (fsck, prune) knows a `tmp_obj_` file a killed process left there.
@@ -126,14 +140,10 @@ class LooseWriter:
 
     def _create(self, folder: bytes, tmp: bytes) -> int:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-        if folder in self._made:
+        if folder not in self._made:
             try:
-                return os.open(tmp, flags, 0o444)
-            except FileNotFoundError:  # `git prune-packed` removed the emptied folder
+                os.mkdir(folder)
+            except FileExistsError:
                 pass
-        try:
-            os.mkdir(folder)
-        except FileExistsError:
-            pass
-        self._made.add(folder)
+            self._made.add(folder)
         return os.open(tmp, flags, 0o444)

@@ -62,7 +62,12 @@ def _cause(e: BaseException) -> str:
 
 
 def describe(e: BaseException, ep: Endpoint, model: str, timeout: float) -> str:
-    """One sentence saying what went wrong, naming the server (never its key)."""
+    """One sentence saying what went wrong, naming the server (never its key, nor any
+    credential in its URL: the error goes to the page, the API, the history and the log)."""
+    return ep.scrub(_describe(e, ep, model, timeout))
+
+
+def _describe(e: BaseException, ep: Endpoint, model: str, timeout: float) -> str:
     import openai
 
     where = ep.where()
@@ -122,8 +127,10 @@ class ModelClient:
                 import httpx2
                 import openai
 
+                base_url, query = ep.request_url()
                 self._clients[ep.name] = openai.AsyncOpenAI(
-                    base_url=ep.base_url, api_key=ep.key() or "unset", max_retries=retries,
+                    base_url=base_url, default_query=query or None,
+                    api_key=ep.key() or "unset", max_retries=retries,
                     timeout=httpx2.Timeout(self.timeout, connect=min(self.timeout, 10.0)))
         return self._clients[ep.name]
 
@@ -217,7 +224,7 @@ class ModelClient:
                     yield ("delta" if kind == "content" else "reasoning"), text
             reply = assembler.finish()
         except StreamError as e:
-            message = f"the model server at {ep.where()}: {e}"
+            message = ep.scrub(f"the model server at {ep.where()}: {e}")
             log.warning("model error (model %s): %s", model_id, message)
             raise ModelError(message, e.partial) from e
         except (asyncio.CancelledError, GeneratorExit):

@@ -2,12 +2,18 @@
 has been idle for a moment, never on a turn's path.
 
 Thresholds like `git gc --auto`'s, scaled to what a checkpoint writes: at least
-LOOSE_LIMIT loose objects start an incremental `git repack -d` (only the loose objects, with
+LOOSE_LIMIT loose objects start an incremental `git repack` (only the loose objects, with
 deltas between them: successive versions of a history folder's tree are nearly the same);
-PACK_LIMIT packs are consolidated by `git repack -a -d -k`. `-k` keeps unreachable
+PACK_LIMIT packs are consolidated by `git repack -a -k`. `-k` keeps unreachable
 objects: packing never deletes anything, and a blob a live turn wrote a moment before its
-commit stays loose (repack only removes loose objects it has just packed). The git CLI does
+commit stays loose (only loose objects found in a pack are removed). The git CLI does
 the work in its own process, so the session's worker thread never waits for it.
+
+Never `-d`: it runs `git prune-packed`, which also removes every fan-out folder
+(`objects/xx/`) it empties, and a writer that has just made or found that folder then
+fails to create its temporary file in it, or (libgit2) to rename one into it: one turn in
+a few thousand ended ERROR under load (issue 21, row 12). `prune_packed` here removes the
+packed loose objects and the packs made redundant, and leaves every folder in place.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import asyncio
 import logging
 import os
 import subprocess
+import time
 from pathlib import Path
 
 log = logging.getLogger("braid.packing")
@@ -24,6 +31,7 @@ IDLE_SECONDS = 2.0
 LOOSE_LIMIT = 200
 PACK_LIMIT = 12
 _GIT = ("git", "-c", "gc.auto=0", "-c", "pack.threads=1", "-c", "core.fsync=none")
+_HEX = frozenset("0123456789abcdef")
 
 
 def loose_objects(git_dir: Path) -> int:
@@ -46,9 +54,10 @@ def pack_count(git_dir: Path) -> int:
 
 
 def repack_commands(folder: Path) -> list[list[str]]:
-    """What packing this session now takes (empty when it is at rest)."""
+    """What packing this session now takes (empty when it is at rest); each command is
+    followed by `prune_packed`."""
     git_dir = folder / ".git"
-    base = [*_GIT, "-C", str(folder), "repack", "-q", "-d"]
+    base = [*_GIT, "-C", str(folder), "repack", "-q"]
     out = []
     if loose_objects(git_dir) >= LOOSE_LIMIT:
         out.append(base)
@@ -57,10 +66,73 @@ def repack_commands(folder: Path) -> list[list[str]]:
     return out
 
 
+def pack_ids(idx: Path) -> set[bytes]:
+    """The object ids a pack holds, read from its version-2 index (`.idx`): the 8-byte
+    header, 256 fan-out counts (the last is the total), then the sorted 20-byte ids."""
+    data = idx.read_bytes()
+    if data[:8] != b"\377tOc\0\0\0\2":
+        raise ValueError(f"{idx} is not a version 2 pack index")
+    count = int.from_bytes(data[8 + 255 * 4:8 + 256 * 4], "big")
+    start = 8 + 256 * 4
+    return {data[i:i + 20] for i in range(start, start + 20 * count, 20)}
+
+
+def prune_packed(git_dir: Path, since: float | None = None) -> None:
+    """What `git repack -d` removes, but never a fan-out folder: each loose object a pack
+    holds and, after `-a` (`since` = its start), each pack older than `since` whose objects
+    all lie in another pack. Packs that appear meanwhile (an update from source) are kept."""
+    objects = git_dir / "objects"
+    packs = _packs(objects / "pack")
+    if since is not None and packs:
+        _drop_redundant(packs, since)
+    packed = set().union(*packs.values()) if packs else set()
+    for fan in os.scandir(objects):
+        if len(fan.name) != 2 or not fan.is_dir():
+            continue
+        for name in os.listdir(fan.path):
+            if len(name) == 38 and _HEX.issuperset(name) \
+                    and bytes.fromhex(fan.name + name) in packed:
+                try:
+                    os.unlink(f"{fan.path}/{name}")
+                except FileNotFoundError:
+                    pass
+
+
+def _packs(pack_dir: Path) -> dict[Path, set[bytes]]:
+    packs: dict[Path, set[bytes]] = {}
+    for idx in pack_dir.glob("pack-*.idx"):
+        try:
+            if idx.with_suffix(".pack").exists():
+                packs[idx] = pack_ids(idx)
+        except (OSError, ValueError):
+            continue
+    return packs
+
+
+def _drop_redundant(packs: dict[Path, set[bytes]], since: float) -> None:
+    """Remove (from disk and `packs`) each pack from before `since` that the biggest holds."""
+    biggest = max(packs, key=lambda p: len(packs[p]))
+    for idx, ids in list(packs.items()):
+        if idx != biggest and ids <= packs[biggest] and _older(idx, since) \
+                and not idx.with_suffix(".keep").exists():
+            for suffix in (".pack", ".idx", ".rev", ".bitmap"):
+                idx.with_suffix(suffix).unlink(missing_ok=True)
+            del packs[idx]
+
+
+def _older(idx: Path, since: float) -> bool:
+    try:
+        return idx.stat().st_mtime < since
+    except FileNotFoundError:
+        return False
+
+
 def pack_now(folder: Path) -> None:
     """Pack a session at once, as the idle packer would (benchmarks, tools)."""
     for cmd in repack_commands(folder):
+        started = time.time()
         subprocess.run(cmd, check=True, capture_output=True)
+        prune_packed(folder / ".git", started if "-a" in cmd else None)
 
 
 class Packer:
@@ -115,6 +187,7 @@ class Packer:
                 if not folder.exists():
                     return
                 for cmd in await asyncio.to_thread(repack_commands, folder):
+                    started = time.time()
                     proc = await asyncio.create_subprocess_exec(
                         *cmd, stdout=asyncio.subprocess.DEVNULL,
                         stderr=asyncio.subprocess.PIPE)
@@ -122,6 +195,8 @@ class Packer:
                     if proc.returncode != 0:
                         log.warning("packing %s failed: %s", folder, err.decode()[:300])
                         return
+                    await asyncio.to_thread(prune_packed, folder / ".git",
+                                            started if "-a" in cmd else None)
         except Exception:  # noqa: BLE001 - packing is an optimisation; it never breaks a session
             log.exception("packing %s failed", folder)
         finally:

@@ -3,7 +3,13 @@ repository a session came from has moved on, bring its changes in as one `user-e
 three-way: base = the source's files as last brought in (`refs/braid/source-base`), ours =
 the session's workdir, theirs = the source now. Files changed on both sides that git cannot
 merge keep the session's side and are listed as conflicts; nothing is lost (the source's
-version is still in the source)."""
+version is still in the source).
+
+Under kill -9 the update is one commit or nothing: an intent record (journal.py) names the
+paths it writes, so start-up rolls `workdir/` back to HEAD when the commit was not made, or
+in line with it when it was. `refs/braid/source-base` moves after the commit; a kill in
+between leaves it behind, and the next update (same base, the changes already on both
+sides) merges cleanly and moves it."""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
+from . import crash, journal
 from .errors import BadRequest, Busy
 from .git_session import WORKDIR, GitSession, to_json_bytes
 from .importing import SOURCE_BASE_REF, set_source_base, take_snapshot
@@ -50,7 +57,8 @@ def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: di
     if source.local is not None:  # the caller's roots now, not the importer's then
         allowed_path(roots, str(source.local))
     repo = git.repo
-    snap = take_snapshot(repo, source, settings, roots)
+    snap = take_snapshot(repo, source, settings, roots)  # TooLarge here: nothing written yet
+    crash.at("update.after_snapshot")
     theirs = repo[snap.tree] if snap.tree is not None else empty_tree(repo)
     base_ref = repo.references.get(SOURCE_BASE_REF)
     base = repo[base_ref.target].peel(pygit2.Commit).tree if base_ref else empty_tree(repo)
@@ -69,8 +77,11 @@ def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: di
     new_meta["source"] = source.meta(snap.base_commit)
     changes["session.json"] = to_json_bytes(new_meta)
     where = f" at {snap.base_commit[:10]}" if snap.base_commit else ""
-    oid = git.write_checkpoint(changes, summary=f"Update from source{where}", kind="user-edit")
-    set_source_base(repo, snap.tree, f"Source files at update ({source.path_or_url})")
+    with journal.intent(git, "update", changes, kind="user-edit"):
+        oid = git.write_checkpoint(changes, summary=f"Update from source{where}",
+                                   kind="user-edit")
+        set_source_base(repo, snap.tree, f"Source files at update ({source.path_or_url})")
+        crash.at("update.after_commit")
     result.update(changed=True, commit_id=str(oid), conflicts=conflicts,
                   updated_paths=sorted(p[len(WORKDIR) + 1:] for p in changes
                                        if p.startswith(f"{WORKDIR}/")),

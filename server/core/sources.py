@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlparse
 import pygit2
 from pygit2.enums import FileMode, RepositoryOpenFlag
 
+from .budget import Budget
 from .errors import BadRequest
 from .git_urls import FETCH_FAILED, clone_plan, parse_url
 from .gitsafe import RepoDirs, find_repo, run_git
@@ -238,22 +239,25 @@ class Files:
 
 
 def snapshot_folder(repo: pygit2.Repository, folder: Path, max_file: int,
-                    workdir: Path | None = None, *, roots: Roots) -> Snapshot:
-    """The folder's files as blobs and trees in `repo` (and copied into `workdir`)."""
+                    workdir: Path | None = None, budget: Budget | None = None, *,
+                    roots: Roots) -> Snapshot:
+    """The folder's files as blobs and trees in `repo` (and copied into `workdir`), or
+    TooLarge once they pass `budget` (the caller drops what was made)."""
     trees = TreeWriter(repo)
     listing = list_folder(folder, roots)
     snap = Snapshot(tree=None, base_commit=listing.head, skipped=listing.skipped)
     files = Files(workdir)
+    budget = budget or Budget()
     with PackWriter(repo) as pack:
         for rel in listing.files:
-            _copy_one(folder, rel, max_file, pack, trees, files, snap)
+            _copy_one(folder, rel, max_file, pack, trees, files, snap, budget)
     snap.tree = trees.write()  # after the pack is in place: trees name existing blobs
     return snap
 
 
 def _copy_one(folder: Path, rel: str, max_file: int, pack: PackWriter, trees: TreeWriter,
-              files: Files, snap: Snapshot) -> None:
-    """One listed file: skipped with its reason, or packed and copied."""
+              files: Files, snap: Snapshot, budget: Budget) -> None:
+    """One listed file: skipped with its reason, or counted, packed and copied."""
     full = f"{folder}/{rel}"
     try:
         st = os.lstat(full)
@@ -265,8 +269,12 @@ def _copy_one(folder: Path, rel: str, max_file: int, pack: PackWriter, trees: Tr
     if st.st_size > max_file:
         snap.skipped.append({"path": rel, "size": st.st_size, "reason": "too large"})
         return
+    budget.take(st.st_size)
     with open(full, "rb") as f:
-        data = f.read()
+        data = f.read(max_file + 1)  # a file growing meanwhile is read no further
+    if len(data) > max_file:
+        snap.skipped.append({"path": rel, "size": len(data), "reason": "too large"})
+        return
     executable = bool(st.st_mode & 0o100)
     trees.add(rel, pack.add(data), FileMode.BLOB_EXECUTABLE if executable else FileMode.BLOB)
     files.put(rel, data, executable)
@@ -274,10 +282,12 @@ def _copy_one(folder: Path, rel: str, max_file: int, pack: PackWriter, trees: Tr
     snap.bytes += len(data)
 
 
-def _walk_tree(tree: pygit2.Tree, prefix: str = "") -> Iterator[tuple[str, pygit2.Object]]:
+def _walk_tree(tree: pygit2.Tree, budget: Budget, prefix: str = ""
+               ) -> Iterator[tuple[str, pygit2.Object]]:
     for entry in tree:
         if isinstance(entry, pygit2.Tree):
-            yield from _walk_tree(entry, f"{prefix}{entry.name}/")
+            budget.folder()
+            yield from _walk_tree(entry, budget, f"{prefix}{entry.name}/")
         else:
             yield f"{prefix}{entry.name}", entry
 
@@ -290,13 +300,16 @@ def resolve_commit(src: pygit2.Repository, ref: str | None) -> pygit2.Commit:
 
 
 def snapshot_git(repo: pygit2.Repository, src: pygit2.Repository, commit: pygit2.Commit,
-                 max_file: int, workdir: Path | None = None) -> Snapshot:
-    """`commit`'s tree copied from `src`'s object database into `repo` (and `workdir`)."""
+                 max_file: int, workdir: Path | None = None, budget: Budget | None = None
+                 ) -> Snapshot:
+    """`commit`'s tree copied from `src`'s object database into `repo` (and `workdir`), or
+    TooLarge once it passes `budget` (the caller drops what was made)."""
     trees = TreeWriter(repo)
     snap = Snapshot(tree=None, base_commit=str(commit.id))
     files = Files(workdir)
+    budget = budget or Budget()
     with PackWriter(repo) as pack:
-        for rel, entry in _walk_tree(commit.tree):
+        for rel, entry in _walk_tree(commit.tree, budget):
             mode = entry.filemode
             if mode not in (FileMode.BLOB, FileMode.BLOB_EXECUTABLE):
                 snap.skipped.append({"path": rel, "size": 0, "reason": "not a file"})
@@ -305,6 +318,7 @@ def snapshot_git(repo: pygit2.Repository, src: pygit2.Repository, commit: pygit2
             if size > max_file:
                 snap.skipped.append({"path": rel, "size": size, "reason": "too large"})
                 continue
+            budget.take(size)
             data = entry.data
             trees.add(rel, pack.add(data), mode)
             files.put(rel, data, mode == FileMode.BLOB_EXECUTABLE)

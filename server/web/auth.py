@@ -65,6 +65,23 @@ def origin_allowed(conn: HTTPConnection) -> bool:
     return theirs is not None and theirs == ours
 
 
+def login_link_allowed(conn: HTTPConnection) -> bool:
+    """A login link (`GET /login?token=`) sets the cookie only when the user opened it
+    (typed or pasted into the address bar, a bookmark: `Sec-Fetch-Site: none`; or a client
+    that sends no such header), never when another site's page led there: that login CSRF
+    would put the victim in the attacker's account, typing into the attacker's sessions.
+    Another port of the same host is another site here too (browsers call it same-site)."""
+    site = conn.headers.get("sec-fetch-site")
+    if site is not None and site not in ("none", "same-origin"):
+        return False
+    ours = _origin_of(f"{conn.url.scheme}://{conn.headers.get('host', '')}")
+    for header in ("origin", "referer"):
+        value = conn.headers.get(header)
+        if value and _origin_of(value) != ours:
+            return False
+    return True
+
+
 def check_cookie_request(conn: HTTPConnection, method: str) -> None:
     """Refuse (`forbidden`) a cookie-authenticated request that changes something and comes
     from another origin. Bearer requests are not affected."""

@@ -11,7 +11,7 @@ from ..core import sessions
 from ..core.errors import NotFound
 from ..core.users import off_loop
 from . import live
-from .auth import COOKIE, origin_allowed, user_of
+from .auth import COOKIE, login_link_allowed, origin_allowed, user_of
 from .names import load_names
 from .session_rows import order_by_lineage
 from .templating import templates
@@ -38,6 +38,11 @@ async def login(request: Request) -> Response:
         token = str((await request.form()).get("token") or "")
     if token is None:
         return templates.TemplateResponse(request, "login.html", {"error": None})
+    if request.method == "GET" and not login_link_allowed(request):
+        return templates.TemplateResponse(request, "login.html", {
+            "error": "This login link was opened from another site, so it was not used. "
+                     "Open the URL braid serve printed from the address bar, or paste "
+                     "its token here."}, status_code=403)
     if await off_loop(braid.users).authenticate(token) is None:
         return templates.TemplateResponse(
             request, "login.html", {"error": "That token is not valid."}, status_code=401
