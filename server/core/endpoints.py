@@ -38,7 +38,8 @@ HIDDEN = "***"
 # Query parameters of a base URL shown as they are; every other value (api-key, key, token,
 # access_token, sig, …) may be a credential and is shown as *** (DESIGN §4 "Login and secrets").
 PLAIN_PARAMS = frozenset({"api-version", "api_version", "version"})
-_USERINFO = re.compile(r"(?<=://)[^/?#@\s]+@")
+# User-info runs to the authority's last `@` (how curl, httpx and urllib read `u:p@ss@host`).
+_USERINFO = re.compile(r"(?<=://)[^/?#\s]+@")
 _PARAM = re.compile(r"(?<=[?&])([\w.~%-]+)=([^&#\s'\"]*)")
 
 
