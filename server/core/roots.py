@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING
 from .errors import BadRequest, Forbidden
 from .users import DEFAULT_USER, off_loop
 
+NAME_MAX = 255  # bytes of one name (Linux, macOS): longer is ENAMETOOLONG, not a 500
+PATH_MAX = 4096
+
 if TYPE_CHECKING:
     from .braid import Braid
     from .settings import Settings
@@ -60,6 +63,10 @@ class Roots:
         given = Path(raw).expanduser()
         if not given.is_absolute():
             raise BadRequest(f"{raw} is not an absolute path")
+        if len(os.fsencode(given)) >= PATH_MAX or \
+                any(len(os.fsencode(part)) > NAME_MAX for part in given.parts):
+            raise BadRequest(f"{raw[:80]}... is longer than a path or a name can be "
+                             f"({NAME_MAX} bytes a name, {PATH_MAX} in all)")
         path = _real(given)
         if self.root_of(path) is None:  # first: says nothing of where the data dir is
             raise Forbidden(f"{raw} is outside the folders you may import from and export to "
