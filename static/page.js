@@ -146,7 +146,25 @@
       message = "upload failed: " + err;
     }
     if (zone) zone.classList.remove("busy");
-    if (message) toast(message); else refreshFiles();
+    if (message && !sayInDialog(message)) toast(message);
+    if (!message) refreshFiles();
+  }
+
+  // The Files dialog is modal (the top layer): a toast of the page would sit under it, cut
+  // off, so a refused upload says why inside the dialog, under its drop zone.
+  function sayInDialog(text) {
+    const dialog = document.getElementById("files-dialog");
+    const form = document.getElementById("files-upload");
+    if (!dialog || !dialog.open || !form || !dialog.contains(form)) return false;
+    let line = form.querySelector(".upload-error");
+    if (!line) {
+      line = document.createElement("p");
+      line.className = "upload-error";
+      line.setAttribute("role", "alert");
+      form.append(line);
+    }
+    line.textContent = text;
+    return true;
   }
 
   function toast(text) {
