@@ -69,6 +69,8 @@ def holdable(changes: Mapping[str, Any], root: Path
 
 def why_left_out(root: Path, rel: str, content: Any = DISK) -> str | None:
     """Why the file at `rel` (under `root`) cannot be committed as it is, or None."""
+    if rel.endswith("/"):  # how `git status` lists a nested repository: never entered
+        return "a nested git repository"
     reason = names.why_not(rel)
     if reason is None and names.why_not(rel, symlink=True):  # a `.gitmodules` spelling
         link = content.mode == FileMode.LINK if isinstance(content, Staged) \

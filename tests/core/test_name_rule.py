@@ -92,3 +92,15 @@ def test_a_name_that_is_not_utf8_is_refused_though_git_takes_it(repo: tuple[Path
     assert names.skipped_entry(name, "not valid UTF-8") == {
         "path": "bad\\xff.txt", "reason": "not valid UTF-8"}
     assert names.why_not("a\0b") == "contains a NUL byte"
+
+
+def test_a_nested_repository_listed_by_git_status_is_left_out_with_its_reason(
+        tmp_path: Path) -> None:
+    """`git status` lists an untracked nested repository as `dir/`: the scan never enters
+    it, so the checkpoint lists it as left out, saying why (not "empty part")."""
+    from server.core.workdir_scan import why_left_out
+
+    (tmp_path / "inner").mkdir()
+    subprocess.run(["git", "init", "-q", str(tmp_path / "inner")], check=True)
+    assert why_left_out(tmp_path, "inner/") == "a nested git repository"
+    assert why_left_out(tmp_path, "inner.txt") is None
