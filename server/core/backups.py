@@ -28,9 +28,9 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import FileMode
 
-from . import gitnames, guarded, jsontext
+from . import gitnames, guarded
 from .errors import Conflict
-from .git_session import WORKDIR, GitSession
+from .git_session import WORKDIR, GitSession, to_json_bytes
 
 REF_PREFIX = "refs/braid/backups/"
 MANIFEST = "manifest.json"
@@ -139,10 +139,10 @@ class BackupStore:
         old_tree = old.tree if old is not None else None
         paths = {rel: ({"oid": str(e[0]), "mode": int(e[1])} if e else None)
                  for rel, e in sorted(manifest.items())}
-        data = jsontext.dumps({"turn_id": turn_id, "paths": paths})  # json.dumps's text
+        data = to_json_bytes({"turn_id": turn_id, "paths": paths})
         root = self.repo.TreeBuilder(old_tree) if old_tree is not None else \
             self.repo.TreeBuilder()
-        root.insert(MANIFEST, self.repo.create_blob(data.encode() + b"\n"), FileMode.BLOB)
+        root.insert(MANIFEST, self.repo.create_blob(data), FileMode.BLOB)
         if new_blobs:
             blobs_tree = gitnames.subtree(old_tree, BLOBS)
             root.insert(BLOBS, self._add_blobs(blobs_tree, new_blobs), FileMode.TREE)
