@@ -51,25 +51,17 @@ __all__ = [
 ]
 
 
-_RECORD = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
-
-
 def to_json_bytes(obj: Any) -> bytes:
-    """A record's text in git: `json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False)`
-    and a newline, byte for byte, as every Braid has written it (diffs in git stay small).
-
-    orjson writes it (no reference cycle left behind, unlike the standard library's indented
-    encoder, issue 11), but indents by two: each line's indent is halved here (JSON strings
-    hold no raw newline, so every line starts with indentation only). Where orjson differs:
-    NaN and the infinities, not JSON, become null; floats in 1e-7..1e-4 are written without an
-    exponent (`0.00001`, read back the same). What orjson refuses (keys that are not strings,
-    integers past 64 bits, lone surrogates) goes to `json.dumps`, the reference.
-    """
+    """A record's text: `json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False)` and
+    a newline, byte for byte, as Braid always wrote it; by orjson (no reference cycle left, as
+    the indenting json encoder leaves, issue 11), its indent of two halved (no JSON string
+    holds a raw newline). Unlike json: NaN/Infinity become null, floats in 1e-7..1e-4 have no
+    exponent (read back the same); what orjson refuses goes to json.dumps."""
     try:
-        lines = orjson.dumps(obj, option=_RECORD).split(b"\n")
+        lines = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+                             | orjson.OPT_APPEND_NEWLINE).split(b"\n")
     except orjson.JSONEncodeError:
-        text = json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False)
-        return (text + "\n").encode()
+        return (json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
     return b"\n".join([line[(len(line) - len(line.lstrip(b" "))) >> 1:] for line in lines])
 
 
