@@ -59,20 +59,6 @@ class BackupStore:
         manifest[rel] = entry
         self._write(turn_id, manifest, [entry] if entry else [])
 
-    def restore_turn(self, turn_id: str, paths: Iterable[str] | None = None) -> list[str]:
-        """Put every backed-up path of the turn (or just `paths`) back on disk exactly as it was
-        before the turn: blind, over whatever is there now. The caller commits. `revert_turn`
-        restores three-way instead, keeping later work; this is the primitive under it."""
-        manifest = self.manifest(turn_id)
-        wanted = sorted(manifest) if paths is None else sorted(set(paths) & set(manifest))
-        for rel in wanted:
-            write_entry(self.git, rel, manifest[rel])
-        return wanted
-
-    def list_backed_paths(self, turn_id: str) -> list[str]:
-        """Workdir-relative paths the turn backed up, sorted."""
-        return sorted(self.manifest(turn_id))
-
     # -- more of the same ---------------------------------------------------------------------
 
     def backup_from_head(self, turn_id: str, rel_paths: Iterable[str]) -> None:
