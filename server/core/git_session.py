@@ -52,17 +52,17 @@ __all__ = [
 
 
 def to_json_bytes(obj: Any) -> bytes:
-    """A record's text: `json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False)` and
-    a newline, byte for byte, as Braid always wrote it; by orjson (no reference cycle left, as
-    the indenting json encoder leaves, issue 11), its indent of two halved (no JSON string
-    holds a raw newline). Unlike json: NaN/Infinity become null, floats in 1e-7..1e-4 have no
-    exponent (read back the same); what orjson refuses goes to json.dumps."""
+    """A record's text, byte for byte `json.dumps(obj, indent=1, sort_keys=True,
+    ensure_ascii=False)` and a newline, by orjson (no reference cycle left, issue 11), its
+    indent of two halved. Unlike json: NaN/Infinity are null, 1e-7..1e-4 floats unexponented."""
     try:
-        lines = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
-                             | orjson.OPT_APPEND_NEWLINE).split(b"\n")
-    except orjson.JSONEncodeError:
+        out = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+                           | orjson.OPT_APPEND_NEWLINE)
+    except orjson.JSONEncodeError:  # keys that are not str, ints past 64 bits, surrogates
         return (json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
-    return b"\n".join([line[(len(line) - len(line.lstrip(b" "))) >> 1:] for line in lines])
+    if b"\n    " not in out:  # one level deep (no raw newline is inside a JSON string)
+        return out.replace(b"\n  ", b"\n ")
+    return b"\n".join([ln[(len(ln) - len(ln.lstrip(b" "))) >> 1:] for ln in out.split(b"\n")])
 
 
 class GitSession(WorkdirScan, IndexedSession):
