@@ -28,9 +28,9 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import FileMode
 
-from . import gitnames, guarded, jsontext
+from . import gitnames, guarded
 from .errors import Conflict
-from .git_session import WORKDIR, GitSession
+from .git_session import WORKDIR, GitSession, to_json_bytes
 
 REF_PREFIX = "refs/braid/backups/"
 MANIFEST = "manifest.json"
@@ -58,20 +58,6 @@ class BackupStore:
         entry = self._entry_on_disk(rel)
         manifest[rel] = entry
         self._write(turn_id, manifest, [entry] if entry else [])
-
-    def restore_turn(self, turn_id: str, paths: Iterable[str] | None = None) -> list[str]:
-        """Put every backed-up path of the turn (or just `paths`) back on disk exactly as it was
-        before the turn: blind, over whatever is there now. The caller commits. `revert_turn`
-        restores three-way instead, keeping later work; this is the primitive under it."""
-        manifest = self.manifest(turn_id)
-        wanted = sorted(manifest) if paths is None else sorted(set(paths) & set(manifest))
-        for rel in wanted:
-            write_entry(self.git, rel, manifest[rel])
-        return wanted
-
-    def list_backed_paths(self, turn_id: str) -> list[str]:
-        """Workdir-relative paths the turn backed up, sorted."""
-        return sorted(self.manifest(turn_id))
 
     # -- more of the same ---------------------------------------------------------------------
 
@@ -139,10 +125,10 @@ class BackupStore:
         old_tree = old.tree if old is not None else None
         paths = {rel: ({"oid": str(e[0]), "mode": int(e[1])} if e else None)
                  for rel, e in sorted(manifest.items())}
-        data = jsontext.dumps({"turn_id": turn_id, "paths": paths})  # json.dumps's text
+        data = to_json_bytes({"turn_id": turn_id, "paths": paths})
         root = self.repo.TreeBuilder(old_tree) if old_tree is not None else \
             self.repo.TreeBuilder()
-        root.insert(MANIFEST, self.repo.create_blob(data.encode() + b"\n"), FileMode.BLOB)
+        root.insert(MANIFEST, self.repo.create_blob(data), FileMode.BLOB)
         if new_blobs:
             blobs_tree = gitnames.subtree(old_tree, BLOBS)
             root.insert(BLOBS, self._add_blobs(blobs_tree, new_blobs), FileMode.TREE)

@@ -15,7 +15,7 @@ import pygit2
 TRAILER_KIND = "Braid-Kind"
 TRAILER_RUN = "Braid-Run"
 TRAILER_INDEX = "Braid-Message-Index"
-# The body paragraph that lists the names a commit left out (`skipped_in` reads it back).
+# The body paragraph that lists the names a commit left out (tests read it back).
 SKIPPED_HEAD = "Left out, names git cannot hold"
 SKIPPED_LISTED = 200
 
@@ -67,21 +67,6 @@ def commit_message(summary: str, kind: str, run_id: str | None, message_index: i
     return "\n".join(lines) + "\n"
 
 
-def skipped_in(message: str) -> list[dict[str, str]]:
-    """The `skipped` list a commit message holds (`commit_message`), or []."""
-    out: list[dict[str, str]] = []
-    listing = False
-    for line in message.splitlines():
-        if line.startswith(SKIPPED_HEAD):
-            listing = True
-        elif listing and line.startswith("  {"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        elif listing:
-            listing = line.startswith("  ")
-    return out
 
 
 def parse_trailers(message: str) -> dict[str, str]:

@@ -29,8 +29,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
-from .errors import BadRequest
-
 DEMO = "demo"
 DEFAULT = "default"
 TOOL_CHOICE_WORDS = ("auto", "none", "required")
@@ -213,12 +211,6 @@ def endpoints_from_settings(settings: Any) -> list[Endpoint]:
                 raise ValueError(f"BRAID_ENDPOINTS: the name {e.name!r} is taken")
         out.extend(extra)
     return out
-
-
-def check_tool_choice(value: str | None) -> str | None:
-    if value is None or value in TOOL_CHOICE_WORDS or value.isidentifier():
-        return value
-    raise BadRequest("tool_choice must be auto, none, required or a tool's name")
 
 
 def choice_for_call(tool_choice: str | None, call: int) -> str | None:

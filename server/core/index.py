@@ -136,13 +136,6 @@ class Index:
             row["archived"] = bool(row["archived"])
         return rows
 
-    async def count_archived(self, user_id: str) -> int:
-        async with self.db.execute(
-            "SELECT count(*) FROM sessions WHERE user_id = ? AND archived = 1", (user_id,)
-        ) as cur:
-            row = await cur.fetchone()
-        return int(row[0]) if row else 0
-
     async def delete_session(self, session_id: str) -> None:
         await self.db.execute("DELETE FROM runs WHERE session_id = ?", (session_id,))
         await self.db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))

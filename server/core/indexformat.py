@@ -19,7 +19,6 @@ SIGNATURE = b"DIRC"
 HEADER = struct.Struct(">4sII")
 _ENTRY = struct.Struct(">10I20sH")  # ctime s/ns, mtime s/ns, dev, ino, mode, uid, gid, size
 EXTENDED = 0x4000
-SKIP_WORKTREE = 0x4000
 SPARSE_DIR_MODE = 0o040000  # a sparse directory entry: a whole tree, skip-worktree
 SPARSE_EXTENSION = b"sdir"
 _MASK = 0xFFFFFFFF
@@ -271,9 +270,6 @@ class SortedEntries:
             if piece is None:
                 self._joined[c] = b"".join(self._blobs[c])
         return self._joined  # type: ignore[return-value]
-
-    def joined(self) -> bytes:
-        return b"".join(self.pieces())
 
     def pieces_except(self, sparse: list[tuple[bytes, bytes]]) -> tuple[list[bytes], int]:
         """The entries' bytes in order with the entries under each prefix of `sparse`

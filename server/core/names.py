@@ -144,10 +144,3 @@ def split(paths: Iterable[str]) -> tuple[list[str], list[str]]:
     for path in paths:
         (good if why_not(path) is None else bad).append(path)
     return good, bad
-
-
-def refusal(paths: list[str]) -> str:
-    listed = ", ".join(f"'{shown(p)}' ({why_not(p)})" for p in paths[:10])
-    more = f" and {len(paths) - 10} more" if len(paths) > 10 else ""
-    return (f"error: file names git cannot hold were left out of the commit: {listed}{more}. "
-            f"Rename them (e.g. with the shell) to keep them.")

@@ -45,7 +45,6 @@ class PackWriter:
         fd, tmp = tempfile.mkstemp(prefix="tmp_pack_", dir=self.pack_dir)
         self._tmp = Path(tmp)
         self._file = os.fdopen(fd, "wb")
-        self._sha = hashlib.sha1()
         self._entries: dict[bytes, tuple[int, int]] = {}  # raw id → (offset, crc32)
         self._offset = 12
         self._write(b"PACK" + struct.pack(">II", 2, 0))  # the count is patched at close

@@ -51,10 +51,6 @@ class PgThread:
                 self._db = await asyncpg.connect(self.url)
             return await fn(self._db)
 
-    @property
-    def connected(self) -> bool:
-        return self._db is not None and not self._db.is_closed()
-
     def close(self) -> None:
         async def shut(db: Any) -> None:
             await db.close()

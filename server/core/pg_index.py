@@ -90,10 +90,6 @@ class PgIndex:
         sql += " ORDER BY created_at DESC"
         return [dict(r) for r in await self.pool.fetch(sql, *args)]
 
-    async def count_archived(self, user_id: str) -> int:
-        return int(await self.pool.fetchval(
-            "SELECT count(*) FROM sessions WHERE user_id = $1 AND archived", user_id))
-
     async def delete_session(self, session_id: str) -> None:
         async with self.pool.acquire() as db, db.transaction():
             await db.execute("DELETE FROM runs WHERE session_id = $1", session_id)

@@ -20,7 +20,6 @@ False).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from collections import OrderedDict
@@ -142,12 +141,6 @@ class TreeEdit:
             self.entries = sorted_entries(self.entries)
             self.ordered = True
         return self.entries, b"".join(self.entries.values())
-
-
-def object_id(kind: bytes, data: bytes) -> bytes:
-    sha = hashlib.sha1(b"%s %d\0" % (kind, len(data)))
-    sha.update(data)
-    return sha.digest()
 
 
 def plain_name(name: str) -> bool:

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 MAX_TITLE = 120
 MAX_MODEL = 200
 DELETED_PREFIX = ".deleted-"
-UPDATABLE = ("title", "archived", "model")
 
 
 def _summary(changes: dict[str, Any]) -> str:

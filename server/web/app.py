@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -29,7 +30,15 @@ from . import (
     transcript_pages,
 )
 from .actions import SPECS
-from .auth import AuthMiddleware
+from .auth import (
+    CookieOriginMiddleware,
+    Endpoint,
+    TokenBackend,
+    api_401,
+    empty_401,
+    login_required,
+    to_login,
+)
 from .specs import http_routes
 from .templating import ROOT
 from .ws import session_socket
@@ -66,26 +75,39 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
+def page(endpoint: Endpoint) -> Endpoint:
+    """A page or a form post: a caller without a valid token goes to the login page."""
+    return login_required(to_login, endpoint)
+
+
+def partial(endpoint: Endpoint) -> Endpoint:
+    """A partial the page fetches: an empty 401 without a valid token."""
+    return login_required(empty_401, endpoint)
+
+
 def routes() -> list[Route | WebSocketRoute | Mount]:
+    """The route table; each route's login requirement is declared here (`page`, `partial`,
+    the JSON API's `api_401`), the socket checks its own (`ws._open`)."""
     modules = ROOT / "node_modules"
     return [
-        Route("/", pages.home),
+        Route("/", page(pages.home)),
         Route("/login", pages.login, methods=["GET", "POST"]),
         Route("/logout", pages.logout, methods=["POST"]),  # a link or an image cannot
-        Route("/sessions", pages.new_session, methods=["POST"]),
-        Route("/sessions/list", pages.session_list),
-        Route("/sessions/import", import_views.new_from, methods=["POST"]),
-        Route("/s/{session_id}", pages.session_page),
-        Route("/s/{session_id}/delete", form_posts.delete_page, methods=["POST"]),
-        Route("/api/sessions/{session_id}/files", file_actions.api_upload, methods=["POST"]),
-        Route("/s/{session_id}/files", file_actions.files_fragment),
-        Route("/s/{session_id}/files/view", file_actions.file_view),
+        Route("/sessions", page(pages.new_session), methods=["POST"]),
+        Route("/sessions/list", partial(pages.session_list)),
+        Route("/sessions/import", page(import_views.new_from), methods=["POST"]),
+        Route("/s/{session_id}", page(pages.session_page)),
+        Route("/s/{session_id}/delete", page(form_posts.delete_page), methods=["POST"]),
+        Route("/api/sessions/{session_id}/files", login_required(api_401, file_actions.api_upload),
+              methods=["POST"]),
+        Route("/s/{session_id}/files", partial(file_actions.files_fragment)),
+        Route("/s/{session_id}/files/view", partial(file_actions.file_view)),
         Route("/highlight.css", highlight.stylesheet_route),
-        Route("/s/{session_id}/dag", dag_views.dag_fragment),
-        Route("/s/{session_id}/turns", transcript_pages.older_turns),
-        Route("/s/{session_id}/dag/node/{commit_id}", dag_views.node_fragment),
-        Route("/s/{session_id}/fork", form_posts.fork_page, methods=["POST"]),
-        Route("/s/{session_id}/model", model_actions.picker_fragment),
+        Route("/s/{session_id}/dag", partial(dag_views.dag_fragment)),
+        Route("/s/{session_id}/turns", partial(transcript_pages.older_turns)),
+        Route("/s/{session_id}/dag/node/{commit_id}", partial(dag_views.node_fragment)),
+        Route("/s/{session_id}/fork", page(form_posts.fork_page), methods=["POST"]),
+        Route("/s/{session_id}/model", partial(model_actions.picker_fragment)),
         *http_routes(SPECS),  # the JSON API: one route per declared action
         WebSocketRoute("/ws/sessions/{session_id}", session_socket),
         Mount("/static", StaticFiles(directory=str(ROOT / "static")), name="static"),
@@ -115,7 +137,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
             await braid.stop()
 
     app = Starlette(routes=routes(),
-                    middleware=[Middleware(SecurityHeaders), Middleware(AuthMiddleware)],
+                    middleware=[Middleware(SecurityHeaders),
+                                Middleware(AuthenticationMiddleware, backend=TokenBackend()),
+                                Middleware(CookieOriginMiddleware)],
                     exception_handlers={BraidError: errors.braid_error,
                                         HTTPException: errors.http_error,
                                         Exception: errors.server_error},

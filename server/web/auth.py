@@ -4,13 +4,28 @@ A browser attaches the cookie to requests any page makes, so every request the c
 authenticates and that changes something (a form, a JSON API call, a WebSocket) must come
 from this very origin: scheme, host and port (cross-site request forgery and WebSocket
 hijacking). A Bearer token is something a foreign page cannot attach; a client without an
-Origin (a script) is accepted when its token is valid."""
+Origin (a script) is accepted when its token is valid.
+
+Identity is Starlette's: `AuthenticationMiddleware` asks `TokenBackend` once per request and
+socket; the route table declares each route's login requirement (`login_required` with the
+route's refusal: the login page, an empty 401, the JSON API's 401). The Origin check of the
+JSON API is its own middleware (`CookieOriginMiddleware`)."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
-from starlette.requests import HTTPConnection
+from starlette.authentication import (
+    AuthCredentials,
+    AuthenticationBackend,
+    BaseUser,
+    SimpleUser,
+    has_required_scope,
+)
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..core.errors import BraidError, Forbidden, Unauthorized
@@ -33,14 +48,15 @@ def token_of(conn: HTTPConnection) -> str | None:
     return bearer_of(conn) or conn.cookies.get(COOKIE) or None
 
 
-def user_of(conn: HTTPConnection) -> str | None:
-    """The caller, as `AuthMiddleware` found it once for this request (None: no valid
-    token)."""
-    state = conn.scope.get("state") or {}
-    if "user_id" in state:
-        return state["user_id"]
-    users = conn.app.state.braid.users
-    return users.authenticate(token_of(conn))
+def user_of(conn: HTTPConnection) -> str:
+    """The caller's user id, as `TokenBackend` found it once for this request; only for
+    routes declared `login_required` (and the socket once it checked `signed_in`)."""
+    assert conn.user.is_authenticated
+    return str(conn.user.identity)
+
+
+def signed_in(conn: HTTPConnection) -> bool:
+    return has_required_scope(conn, ["authenticated"])
 
 
 def _origin_of(url: str) -> tuple[str, str, int] | None:
@@ -91,31 +107,73 @@ def check_cookie_request(conn: HTTPConnection, method: str) -> None:
         raise Forbidden("cross-origin request refused")
 
 
-class AuthMiddleware:
-    """Authenticates every request and socket once: the caller's user id goes into the
-    scope's state (`user_of` reads it; None when the token is missing or bad). A JSON API
-    request (`/api/...`) without a valid token is refused here (401), and so is one that a
-    cookie authenticates, changes something, and comes from another origin (403). Pages
-    redirect to the login themselves; the socket closes with its own codes (4401, 4403)."""
+class TokenBackend(AuthenticationBackend):
+    """Starlette's `AuthenticationMiddleware` asks it once per request and socket: the user
+    of the Bearer token or the login cookie (`request.user`, scope `authenticated`), or no
+    one (a missing or bad token, and static files, which need none)."""
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, BaseUser] | None:
+        if conn.scope["path"].startswith(("/static/", "/vendor/")):
+            return None
+        # Off the event loop: a users backend is a file or a database away.
+        user_id = await off_loop(conn.app.state.braid.users).authenticate(token_of(conn))
+        if user_id is None:
+            return None
+        return AuthCredentials(["authenticated"]), SimpleUser(user_id)
+
+
+class CookieOriginMiddleware:
+    """A JSON API request (`/api/...`) that the login cookie authenticates, changes something,
+    and comes from another origin is refused here (403), before any route sees it. Runs after
+    `AuthenticationMiddleware`: a caller without a valid token is left to its route's 401.
+    Pages and the socket check the Origin themselves (their refusals differ)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or \
-                scope["path"].startswith(("/static/", "/vendor/")):
-            await self.app(scope, receive, send)
-            return
-        conn = HTTPConnection(scope)
-        # Off the event loop: a users backend is a file or a database away.
-        user_id = await off_loop(conn.app.state.braid.users).authenticate(token_of(conn))
-        scope.setdefault("state", {})["user_id"] = user_id
         if scope["type"] == "http" and scope["path"].startswith("/api/"):
+            conn = HTTPConnection(scope)
             try:
-                if user_id is None:
-                    raise Unauthorized("a valid token is required")
-                check_cookie_request(conn, scope["method"])
+                if signed_in(conn):
+                    check_cookie_request(conn, scope["method"])
             except BraidError as e:
                 await error_response(e)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+# What a route answers a caller without a valid token (`login_required`).
+Refusal = Callable[[Request], Response]
+
+
+def to_login(request: Request) -> Response:
+    """A page: the login page."""
+    return RedirectResponse("/login", status_code=303)
+
+
+def empty_401(request: Request) -> Response:
+    """A partial the page fetches: nothing to swap in."""
+    return HTMLResponse("", status_code=401)
+
+
+def api_401(request: Request) -> Response:
+    """A JSON API call: `{"error": {"code": "unauthorized", ...}}` (the app's handler)."""
+    raise Unauthorized("a valid token is required")
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def login_required(refuse: Refusal, endpoint: Endpoint) -> Endpoint:
+    """`endpoint` behind the login, declared in the route table (Starlette's `requires`,
+    with this app's refusal for each kind of route): it runs only for a signed-in caller,
+    who `user_of` then names."""
+
+    @functools.wraps(endpoint)
+    async def guarded(request: Request) -> Response:
+        if not signed_in(request):
+            return refuse(request)
+        return await endpoint(request)
+
+    return guarded

@@ -1,6 +1,7 @@
 """The page's plain form posts: the confirmed Delete and the Fork session buttons. The
 actions themselves (`update_session`, `fork_session`, ...) are declared in actions.py; a form
-post only adds the login redirect, the Origin check forms need, and where to go next."""
+post only adds the Origin check forms need and where to go next (the login redirect is
+the route table's)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,6 @@ FormAction = Callable[[Request, str], Awaitable[str]]
 
 async def _form_post(request: Request, action: FormAction) -> Response:
     user_id = user_of(request)
-    if user_id is None:
-        return RedirectResponse("/login", status_code=303)
     if not origin_allowed(request):
         return HTMLResponse("cross-site form refused", status_code=403)
     try:

@@ -1,12 +1,12 @@
 """The model picker's web side (DESIGN §5, §8; `GET /api/models` is in actions.py): the
 picker partial (`/s/{id}/model`, fetched by the page once it has loaded, since listing asks
 each endpoint's `GET /v1/models`), and its HTML frames: a new choice (`update_session`
-{model}, see session_meta.py) redraws the picker in every tab, a finished turn the session's
-token count."""
+{model}, see session_meta.py) redraws the picker in every tab (a finished turn's token count is
+render_html's)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -15,9 +15,6 @@ from ..core import model_choice
 from ..core.errors import NotFound
 from .auth import user_of
 from .templating import render
-
-if TYPE_CHECKING:
-    from .render_html import HtmlRenderer
 
 
 async def picker_html(braid: Any, user_id: str, session_id: str) -> str:
@@ -35,17 +32,9 @@ async def picker_html(braid: Any, user_id: str, session_id: str) -> str:
 
 async def picker_fragment(request: Request) -> Response:
     user_id = user_of(request)
-    if user_id is None:
-        return HTMLResponse("", status_code=401)
     try:
         html = await picker_html(request.app.state.braid, user_id,
                                  request.path_params["session_id"])
     except NotFound:
         return HTMLResponse("", status_code=404)
     return HTMLResponse(html)
-
-
-async def session_tokens(r: HtmlRenderer) -> str:
-    """The session's token count, redrawn out of band when a turn ends."""
-    usage = await model_choice.session_usage(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
-    return render("_session_tokens.html", usage=usage, oob=True)

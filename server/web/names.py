@@ -92,10 +92,6 @@ class Names:
         return None
 
 
-def use_names(runs: list[dict[str, Any]]) -> Names:
-    return use(Names(runs))
-
-
 def use(names: Names) -> Names:
     """The names this render reads (an event's view brings them, read once)."""
     _NAMES.set(names)

@@ -62,8 +62,6 @@ async def logout(request: Request) -> Response:
 
 async def home(request: Request) -> Response:
     user_id = user_of(request)
-    if user_id is None:
-        return _login_redirect()
     rows = await sessions.list_sessions(request.app.state.braid, user_id)
     if rows:
         return RedirectResponse(f"/s/{rows[0]['session_id']}", status_code=303)
@@ -73,8 +71,6 @@ async def home(request: Request) -> Response:
 
 async def new_session(request: Request) -> Response:
     user_id = user_of(request)
-    if user_id is None:
-        return _login_redirect()
     if not origin_allowed(request):
         return HTMLResponse("cross-site form refused", status_code=403)
     braid = request.app.state.braid
@@ -93,8 +89,6 @@ async def new_session(request: Request) -> Response:
 async def session_page(request: Request) -> Response:
     braid = request.app.state.braid
     user_id = user_of(request)
-    if user_id is None:
-        return _login_redirect()
     session_id = request.path_params["session_id"]
     try:
         info = await sessions.session_info(braid, user_id, session_id, runs=False)
@@ -115,8 +109,6 @@ async def session_page(request: Request) -> Response:
 
 async def session_list(request: Request) -> Response:
     user_id = user_of(request)
-    if user_id is None:
-        return HTMLResponse("", status_code=401)
     query = request.query_params.get("q", "")
     archived = request.query_params.get("archived") == "1"
     rows = await sessions.list_sessions(request.app.state.braid, user_id, query, archived)

@@ -22,7 +22,7 @@ from starlette.routing import Route
 from ..core.errors import BadRequest, NotFound
 from . import hostile
 from . import params as P
-from .auth import user_of
+from .auth import api_401, login_required, user_of
 
 if TYPE_CHECKING:
     from ..core.braid import Braid
@@ -137,7 +137,8 @@ def json_response(result: Any, status: int) -> Response:
 
 
 def http_endpoint(action: Action) -> Callable[[Request], Awaitable[Response]]:
-    """The route of `action`. Auth is `AuthMiddleware`'s, errors the app's handlers'."""
+    """The route of `action`, behind the login (`http_routes`); errors are the app's
+    handlers'."""
     http = action.http
     assert http is not None
     call = http.call or action.call
@@ -145,7 +146,6 @@ def http_endpoint(action: Action) -> Callable[[Request], Awaitable[Response]]:
 
     async def endpoint(request: Request) -> Response:
         user_id = user_of(request)
-        assert user_id is not None  # AuthMiddleware refused the request otherwise
         raw: dict[str, Any] = dict(request.query_params) if http.method == "GET" \
             else await body(request)
         raw.update(request.path_params)
@@ -159,5 +159,6 @@ def http_endpoint(action: Action) -> Callable[[Request], Awaitable[Response]]:
 
 
 def http_routes(actions: list[Action]) -> list[Route]:
-    return [Route(a.http.path, http_endpoint(a), methods=[a.http.method])
+    return [Route(a.http.path, login_required(api_401, http_endpoint(a)),
+                  methods=[a.http.method])
             for a in actions if a.http is not None]

@@ -14,7 +14,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from ..core.errors import BadRequest, BraidError, NotFound
 from . import hostile, live
 from .actions import ACTIONS, ActionContext
-from .auth import origin_allowed, user_of
+from .auth import origin_allowed, signed_in, user_of
 from .errors import error_frame, result_frame
 from .render_html import HtmlRenderer
 
@@ -149,10 +149,10 @@ async def _open(ws: WebSocket) -> tuple[str, str, str] | None:
     if not origin_allowed(ws):
         await ws.close(code=4403, reason="origin not allowed")
         return None
-    user_id = user_of(ws)
-    if user_id is None:
+    if not signed_in(ws):
         await ws.close(code=4401, reason="a valid token is required")
         return None
+    user_id = user_of(ws)
     fmt = ws.query_params.get("format", "html")
     await ws.accept()
     session_id = ws.path_params["session_id"]

@@ -176,7 +176,7 @@ def test_sorted_entries_match_a_sorted_dict_through_random_changes() -> None:
             model[key] = blob
         if step % 97 == 0:
             assert list(store.items()) == sorted(model.items())
-            assert store.joined() == b"".join(v for _, v in sorted(model.items()))
+            assert b"".join(store.pieces()) == b"".join(v for _, v in sorted(model.items()))
             assert [k for k, _ in store.items(b"k1")] == sorted(k for k in model
                                                                 if k.startswith(b"k1"))
     assert len(store) == len(model) and store.flat() == (sorted(model),

@@ -129,7 +129,7 @@ def one_turn(git: GitSession, n: int) -> None:
                           fresh(f"workdir/dir{n}/f{n}.txt"): DISK},
                          summary="turn", kind="turn", run_id=run_id)
     assert git.read_json(git.head_commit(), fresh(hist)) == {"n": n}
-    assert backups.list_backed_paths(run_id) == [f"dir{n}/f{n}.txt"]
+    assert sorted(backups.manifest(run_id)) == [f"dir{n}/f{n}.txt"]
     assert tree_entry(git.head_commit().tree, fresh(f"workdir/dir{n}/f{n}.txt")) is not None
     git.branch_tip(fresh("main"))
     if n % 2:

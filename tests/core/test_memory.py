@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from conftest import ROOT
-from server.core.memory import give_back_memory
 
 # Run as `python -c CHECK a 'b c'`: re-executed once, then it says what it runs with. Python's
 # own allocator is the one whose statistics name a "Small block threshold".
@@ -51,21 +50,6 @@ def test_a_users_own_allocator_setting_is_kept() -> None:
     assert "Small block threshold" in stats
     assert found["pid"] == pid
     assert found["env"] == "pymalloc" and found["child"] == "pymalloc"
-
-
-def test_giving_back_memory_lets_go_of_the_names_looked_up() -> None:
-    """The type attribute cache keeps each name it was asked for; after a burst those are
-    strings its requests made, scattered over the heap it would give back."""
-
-    class Thing:
-        pass
-
-    name = "".join(["made_by_", "a_request"])  # a new string, as a parsed request's
-    held = sys.getrefcount(name)
-    getattr(Thing(), name, None)
-    assert sys.getrefcount(name) == held + 1  # the cache's reference
-    give_back_memory()
-    assert sys.getrefcount(name) == held
 
 
 def test_the_served_process_runs_on_malloc_and_its_commands_do_not(server_factory: Any) -> None:

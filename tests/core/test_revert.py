@@ -14,7 +14,7 @@ import pytest
 
 from conftest import assert_fsck, call_action, git
 from server.core import layout, revert, sessions, turns
-from server.core.backups import REF_PREFIX, BackupStore
+from server.core.backups import REF_PREFIX, BackupStore, write_entry
 from server.core.braid import Braid
 from server.core.errors import BadRequest, Busy, Conflict, NotFound
 from server.core.settings import Settings
@@ -116,6 +116,15 @@ async def test_revert_and_unrevert_give_back_each_turns_files(braid: Braid) -> N
     assert_fsck(s.path)
 
 
+def restore_all(g: Any, turn_id: str) -> list[str]:
+    """Every path the turn backed up put back on disk as it was before the turn, blind, over
+    what is there now (revert_turn restores three-way instead); the paths, sorted."""
+    manifest = BackupStore(g).manifest(turn_id)
+    for rel in sorted(manifest):
+        write_entry(g, rel, manifest[rel])
+    return sorted(manifest)
+
+
 async def test_backups_live_outside_the_tracked_tree(braid: Braid) -> None:
     s = await new_session(braid)
     await s.turn("write a.txt one")
@@ -132,10 +141,10 @@ async def test_backups_live_outside_the_tracked_tree(braid: Braid) -> None:
     assert "manifest.json" not in git(s.path, "ls-tree", "-r", "--name-only", "HEAD")
     assert git(s.path, "branch", "--list").split() == ["*", "main"]
     handle = braid.store.get(s.id)
-    assert await handle.call(lambda g: BackupStore(g).list_backed_paths(tid)) == \
+    assert await handle.call(lambda g: sorted(BackupStore(g).manifest(tid))) == \
         ["a.txt", "new.txt"]
-    # The blind primitive puts both back on disk.
-    restored = await handle.call(lambda g: BackupStore(g).restore_turn(tid))
+    # Written back blind, the backups put both as they were.
+    restored = await handle.call(lambda g: restore_all(g, tid))
     assert restored == ["a.txt", "new.txt"] and s.files() == {"a.txt": "one\n"}
     assert_fsck(s.path)
 
@@ -161,7 +170,7 @@ async def test_backup_store_keeps_modes_links_and_first_content(tmp_path: Path,
         (s.work / "sub" / "new.txt").write_text("new\n")
         with pytest.raises(ValueError):
             store.backup_before_edit(tid, tmp_path / "outside.txt")
-        store.restore_turn(tid)
+        restore_all(g, tid)
 
     await handle.call(edit)
     assert (s.work / "run.sh").read_text() == "#!/bin/sh\necho hi\n"
@@ -283,7 +292,7 @@ async def test_shell_changes_are_listed_and_reverted(shell_braid: Braid) -> None
     assert listed["paths"] == [{"path": "keep.txt", "status": "modified"},
                                {"path": "out/s.txt", "status": "added"}]
     handle = shell_braid.store.get(s.id)
-    backed = await handle.call(lambda g: BackupStore(g).list_backed_paths(turn["run_id"]))
+    backed = await handle.call(lambda g: sorted(BackupStore(g).manifest(turn["run_id"])))
     assert backed == ["keep.txt", "out/s.txt"]
     await revert.revert_turn(shell_braid, USER, s.id, turn["run_id"])
     assert not (s.work / "out").exists()

@@ -9,6 +9,7 @@ reverts, exports and a restart all work, and `git fsck --strict` stays clean."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from conftest import Server, WsClient, assert_fsck, free_port, git
-from server.core.commits import skipped_in
+from server.core.commits import SKIPPED_HEAD
 from tests.web.test_file_actions import upload
 
 ENDS = ("run_completed", "run_error", "run_cancelled")
@@ -39,6 +40,23 @@ def turn(srv: Server, ws: WsClient, sid: str, text: str) -> tuple[dict[str, Any]
 
 def skipped_of(events: list[dict[str, Any]]) -> list[dict[str, str]]:
     return [s for e in events for s in e.get("skipped", ())]
+
+
+def skipped_in(message: str) -> list[dict[str, str]]:
+    """The `skipped` list a commit message holds (`commits.commit_message`), or []."""
+    out: list[dict[str, str]] = []
+    listing = False
+    for line in message.splitlines():
+        if line.startswith(SKIPPED_HEAD):
+            listing = True
+        elif listing and line.startswith("  {"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        elif listing:
+            listing = line.startswith("  ")
+    return out
 
 
 def commit_skipped(path: Path, commit: str) -> list[dict[str, str]]:
