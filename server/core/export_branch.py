@@ -22,7 +22,7 @@ from typing import Any
 
 import pygit2
 
-from . import layout
+from . import gitnames, layout
 from .errors import BadRequest
 from .git_session import GitSession
 from .treeops import apply_changes, copy_blobs, tree_changes, workdir_tree
@@ -161,7 +161,7 @@ def _source_moved(git: GitSession, before: pygit2.Commit | None,
         if commit is None:
             return None
         try:
-            meta = json.loads(git.repo[commit.tree["session.json"].id].data)
+            meta = json.loads(gitnames.blob_data(git.repo, commit.tree["session.json"].id))
         except (KeyError, ValueError):
             return None
         return (meta.get("source") or {}).get("base_commit")

@@ -28,11 +28,13 @@ and its content is checked again.
 from __future__ import annotations
 
 import bisect
+import enum
 import hashlib
 import os
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Final
 
 import pygit2
 
@@ -67,7 +69,14 @@ RACY_SECONDS = 2.0
 _UNSMUDGE_PER_WRITE = 64
 # A change for `GitIndex.update`: (oid, mode, lstat or None, skip-worktree, when taken).
 Change = tuple[pygit2.Oid, int, "os.stat_result | None", bool, "float | None"]
-UNKNOWN = object()  # `tree_of` a folder whose entries match no tree known
+
+
+class Unknown(enum.Enum):
+    """The type of UNKNOWN: a one-member enum, so a type checker narrows `is UNKNOWN`."""
+    UNKNOWN = "unknown"
+
+
+UNKNOWN: Final = Unknown.UNKNOWN  # `tree_of` a folder whose entries match no tree known
 
 
 class GitIndex:
@@ -182,7 +191,7 @@ class GitIndex:
 
     # -- folders that are one tree ----------------------------------------------------------
 
-    def tree_of(self, prefix: str) -> object:
+    def tree_of(self, prefix: str) -> bytes | Unknown | None:
         """The raw id of the tree the entries under `prefix` (ending in "/") are known to
         be (None: no entries, no tree), or UNKNOWN."""
         return self._trees.get(_key(prefix), UNKNOWN)
@@ -263,8 +272,8 @@ class GitIndex:
             if change is None:
                 made[_key(path)] = None
             else:
-                key, blob = self._encoded(path, *change)
-                made[key] = blob
+                key, encoded = self._encoded(path, *change)
+                made[key] = encoded
         if len(made) < 64:
             for key, blob in made.items():
                 if blob is None:
@@ -298,7 +307,7 @@ class GitIndex:
         self._set_all(new_paths, new_blobs)
 
     def replace_prefix(self, prefix: str, items: list[tuple[bytes, bytes]],
-                       tree: object = UNKNOWN) -> None:
+                       tree: bytes | Unknown | None = UNKNOWN) -> None:
         """Every entry under `prefix` (ending in "/") replaced by `items` (key, encoded
         bytes), sorted: one splice of the sorted lists. `tree`: the raw id of the tree
         `items` list (None: no tree), if known."""
@@ -306,7 +315,7 @@ class GitIndex:
         start = _key(prefix)
         self._trees.pop(start, None)
         if tree is not UNKNOWN:
-            self._trees[start] = tree  # type: ignore[assignment]
+            self._trees[start] = tree
         lo = bisect.bisect_left(keys, start)
         hi = bisect.bisect_left(keys, prefix_end(start), lo)
         for key in keys[lo:hi]:

@@ -25,12 +25,12 @@ import pygit2
 
 from . import crash, exporting, guarded, journal, layout, uploads
 from .errors import NotFound
-from .git_session import DISK, HISTORY, RUNS, WORKDIR, WORKTREES, GitSession, to_json_bytes
+from .git_session import HISTORY, RUNS, WORKDIR, WORKTREES, GitSession, to_json_bytes
 from .ids import now_iso
 from .indexformat import clear_stale_lock
 from .reindex import reindex, reindex_one
 from .session_meta import purge_deleted
-from .staging import porcelain
+from .staging import DISK, porcelain
 from .turns import snapshot_user_edits
 
 if TYPE_CHECKING:
