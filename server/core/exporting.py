@@ -269,7 +269,7 @@ def export_to_folder(git: GitSession, folder: Path, force: bool,
         if plan.clashes:
             raise Conflict(f"{plan.clashes} file(s) clash with a folder, a file or a symlink "
                            f"in {folder}: nothing was written", {"conflicts": plan.conflicts})
-        result = {"path": str(folder), "written": [rel for rel, _ in plan.writes],
+        result: dict[str, Any] = {"path": str(folder), "written": [rel for rel, _ in plan.writes],
                   "deleted": plan.deletes, "conflicts": plan.conflicts,
                   "skipped": plan.skipped}
         state = _state(repo, folder, base_tree, plan.given)
@@ -323,7 +323,7 @@ def _folder_of(roots: Roots, value: str | None, meta: dict[str, Any]) -> Path:
 
 
 def _branch_export(git: GitSession, settings: Settings, roots: Roots, meta: dict[str, Any]
-                   ) -> dict:
+                   ) -> dict[str, Any]:
     source = meta.get("source") or {}
     if not source.get("base_commit"):
         raise BadRequest("export to a branch needs a session imported from a git repository; "

@@ -100,7 +100,7 @@ def _node(commit: pygit2.Commit, path: str) -> pygit2.Object | None:
 
 
 def _entries(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     for entry in tree:
         rel = f"{path}/{entry.name}" if path else entry.name
         if isinstance(entry, pygit2.Tree):

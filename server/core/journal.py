@@ -193,9 +193,9 @@ def settle(git: GitSession, record: dict[str, Any]) -> str:
         finish_checkout(git, record)
         return "completed"
     ref = git.repo.references.get(f"refs/heads/{branch}")
-    tip = ref.target if ref is not None else None
+    tip = gitnames.ref_oid(ref) if ref is not None else None
     done = tip is not None and str(tip) != record.get("head")
-    if done:
+    if done and tip is not None:
         info = commit_info(gitnames.commit_at(git.repo, tip))
         if info.kind != record.get("kind"):
             log.warning("intent %s: the branch moved to a %s commit", record.get("op"),

@@ -60,9 +60,10 @@ def _side(git: GitSession, entry: pygit2.IndexEntry | None) -> str | None:
 
 def _best_base(git: GitSession, merged: list[pygit2.Oid], tip: pygit2.Oid) -> pygit2.Oid | None:
     # The newest of the merge bases with what is merged so far (HEAD and earlier tips).
-    best = None
+    best: pygit2.Oid | None = None
     for oid in merged:
-        base = git.repo.merge_base(oid, tip)
+        # None when they share no commit: pygit2's stub types it a plain Oid.
+        base: pygit2.Oid | None = git.repo.merge_base(oid, tip)
         if base is not None and (best is None or git.repo.descendant_of(base, best)):
             best = base
     return best

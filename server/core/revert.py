@@ -238,8 +238,9 @@ def _commit(git: GitSession, run_id: str, record_path: str, record: dict[str, An
     for path, entry in result.items():
         check_writable(git, path, entry, deleting)  # all before any: a refusal changes nothing
     # run_id null: the note belongs to no run, so it never shifts a run's message indexes.
-    note = {"id": new_message_id(), "role": "system", "content": note_text, "run_id": None,
-            "created_at": now_iso(), "kind": kind, "reverted_run_id": run_id}
+    note: dict[str, Any] = {"id": new_message_id(), "role": "system", "content": note_text,
+                            "run_id": None, "created_at": now_iso(), "kind": kind,
+                            "reverted_run_id": run_id}
     # The files are on disk already, with their modes: stage them from there.
     changes: dict[str, Any] = {f"{WORKDIR}/{p}": DISK if e is not None else None
                                for p, e in result.items()}

@@ -59,7 +59,7 @@ def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: di
     repo = git.repo
     snap = take_snapshot(repo, source, settings, roots)  # TooLarge here: nothing written yet
     crash.at("update.after_snapshot")
-    theirs = repo[snap.tree] if snap.tree is not None else empty_tree(repo)
+    theirs = gitnames.tree_at(repo, snap.tree) if snap.tree is not None else empty_tree(repo)
     base_ref = repo.references.get(SOURCE_BASE_REF)
     base = repo[base_ref.target].peel(pygit2.Commit).tree if base_ref else empty_tree(repo)
     result: dict[str, Any] = {"changed": False, "updated_paths": [], "conflicts": [],
