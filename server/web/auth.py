@@ -14,7 +14,7 @@ from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..core.errors import BraidError, Forbidden, Unauthorized
-from ..core.users import off_loop
+from ..core.users import UserStore, off_loop
 from .errors import error_response
 
 COOKIE = "braid_token"
@@ -38,8 +38,9 @@ def user_of(conn: HTTPConnection) -> str | None:
     token)."""
     state = conn.scope.get("state") or {}
     if "user_id" in state:
-        return state["user_id"]
-    users = conn.app.state.braid.users
+        found: str | None = state["user_id"]
+        return found
+    users: UserStore = conn.app.state.braid.users
     return users.authenticate(token_of(conn))
 
 
