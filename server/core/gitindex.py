@@ -28,13 +28,11 @@ and its content is checked again.
 from __future__ import annotations
 
 import bisect
-import enum
 import hashlib
 import os
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Final
 
 import pygit2
 
@@ -44,11 +42,13 @@ from .indexformat import (
     SIGNATURE,
     SPARSE_DIR_MODE,
     SPARSE_EXTENSION,
+    UNKNOWN,
     Expand,
     IndexFormatError,
     IndexLocked,
     SortedEntries,
     Stat,
+    Unknown,
     encode,
     entry_mode,
     entry_oid,
@@ -70,13 +70,6 @@ _UNSMUDGE_PER_WRITE = 64
 # A change for `GitIndex.update`: (oid, mode, lstat or None, skip-worktree, when taken).
 Change = tuple[pygit2.Oid, int, "os.stat_result | None", bool, "float | None"]
 
-
-class Unknown(enum.Enum):
-    """The type of UNKNOWN: a one-member enum, so a type checker narrows `is UNKNOWN`."""
-    UNKNOWN = "unknown"
-
-
-UNKNOWN: Final = Unknown.UNKNOWN  # `tree_of` a folder whose entries match no tree known
 
 
 class GitIndex:

@@ -4,6 +4,7 @@ encoded and parsed, for the writer in gitindex.py."""
 from __future__ import annotations
 
 import bisect
+import enum
 import hashlib
 import logging
 import os
@@ -11,6 +12,7 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Final
 
 import pygit2
 
@@ -23,6 +25,14 @@ SKIP_WORKTREE = 0x4000
 SPARSE_DIR_MODE = 0o040000  # a sparse directory entry: a whole tree, skip-worktree
 SPARSE_EXTENSION = b"sdir"
 _MASK = 0xFFFFFFFF
+
+
+class Unknown(enum.Enum):
+    """The type of UNKNOWN: a one-member enum, so a type checker narrows `is UNKNOWN`."""
+    UNKNOWN = "unknown"
+
+
+UNKNOWN: Final = Unknown.UNKNOWN  # GitIndex.tree_of a folder whose entries match no tree
 
 
 class IndexLocked(RuntimeError):

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, NamedTuple
 import pygit2
 
 from . import gitnames, guarded
-from .gitindex import UNKNOWN, GitIndex, IndexFormatError, Unknown, tree_entries
+from .gitindex import GitIndex, IndexFormatError, tree_entries
 from .history import HISTORY, RUNS
-from .indexformat import NO_STAT, SPARSE_EXTENSION, clear_stale_lock, encode
+from .indexformat import NO_STAT, SPARSE_EXTENSION, UNKNOWN, Unknown, clear_stale_lock, encode
 from .rawobjects import TreeCache, folder_in
 
 if TYPE_CHECKING:
