@@ -145,8 +145,7 @@ def blob_from_disk(repo: pygit2.Repository, path: Path | str,
 # caller holds, and check it (a TypeError, where `.data` on a tree was an AttributeError).
 
 def blob_data(repo: pygit2.Repository, oid: pygit2.Oid | str) -> bytes:
-    """The bytes of blob `oid` (not a Blob object: pygit2 reads freed memory for a
-    temporary one, turn_changes.py)."""
+    """The bytes of blob `oid`."""
     obj = repo[oid]
     if not isinstance(obj, pygit2.Blob):
         raise TypeError(f"{oid} is not a blob")
