@@ -9,16 +9,18 @@ from typing import Any
 
 import pygit2
 
-from . import crash, guarded, journal
-from .git_session import DISK, WORKDIR, GitSession
+from . import crash, gitnames, guarded, journal
+from .git_session import WORKDIR, GitSession
 from .history import HISTORY, RUNS
+from .staging import DISK
 from .treeops import tree_delta
 
 
 def changed_paths(repo: pygit2.Repository, old: pygit2.Tree | None, new: pygit2.Tree | None,
                   prefix: str = "") -> tuple[list[str], list[str]]:
     """(paths written, paths deleted) to go from `old` to `new`, with `prefix` prepended."""
-    written, deleted = [], []
+    written: list[str] = []
+    deleted: list[str] = []
     for path, _, entry in tree_delta(old, new, prefix):  # the changed folders only
         (written if entry is not None else deleted).append(path)
     return written, deleted
@@ -30,7 +32,9 @@ def disk_paths(repo: pygit2.Repository, old: pygit2.Tree, new: pygit2.Tree
     and runs/, which are never on disk (their index entries move with `sync_off_disk`)."""
     written: list[str] = []
     deleted: list[str] = []
-    names = sorted({e.name for t in (old, new) for e in t} - {HISTORY, RUNS})
+    # An entry of a tree always has a name (pygit2 types it `str | None` for any object).
+    names = sorted({n for t in (old, new) for e in t if (n := e.name) is not None}
+                   - {HISTORY, RUNS})
     for name in names:
         a = old[name] if name in old else None
         b = new[name] if name in new else None
@@ -94,7 +98,8 @@ def merge_paths(git: GitSession, old_oid: pygit2.Oid, new_oid: pygit2.Oid
                 ) -> tuple[list[str], list[str]]:
     """(written, deleted) repo-relative paths to bring workdir/ from tree `old_oid` to
     `new_oid`, refused (`UnsafePath`) before anything changes if a write would escape."""
-    written, deleted = changed_paths(git.repo, git.repo[old_oid], git.repo[new_oid],
+    written, deleted = changed_paths(git.repo, gitnames.tree_at(git.repo, old_oid),
+                                     gitnames.tree_at(git.repo, new_oid),
                                      f"{WORKDIR}/")
     check_all(git, written, deleted)
     return written, deleted
@@ -115,4 +120,4 @@ def _as_repo_tree(git: GitSession, workdir_oid: pygit2.Oid) -> pygit2.Tree:
     """A tree holding `workdir_oid` at `workdir/`, so repo-relative paths resolve in it."""
     builder = git.repo.TreeBuilder()
     builder.insert(WORKDIR, workdir_oid, pygit2.enums.FileMode.TREE)
-    return git.repo[builder.write()]
+    return gitnames.tree_at(git.repo, builder.write())

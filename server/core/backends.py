@@ -4,21 +4,22 @@ branch registry replaced by their cross-process versions (pg_team.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .events import EventBus
 from .index import Index
 from .live_runs import RunRegistry
 from .locks import BranchLocks, LocalBranchLocks
-from .users import Users
+from .users import Users, UserStore
 
 if TYPE_CHECKING:
     from .braid import Braid
+    from .pg_index import PgIndex
     from .pg_team import Team
     from .settings import Settings
 
 
-def make_index(settings: Settings) -> Any:
+def make_index(settings: Settings) -> Index | PgIndex:
     if settings.database_url:
         from .pg_index import PgIndex
 
@@ -26,7 +27,7 @@ def make_index(settings: Settings) -> Any:
     return Index(settings.data_dir / "index.sqlite3")
 
 
-def make_users(settings: Settings) -> Any:
+def make_users(settings: Settings) -> UserStore:
     if settings.database_url:
         from .pg_users import PgUsers
 

@@ -78,7 +78,7 @@ class BackupStore:
         found = gitnames.entry(commit.tree, MANIFEST) if commit is not None else None
         if found is None:
             return {}
-        raw = json.loads(self.repo[found.id].data)
+        raw = json.loads(gitnames.blob_data(self.repo, found.id))
         out: dict[str, Entry | None] = {}
         for rel, item in raw.get("paths", {}).items():
             out[rel] = (pygit2.Oid(hex=item["oid"]), int(item["mode"])) if item else None
@@ -182,5 +182,5 @@ def write_entry(git: GitSession, rel: str, entry: Entry | None) -> None:
         guarded.delete(git.path, f"{WORKDIR}/{rel}", prune_below=WORKDIR)
         return
     oid, mode = entry
-    guarded.write(git.path, f"{WORKDIR}/{rel}", git.repo[oid].data,
+    guarded.write(git.path, f"{WORKDIR}/{rel}", gitnames.blob_data(git.repo, oid),
                   executable=mode == FileMode.BLOB_EXECUTABLE, symlink=mode == FileMode.LINK)

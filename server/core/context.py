@@ -53,8 +53,8 @@ def fit(parts: Sequence[Sequence[dict[str, Any]]], budget: int, system_tokens: i
         part = parts[i]
         usable = sums is not None and i == 0 and len(sums) == len(part) + 1
         end = state.walk(part, stop_at_user=usable)
-        if usable and not state.full and end > 0:
-            end = state.bisect(part, sums, end)  # type: ignore[arg-type]
+        if usable and sums is not None and not state.full and end > 0:
+            end = state.bisect(part, sums, end)
         if state.full or end > 0:
             break
     kept = list(chain.from_iterable(reversed(state.chunks)))

@@ -48,7 +48,7 @@ def _nodes(git: GitSession, walker: pygit2.Walker, branches: dict[str, str],
         known.clear()
     owner = _owners(git, branches)
     main_tip = pygit2.Oid(hex=branches["main"]) if "main" in branches else None
-    nodes = []
+    nodes: list[dict[str, Any]] = []
     for commit in walker:
         if len(nodes) >= limit:
             break

@@ -105,7 +105,7 @@ async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
 
 
 async def _read_body(receive: Receive) -> bytes:
-    body = b""
+    body: bytes = b""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
@@ -215,8 +215,9 @@ def _body_class() -> type:
             while True:
                 message = await self.queue.get()
                 if message is _END:
-                    if not self.task.cancelled() and self.task.exception():
-                        raise self.task.exception()  # type: ignore[misc]
+                    error = None if self.task.cancelled() else self.task.exception()
+                    if error is not None:
+                        raise error
                     return
                 if message.get("body"):
                     yield message["body"]
@@ -252,7 +253,9 @@ def _streaming_transport(app: ASGIApp) -> Any:
 
     class Transport(httpx2.AsyncBaseTransport):
         async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-            body = b"".join([part async for part in request.stream])  # type: ignore[union-attr]
+            stream = request.stream  # an async client's (httpx2.ASGITransport asserts it too)
+            assert isinstance(stream, httpx2.AsyncByteStream)
+            body = b"".join([part async for part in stream])
             closed = asyncio.Event()
             sent = False
 
@@ -265,8 +268,17 @@ def _streaming_transport(app: ASGIApp) -> Any:
                 return {"type": "http.disconnect"}
 
             queue: asyncio.Queue[Any] = asyncio.Queue()
-            task = asyncio.create_task(app(_scope(request), receive, queue.put))
-            task.add_done_callback(lambda _: (closed.set(), queue.put_nowait(_END)))
+            scope = _scope(request)
+
+            async def run() -> None:  # a coroutine: ASGIApp is typed to return any awaitable
+                await app(scope, receive, queue.put)
+
+            def finished(_: asyncio.Task[None]) -> None:
+                closed.set()
+                queue.put_nowait(_END)
+
+            task = asyncio.create_task(run())
+            task.add_done_callback(finished)
             start = await queue.get()
             if start is _END:
                 task.result()  # re-raises the app's error

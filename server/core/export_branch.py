@@ -22,7 +22,7 @@ from typing import Any
 
 import pygit2
 
-from . import layout
+from . import gitnames, layout
 from .errors import BadRequest
 from .git_session import GitSession
 from .treeops import apply_changes, copy_blobs, tree_changes, workdir_tree
@@ -54,9 +54,10 @@ class Replay:
     mapped: dict[pygit2.Oid, pygit2.Oid] = field(default_factory=dict)
     made: list[str] = field(default_factory=list)
 
-    def run_texts(self, tip: pygit2.Commit) -> tuple[dict[str, dict], dict[str, list[dict]]]:
+    def run_texts(self, tip: pygit2.Commit
+                  ) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, Any]]]]:
         runs = {r["run_id"]: r for r in layout.runs(self.session, tip)}
-        messages: dict[str, list[dict]] = {}
+        messages: dict[str, list[dict[str, Any]]] = {}
         for msg in layout.messages(self.session, tip):
             messages.setdefault(msg.get("run_id") or "", []).append(msg)
         return runs, messages
@@ -85,8 +86,8 @@ class Replay:
                 self.mapped[commit.id] = head
         return head
 
-    def commit_group(self, head: pygit2.Oid, group: Group, runs: dict[str, dict],
-                     messages: dict[str, list[dict]]) -> pygit2.Oid:
+    def commit_group(self, head: pygit2.Oid, group: Group, runs: dict[str, dict[str, Any]],
+                     messages: dict[str, list[dict[str, Any]]]) -> pygit2.Oid:
         first, last = group.commits[0], group.commits[-1]
         before = first.parents[0] if first.parents else None
         changes = tree_changes(workdir_tree(before), workdir_tree(last))
@@ -114,8 +115,8 @@ class Replay:
                 return [pygit2.Oid(hex=moved)]
         return []
 
-    def message(self, group: Group, runs: dict[str, dict],
-                messages: dict[str, list[dict]]) -> str:
+    def message(self, group: Group, runs: dict[str, dict[str, Any]],
+                messages: dict[str, list[dict[str, Any]]]) -> str:
         kind, run_id = group.key
         summary = group.commits[-1].message.splitlines()[0] if group.commits[-1].message else kind
         body: list[str] = []
@@ -161,7 +162,7 @@ def _source_moved(git: GitSession, before: pygit2.Commit | None,
         if commit is None:
             return None
         try:
-            meta = json.loads(git.repo[commit.tree["session.json"].id].data)
+            meta = json.loads(gitnames.blob_data(git.repo, commit.tree["session.json"].id))
         except (KeyError, ValueError):
             return None
         return (meta.get("source") or {}).get("base_commit")
@@ -206,6 +207,8 @@ def export_to_branch(git: GitSession, src: pygit2.Repository, meta: dict[str, An
     # as a merge of the commit it brought in.
     base_commit = (git.read_json(root, "session.json").get("source") or {}).get("base_commit")
     try:
+        if not isinstance(base_commit, str):
+            raise TypeError("no base commit")  # what pygit2.Oid(hex=None) raised
         base = src[pygit2.Oid(hex=base_commit)].peel(pygit2.Commit)
     except (KeyError, ValueError, TypeError) as e:
         raise BadRequest(f"the source no longer has the base commit {base_commit}") from e

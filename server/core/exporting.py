@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 from pygit2.enums import FileMode
 
-from . import crash, names
+from . import crash, gitnames, names
 from .dirhandles import Blocked, Disk, Folder, put_file
 from .errors import BadRequest, Busy, Conflict, Forbidden
 from .export_branch import export_to_branch
@@ -152,7 +152,7 @@ def _stage(git: GitSession, target: Folder, plan: Plan, record: dict[str, Any]) 
     try:
         record["ino"] = os.fstat(tmp_fd).st_ino  # removed at the end only if still this one
         for i, (_rel, entry) in enumerate(plan.writes):
-            put_file(tmp_fd, f"w{i}", git.repo[entry[0]].data, entry[1])
+            put_file(tmp_fd, f"w{i}", gitnames.blob_data(git.repo, entry[0]), entry[1])
     except OSError as e:
         with contextlib.suppress(OSError):
             target.remove_private(record["tmp"], record.get("ino"))
@@ -269,7 +269,7 @@ def export_to_folder(git: GitSession, folder: Path, force: bool,
         if plan.clashes:
             raise Conflict(f"{plan.clashes} file(s) clash with a folder, a file or a symlink "
                            f"in {folder}: nothing was written", {"conflicts": plan.conflicts})
-        result = {"path": str(folder), "written": [rel for rel, _ in plan.writes],
+        result: dict[str, Any] = {"path": str(folder), "written": [rel for rel, _ in plan.writes],
                   "deleted": plan.deletes, "conflicts": plan.conflicts,
                   "skipped": plan.skipped}
         state = _state(repo, folder, base_tree, plan.given)
@@ -323,7 +323,7 @@ def _folder_of(roots: Roots, value: str | None, meta: dict[str, Any]) -> Path:
 
 
 def _branch_export(git: GitSession, settings: Settings, roots: Roots, meta: dict[str, Any]
-                   ) -> dict:
+                   ) -> dict[str, Any]:
     source = meta.get("source") or {}
     if not source.get("base_commit"):
         raise BadRequest("export to a branch needs a session imported from a git repository; "

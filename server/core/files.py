@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 from pygit2.enums import FileMode
 
+from . import gitnames
 from .errors import BadRequest, BraidError, Forbidden, NotFound
 from .git_session import WORKDIR, GitSession
 
@@ -99,7 +100,7 @@ def _node(commit: pygit2.Commit, path: str) -> pygit2.Object | None:
 
 
 def _entries(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     for entry in tree:
         rel = f"{path}/{entry.name}" if path else entry.name
         if isinstance(entry, pygit2.Tree):
@@ -128,7 +129,7 @@ def read_path(git: GitSession, ref: str | None, path: str) -> dict[str, Any]:
         oid = node.id
         return {**got, "data": None, "stream": RepoStream(
             git.path, lambda repo, out: _copy_blob(repo, oid, size, out))}
-    return {**got, "data": git.repo[node.id].data}
+    return {**got, "data": gitnames.blob_data(git.repo, node.id)}
 
 
 def _copy_blob(repo: pygit2.Repository, oid: pygit2.Oid, size: int, out: _Pipe) -> None:
@@ -192,7 +193,7 @@ def _blob_chunks(repo: pygit2.Repository, oid: pygit2.Oid, size: int) -> Iterato
     deflated and inflated), so a big blob is streamed by git itself (`cat-file` streams
     loose and whole packed blobs), in its own process."""
     if size <= ZIP_WHOLE:
-        data = repo[oid].data
+        data = gitnames.blob_data(repo, oid)
         for at in range(0, len(data), ZIP_CHUNK):
             yield data[at:at + ZIP_CHUNK]
         return

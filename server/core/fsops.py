@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 _AT_FDCWD = -100
@@ -24,12 +25,13 @@ _RENAME_NOREPLACE = 1
 _RENAME_EXCHANGE = 2
 _UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)
 
+_renameat2: Callable[..., int] | None
 try:
     _libc = ctypes.CDLL(None, use_errno=True)
-    _renameat2 = _libc.renameat2
-    _renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                           ctypes.c_uint]
-    _renameat2.restype = ctypes.c_int
+    _fn = _libc.renameat2
+    _fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    _fn.restype = ctypes.c_int
+    _renameat2 = _fn
 except (OSError, AttributeError):  # not glibc 2.28+: the plain calls
     _renameat2 = None
 _works = {_RENAME_NOREPLACE: _renameat2 is not None, _RENAME_EXCHANGE: _renameat2 is not None}

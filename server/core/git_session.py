@@ -119,7 +119,7 @@ class GitSession(WorkdirScan, IndexedSession):
         return self.repo.head.shorthand
 
     def head_oid(self) -> pygit2.Oid:
-        return self.repo.head.target
+        return gitnames.ref_oid(self.repo.head)
 
     def head_commit(self) -> pygit2.Commit:
         return self.repo.head.peel(pygit2.Commit)
@@ -153,7 +153,7 @@ class GitSession(WorkdirScan, IndexedSession):
     def blob_json(self, oid: pygit2.Oid) -> Any:
         cached = self._json_cache.get(oid)
         if cached is None:
-            cached = json.loads(self.repo[oid].data)
+            cached = json.loads(gitnames.blob_data(self.repo, oid))
             self._json_cache[oid] = cached
         return cached
 
@@ -198,11 +198,12 @@ class GitSession(WorkdirScan, IndexedSession):
         changes, left_out = holdable(changes, self.path)
         skipped = [names.skipped_entry(rel[len(WORKDIR) + 1:] if rel.startswith(f"{WORKDIR}/")
                                        else rel, reason) for rel, reason in left_out]
+        parent: pygit2.Oid | None
         if self.repo.head_is_unborn:
             ref, parent = "refs/heads/main", None
         else:
             head = self.repo.head
-            ref, parent = head.name, head.target
+            ref, parent = head.name, gitnames.ref_oid(head)
         parents = ([parent] if parent else []) + list(extra_parents)
         message = commit_message(summary, kind, run_id, message_index, skipped)
         self.loose.begin()  # the objects' files written together, before the branch moves

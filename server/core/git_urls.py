@@ -124,7 +124,9 @@ def addresses(settings: Settings, remote: Remote) -> list[IP]:
             infos = socket.getaddrinfo(remote.host, remote.port, type=socket.SOCK_STREAM)
         except (OSError, UnicodeError) as e:
             raise BadRequest(FETCH_FAILED) from e
-        found = list(dict.fromkeys(ipaddress.ip_address(i[4][0].split("%")[0]) for i in infos))
+        # An address, "host%scope" for a scoped IPv6 one (the int is AF_PACKET's, not asked).
+        found = list(dict.fromkeys(ipaddress.ip_address(str(i[4][0]).split("%")[0])
+                                   for i in infos))
     for addr in found:
         if internal(addr) and not _listed(settings, remote.host, addr):
             raise Forbidden(f"{remote.host} is an address of the server's own network: "

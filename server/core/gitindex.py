@@ -42,11 +42,13 @@ from .indexformat import (
     SIGNATURE,
     SPARSE_DIR_MODE,
     SPARSE_EXTENSION,
+    UNKNOWN,
     Expand,
     IndexFormatError,
     IndexLocked,
     SortedEntries,
     Stat,
+    Unknown,
     encode,
     entry_mode,
     entry_oid,
@@ -67,7 +69,7 @@ RACY_SECONDS = 2.0
 _UNSMUDGE_PER_WRITE = 64
 # A change for `GitIndex.update`: (oid, mode, lstat or None, skip-worktree, when taken).
 Change = tuple[pygit2.Oid, int, "os.stat_result | None", bool, "float | None"]
-UNKNOWN = object()  # `tree_of` a folder whose entries match no tree known
+
 
 
 class GitIndex:
@@ -182,7 +184,7 @@ class GitIndex:
 
     # -- folders that are one tree ----------------------------------------------------------
 
-    def tree_of(self, prefix: str) -> object:
+    def tree_of(self, prefix: str) -> bytes | Unknown | None:
         """The raw id of the tree the entries under `prefix` (ending in "/") are known to
         be (None: no entries, no tree), or UNKNOWN."""
         return self._trees.get(_key(prefix), UNKNOWN)
@@ -263,8 +265,8 @@ class GitIndex:
             if change is None:
                 made[_key(path)] = None
             else:
-                key, blob = self._encoded(path, *change)
-                made[key] = blob
+                key, encoded = self._encoded(path, *change)
+                made[key] = encoded
         if len(made) < 64:
             for key, blob in made.items():
                 if blob is None:
@@ -298,7 +300,7 @@ class GitIndex:
         self._set_all(new_paths, new_blobs)
 
     def replace_prefix(self, prefix: str, items: list[tuple[bytes, bytes]],
-                       tree: object = UNKNOWN) -> None:
+                       tree: bytes | Unknown | None = UNKNOWN) -> None:
         """Every entry under `prefix` (ending in "/") replaced by `items` (key, encoded
         bytes), sorted: one splice of the sorted lists. `tree`: the raw id of the tree
         `items` list (None: no tree), if known."""
@@ -306,7 +308,7 @@ class GitIndex:
         start = _key(prefix)
         self._trees.pop(start, None)
         if tree is not UNKNOWN:
-            self._trees[start] = tree  # type: ignore[assignment]
+            self._trees[start] = tree
         lo = bisect.bisect_left(keys, start)
         hi = bisect.bisect_left(keys, prefix_end(start), lo)
         for key in keys[lo:hi]:

@@ -94,16 +94,23 @@ def without(repo: pygit2.Repository, tree: pygit2.Tree, names: Iterable[str]) ->
         index += 1
         start = pos
     parts.append(raw[start:])
-    return repo[repo.odb.write(ObjectType.TREE, b"".join(parts))]
+    return tree_at(repo, repo.odb.write(ObjectType.TREE, b"".join(parts)))
 
 
 def branch_target(repo: pygit2.Repository, name: str) -> pygit2.Oid | None:
     """The tip of local branch `name`, or None: `references.get("refs/heads/" + name)`."""
-    try:
-        branch = repo.lookup_branch(name)
+    try:  # None when there is no such branch: pygit2's stub says it always finds one
+        branch: pygit2.Branch | None = repo.lookup_branch(name)
     except (KeyError, ValueError, pygit2.GitError, pygit2.InvalidSpecError):
         return None
-    return None if branch is None else branch.target
+    return None if branch is None else ref_oid(branch)
+
+
+def ref_oid(ref: pygit2.Reference) -> pygit2.Oid:
+    """The id `ref` points at: its target, or for a symbolic reference (whose target is
+    a name) the commit it resolves to."""
+    target = ref.target
+    return target if isinstance(target, pygit2.Oid) else ref.peel(pygit2.Commit).id
 
 
 def ref_commit(repo: pygit2.Repository, ref_name: str) -> pygit2.Commit | None:
@@ -132,3 +139,28 @@ def blob_from_disk(repo: pygit2.Repository, path: Path | str,
             if b"\r" not in data and b"$Id" not in data:
                 return write(data) if write is not None else repo.create_blob(data)
     return repo.create_blob_fromdisk(str(path))
+
+
+# -- objects by id, typed: `repo[oid]` may be any kind of object; these say which kind the
+# caller holds, and check it (a TypeError, where `.data` on a tree was an AttributeError).
+
+def blob_data(repo: pygit2.Repository, oid: pygit2.Oid | str) -> bytes:
+    """The bytes of blob `oid`."""
+    obj = repo[oid]
+    if not isinstance(obj, pygit2.Blob):
+        raise TypeError(f"{oid} is not a blob")
+    return obj.data
+
+
+def tree_at(repo: pygit2.Repository, oid: pygit2.Oid | str) -> pygit2.Tree:
+    """Tree `oid`."""
+    obj = repo[oid]
+    if not isinstance(obj, pygit2.Tree):
+        raise TypeError(f"{oid} is not a tree")
+    return obj
+
+
+def commit_at(repo: pygit2.Repository, oid: pygit2.Oid | str) -> pygit2.Commit:
+    """Commit `oid` (peeled, as GitSession.commit does: pygit2's stub does not make
+    Commit an Object, so an isinstance check could not narrow `repo[oid]`)."""
+    return repo[oid].peel(pygit2.Commit)

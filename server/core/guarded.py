@@ -36,7 +36,7 @@ def is_temp(name: str) -> bool:
     return name.startswith(TEMP_PREFIX) and name.endswith(TEMP_SUFFIX)
 
 
-def parts_of(rel: str) -> list[str]:
+def parts_of(rel: object) -> list[str]:
     """The components of a relative path, refusing anything that could point elsewhere."""
     if not isinstance(rel, str) or not rel or "\0" in rel:
         raise BadRequest(f"invalid path {rel!r}")

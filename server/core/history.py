@@ -21,6 +21,8 @@ from typing import Any
 
 import pygit2
 
+from . import gitnames
+
 HISTORY = "history"
 RUNS = "runs"
 LEGACY_SHARD = 1000
@@ -163,13 +165,13 @@ def _read_shards(repo: pygit2.Repository, listing: Listing,
     """Append the entries of these leaf folders to the listing."""
     for path, oid in shards:
         listing.starts.append(len(listing.entries))
-        for entry in repo[oid]:
-            if isinstance(entry, pygit2.Tree):
+        for entry in gitnames.tree_at(repo, oid):
+            name = entry.name
+            if isinstance(entry, pygit2.Tree) or name is None:  # a tree's entries have names
                 continue
             n = len(listing.entries)
-            listing.entries.append(Entry(f"{path}/{entry.name}",
-                                         _number(listing.top, entry.name, n), entry.id,
-                                         entry.name))
+            listing.entries.append(Entry(f"{path}/{name}", _number(listing.top, name, n),
+                                         entry.id, name))
 
 
 class Listings:
@@ -287,7 +289,7 @@ class Lines:
                 base = hit
                 break
             walked.append(oid)
-            parents = self.repo[oid].parent_ids
+            parents = gitnames.commit_at(self.repo, oid).parent_ids
             oid = parents[0] if parents else None
         walked.reverse()
         if base is not None and base[1] == len(base[0].oids) - 1:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 from pygit2.enums import FileMode
 
-from . import crash, journal
+from . import crash, gitnames, journal
 from .budget import Budget
 from .errors import BadRequest
 from .git_init import init_repository
@@ -113,7 +113,7 @@ def refresh_index(repo: pygit2.Repository, path: Path, tree: pygit2.Oid) -> None
     """The index = the commit's tree, with stat data filled in by one `git update-index
     --refresh` pass, so later status checks do not rehash every imported file."""
     index = GitIndex(Path(repo.path) / "index", path, read=False)
-    index.reset(tree_entries(repo[tree], ""))
+    index.reset(tree_entries(gitnames.tree_at(repo, tree), ""))
     index.write()
     run_git(["-C", str(path), "update-index", "-q", "--refresh"])
 

@@ -4,6 +4,7 @@ encoded and parsed, for the writer in gitindex.py."""
 from __future__ import annotations
 
 import bisect
+import enum
 import hashlib
 import logging
 import os
@@ -11,6 +12,7 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Final
 
 import pygit2
 
@@ -22,6 +24,14 @@ EXTENDED = 0x4000
 SPARSE_DIR_MODE = 0o040000  # a sparse directory entry: a whole tree, skip-worktree
 SPARSE_EXTENSION = b"sdir"
 _MASK = 0xFFFFFFFF
+
+
+class Unknown(enum.Enum):
+    """The type of UNKNOWN: a one-member enum, so a type checker narrows `is UNKNOWN`."""
+    UNKNOWN = "unknown"
+
+
+UNKNOWN: Final = Unknown.UNKNOWN  # GitIndex.tree_of a folder whose entries match no tree
 
 
 class IndexLocked(RuntimeError):
@@ -114,19 +124,19 @@ def parse(data: bytes) -> tuple[list[bytes], list[bytes]]:
 
 
 def expand_sparse(keys: list[bytes], blobs: list[bytes], expand: Expand
-                  ) -> tuple[list[bytes], list[bytes], dict[bytes, bytes]]:
+                  ) -> tuple[list[bytes], list[bytes], dict[bytes, bytes | None]]:
     """Sparse directory entries replaced by the entries of their trees (`expand`); also
     folder prefix -> raw tree id of each."""
     made: list[tuple[bytes, bytes]] = []
-    trees: dict[bytes, bytes] = {}
+    trees: dict[bytes, bytes | None] = {}  # GitIndex's: None is a folder known empty
     for key, blob in zip(keys, blobs, strict=True):
         if not key.endswith(b"/"):
             made.append((key, blob))
             continue
         if entry_mode(blob) != SPARSE_DIR_MODE:
             raise IndexFormatError(f"the index entry {key!r} is not a sparse directory")
-        trees[key] = entry_oid(blob)
-        made += expand(key, trees[key])
+        tree = trees[key] = entry_oid(blob)
+        made += expand(key, tree)
     made.sort()
     return [k for k, _ in made], [b for _, b in made], trees
 
@@ -266,10 +276,12 @@ class SortedEntries:
 
     def pieces(self) -> list[bytes]:
         """The entries' bytes in order, as one cached piece per chunk."""
+        out: list[bytes] = []  # one item per chunk (~1,000 entries), not per entry
         for c, piece in enumerate(self._joined):
             if piece is None:
-                self._joined[c] = b"".join(self._blobs[c])
-        return self._joined  # type: ignore[return-value]
+                piece = self._joined[c] = b"".join(self._blobs[c])
+            out.append(piece)
+        return out
 
     def pieces_except(self, sparse: list[tuple[bytes, bytes]]) -> tuple[list[bytes], int]:
         """The entries' bytes in order with the entries under each prefix of `sparse`

@@ -33,7 +33,7 @@ from typing import Any
 import pygit2
 from pygit2.enums import FileMode
 
-from . import crash, guarded
+from . import crash, gitnames, guarded
 from .git_session import GitSession, commit_info
 from .ids import is_session_id
 from .staging import Staged, off_disk, porcelain, staged
@@ -134,7 +134,7 @@ def apply_tree(git: GitSession, tree: pygit2.Tree | None, paths: Iterable[str],
             elif _on_disk_is(git, rel, entry):
                 unwritten.add(rel)
             else:
-                guarded.write(git.path, rel, git.repo[entry[0]].data,
+                guarded.write(git.path, rel, gitnames.blob_data(git.repo, entry[0]),
                               executable=entry[1] == FileMode.BLOB_EXECUTABLE,
                               symlink=entry[1] == FileMode.LINK)
         except guarded.UnsafePath:
@@ -158,7 +158,8 @@ def _on_disk_is(git: GitSession, rel: str, entry: tuple[pygit2.Oid, int]) -> boo
     path = git.path / rel
     try:
         if entry[1] == FileMode.LINK:
-            return path.is_symlink() and os.fsencode(os.readlink(path)) == git.repo[entry[0]].data
+            return path.is_symlink() and \
+                os.fsencode(os.readlink(path)) == gitnames.blob_data(git.repo, entry[0])
         if path.is_symlink() or not path.is_file():
             return False
         return pygit2.hash(path.read_bytes()) == entry[0] and \
@@ -192,10 +193,10 @@ def settle(git: GitSession, record: dict[str, Any]) -> str:
         finish_checkout(git, record)
         return "completed"
     ref = git.repo.references.get(f"refs/heads/{branch}")
-    tip = ref.target if ref is not None else None
+    tip = gitnames.ref_oid(ref) if ref is not None else None
     done = tip is not None and str(tip) != record.get("head")
-    if done:
-        info = commit_info(git.repo[tip])
+    if done and tip is not None:
+        info = commit_info(gitnames.commit_at(git.repo, tip))
         if info.kind != record.get("kind"):
             log.warning("intent %s: the branch moved to a %s commit", record.get("op"),
                         info.kind)

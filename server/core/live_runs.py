@@ -17,12 +17,22 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from .locks import BranchLocks, Lease
 
-if TYPE_CHECKING:
-    from .turns import TurnContext
+
+class RunningTurn(Protocol):
+    """What is read of a running turn while it runs (live.snapshot for a page opened
+    mid-run, session_meta for a rename): this process's TurnContext, or pg_runs.RemoteTurn
+    for one another process drives."""
+
+    run: dict[str, Any]
+    messages: list[dict[str, Any]]
+    pending: dict[str, bytes]
+
+    @property
+    def run_id(self) -> str: ...
 
 
 @dataclass
@@ -36,7 +46,7 @@ class ActiveRun:
     stop_reason: str = "cancel"
     done: asyncio.Event = field(default_factory=asyncio.Event)
     # What a page opened mid-run shows: the turn so far and the text streaming now.
-    ctx: TurnContext | None = None
+    ctx: RunningTurn | None = None
     partial: str = ""
     # Where the task is: a cancel must neither hit a task before its first step (it would
     # run none of its code, so never commit nor free its branch) nor one committing its end.

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 from pygit2.enums import FileMode, MergeFavor, MergeFlag
 
-from . import atomic, crash, journal
+from . import atomic, crash, gitnames, journal
 from .errors import BadRequest, Busy, Conflict
 from .git_session import HISTORY, RUNS, WORKDIR, GitSession, to_json_bytes
 from .layout import answer_of, last_answer
@@ -55,14 +55,15 @@ def _workdir_tree(git: GitSession, commit: pygit2.Commit | None, empty: pygit2.O
 def _side(git: GitSession, entry: pygit2.IndexEntry | None) -> str | None:
     if entry is None:
         return None
-    return git.repo[entry.id].data[:SIDE_CHARS].decode("utf-8", "replace")
+    return gitnames.blob_data(git.repo, entry.id)[:SIDE_CHARS].decode("utf-8", "replace")
 
 
 def _best_base(git: GitSession, merged: list[pygit2.Oid], tip: pygit2.Oid) -> pygit2.Oid | None:
     # The newest of the merge bases with what is merged so far (HEAD and earlier tips).
-    best = None
+    best: pygit2.Oid | None = None
     for oid in merged:
-        base = git.repo.merge_base(oid, tip)
+        # None when they share no commit: pygit2's stub types it a plain Oid.
+        base: pygit2.Oid | None = git.repo.merge_base(oid, tip)
         if base is not None and (best is None or git.repo.descendant_of(base, best)):
             best = base
     return best

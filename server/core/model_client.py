@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from . import model_body
@@ -203,7 +203,7 @@ class ModelClient:
     async def stream(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
         model: str | None = None, endpoint: str | None = None, tool_choice: str | None = None,
-    ) -> AsyncIterator[tuple[str, Any]]:
+    ) -> AsyncGenerator[tuple[str, Any], None]:
         """Yields ("delta", text) and ("reasoning", text) while the reply streams, then
         ("reply", Reply). Raises ModelError (its `partial` holds what had arrived)."""
         ep, model_id = self.resolve(model, endpoint)

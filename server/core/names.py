@@ -101,7 +101,7 @@ def _plain(path: str) -> bool:
         and "git" not in path.lower()
 
 
-def why_not(path: str, *, symlink: bool = False) -> str | None:
+def why_not(path: object, *, symlink: bool = False) -> str | None:
     """Why `path` (relative, `/`-separated) breaks the name rule, or None when git can hold
     it. Used for names found on disk: such a file is skipped, never fatal."""
     if not isinstance(path, str) or not path:

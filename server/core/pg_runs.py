@@ -76,7 +76,7 @@ class PgRunRegistry(RunRegistry):
             run = RemoteRun(sid, run_id, data["branch"], team=self.team, started=True)
             turn = RemoteTurn(dict(data.get("run") or {"run_id": run_id}),
                               list(data.get("messages") or []))
-            run.ctx = turn  # type: ignore[assignment]  # what live.snapshot reads
+            run.ctx = turn  # what live.snapshot reads
             self._remote[(sid, data["branch"])] = run
             return
         remote = next((r for (s, _), r in self._remote.items()

@@ -30,6 +30,7 @@ from .errors import BraidError, Busy
 from .ids import new_message_id
 from .pg_bus import PgEventBus
 from .pg_conn import PgThread
+from .pg_index import PgIndex
 from .pg_locks import PgBranchLocks
 from .pg_runs import PgRunRegistry, RemoteRun
 
@@ -86,7 +87,9 @@ class Team:
 
     @property
     def pool(self) -> Any:
-        return self.braid.index.pool  # type: ignore[attr-defined]
+        index = self.braid.index
+        assert isinstance(index, PgIndex)  # a team is made only with PostgreSQL (backends.py)
+        return index.pool
 
     async def start(self) -> bool:
         """Join the team. Returns True when no other live process was seen: start-up
@@ -255,6 +258,8 @@ class Team:
         if event == "session_deleted" and isinstance(sid, str):
             self.braid.store.forget(sid)
         elif (event == "run_started" and data.get("titled")) or event == "session_updated":
+            if not isinstance(sid, str):  # names no session
+                return
             try:
                 handle = self.braid.store.get(sid)
                 meta = json.loads((handle.path / "session.json").read_text())

@@ -64,7 +64,7 @@ def unregister(tag: str) -> None:
 def tagged(tag: str) -> list[int]:
     """Pids of every process whose environment carries `tag` (Linux /proc; else none)."""
     needle = f"{TAG}={tag}".encode()
-    pids = []
+    pids: list[int] = []
     proc = Path("/proc")
     if not proc.is_dir():
         return pids

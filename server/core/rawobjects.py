@@ -25,11 +25,13 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pygit2
 
 from .fsops import replace
+
+T = TypeVar("T")
 
 TREE_MODE = 0o40000
 _ENTRY = re.compile(rb"[0-7]+ ([^\0]+)\0.{20}", re.S)
@@ -57,8 +59,7 @@ def tree_entry(mode: int, name: bytes, raw: bytes) -> bytes:
     """One entry's bytes, its mode as git writes it (`40000` for a folder, no leading 0)."""
     return b"%o %s\0%s" % (mode, name, raw)
 
-
-def folder_in(entries: dict[bytes, bytes] | None, name: bytes, file: object) -> object:
+def folder_in(entries: dict[bytes, bytes] | None, name: bytes, file: T) -> bytes | T | None:
     """The raw id of the folder `name` among a tree's entries: None if absent, `file` if a
     file stands there."""
     entry = entries.get(name) if entries is not None else None

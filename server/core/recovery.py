@@ -25,12 +25,12 @@ import pygit2
 
 from . import crash, exporting, guarded, journal, layout, uploads
 from .errors import NotFound
-from .git_session import DISK, HISTORY, RUNS, WORKDIR, WORKTREES, GitSession, to_json_bytes
+from .git_session import HISTORY, RUNS, WORKDIR, WORKTREES, GitSession, to_json_bytes
 from .ids import now_iso
 from .indexformat import clear_stale_lock
 from .reindex import reindex, reindex_one
 from .session_meta import purge_deleted
-from .staging import porcelain
+from .staging import DISK, porcelain
 from .turns import snapshot_user_edits
 
 if TYPE_CHECKING:
@@ -165,11 +165,11 @@ async def interrupt_run(braid: Braid, row: dict[str, Any], since: float | None =
     except NotFound:
         return None
     try:
-        run = await handle.call(lambda git, r=row["run_id"]: interrupt_on_disk(git, r, since))
+        run_id = row["run_id"]
+        run = await handle.call(lambda git: interrupt_on_disk(git, run_id, since))
         if run is None and str(row.get("branch") or "").startswith("sub_"):
-            # Its files are in its worktree.
-            run = await handle.call(lambda git, r=row: recover_worktree(
-                git, r["branch"], r["run_id"]))
+            branch = row["branch"]  # its files are in its worktree
+            run = await handle.call(lambda git: recover_worktree(git, branch, run_id))
     except Exception:  # noqa: BLE001 - one broken session must not stop the server
         log.exception("could not recover run %s of session %s", row["run_id"],
                       row["session_id"])

@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 from pygit2.enums import FileMode, MergeFlag
 
-from . import crash, journal, layout
+from . import crash, gitnames, journal, layout
 from .backups import Entry, check_writable, tree_entry, write_entry
 from .errors import Busy, Conflict, NotFound
-from .git_session import DISK, WORKDIR, GitSession, to_json_bytes
+from .git_session import WORKDIR, GitSession, to_json_bytes
 from .ids import new_message_id, now_iso
+from .staging import DISK
 from .turn_changes import (
     FileChange,
     TurnSpan,
@@ -133,13 +134,13 @@ def _tree_of(repo: pygit2.Repository, entries: dict[str, Entry | None]) -> pygit
                 builder.insert(name, value[0], value[1])
         return builder.write()
 
-    return repo[build(nested)]
+    return gitnames.tree_at(repo, build(nested))
 
 
 def _text(git: GitSession, entry: Entry | None) -> str | None:
     if entry is None:
         return None
-    data = git.repo[entry[0]].data
+    data = gitnames.blob_data(git.repo, entry[0])
     if b"\0" in data[:8000]:
         return f"(binary, {len(data)} bytes)"
     text = data.decode("utf-8", errors="replace")
@@ -237,8 +238,9 @@ def _commit(git: GitSession, run_id: str, record_path: str, record: dict[str, An
     for path, entry in result.items():
         check_writable(git, path, entry, deleting)  # all before any: a refusal changes nothing
     # run_id null: the note belongs to no run, so it never shifts a run's message indexes.
-    note = {"id": new_message_id(), "role": "system", "content": note_text, "run_id": None,
-            "created_at": now_iso(), "kind": kind, "reverted_run_id": run_id}
+    note: dict[str, Any] = {"id": new_message_id(), "role": "system", "content": note_text,
+                            "run_id": None, "created_at": now_iso(), "kind": kind,
+                            "reverted_run_id": run_id}
     # The files are on disk already, with their modes: stage them from there.
     changes: dict[str, Any] = {f"{WORKDIR}/{p}": DISK if e is not None else None
                                for p, e in result.items()}

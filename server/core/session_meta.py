@@ -13,6 +13,7 @@ import asyncio
 import shutil
 from typing import TYPE_CHECKING, Any
 
+from . import gitnames
 from .git_session import GitSession, to_json_bytes
 from .ids import is_session_id, now_iso
 
@@ -44,7 +45,7 @@ def write_meta(git: GitSession, meta: dict[str, Any], summary: str) -> None:
             continue
         commit = git.commit(tip)
         try:
-            if git.repo[commit.tree["session.json"].id].data == data:
+            if gitnames.blob_data(git.repo, commit.tree["session.json"].id) == data:
                 continue
         except KeyError:
             pass

@@ -110,12 +110,13 @@ def read_run(git: GitSession, run_id: str) -> dict[str, Any]:
     return run
 
 
-async def get_run(braid: Braid, user_id: str, session_id: str, run_id: str) -> dict:
+async def get_run(braid: Braid, user_id: str, session_id: str, run_id: str) -> dict[str, Any]:
     handle = braid.store.get_owned(user_id, session_id)
     return await handle.call(lambda git: read_run(git, run_id))
 
 
-def build_turns(messages: list[dict[str, Any]], runs: dict[str, dict[str, Any]]) -> list[dict]:
+def build_turns(messages: list[dict[str, Any]], runs: dict[str, dict[str, Any]]
+                ) -> list[dict[str, Any]]:
     """Group a branch's messages into what the page shows: turns (a user message and the
     answer's messages) and notes (system messages such as revert notices)."""
     items: list[dict[str, Any]] = []
@@ -174,7 +175,9 @@ def transcript_at(git: GitSession, commit: pygit2.Commit | None = None, *,
     shown = messages[start:end]
     runs: dict[str, dict[str, Any]] = {}
     for run_id in {m.get("run_id") for m in shown}:
-        path = layout.find_run_path(git, run_id, commit) if run_id else None
+        if not run_id:
+            continue
+        path = layout.find_run_path(git, run_id, commit)
         if path is not None:
             runs[run_id] = git.read_json(commit, path)
     items = build_turns(shown, runs)
@@ -200,7 +203,7 @@ async def transcript(braid: Braid, user_id: str, session_id: str, *,
     return view
 
 
-async def run_to_end(braid: Braid, user_id: str, session_id: str, text: str) -> dict:
+async def run_to_end(braid: Braid, user_id: str, session_id: str, text: str) -> dict[str, Any]:
     """Start a turn and wait for it: the HTTP API's `POST /api/sessions/{id}/runs`."""
     from .turns import send_message
 
@@ -218,7 +221,7 @@ async def current_branch(braid: Braid, user_id: str, session_id: str) -> str:
     return await handle.call(lambda git: git.branch)
 
 
-async def checkout(braid: Braid, user_id: str, session_id: str, ref: str) -> dict:
+async def checkout(braid: Braid, user_id: str, session_id: str, ref: str) -> dict[str, Any]:
     """Show another branch: its files in workdir/ and its transcript. The user's unsaved
     edits are committed on the branch they were made on first, so nothing is lost."""
     handle = braid.store.get_owned(user_id, session_id)

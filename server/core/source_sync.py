@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
-from . import crash, journal
+from . import crash, gitnames, journal
 from .errors import BadRequest, Busy
 from .git_session import WORKDIR, GitSession, to_json_bytes
 from .importing import SOURCE_BASE_REF, set_source_base, take_snapshot
@@ -45,7 +45,7 @@ def _merged(repo: pygit2.Repository, base: pygit2.Tree, ours: pygit2.Tree,
             del index.conflicts[path]
             if mine is not None:
                 index.add(pygit2.IndexEntry(path, mine.id, mine.mode))
-    return repo[index.write_tree(repo)], conflicts
+    return gitnames.tree_at(repo, index.write_tree(repo)), conflicts
 
 
 def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: dict[str, Any]
@@ -59,7 +59,7 @@ def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: di
     repo = git.repo
     snap = take_snapshot(repo, source, settings, roots)  # TooLarge here: nothing written yet
     crash.at("update.after_snapshot")
-    theirs = repo[snap.tree] if snap.tree is not None else empty_tree(repo)
+    theirs = gitnames.tree_at(repo, snap.tree) if snap.tree is not None else empty_tree(repo)
     base_ref = repo.references.get(SOURCE_BASE_REF)
     base = repo[base_ref.target].peel(pygit2.Commit).tree if base_ref else empty_tree(repo)
     result: dict[str, Any] = {"changed": False, "updated_paths": [], "conflicts": [],
@@ -72,8 +72,10 @@ def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: di
     merged, conflicts = _merged(repo, base, ours, theirs)
     changes: dict[str, bytes | None] = {}
     for rel, entry in tree_changes(ours, merged).items():
-        changes[f"{WORKDIR}/{rel}"] = repo[entry[0]].data if entry is not None else None
-    new_meta = dict(json.loads(repo[git.head_commit().tree["session.json"].id].data))
+        changes[f"{WORKDIR}/{rel}"] = (gitnames.blob_data(repo, entry[0]) if entry is not None
+                                       else None)
+    new_meta = dict(json.loads(gitnames.blob_data(
+        repo, git.head_commit().tree["session.json"].id)))
     new_meta["source"] = source.meta(snap.base_commit)
     changes["session.json"] = to_json_bytes(new_meta)
     where = f" at {snap.base_commit[:10]}" if snap.base_commit else ""

@@ -311,7 +311,9 @@ def snapshot_git(repo: pygit2.Repository, src: pygit2.Repository, commit: pygit2
     with PackWriter(repo) as pack:
         for rel, entry in _walk_tree(commit.tree, budget):
             mode = entry.filemode
-            if mode not in (FileMode.BLOB, FileMode.BLOB_EXECUTABLE):
+            # (an entry with a file's mode is a Blob: the isinstance only tells the checker)
+            if mode not in (FileMode.BLOB, FileMode.BLOB_EXECUTABLE) or \
+                    not isinstance(entry, pygit2.Blob):
                 snap.skipped.append({"path": rel, "size": 0, "reason": "not a file"})
                 continue
             size = src.odb.read_header(entry.id)[1]  # without inflating it

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, NamedTuple
 import pygit2
 
 from . import gitnames, guarded
-from .gitindex import UNKNOWN, GitIndex, IndexFormatError, tree_entries
+from .gitindex import GitIndex, IndexFormatError, tree_entries
 from .history import HISTORY, RUNS
-from .indexformat import NO_STAT, SPARSE_EXTENSION, clear_stale_lock, encode
+from .indexformat import NO_STAT, SPARSE_EXTENSION, UNKNOWN, Unknown, clear_stale_lock, encode
 from .rawobjects import TreeCache, folder_in
 
 if TYPE_CHECKING:
@@ -100,12 +100,12 @@ def is_sparse_file(index_file: Path) -> bool:
         return False
 
 
-def _tree_id(tree: pygit2.Tree | None, name: str) -> bytes | None:
+def _tree_id(tree: pygit2.Tree | None, name: str) -> bytes | Unknown | None:
     """The raw id of `tree`'s folder `name` (None: none; UNKNOWN: a file stands there)."""
     sub = gitnames.entry(tree, name)  # not `tree[name]`: it leaks `name` (gitnames.py)
     if sub is None:
         return None
-    return sub.id.raw if isinstance(sub, pygit2.Tree) else UNKNOWN  # type: ignore[return-value]
+    return sub.id.raw if isinstance(sub, pygit2.Tree) else UNKNOWN
 
 
 class IndexedSession:
@@ -187,8 +187,11 @@ class IndexedSession:
         for prefix in OFF_DISK:
             before = folder_in(old, prefix[:-1].encode(), UNKNOWN)
             after = folder_in(new, prefix[:-1].encode(), UNKNOWN)
+            if before is UNKNOWN or after is UNKNOWN:
+                self._pending_trees[prefix] = None
+                continue
             chain = self._pending_trees.get(prefix, (before, before))
-            if chain is None or chain[1] != before or UNKNOWN in (before, after):
+            if chain is None or chain[1] != before:
                 self._pending_trees[prefix] = None
             else:
                 self._pending_trees[prefix] = (chain[0], after)
@@ -215,7 +218,7 @@ class IndexedSession:
         the next writes are sparse again; and after a git command wrote the file, the
         other entries compared with HEAD's."""
         head = None
-        seen = (id(index), index.loads, self.repo.head.target)
+        seen = (id(index), index.loads, gitnames.ref_oid(self.repo.head))
         if not index.committed and self._checked != seen:
             self._checked = seen  # once per file read and HEAD, not per flush
             head = self.head_commit().tree
@@ -225,6 +228,7 @@ class IndexedSession:
         for prefix in OFF_DISK:
             if index.tree_of(prefix) is not UNKNOWN:
                 continue
+            tree: bytes | Unknown | None
             if prefix in targets:
                 tree = targets[prefix]
             else:
@@ -233,7 +237,7 @@ class IndexedSession:
             if tree is None:
                 index.adopt(prefix, None, [])
             elif tree is not UNKNOWN:
-                sub = self.repo[pygit2.Oid(raw=tree)]
+                sub = gitnames.tree_at(self.repo, pygit2.Oid(raw=tree))
                 index.adopt(prefix, tree, self._list_off_disk(sub, prefix))
 
     def sync_off_disk(self, tree: pygit2.Tree) -> None:

@@ -100,6 +100,7 @@ def open_sub_branch(git: GitSession, branch: str, label: str, prompt: str,
     path = git.path / WORKTREES / branch
     path.parent.mkdir(exist_ok=True)
     ref = git.repo.references.get(f"refs/heads/{branch}")
+    assert ref is not None  # made just above
     git.repo.add_worktree(branch, str(path), ref)
     crash.at("subagent.after_worktree")
     (path / WORKDIR).mkdir(exist_ok=True)  # git keeps no empty folders

@@ -163,8 +163,9 @@ class Workspace:
             return checked
         spec = _TOOLS[name]
         try:
-            return getattr(self, f"_tool_{name}")(**{k: checked[k] for k in spec.params
-                                                      if k in checked})
+            result: ToolResult = getattr(self, f"_tool_{name}")(
+                **{k: checked[k] for k in spec.params if k in checked})
+            return result
         except _HookFailed as exc:
             # Re-raised as is (keeping its own cause) so the caller sees the backup failure.
             raise exc.original from exc.original.__cause__

@@ -9,6 +9,7 @@ from typing import Any
 import pygit2
 from pygit2.enums import DeltaStatus, FileMode
 
+from . import gitnames
 from .git_session import WORKDIR
 
 Entry = tuple[pygit2.Oid, int]
@@ -36,8 +37,9 @@ def tree_delta(a: pygit2.Tree | None, b: pygit2.Tree | None, prefix: str = ""
     out: list[Delta] = []
     if a is not None and b is not None and a.id == b.id:
         return out
-    olds = {e.name: e for e in a} if a is not None else {}
-    news = {e.name: e for e in b} if b is not None else {}
+    # An entry of a tree always has a name (pygit2 types it `str | None` for any object).
+    olds = {n: e for e in a if (n := e.name) is not None} if a is not None else {}
+    news = {n: e for e in b if (n := e.name) is not None} if b is not None else {}
     for name in sorted(olds.keys() | news.keys()):
         old, new = olds.get(name), news.get(name)
         if old is not None and new is not None and old.id == new.id and \
@@ -111,14 +113,14 @@ def copy_blobs(dst: pygit2.Repository, src: pygit2.Repository, changes: Changes)
         return
     for entry in changes.values():
         if entry is not None and entry[0] not in dst:
-            dst.odb.write(pygit2.enums.ObjectType.BLOB, src[entry[0]].data)
+            dst.odb.write(pygit2.enums.ObjectType.BLOB, gitnames.blob_data(src, entry[0]))
 
 
 def apply_changes(repo: pygit2.Repository, tree: pygit2.Tree | None,
                   changes: Changes) -> pygit2.Tree | None:
     """`tree` with `changes` applied, written in `repo` (None when it ends empty)."""
     oid = _apply(repo, tree, _nest(changes))
-    return None if oid is None else repo[oid]
+    return None if oid is None else gitnames.tree_at(repo, oid)
 
 
 def _apply(repo: pygit2.Repository, tree: pygit2.Tree | None,
@@ -147,4 +149,4 @@ def _apply(repo: pygit2.Repository, tree: pygit2.Tree | None,
 
 
 def empty_tree(repo: pygit2.Repository) -> pygit2.Tree:
-    return repo[repo.TreeBuilder().write()]
+    return gitnames.tree_at(repo, repo.TreeBuilder().write())

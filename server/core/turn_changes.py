@@ -174,8 +174,8 @@ def unified_diff(git: GitSession, changes: list[FileChange]) -> str:
     parts: list[str] = []
     total = 0
     for change in changes:
-        old = git.repo[change.before[0]].data if change.before else None
-        new = git.repo[change.after[0]].data if change.after else None
+        old = gitnames.blob_data(git.repo, change.before[0]) if change.before else None
+        new = gitnames.blob_data(git.repo, change.after[0]) if change.after else None
         # Bytes, not Blob objects: pygit2 reads freed memory for a temporary Blob.
         patch = pygit2.Patch.create_from(old, new, old_as_path=change.path,
                                          new_as_path=change.path)

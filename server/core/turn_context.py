@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import crash, layout, names
-from .git_session import DISK, WORKDIR, GitSession, history_path, to_json_bytes
+from .git_session import WORKDIR, GitSession, history_path, to_json_bytes
 from .ids import new_message_id, now_iso
 from .records import Message, RunRecord
+from .staging import DISK
 from .workdir_scan import why_left_out
 
 if TYPE_CHECKING:

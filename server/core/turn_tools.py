@@ -122,7 +122,8 @@ def _left_out_note(left: dict[str, str]) -> str:
             f"Rename them (e.g. with the shell) to keep them.")
 
 
-def record_tool(ctx: TurnContext, call: dict[str, Any], outcome: ToolOutcome) -> dict:
+def record_tool(ctx: TurnContext, call: dict[str, Any], outcome: ToolOutcome
+                ) -> dict[str, Any]:
     """On the loop: the call's changed paths and its result message join the turn."""
     ctx.changed.update(outcome.changed)
     ctx.tool_calls += 1

@@ -321,7 +321,8 @@ def commit_upload(git: GitSession, session_id: str, folder: Path,
     listed = sorted(targets)
     shown = ", ".join(listed[:8]) + (f" and {len(listed) - 8} more" if len(listed) > 8 else "")
     now = now_iso()
-    message = {"id": new_message_id(), "role": "user", "run_id": run_id, "created_at": now,
+    message: dict[str, Any] = {"id": new_message_id(), "role": "user", "run_id": run_id,
+                               "created_at": now,
                "content": f"I uploaded {len(listed)} file{'s' if len(listed) != 1 else ''} "
                           f"into the workdir: {shown}", "upload": listed}
     run = RunRecord(run_id, session_id, git.branch, status="COMPLETED", created_at=now,

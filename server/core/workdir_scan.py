@@ -119,6 +119,7 @@ class WorkdirScan:
             self._watcher = WATCHERS.open(self.path / WORKDIR, Path(self.repo.path))
             found = self.dirty_workdir_paths()  # a full scan: one `git status`
         else:
+            assert watcher is not None  # the candidates came from it
             WATCHERS.touch(watcher)
             found = self._differing(candidates | self._carry)
         if self._listed_bad:
@@ -178,7 +179,8 @@ class WorkdirScan:
                 out.add(rel)
         return sorted(f"{WORKDIR}/{rel}" for rel in out)
 
-    def _file_differs(self, path: Path, st: os.stat_result, entry: Any, rel: str) -> bool:
+    def _file_differs(self, path: Path, st: os.stat_result, entry: pygit2.Blob | None,
+                      rel: str) -> bool:
         if not (stat.S_ISLNK(st.st_mode) or stat.S_ISREG(st.st_mode)):
             return False
         if entry is None:  # new: unless git ignores it

@@ -40,7 +40,7 @@ async def started(braid: Braid, user_id: str, session_id: str, text: str) -> dic
     return {"run_id": await turns.send_message(braid, user_id, session_id, text)}
 
 
-async def sessions_of(braid: Braid, user_id: str, query: str, archived: bool) -> dict:
+async def sessions_of(braid: Braid, user_id: str, query: str, archived: bool) -> dict[str, Any]:
     return {"sessions": await sessions.list_sessions(braid, user_id, query, archived)}
 
 

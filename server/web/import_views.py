@@ -98,7 +98,8 @@ def exported_html(data: dict[str, Any]) -> str:
 def failed_html(error: dict[str, Any]) -> str:
     """An error frame: its message, and for a clash (`conflict` with `details.conflicts`)
     each path and what is in its way: nothing was written (all or nothing)."""
-    details = error.get("details") if isinstance(error.get("details"), dict) else {}
+    given = error.get("details")
+    details = given if isinstance(given, dict) else {}
     clashes = _conflicts(details.get("conflicts")) if error.get("code") == "conflict" else []
     return _result({"error": error.get("message") or "failed", "clashes": clashes})
 

@@ -95,9 +95,9 @@ async def catch_up(r: HtmlRenderer, live: list[LiveTurn], full: bool,
         except BraidError:
             continue
         data = {"run_id": run_id, "run": run, "messages": run.get("messages") or []}
-        turn = await siblings_for(r.ctx, turn_from_event(data, streaming=False))
-        turn["files"] = await files_for(r.ctx, data)
-        html += render("_turn.html", turn=turn)
+        ended = await siblings_for(r.ctx, turn_from_event(data, streaming=False))
+        ended["files"] = await files_for(r.ctx, data)
+        html += render("_turn.html", turn=ended)
     if shown_live or live_ids:
         html += await r.run_state()
     return html

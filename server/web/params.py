@@ -213,8 +213,11 @@ def one_line(value: object, name: str, limit: int) -> str:
     return cleaned
 
 
-def session_changes(raw: dict[str, Any]) -> dict[str, Any]:
-    """`update_session`'s fields: only those the client sent, each checked (no coercion)."""
+def session_changes(raw: object) -> dict[str, Any]:
+    """`update_session`'s fields: only those the client sent, each checked (no coercion).
+    `raw`: all the input (a `whole` parameter), which the transports make a dict."""
+    if not isinstance(raw, dict):
+        raise BadRequest("the changes must be an object")
     changes: dict[str, Any] = {}
     if "title" in raw:
         changes["title"] = one_line(raw["title"], "title", MAX_TITLE)

@@ -18,11 +18,12 @@ Renderer = Any  # Callable[[View], str] for events; results take (HtmlRenderer, 
 
 def _session_updated(v: View) -> str:
     info, sid = v.reads["info"], v.data["session_id"]
+    picker: str = v.reads.get("picker", "")
     return (render("_title.html", title=info.get("title"))
             + render("_session_menu.html", session=info)
             + session_list(v.reads["sessions"], sid)
             + render("_archived_list.html", sessions=v.reads["archived"], current_id=sid)
-            + v.reads.get("picker", ""))
+            + picker)
 
 
 def _session_deleted(v: View) -> str:

@@ -73,7 +73,7 @@ def segments(turn: dict[str, Any]) -> list[dict[str, Any]]:
     """A turn as the bubbles it shows: each user message opens a segment (its own bubble),
     followed by the answer's messages up to the next one. A continued run holds several user
     messages; `index` is each one's place in the run (for Edit & rerun)."""
-    out = [{"user": turn.get("user"), "index": 0, "parts": []}]
+    out: list[dict[str, Any]] = [{"user": turn.get("user"), "index": 0, "parts": []}]
     for i, msg in enumerate(turn.get("parts") or ()):
         if msg["role"] == "user":
             out.append({"user": msg, "index": i + 1, "parts": []})
