@@ -29,7 +29,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..core.errors import BraidError, Forbidden, Unauthorized
-from ..core.users import UserStore, off_loop
+from ..core.users import off_loop
 from .errors import error_response
 
 COOKIE = "braid_token"
