@@ -32,8 +32,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from server.core import layout  # noqa: E402
-from server.core.git_session import DISK, GitSession, history_path, run_path, to_json_bytes  # noqa: E402
+from server.core.git_session import DISK, GitSession, history_path, run_path  # noqa: E402
 from server.core.ids import new_message_id, now_iso  # noqa: E402
+from server.core.records import to_json_bytes  # noqa: E402
 
 SAMPLES = int(os.environ.get("BENCH_SAMPLES", "15"))
 AGNO = "agno==3.1.10"

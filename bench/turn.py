@@ -50,11 +50,12 @@ sys.path.insert(0, str(ROOT))
 
 from server.core import context, layout, model_body  # noqa: E402
 from server.core.demo_model import create_demo_app  # noqa: E402
-from server.core.git_session import DISK, GitSession, to_json_bytes  # noqa: E402
+from server.core.git_session import DISK, GitSession  # noqa: E402
 from server.core.ids import new_message_id, new_session_id, now_iso  # noqa: E402
 from server.core.model_client import ModelClient  # noqa: E402
 from server.core.model_messages import to_model  # noqa: E402
 from server.core.packing import pack_now  # noqa: E402
+from server.core.records import to_json_bytes  # noqa: E402
 from server.core.settings import Settings  # noqa: E402
 from server.core.tools import Workspace  # noqa: E402
 from server.core.turns import SYSTEM_PROMPT  # noqa: E402

@@ -30,7 +30,8 @@ from pygit2.enums import FileMode
 
 from . import gitnames, guarded
 from .errors import Conflict
-from .git_session import WORKDIR, GitSession, to_json_bytes
+from .git_session import WORKDIR, GitSession
+from .records import to_json_bytes
 
 REF_PREFIX = "refs/braid/backups/"
 MANIFEST = "manifest.json"

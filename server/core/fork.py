@@ -26,10 +26,10 @@ from pygit2.enums import FileMode
 from . import crash, journal
 from .errors import Busy
 from .git_init import init_repository
-from .git_session import WORKDIR, GitSession, commit_message, to_json_bytes
+from .git_session import WORKDIR, GitSession, commit_message
 from .ids import new_session_id
 from .indexformat import stat_words
-from .records import SessionMeta
+from .records import SessionMeta, to_json_bytes
 from .turns import snapshot_user_edits
 
 if TYPE_CHECKING:

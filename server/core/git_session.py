@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pygit2
 from pygit2.enums import FileMode
 
@@ -34,6 +33,7 @@ from .git_init import init_repository
 from .history import HISTORY, RUNS, Entry, Lines, Listings, history_path, run_path
 from .looseobjects import LooseWriter
 from .rawobjects import TREE_MODE, BranchMoved, TreeCache, common_dir
+from .records import to_json_bytes
 from .staging import DISK, IndexedSession, Staged, off_disk, staged
 from .workdir_scan import WORKDIR, WorkdirScan, holdable, walk_tree
 
@@ -49,20 +49,6 @@ __all__ = [
     "HISTORY", "RUNS", "TRAILER_INDEX", "TRAILER_KIND", "TRAILER_RUN", "CommitInfo", "Entry",
     "WORKDIR", "commit_info", "commit_message", "history_path", "parse_trailers", "run_path",
 ]
-
-
-def to_json_bytes(obj: Any) -> bytes:
-    """A record's text, byte for byte `json.dumps(obj, indent=1, sort_keys=True,
-    ensure_ascii=False)` and a newline, by orjson (no reference cycle left, issue 11), its
-    indent of two halved. Unlike json: NaN/Infinity are null, 1e-7..1e-4 floats unexponented."""
-    try:
-        out = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
-                           | orjson.OPT_APPEND_NEWLINE)
-    except orjson.JSONEncodeError:  # keys that are not str, ints past 64 bits, surrogates
-        return (json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
-    if b"\n    " not in out:  # one level deep (no raw newline is inside a JSON string)
-        return out.replace(b"\n  ", b"\n ")
-    return b"\n".join([ln[(len(ln) - len(ln.lstrip(b" "))) >> 1:] for ln in out.split(b"\n")])
 
 
 class GitSession(WorkdirScan, IndexedSession):

@@ -22,17 +22,11 @@ from . import crash, gitnames, journal
 from .budget import Budget
 from .errors import BadRequest
 from .git_init import init_repository
-from .git_session import (
-    SIGNATURE_EMAIL,
-    SIGNATURE_NAME,
-    TRAILER_KIND,
-    WORKDIR,
-    WORKTREES,
-    to_json_bytes,
-)
+from .git_session import SIGNATURE_EMAIL, SIGNATURE_NAME, TRAILER_KIND, WORKDIR, WORKTREES
 from .gitindex import GitIndex, tree_entries
 from .gitsafe import run_git
 from .ids import is_session_id
+from .records import to_json_bytes
 from .roots import Roots, roots_of
 from .sources import (
     OpenedRepo,

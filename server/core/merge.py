@@ -18,9 +18,10 @@ from pygit2.enums import FileMode, MergeFavor, MergeFlag
 
 from . import atomic, crash, gitnames, journal
 from .errors import BadRequest, Busy, Conflict
-from .git_session import HISTORY, RUNS, WORKDIR, GitSession, to_json_bytes
+from .git_session import HISTORY, RUNS, WORKDIR, GitSession
 from .layout import answer_of, last_answer
 from .live_runs import claim_turn
+from .records import to_json_bytes
 from .turns import TurnContext, launch, open_turn, snapshot_user_edits
 
 if TYPE_CHECKING:

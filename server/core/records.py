@@ -8,10 +8,27 @@ sorted on disk, so the files are the same as before); readers get those dicts ba
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from .ids import new_message_id, now_iso
+
+
+def to_json_bytes(obj: Any) -> bytes:
+    """A record's text, byte for byte `json.dumps(obj, indent=1, sort_keys=True,
+    ensure_ascii=False)` and a newline, by orjson (no reference cycle left, issue 11), its
+    indent of two halved. Unlike json: NaN/Infinity are null, 1e-7..1e-4 floats unexponented."""
+    try:
+        out = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+                           | orjson.OPT_APPEND_NEWLINE)
+    except orjson.JSONEncodeError:  # keys that are not str, ints past 64 bits, surrogates
+        return (json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    if b"\n    " not in out:  # one level deep (no raw newline is inside a JSON string)
+        return out.replace(b"\n  ", b"\n ")
+    return b"\n".join([ln[(len(ln) - len(ln.lstrip(b" "))) >> 1:] for ln in out.split(b"\n")])
 
 
 def _present(extra: dict[str, Any]) -> dict[str, Any]:

@@ -25,9 +25,10 @@ import pygit2
 
 from . import crash, exporting, guarded, journal, layout, uploads
 from .errors import NotFound
-from .git_session import HISTORY, RUNS, WORKDIR, WORKTREES, GitSession, to_json_bytes
+from .git_session import HISTORY, RUNS, WORKDIR, WORKTREES, GitSession
 from .ids import now_iso
 from .indexformat import clear_stale_lock
+from .records import to_json_bytes
 from .reindex import reindex, reindex_one
 from .session_meta import purge_deleted
 from .staging import DISK, porcelain

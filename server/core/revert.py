@@ -24,8 +24,9 @@ from pygit2.enums import FileMode, MergeFlag
 from . import crash, gitnames, journal, layout
 from .backups import Entry, check_writable, tree_entry, write_entry
 from .errors import Busy, Conflict, NotFound
-from .git_session import WORKDIR, GitSession, to_json_bytes
+from .git_session import WORKDIR, GitSession
 from .ids import new_message_id, now_iso
+from .records import to_json_bytes
 from .staging import DISK
 from .turn_changes import (
     FileChange,

@@ -14,8 +14,9 @@ import shutil
 from typing import TYPE_CHECKING, Any
 
 from . import gitnames
-from .git_session import GitSession, to_json_bytes
+from .git_session import GitSession
 from .ids import is_session_id, now_iso
+from .records import to_json_bytes
 
 if TYPE_CHECKING:
     from .braid import Braid

@@ -20,8 +20,9 @@ import pygit2
 
 from . import crash, gitnames, journal
 from .errors import BadRequest, Busy
-from .git_session import WORKDIR, GitSession, to_json_bytes
+from .git_session import WORKDIR, GitSession
 from .importing import SOURCE_BASE_REF, set_source_base, take_snapshot
+from .records import to_json_bytes
 from .roots import Roots, roots_of
 from .sources import Source, allowed_path
 from .treeops import empty_tree, tree_changes, workdir_tree

@@ -23,19 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import crash, journal, layout
 from .errors import NotFound
-from .git_session import (
-    HISTORY,
-    RUNS,
-    WORKDIR,
-    WORKTREES,
-    GitSession,
-    commit_message,
-    to_json_bytes,
-)
+from .git_session import HISTORY, RUNS, WORKDIR, WORKTREES, GitSession, commit_message
 from .ids import new_message_id, now_iso
 from .layout import answer_of
 from .live_runs import ActiveRun, claim_turn
-from .records import RunRecord
+from .records import RunRecord, to_json_bytes
 from .recovery import prune_worktrees
 from .store import SessionHandle
 from .turns import TurnContext, launch, new_message, open_turn, snapshot_user_edits

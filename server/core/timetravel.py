@@ -23,10 +23,10 @@ from .checkpoints import (
     resolve_index,
 )
 from .errors import BadRequest, Busy
-from .git_session import GitSession, to_json_bytes
+from .git_session import GitSession
 from .ids import new_message_id, now_iso
 from .live_runs import claim_turn
-from .records import RunRecord
+from .records import RunRecord, to_json_bytes
 from .turns import (
     TurnContext,
     add_message,

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import crash, layout, names
-from .git_session import WORKDIR, GitSession, history_path, to_json_bytes
+from .git_session import WORKDIR, GitSession, history_path
 from .ids import new_message_id, now_iso
-from .records import Message, RunRecord
+from .records import Message, RunRecord, to_json_bytes
 from .staging import DISK
 from .workdir_scan import why_left_out
 

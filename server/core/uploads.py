@@ -36,9 +36,9 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from . import crash, journal, layout, names
 from .errors import BadRequest, BraidError, Busy, Conflict, Forbidden, TooLarge
 from .files import path_param
-from .git_session import WORKDIR, GitSession, to_json_bytes
+from .git_session import WORKDIR, GitSession
 from .ids import new_message_id, now_iso
-from .records import RunRecord
+from .records import RunRecord, to_json_bytes
 from .staging import DISK
 from .turn_changes import files_of
 

@@ -21,8 +21,8 @@ from server.core.git_session import (
     history_path,
     parse_trailers,
     run_path,
-    to_json_bytes,
 )
+from server.core.records import to_json_bytes
 
 META = {"session_id": "0" * 32, "title": "t", "user_id": "local", "created_at": "now",
         "forked_from_session_id": None, "root_session_id": "0" * 32}

@@ -16,8 +16,9 @@ from conftest import assert_fsck, git, new_session, run_turn
 from server.core import revert, timetravel
 from server.core.braid import Braid
 from server.core.fork import fork_session
-from server.core.git_session import DISK, GitSession, to_json_bytes
+from server.core.git_session import DISK, GitSession
 from server.core.indexformat import PROCESS_STARTED, IndexLocked
+from server.core.records import to_json_bytes
 from server.core.reindex import reindex
 from server.core.staging import is_sparse_file
 from server.core.users import DEFAULT_USER

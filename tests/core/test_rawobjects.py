@@ -15,7 +15,7 @@ from pygit2.enums import FileMode
 from conftest import assert_fsck, git
 from server.core import fsops
 from server.core.errors import Conflict
-from server.core.git_session import DISK, GitSession, to_json_bytes
+from server.core.git_session import DISK, GitSession
 from server.core.looseobjects import LooseWriter
 from server.core.rawobjects import (
     TREE_MODE,
@@ -29,6 +29,7 @@ from server.core.rawobjects import (
     reflog_message,
     tree_entry,
 )
+from server.core.records import to_json_bytes
 
 META = {"session_id": "0" * 32, "title": "t", "user_id": "local", "created_at": "now"}
 # Names whose order is git's, not Python's: a folder sorts as if its name ended in "/".
