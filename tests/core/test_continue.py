@@ -210,6 +210,7 @@ async def test_a_fork_of_a_fork_takes_the_prefix_files_from_its_source(braid: Br
     assert_fsck(path)
 
 
+@pytest.mark.slow
 async def test_completed_and_cancelled_runs_fork_errors_resume_in_place(braid: Braid) -> None:
     sid, path = await new_session(braid)
     failed = await run_turn(braid, sid, "fail boom")

@@ -66,6 +66,7 @@ def turn_files(srv: Server, sid: str, run_id: str) -> dict[str, str]:
     return {p["path"]: letters[p["status"]] for p in body["paths"]}
 
 
+@pytest.mark.slow
 def test_export_to_branch_replays_kept_turns_and_fast_forwards(srv: Server,
                                                                roots: Path) -> None:
     work = make_source(roots)

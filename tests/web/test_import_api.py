@@ -286,6 +286,7 @@ class _NotGit(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow
 def test_a_url_on_the_servers_own_network_is_forbidden(server_factory: Any,
                                                        tmp_path: Path) -> None:
     """http:// on 127.0.0.1 (or a name resolving to it): `forbidden` unless BRAID_IMPORT_HOSTS

@@ -52,6 +52,7 @@ def fail_then_resume(srv: Any, replay: ReplayServer, words: list[str]) -> None:
     ws.close()
 
 
+@pytest.mark.slow
 def test_a_server_that_is_down(server_factory: Any) -> None:
     port = free_port()
     replay = ReplayServer()
@@ -75,6 +76,7 @@ def test_a_server_that_is_down(server_factory: Any) -> None:
     ws.close()
 
 
+@pytest.mark.slow
 def test_a_hung_server_times_out(server_factory: Any, replay: ReplayServer) -> None:
     hang = text_stream("never finished")
     hang.mode = "hang"

@@ -83,6 +83,7 @@ def test_bad_updates_are_bad_request_and_change_nothing(shared_server: Server,
     assert session_json(shared_server, sid).get("title") == ""
 
 
+@pytest.mark.slow
 def test_rename_reaches_every_branch_and_survives_a_restart(server_factory: Any) -> None:
     server = server_factory()
     sid = server.new_session()
