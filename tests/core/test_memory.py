@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import ROOT
 from server.core.memory import give_back_memory
 
@@ -68,6 +70,7 @@ def test_giving_back_memory_lets_go_of_the_names_looked_up() -> None:
     assert sys.getrefcount(name) == held
 
 
+@pytest.mark.slow
 def test_the_served_process_runs_on_malloc_and_its_commands_do_not(server_factory: Any) -> None:
     server = server_factory(BRAID_SHELL="on")
     environ = Path(f"/proc/{server.proc.pid}/environ").read_bytes().split(b"\0")

@@ -86,6 +86,7 @@ def test_a_tree_bomb_stops_at_the_limit(server_factory: Any, tmp_path: Path) -> 
     assert status == 201 and body["import"]["files"] == 100, body
 
 
+@pytest.mark.slow
 def test_a_folder_import_stops_at_the_limit(server_factory: Any, tmp_path: Path) -> None:
     roots = tmp_path / "home"
     project = roots / "project"

@@ -269,6 +269,7 @@ def test_export_errors(srv: Server, roots: Path, tmp_path: Path) -> None:
         ws.close()
 
 
+@pytest.mark.slow
 def test_a_sub_agent_merge_exports_as_a_merge_commit(srv: Server, roots: Path) -> None:
     work = roots / "repo"
     work.mkdir()

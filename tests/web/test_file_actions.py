@@ -188,6 +188,7 @@ def test_an_upload_never_follows_a_symlinked_folder(shared_server: Server,
     assert list(outside.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_an_upload_waits_for_no_run(shared_server: Server) -> None:
     sid = shared_server.new_session()
     ws = shared_server.socket(sid)

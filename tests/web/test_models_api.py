@@ -38,6 +38,7 @@ def test_models_lists_demo_and_every_endpoints_models(server_factory: Any, tmp_p
     assert status == 401
 
 
+@pytest.mark.slow
 def test_a_down_endpoint_is_listed_with_its_error(server_factory: Any, tmp_path: Path,
                                                   replay: ReplayServer) -> None:
     path = endpoints_file(tmp_path, replay)

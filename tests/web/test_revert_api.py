@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from websockets.sync.client import connect
 
 from conftest import Server, assert_fsck, git
@@ -196,6 +197,7 @@ def test_html_frames_render_chips_diffs_badges_and_conflicts(shared_server: Serv
         assert f'title="{tid}">Turn ' in footer and "</span> was reverted" in footer
 
 
+@pytest.mark.slow
 def test_shell_created_file_is_a_chip_and_reverted(server_factory: Any) -> None:
     srv = server_factory(BRAID_SHELL="on")
     sid = srv.new_session()

@@ -159,6 +159,7 @@ def test_delete_stops_a_live_run_first(shared_server: Server) -> None:
     assert not shared_server.session_path(sid).exists()
 
 
+@pytest.mark.slow
 def test_a_half_done_delete_is_finished_at_start(server_factory: Any) -> None:
     server = server_factory()
     sid = server.new_session()
