@@ -244,6 +244,7 @@ async def test_completed_and_cancelled_runs_fork_errors_resume_in_place(braid: B
     assert_fsck(path)
 
 
+@pytest.mark.slow
 async def test_an_interrupted_run_resumes_in_place(make_braid: MakeBraid, tmp_path: Path
                                                    ) -> None:
     braid = await make_braid(data_dir=tmp_path / "d")

@@ -237,6 +237,7 @@ async def test_recall_and_notes(braid: Braid) -> None:
     assert noted["messages"][-1]["content"] == "no notes"
 
 
+@pytest.mark.slow
 async def test_a_second_send_on_a_busy_branch_is_refused(braid: Braid) -> None:
     sid, path = await new_session(braid)
     queue = braid.bus.subscribe(sid)

@@ -134,6 +134,7 @@ def test_row1b_a_git_dir_made_in_a_root_runs_nothing(srv: Server, roots: Path, t
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_row1c_a_downloaded_projects_hostile_config_runs_nothing(srv: Server, roots: Path,
                                                                 tmp_path: Path) -> None:
     """Import as a folder and as git, update from source, export to a branch and to the
@@ -256,6 +257,7 @@ def outside_repo(tmp_path: Path, marker: Path) -> Path:
     return make_repo(tmp_path / "outside" / "real", marker, {"secret.txt": "not yours\n"})
 
 
+@pytest.mark.slow
 def test_row3_a_git_file_leading_out_of_the_roots_is_refused(srv: Server, roots: Path,
                                                              tmp_path: Path) -> None:
     """A `.git` file (`gitdir: /elsewhere`), a commondir and object alternates leading out of

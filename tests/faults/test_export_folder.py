@@ -58,6 +58,7 @@ def files_of(folder: Path) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 def test_export_never_writes_through_a_symlink(srv: Server, roots: Path,
                                                tmp_path: Path) -> None:
     work = hostile_repo(roots)
@@ -175,6 +176,7 @@ def test_a_file_folder_clash_is_a_conflict_and_nothing_is_written(srv: Server,
     assert_fsck(srv.session_path(sid))
 
 
+@pytest.mark.slow
 def test_a_file_becomes_a_folder_and_a_deletion_is_exported(srv: Server, roots: Path) -> None:
     src = roots / "proj"
     src.mkdir()
@@ -190,7 +192,8 @@ def test_a_file_becomes_a_folder_and_a_deletion_is_exported(srv: Server, roots: 
 
 
 @pytest.mark.parametrize("target", [
-    "repo/.git", pytest.param("repo/.git/refs", marks=pytest.mark.slow), "new/.GIT",
+    "repo/.git", pytest.param("repo/.git/refs", marks=pytest.mark.slow),
+    pytest.param("new/.GIT", marks=pytest.mark.slow),
     pytest.param("new/git~1", marks=pytest.mark.slow),
     pytest.param("new/.git. /x", marks=pytest.mark.slow)])
 def test_never_into_a_git_folder(srv: Server, roots: Path, target: str) -> None:

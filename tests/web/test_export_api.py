@@ -131,6 +131,7 @@ def test_export_to_branch_replays_kept_turns_and_fast_forwards(srv: Server,
     assert_fsck(work)
 
 
+@pytest.mark.slow
 def test_update_from_source_merges_three_way_and_exports_as_a_merge(srv: Server,
                                                                      roots: Path) -> None:
     work = roots / "repo"
@@ -185,6 +186,7 @@ def make_folder(roots: Path) -> Path:
     return src
 
 
+@pytest.mark.slow
 def test_export_to_folder_never_overwrites_the_users_changes(srv: Server, roots: Path) -> None:
     src = make_folder(roots)
     status, created = srv.api("POST", "/api/sessions", {"source": {"path": str(src)}})

@@ -59,6 +59,7 @@ def archive(path: Any, rev: str) -> dict[str, bytes]:
                 if m.isfile()}
 
 
+@pytest.mark.slow
 def test_listing_and_bytes_at_head_and_at_a_commit(shared_server: Server) -> None:
     sid = shared_server.new_session()
     first = shared_server.run(sid, "write src/app.py print(1)\nwrite README.md hello")

@@ -29,6 +29,7 @@ def two_turns(srv: Server) -> tuple[str, Path, str, dict[str, str], dict[str, st
     return sid, work, turn2["run_id"], after1, files(work)
 
 
+@pytest.mark.slow
 def test_socket_actions_and_events_in_two_tabs(shared_server: Server) -> None:
     sid, work, tid, after1, after2 = two_turns(shared_server)
     tab1, tab2 = shared_server.socket(sid), shared_server.socket(sid)

@@ -34,6 +34,7 @@ def index_row(server: Server, session_id: str) -> tuple[Any, ...] | None:
         db.close()
 
 
+@pytest.mark.slow
 def test_patch_renames_archives_and_sets_the_model(shared_server: Server) -> None:
     sid = shared_server.new_session()
     shared_server.run(sid, "hello")
