@@ -1,12 +1,15 @@
 """The quick set (`scripts/test --quick`): conftest.py's markers leave out what needs Chromium,
 PostgreSQL, llama-server or kills, and every module of tests/core/ and tests/web/ keeps tests
-in it. Read from a real collection with the expression scripts/test uses."""
+in it. Read from a real collection with the expression scripts/test uses; itself `slow` (a
+collection of the whole suite), so CI checks what the quick set holds."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
+
+import pytest
 
 from conftest import ROOT
 
@@ -25,6 +28,7 @@ def collected(*args: str) -> set[str]:
     return {line for line in out.stdout.splitlines() if "::" in line}
 
 
+@pytest.mark.slow
 def test_the_quick_set_leaves_out_the_marked_and_keeps_every_core_and_web_module() -> None:
     expression = quick_expression()
     assert expression == "not browser and not pg and not llama and not crash and not slow"
