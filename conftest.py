@@ -34,7 +34,7 @@ CRASH_FILE = re.compile(r"crash|killed")
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        where = item.path.relative_to(ROOT)
+        where = item.path.relative_to(ROOT) if item.path.is_relative_to(ROOT) else item.path
         uses = set(getattr(item, "fixturenames", ()))  # the closure: fixtures of fixtures too
         if where.parts[0] == "playwright":
             item.add_marker(pytest.mark.browser)
