@@ -4,6 +4,7 @@ WebSocket client, and git checks through the `git` CLI."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import re
@@ -24,6 +25,34 @@ ROOT = Path(__file__).resolve().parent
 # `replay`: recorded real model servers behind a local HTTP server; `llama`: a real one.
 pytest_plugins = ["tests.model_replay", "tests.live.llama", "tests.pg"]
 TOKEN = "test-token-0123456789"
+
+
+# -- markers (pyproject.toml) for `scripts/test --quick`: set here from where a test lives and
+# what it uses, so a new test is marked without anyone remembering to; `slow` is by hand.
+CRASH_FILE = re.compile(r"crash|killed")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        where = item.path.relative_to(ROOT) if item.path.is_relative_to(ROOT) else item.path
+        uses = set(getattr(item, "fixturenames", ()))  # the closure: fixtures of fixtures too
+        if where.parts[0] == "playwright":
+            item.add_marker(pytest.mark.browser)
+        if "pg_cluster" in uses:
+            item.add_marker(pytest.mark.pg)
+        if "llama_files" in uses:
+            item.add_marker(pytest.mark.llama)
+        if where.parts[:2] == ("tests", "faults") and (
+                CRASH_FILE.search(where.name) or "BRAID_CRASH_AT" in _source(item)):
+            item.add_marker(pytest.mark.crash)
+
+
+def _source(item: pytest.Item) -> str:
+    """The test function's own text (a kill hidden in a helper is caught by the file name)."""
+    try:
+        return inspect.getsource(getattr(item, "function", None))
+    except (TypeError, OSError):
+        return ""
 
 
 def free_port() -> int:

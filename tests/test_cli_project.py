@@ -14,6 +14,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT, TOKEN, free_port, git
 
 
@@ -22,6 +24,7 @@ def braid(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_braid_open_imports_starts_the_server_and_opens_the_browser(tmp_path: Path) -> None:
     roots = tmp_path / "home"
     project = roots / "project"

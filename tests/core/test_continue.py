@@ -210,6 +210,7 @@ async def test_a_fork_of_a_fork_takes_the_prefix_files_from_its_source(braid: Br
     assert_fsck(path)
 
 
+@pytest.mark.slow
 async def test_completed_and_cancelled_runs_fork_errors_resume_in_place(braid: Braid) -> None:
     sid, path = await new_session(braid)
     failed = await run_turn(braid, sid, "fail boom")
@@ -243,6 +244,7 @@ async def test_completed_and_cancelled_runs_fork_errors_resume_in_place(braid: B
     assert_fsck(path)
 
 
+@pytest.mark.slow
 async def test_an_interrupted_run_resumes_in_place(make_braid: MakeBraid, tmp_path: Path
                                                    ) -> None:
     braid = await make_braid(data_dir=tmp_path / "d")

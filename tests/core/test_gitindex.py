@@ -88,6 +88,7 @@ def test_skip_worktree_entries_off_disk(tmp_path: Path) -> None:
     assert "S history/000/00/000002-user-c.json" in git(path, "ls-files", "-t")
 
 
+@pytest.mark.slow
 def test_racy_entries_are_rehashed(tmp_path: Path) -> None:
     """A file changed in the same tick as the lstat that staged it (same size, same mtime)
     must not look clean to git."""

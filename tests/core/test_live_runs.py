@@ -8,6 +8,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+
 from conftest import assert_fsck, git, new_session, next_event, run_turn
 from server.core import turns
 from server.core.braid import Braid
@@ -55,6 +57,7 @@ async def test_a_queued_turn_waits_for_a_slot_then_completes(make_braid: MakeBra
     assert braid.turn_gate.waiting == braid.turn_gate.driving == 0
 
 
+@pytest.mark.slow
 async def test_a_turn_stopped_while_queued_ends_cancelled(make_braid: MakeBraid) -> None:
     braid = await make_braid(active_turns=1)
     first, _ = await new_session(braid)

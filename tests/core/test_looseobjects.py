@@ -140,6 +140,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_killed_anywhere_in_checkpoints_the_repository_stays_valid(tmp_path: Path) -> None:
     """kill -9 at moments spread over a stream of checkpoints: each time git reads every
     commit whole (fsck --strict), and the session opens and commits again."""

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import ROOT
 
 # Run as `python -c CHECK a 'b c'`: re-executed once, then it says what it runs with. Python's
@@ -52,6 +54,7 @@ def test_a_users_own_allocator_setting_is_kept() -> None:
     assert found["env"] == "pymalloc" and found["child"] == "pymalloc"
 
 
+@pytest.mark.slow
 def test_the_served_process_runs_on_malloc_and_its_commands_do_not(server_factory: Any) -> None:
     server = server_factory(BRAID_SHELL="on")
     environ = Path(f"/proc/{server.proc.pid}/environ").read_bytes().split(b"\0")

@@ -97,6 +97,7 @@ async def test_spawn_red_then_blue_keeps_both_branches_and_reports_in_the_parent
     assert_fsck(path)
 
 
+@pytest.mark.slow
 async def test_two_slow_sub_agents_run_at_the_same_time_on_their_own_files(
         braid: Braid, capsys: pytest.CaptureFixture[str]) -> None:
     sid, path, turn_id = await session_with_turn(braid)
@@ -280,6 +281,7 @@ def test_a_result_lands_on_its_branch_even_when_another_is_checked_out(tmp_path:
 
 
 
+@pytest.mark.slow
 async def test_a_failing_sub_agent_reports_its_error_in_the_parent(braid: Braid) -> None:
     sid, path, turn_id = await session_with_turn(braid)
     result = await subagents.spawn_sub_agent(braid, USER, sid, turn_id, "fail boom", "bad")

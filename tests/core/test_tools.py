@@ -124,6 +124,7 @@ def test_list_files(ws: Workspace, root: Path) -> None:
     err(ws.execute("list_files", {"path": "missing"}), "does not exist")
 
 
+@pytest.mark.slow
 def test_list_files_cap(ws: Workspace, root: Path) -> None:
     for i in range(LIST_LIMIT + 5):
         (root / f"f{i:05d}").write_text("")

@@ -114,6 +114,7 @@ async def test_checkpoint_modes(make_braid: MakeBraid, mode: str,
     assert_fsck(path)
 
 
+@pytest.mark.slow
 async def test_model_error_ends_the_run_error_with_its_message(braid: Braid) -> None:
     sid, path = await new_session(braid)
     queue = braid.bus.subscribe(sid)
@@ -236,6 +237,7 @@ async def test_recall_and_notes(braid: Braid) -> None:
     assert noted["messages"][-1]["content"] == "no notes"
 
 
+@pytest.mark.slow
 async def test_a_second_send_on_a_busy_branch_is_refused(braid: Braid) -> None:
     sid, path = await new_session(braid)
     queue = braid.bus.subscribe(sid)

@@ -134,6 +134,7 @@ def test_row1b_a_git_dir_made_in_a_root_runs_nothing(srv: Server, roots: Path, t
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_row1c_a_downloaded_projects_hostile_config_runs_nothing(srv: Server, roots: Path,
                                                                 tmp_path: Path) -> None:
     """Import as a folder and as git, update from source, export to a branch and to the
@@ -164,6 +165,7 @@ def test_row1c_a_downloaded_projects_hostile_config_runs_nothing(srv: Server, ro
     assert git(proj, "rev-parse", "HEAD").strip() == before
 
 
+@pytest.mark.slow
 def test_row2_roots_are_per_user_and_the_data_dir_is_never_reached(server_factory: Any,
                                                                     tmp_path: Path) -> None:
     """local: BRAID_IMPORT_ROOTS (here tmp_path, which holds the data dir); bob: none until
@@ -209,6 +211,7 @@ def test_row2_roots_are_per_user_and_the_data_dir_is_never_reached(server_factor
     assert not (srv.data_dir / "x").exists()
 
 
+@pytest.mark.slow
 def test_row2_a_folder_holding_the_data_dir_leaves_it_out(server_factory: Any,
                                                           tmp_path: Path) -> None:
     """Importing the folder that holds the data dir (the home folder, as ~/.braid is): the
@@ -230,6 +233,7 @@ def test_row2_a_folder_holding_the_data_dir_leaves_it_out(server_factory: Any,
     assert status == 403, body
 
 
+@pytest.mark.slow
 def test_row2_users_made_before_roots_get_the_column(server_factory: Any, tmp_path: Path,
                                                      roots: Path) -> None:
     """A users.sqlite3 of the old schema: opened, migrated, its users kept."""
@@ -253,6 +257,7 @@ def outside_repo(tmp_path: Path, marker: Path) -> Path:
     return make_repo(tmp_path / "outside" / "real", marker, {"secret.txt": "not yours\n"})
 
 
+@pytest.mark.slow
 def test_row3_a_git_file_leading_out_of_the_roots_is_refused(srv: Server, roots: Path,
                                                              tmp_path: Path) -> None:
     """A `.git` file (`gitdir: /elsewhere`), a commondir and object alternates leading out of
@@ -292,6 +297,7 @@ def test_row3_a_git_file_leading_out_of_the_roots_is_refused(srv: Server, roots:
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_row3_export_and_update_recheck_the_repository(srv: Server, roots: Path,
                                                        tmp_path: Path) -> None:
     """A source turned into a `.git` file pointing elsewhere after the import: update from

@@ -12,6 +12,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import free_port
 from tests.model_replay import ReplayServer, text_stream
 
@@ -32,6 +34,7 @@ def page(srv: Any, path: str) -> str:
         return res.read().decode()
 
 
+@pytest.mark.slow
 def test_credentials_in_an_endpoint_url_never_show(server_factory: Any, tmp_path: Path
                                                    ) -> None:
     port = free_port()  # nothing listens there

@@ -58,6 +58,7 @@ def files_of(folder: Path) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 def test_export_never_writes_through_a_symlink(srv: Server, roots: Path,
                                                tmp_path: Path) -> None:
     work = hostile_repo(roots)
@@ -133,6 +134,7 @@ def test_symlinks_are_exported_as_symlinks(srv: Server, roots: Path, tmp_path: P
     assert (fresh / "src" / "alias.py").is_symlink()
 
 
+@pytest.mark.slow
 def test_a_file_folder_clash_is_a_conflict_and_nothing_is_written(srv: Server,
                                                                   roots: Path) -> None:
     src = roots / "proj"
@@ -174,6 +176,7 @@ def test_a_file_folder_clash_is_a_conflict_and_nothing_is_written(srv: Server,
     assert_fsck(srv.session_path(sid))
 
 
+@pytest.mark.slow
 def test_a_file_becomes_a_folder_and_a_deletion_is_exported(srv: Server, roots: Path) -> None:
     src = roots / "proj"
     src.mkdir()
@@ -188,8 +191,11 @@ def test_a_file_becomes_a_folder_and_a_deletion_is_exported(srv: Server, roots: 
     assert files_of(src) == {"x/y.txt": "y\n"}
 
 
-@pytest.mark.parametrize("target", ["repo/.git", "repo/.git/refs", "new/.GIT", "new/git~1",
-                                    "new/.git. /x"])
+@pytest.mark.parametrize("target", [
+    "repo/.git", pytest.param("repo/.git/refs", marks=pytest.mark.slow),
+    pytest.param("new/.GIT", marks=pytest.mark.slow),
+    pytest.param("new/git~1", marks=pytest.mark.slow),
+    pytest.param("new/.git. /x", marks=pytest.mark.slow)])
 def test_never_into_a_git_folder(srv: Server, roots: Path, target: str) -> None:
     work = roots / "repo"
     work.mkdir()

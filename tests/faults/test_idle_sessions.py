@@ -14,6 +14,8 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import git, new_session, run_turn
 from server.core import braid as braid_module
 from server.core import context, model_body, store
@@ -23,6 +25,7 @@ def git_threads() -> int:
     return sum(1 for t in threading.enumerate() if t.name.startswith("braid-git"))
 
 
+@pytest.mark.slow
 async def test_idle_sessions_release_their_threads_and_reopen(make_braid: Any) -> None:
     braid = await make_braid(idle_seconds=0.5, open_sessions=4)
     made = [await new_session(braid) for _ in range(12)]
@@ -125,6 +128,7 @@ async def test_an_idle_session_lets_go_of_its_repository(make_braid: Any) -> Non
     assert git(path, "show", "HEAD:workdir/g.txt") == "reopened\n"
 
 
+@pytest.mark.slow
 async def test_a_quiet_server_gives_memory_back_after_the_teardown_too(make_braid: Any) -> None:
     """The release frees more after it (the pools' threads exit, the sessions' objects go):
     the reaper gives memory back at the release and on the quiet steps after it, then stops
@@ -152,6 +156,7 @@ async def test_a_quiet_server_gives_memory_back_after_the_teardown_too(make_brai
         gc.callbacks.remove(seen)
 
 
+@pytest.mark.slow
 async def test_a_released_session_keeps_no_handle_nobody_holds(make_braid: Any) -> None:
     """A burst of sessions leaves nothing per session behind once they are released (no
     metadata, lane or path kept: each would pin heap made mid-burst; issue 11), and whoever

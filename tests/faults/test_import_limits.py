@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import ROOT, TOKEN, assert_fsck, free_port, git
 
 BLOB = 10_000  # bytes of the one blob the bomb repeats
@@ -63,6 +65,7 @@ def refused(srv: Any, source: dict[str, str], words: str) -> float:
     return took
 
 
+@pytest.mark.slow
 def test_a_tree_bomb_stops_at_the_limit(server_factory: Any, tmp_path: Path) -> None:
     roots = tmp_path / "home"
     roots.mkdir()
@@ -83,6 +86,7 @@ def test_a_tree_bomb_stops_at_the_limit(server_factory: Any, tmp_path: Path) -> 
     assert status == 201 and body["import"]["files"] == 100, body
 
 
+@pytest.mark.slow
 def test_a_folder_import_stops_at_the_limit(server_factory: Any, tmp_path: Path) -> None:
     roots = tmp_path / "home"
     project = roots / "project"

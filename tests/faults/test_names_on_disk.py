@@ -109,6 +109,7 @@ def roots(tmp_path: Path) -> Path:
     return tmp_path / "roots"
 
 
+@pytest.mark.slow
 def test_names_git_cannot_hold_are_skipped_and_listed_and_the_session_goes_on(
         server_factory: Any, tmp_path: Path, roots: Path) -> None:
     env = {"BRAID_SHELL": "on", "BRAID_IMPORT_ROOTS": str(roots)}
@@ -188,6 +189,7 @@ def test_names_git_cannot_hold_are_skipped_and_listed_and_the_session_goes_on(
     assert srv.run(forked["session_id"], "write g.txt g")["status"] == "COMPLETED"
 
 
+@pytest.mark.slow
 def test_a_session_holding_such_names_from_before_opens_and_works(server_factory: Any,
                                                                    tmp_path: Path) -> None:
     srv = server_factory(tmp_path / "data")

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pygit2
+import pytest
 
 from conftest import assert_fsck, git
 from server.core import packing
@@ -70,6 +71,7 @@ def _libgit2_commits(repo: Path, stop: threading.Event, errors: list[str]) -> in
     return n
 
 
+@pytest.mark.slow
 def test_writes_survive_repacks_running_alongside(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(packing, "LOOSE_LIMIT", 30)  # a repack as often as it can run
     repo = tmp_path / "s"

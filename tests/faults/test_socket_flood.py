@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import Server
 
 MB = 1024 * 1024
@@ -26,6 +28,7 @@ def rss(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+@pytest.mark.slow
 def test_a_socket_flooded_without_reading_stays_bounded(server_factory: Any) -> None:
     srv: Server = server_factory(BRAID_SOCKET_INFLIGHT="4")
     assert srv.proc is not None
@@ -83,6 +86,7 @@ def test_a_socket_flooded_without_reading_stays_bounded(server_factory: Any) -> 
     assert srv.proc.returncode != -signal.SIGKILL, "the server did not stop on SIGTERM"
 
 
+@pytest.mark.slow
 def test_a_slow_reader_gets_every_frame_in_order(server_factory: Any) -> None:
     """Past the bound the senders wait; nothing is dropped or reordered while the client is
     there: the deltas of a long answer, read late, add up to the answer."""

@@ -152,6 +152,7 @@ def streamed_body(boundary: str, name: str, size: int) -> Iterator[bytes]:
     yield f"\r\n--{boundary}--\r\n".encode()
 
 
+@pytest.mark.slow
 def test_a_big_upload_and_its_zip_do_not_grow_the_server(server_factory: Any) -> None:
     srv = server_factory()
     assert srv.proc is not None
@@ -238,6 +239,7 @@ def children(pid: int) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_a_zip_left_half_read_ends_its_thread_and_git(server_factory: Any) -> None:
     srv = server_factory()
     assert srv.proc is not None

@@ -8,6 +8,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+import pytest
+
 from conftest import Server, git
 
 RUN_KEYS = {"run_id", "status", "branch", "forked_from_run_id", "forked_from_message_index",
@@ -84,6 +86,7 @@ def test_post_run_returns_the_finished_run(shared_server: Server) -> None:
     assert info["runs"][0]["branch"] == "main"
 
 
+@pytest.mark.slow
 def test_a_model_error_is_a_finished_run_with_its_error(shared_server: Server) -> None:
     session_id = shared_server.new_session()
     status, run = shared_server.api("POST", f"/api/sessions/{session_id}/runs",

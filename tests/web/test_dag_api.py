@@ -7,6 +7,7 @@ import json
 import urllib.request
 from typing import Any
 
+import pytest
 from websockets.sync.client import connect
 
 from conftest import Server, assert_fsck, git
@@ -34,6 +35,7 @@ def page(srv: Server, path: str) -> tuple[int, str]:
         return e.code, e.read().decode()
 
 
+@pytest.mark.slow
 def test_http_spawn_merge_and_dag(shared_server: Server) -> None:
     srv = shared_server
     sid, turn_id = start(srv)
@@ -164,6 +166,7 @@ def test_another_users_session_is_not_found(shared_server: Server, other_token: 
     assert json.dumps(graph).count('"merge"') == 0
 
 
+@pytest.mark.slow
 def test_a_sub_agent_killed_with_the_server_is_interrupted_on_its_branch(
         server_factory: Any, tmp_path: Any) -> None:
     import signal

@@ -66,6 +66,7 @@ def turn_files(srv: Server, sid: str, run_id: str) -> dict[str, str]:
     return {p["path"]: letters[p["status"]] for p in body["paths"]}
 
 
+@pytest.mark.slow
 def test_export_to_branch_replays_kept_turns_and_fast_forwards(srv: Server,
                                                                roots: Path) -> None:
     work = make_source(roots)
@@ -130,6 +131,7 @@ def test_export_to_branch_replays_kept_turns_and_fast_forwards(srv: Server,
     assert_fsck(work)
 
 
+@pytest.mark.slow
 def test_update_from_source_merges_three_way_and_exports_as_a_merge(srv: Server,
                                                                      roots: Path) -> None:
     work = roots / "repo"
@@ -184,6 +186,7 @@ def make_folder(roots: Path) -> Path:
     return src
 
 
+@pytest.mark.slow
 def test_export_to_folder_never_overwrites_the_users_changes(srv: Server, roots: Path) -> None:
     src = make_folder(roots)
     status, created = srv.api("POST", "/api/sessions", {"source": {"path": str(src)}})
@@ -268,6 +271,7 @@ def test_export_errors(srv: Server, roots: Path, tmp_path: Path) -> None:
         ws.close()
 
 
+@pytest.mark.slow
 def test_a_sub_agent_merge_exports_as_a_merge_commit(srv: Server, roots: Path) -> None:
     work = roots / "repo"
     work.mkdir()

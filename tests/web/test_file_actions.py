@@ -59,6 +59,7 @@ def archive(path: Any, rev: str) -> dict[str, bytes]:
                 if m.isfile()}
 
 
+@pytest.mark.slow
 def test_listing_and_bytes_at_head_and_at_a_commit(shared_server: Server) -> None:
     sid = shared_server.new_session()
     first = shared_server.run(sid, "write src/app.py print(1)\nwrite README.md hello")
@@ -188,6 +189,7 @@ def test_an_upload_never_follows_a_symlinked_folder(shared_server: Server,
     assert list(outside.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_an_upload_waits_for_no_run(shared_server: Server) -> None:
     sid = shared_server.new_session()
     ws = shared_server.socket(sid)

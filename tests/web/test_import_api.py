@@ -72,6 +72,7 @@ def srv(server_factory: Any, roots: Path) -> Server:
     return server_factory(BRAID_IMPORT_ROOTS=str(roots))
 
 
+@pytest.mark.slow
 def test_folder_import_holds_what_git_ls_files_lists(srv: Server, roots: Path) -> None:
     src = make_project(roots)
     status, body = srv.api("POST", "/api/sessions", {"source": {"path": str(src)}})
@@ -220,6 +221,7 @@ def test_bad_sources_are_clear_errors_and_create_nothing(srv: Server, roots: Pat
     assert {s["session_id"] for s in listed["sessions"]} == before
 
 
+@pytest.mark.slow
 def test_nested_repositories_are_listed_in_skipped(srv: Server, roots: Path) -> None:
     """Issue 21 row 17: an untracked nested repository (its own `.git` folder, or a `.git`
     file as `git worktree add` makes) is left out, and said so, in a repository and in a
@@ -286,6 +288,7 @@ class _NotGit(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow
 def test_a_url_on_the_servers_own_network_is_forbidden(server_factory: Any,
                                                        tmp_path: Path) -> None:
     """http:// on 127.0.0.1 (or a name resolving to it): `forbidden` unless BRAID_IMPORT_HOSTS

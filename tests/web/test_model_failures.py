@@ -52,6 +52,7 @@ def fail_then_resume(srv: Any, replay: ReplayServer, words: list[str]) -> None:
     ws.close()
 
 
+@pytest.mark.slow
 def test_a_server_that_is_down(server_factory: Any) -> None:
     port = free_port()
     replay = ReplayServer()
@@ -75,6 +76,7 @@ def test_a_server_that_is_down(server_factory: Any) -> None:
     ws.close()
 
 
+@pytest.mark.slow
 def test_a_hung_server_times_out(server_factory: Any, replay: ReplayServer) -> None:
     hang = text_stream("never finished")
     hang.mode = "hang"
@@ -85,9 +87,12 @@ def test_a_hung_server_times_out(server_factory: Any, replay: ReplayServer) -> N
 
 @pytest.mark.parametrize("status,message,words", [
     (401, "Invalid API key", ["refused the API key (401)", "OPENAI_API_KEY", "Invalid API key"]),
-    (404, "model 'smollm2' not found", ["has no model named 'smollm2'", "not found"]),
-    (500, "CUDA out of memory", ["failed while answering (500)", "CUDA out of memory"]),
-    (429, "slow down", ["limiting requests", "try again later"]),
+    pytest.param(404, "model 'smollm2' not found", ["has no model named 'smollm2'", "not found"],
+                 marks=pytest.mark.slow),
+    pytest.param(500, "CUDA out of memory", ["failed while answering (500)",
+                                             "CUDA out of memory"], marks=pytest.mark.slow),
+    pytest.param(429, "slow down", ["limiting requests", "try again later"],
+                 marks=pytest.mark.slow),
 ])
 def test_error_statuses_get_a_sentence(server_factory: Any, replay: ReplayServer, status: int,
                                        message: str, words: list[str]) -> None:
@@ -96,6 +101,7 @@ def test_error_statuses_get_a_sentence(server_factory: Any, replay: ReplayServer
     fail_then_resume(srv, replay, words)
 
 
+@pytest.mark.slow
 def test_a_connection_dropped_before_any_answer(server_factory: Any,
                                                 replay: ReplayServer) -> None:
     drop = text_stream("x")

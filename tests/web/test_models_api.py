@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import assert_fsck, git
 from tests.model_replay import ReplayServer, text_stream
 
@@ -36,6 +38,7 @@ def test_models_lists_demo_and_every_endpoints_models(server_factory: Any, tmp_p
     assert status == 401
 
 
+@pytest.mark.slow
 def test_a_down_endpoint_is_listed_with_its_error(server_factory: Any, tmp_path: Path,
                                                   replay: ReplayServer) -> None:
     path = endpoints_file(tmp_path, replay)
@@ -47,6 +50,7 @@ def test_a_down_endpoint_is_listed_with_its_error(server_factory: Any, tmp_path:
     assert down and down[0]["id"] is None and replay.base_url in down[0]["error"]
 
 
+@pytest.mark.slow
 def test_the_sessions_model_is_kept_and_used(server_factory: Any, tmp_path: Path,
                                              replay: ReplayServer) -> None:
     env = {"BRAID_ENDPOINTS": str(endpoints_file(tmp_path, replay)),

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import ROOT, Server, assert_fsck, git
 
 SLOW = "slow 300\nsay one two three four five six seven eight nine ten"
@@ -37,6 +39,7 @@ def run_record(path: Path, run_id: str) -> dict[str, Any]:
     return json.loads(git(path, "show", f"HEAD:runs/000/00/{run_id}.json"))
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_then_restart_and_reindex(server_factory: Any, tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     first = server_factory(data_dir)

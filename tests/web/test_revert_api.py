@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from websockets.sync.client import connect
 
 from conftest import Server, assert_fsck, git
@@ -28,6 +29,7 @@ def two_turns(srv: Server) -> tuple[str, Path, str, dict[str, str], dict[str, st
     return sid, work, turn2["run_id"], after1, files(work)
 
 
+@pytest.mark.slow
 def test_socket_actions_and_events_in_two_tabs(shared_server: Server) -> None:
     sid, work, tid, after1, after2 = two_turns(shared_server)
     tab1, tab2 = shared_server.socket(sid), shared_server.socket(sid)
@@ -196,6 +198,7 @@ def test_html_frames_render_chips_diffs_badges_and_conflicts(shared_server: Serv
         assert f'title="{tid}">Turn ' in footer and "</span> was reverted" in footer
 
 
+@pytest.mark.slow
 def test_shell_created_file_is_a_chip_and_reverted(server_factory: Any) -> None:
     srv = server_factory(BRAID_SHELL="on")
     sid = srv.new_session()

@@ -34,6 +34,7 @@ def index_row(server: Server, session_id: str) -> tuple[Any, ...] | None:
         db.close()
 
 
+@pytest.mark.slow
 def test_patch_renames_archives_and_sets_the_model(shared_server: Server) -> None:
     sid = shared_server.new_session()
     shared_server.run(sid, "hello")
@@ -83,6 +84,7 @@ def test_bad_updates_are_bad_request_and_change_nothing(shared_server: Server,
     assert session_json(shared_server, sid).get("title") == ""
 
 
+@pytest.mark.slow
 def test_rename_reaches_every_branch_and_survives_a_restart(server_factory: Any) -> None:
     server = server_factory()
     sid = server.new_session()
@@ -158,6 +160,7 @@ def test_delete_stops_a_live_run_first(shared_server: Server) -> None:
     assert not shared_server.session_path(sid).exists()
 
 
+@pytest.mark.slow
 def test_a_half_done_delete_is_finished_at_start(server_factory: Any) -> None:
     server = server_factory()
     sid = server.new_session()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from conftest import Server, assert_fsck, git
 
 
@@ -19,6 +21,7 @@ def refs(server: Server, session_id: str) -> str:
     return git(server.session_path(session_id), "for-each-ref")
 
 
+@pytest.mark.slow
 def test_continue_run_on_the_socket_forks_with_events(shared_server: Server) -> None:
     sid = shared_server.new_session()
     source = shared_server.run(sid, "write x.txt one")

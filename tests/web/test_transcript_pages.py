@@ -8,6 +8,8 @@ import re
 import urllib.error
 import urllib.request
 
+import pytest
+
 from conftest import Server
 
 
@@ -25,6 +27,7 @@ def bubbles(html: str) -> list[str]:
     return re.findall(r'<div class="bubble bubble-user"[^>]*>say (t\d+)</div>', html)
 
 
+@pytest.mark.slow
 def test_the_page_shows_the_newest_turns_and_loads_older_ones(shared_server: Server) -> None:
     srv = shared_server
     sid = srv.new_session()

@@ -12,6 +12,8 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from conftest import Server, WsClient, assert_fsck
 from server.web.actions import SPECS, by_name
 
@@ -154,6 +156,7 @@ def compare(name: str, reply: dict[str, Any], status: int, answer: Any) -> None:
     assert mask(answer) == mask(data), case
 
 
+@pytest.mark.slow
 def test_socket_and_http_twins_answer_the_same(server: Server) -> None:
     twins = {a.name for a in SPECS if a.socket and a.http is not None}
     table = cases()
