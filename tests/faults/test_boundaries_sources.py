@@ -6,17 +6,15 @@ and a `.git` file, commondir or alternates leading out of the roots is `forbidde
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import ROOT, Server, assert_fsck, git
+from conftest import ROOT, Server, assert_fsck, git, upload
 
 GIT_USER = ["-c", "user.name=T", "-c", "user.email=t@x"]
 
@@ -54,21 +52,9 @@ def make_repo(where: Path, marker: Path, files: dict[str, str] | None = None) ->
     return where
 
 
-def upload(srv: Server, sid: str, name: str, data: bytes) -> tuple[int, Any]:
+def upload_one(srv: Server, sid: str, name: str, data: bytes) -> tuple[int, Any]:
     """One file through the page's upload (multipart), as a browser sends it."""
-    boundary = "b0undary"
-    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename="
-            f"\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n").encode() \
-        + data + f"\r\n--{boundary}--\r\n".encode()
-    req = urllib.request.Request(f"{srv.base_url}/api/sessions/{sid}/files", data=body,
-                                 method="POST")
-    req.add_header("Authorization", f"Bearer {srv.token}")
-    req.add_header("Content-Type", f"multipart/form-data; boundary={boundary}")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as res:
-            return res.status, json.loads(res.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
+    return upload(srv, sid, [(name, data)])
 
 
 def add_user(srv: Server, name: str, *extra: str) -> str:
@@ -97,7 +83,7 @@ def test_row1a_config_exported_into_a_sessions_git_dir_runs_nothing(server_facto
     srv: Server = server_factory(BRAID_IMPORT_ROOTS=str(tmp_path))
     marker = tmp_path / "owned.txt"
     sid = srv.new_session()
-    status, body = upload(srv, sid, "config", hostile_config(marker).encode())
+    status, body = upload_one(srv, sid, "config", hostile_config(marker).encode())
     assert status == 201, body
     session = srv.session_path(sid)
     status, body = srv.api("POST", f"/api/sessions/{sid}/export",

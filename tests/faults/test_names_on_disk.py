@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 
-from conftest import Server, WsClient, assert_fsck, free_port, git
+from conftest import Server, WsClient, assert_fsck, free_port, git, upload
 from server.core.commits import SKIPPED_HEAD
-from tests.web.test_file_actions import upload
 
 ENDS = ("run_completed", "run_error", "run_cancelled")
 REPO = "names the repository's .git folder"

@@ -19,22 +19,9 @@ from typing import Any
 
 import pytest
 
-from conftest import Server, assert_fsck, git
+from conftest import Server, assert_fsck, git, multipart
 
 MB = 1024 * 1024
-
-
-def multipart(files: list[tuple[str, bytes]], folder: str = "") -> tuple[bytes, str]:
-    boundary = uuid.uuid4().hex
-    body = io.BytesIO()
-    for name, data in files:
-        body.write(f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; "
-                   f"filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
-                   .encode())
-        body.write(data + b"\r\n")
-    body.write(f"--{boundary}\r\nContent-Disposition: form-data; name=\"dir\"\r\n\r\n"
-               f"{folder}\r\n--{boundary}--\r\n".encode())
-    return body.getvalue(), f"multipart/form-data; boundary={boundary}"
 
 
 def post(conn: http.client.HTTPConnection, srv: Server, sid: str, body: Any, ctype: str,

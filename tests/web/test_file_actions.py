@@ -10,13 +10,12 @@ import subprocess
 import tarfile
 import urllib.error
 import urllib.request
-import uuid
 import zipfile
 from typing import Any
 
 import pytest
 
-from conftest import Server, git
+from conftest import Server, git, upload
 
 
 def get(server: Server, path: str) -> tuple[int, bytes, dict[str, str]]:
@@ -27,28 +26,6 @@ def get(server: Server, path: str) -> tuple[int, bytes, dict[str, str]]:
             return res.status, res.read(), dict(res.headers)
     except urllib.error.HTTPError as e:
         return e.code, e.read(), dict(e.headers)
-
-
-def upload(server: Server, sid: str, files: list[tuple[str, bytes]], folder: str = "",
-           token: str | None = None) -> tuple[int, Any]:
-    boundary = uuid.uuid4().hex
-    body = io.BytesIO()
-    for name, data in files:
-        body.write(f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; "
-                   f"filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
-                   .encode())
-        body.write(data + b"\r\n")
-    body.write(f"--{boundary}\r\nContent-Disposition: form-data; name=\"dir\"\r\n\r\n"
-               f"{folder}\r\n--{boundary}--\r\n".encode())
-    req = urllib.request.Request(f"{server.base_url}/api/sessions/{sid}/files",
-                                 data=body.getvalue(), method="POST")
-    req.add_header("Authorization", f"Bearer {token or server.token}")
-    req.add_header("Content-Type", f"multipart/form-data; boundary={boundary}")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as res:
-            return res.status, json.loads(res.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
 
 
 def archive(path: Any, rev: str) -> dict[str, bytes]:

@@ -353,3 +353,17 @@ def test_the_checked_address_is_the_one_git_connects_to() -> None:
                 "https://evil.example\\@127.0.0.1/x", "https://exa mple/x"):
         with pytest.raises(BadRequest, match="host|ASCII"):
             parse_url(settings, bad)
+
+
+def test_an_ipv4_address_carried_in_an_ipv6_one_is_judged_as_itself() -> None:
+    """Mapped, 6to4, NAT64 (RFC 6052), SIIT and IPv4-compatible forms all reach the IPv4
+    address in their low bits: a private one is internal, a public one is not."""
+    import ipaddress
+
+    from server.core.git_urls import internal
+
+    for inside in ("::ffff:127.0.0.1", "2002:7f00:1::", "64:ff9b::7f00:1", "64:ff9b::a00:1",
+                   "64:ff9b:1::c0a8:1", "::ffff:0:7f00:1", "::127.0.0.1", "::1", "fd00::1"):
+        assert internal(ipaddress.ip_address(inside)), inside
+    for outside in ("64:ff9b::808:808", "::ffff:8.8.8.8", "2001:4860:4860::8888", "8.8.8.8"):
+        assert not internal(ipaddress.ip_address(outside)), outside
