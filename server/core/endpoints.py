@@ -39,11 +39,12 @@ PLAIN_PARAMS = frozenset({"api-version", "api_version", "version"})
 # User-info runs to the authority's last `@` (how curl, httpx and urllib read `u:p@ss@host`).
 _USERINFO = re.compile(r"(?<=://)[^/?#\s]+@")
 _PARAM = re.compile(r"(?<=[?&])([\w.~%-]+)=([^&#\s'\"]*)")
+_FRAGMENT = re.compile(r"(://[^\s'\"#]*)#[^\s'\"]+")  # a URL's own #..., never sent
 
 
 def redact_url(url: str) -> str:
-    """`url` with its user-info and query values (but PLAIN_PARAMS's) shown as ***."""
-    url = _USERINFO.sub(HIDDEN + "@", url)
+    """`url` with its user-info, query values (but PLAIN_PARAMS's) and fragment as ***."""
+    url = _FRAGMENT.sub(r"\1#" + HIDDEN, _USERINFO.sub(HIDDEN + "@", url))
     return _PARAM.sub(lambda m: m[0] if m[1].lower() in PLAIN_PARAMS
                       else f"{m[1]}={HIDDEN}", url)
 
@@ -93,6 +94,7 @@ class Endpoint:
         found = [parts.password or ""]  # the user name is hidden in URLs, not in free text
         found += [v for k, v in parse_qsl(parts.query, keep_blank_values=True)
                   if k.lower() not in PLAIN_PARAMS]
+        found.append(parts.fragment)  # never sent, but some paste a key there
         found += [unquote(v) for v in found]
         # Longest first, so a secret holding another is hidden whole; a one- or two-letter
         # secret is not hunted in free text (it would hide every such letter), only in URLs.
