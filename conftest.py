@@ -250,6 +250,19 @@ def server_factory(tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.fixture
+def roots(tmp_path: Path) -> Path:
+    """A folder to import from and export to: the server's BRAID_IMPORT_ROOTS (`srv`), with
+    the data dir (tmp_path/data) outside it."""
+    (tmp_path / "roots").mkdir()
+    return tmp_path / "roots"
+
+
+@pytest.fixture
+def srv(server_factory: Any, roots: Path) -> Server:
+    return server_factory(BRAID_IMPORT_ROOTS=str(roots))
+
+
+@pytest.fixture
 def server(server_factory: Any) -> Server:
     return server_factory()
 

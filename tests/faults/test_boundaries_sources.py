@@ -64,18 +64,6 @@ def add_user(srv: Server, name: str, *extra: str) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-@pytest.fixture
-def roots(tmp_path: Path) -> Path:
-    (tmp_path / "roots").mkdir()
-    return tmp_path / "roots"
-
-
-@pytest.fixture
-def srv(server_factory: Any, roots: Path) -> Server:
-    """The data dir (tmp_path/data) outside the roots."""
-    return server_factory(BRAID_IMPORT_ROOTS=str(roots))
-
-
 def test_row1a_config_exported_into_a_sessions_git_dir_runs_nothing(server_factory: Any,
                                                                      tmp_path: Path) -> None:
     """The data dir inside the roots (as the default ~/.braid in ~): upload `config`, export

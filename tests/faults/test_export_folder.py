@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,11 +22,6 @@ def roots(tmp_path: Path) -> Path:
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "victim.txt").write_text("victim\n")
     return tmp_path / "roots"
-
-
-@pytest.fixture
-def srv(server_factory: Any, roots: Path) -> Server:
-    return server_factory(BRAID_IMPORT_ROOTS=str(roots))
 
 
 def hostile_repo(roots: Path) -> Path:

@@ -102,12 +102,6 @@ SHELL_MADE = [
 ]
 
 
-@pytest.fixture
-def roots(tmp_path: Path) -> Path:
-    (tmp_path / "roots").mkdir()
-    return tmp_path / "roots"
-
-
 @pytest.mark.slow
 def test_names_git_cannot_hold_are_skipped_and_listed_and_the_session_goes_on(
         server_factory: Any, tmp_path: Path, roots: Path) -> None:

@@ -7,24 +7,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from conftest import Server, assert_fsck, git
 
 GIT_USER = ["-c", "user.name=T", "-c", "user.email=t@x"]
-
-
-@pytest.fixture
-def roots(tmp_path: Path) -> Path:
-    (tmp_path / "roots").mkdir()
-    return tmp_path / "roots"
-
-
-@pytest.fixture
-def srv(server_factory: Any, roots: Path) -> Server:
-    return server_factory(BRAID_IMPORT_ROOTS=str(roots))
 
 
 def commit_all(repo: Path, message: str) -> str:

@@ -61,17 +61,6 @@ def ls_files(folder: Path) -> list[str]:
                   .splitlines())
 
 
-@pytest.fixture
-def roots(tmp_path: Path) -> Path:
-    (tmp_path / "roots").mkdir()
-    return tmp_path / "roots"
-
-
-@pytest.fixture
-def srv(server_factory: Any, roots: Path) -> Server:
-    return server_factory(BRAID_IMPORT_ROOTS=str(roots))
-
-
 @pytest.mark.slow
 def test_folder_import_holds_what_git_ls_files_lists(srv: Server, roots: Path) -> None:
     src = make_project(roots)
