@@ -283,8 +283,8 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 @pytest.fixture
 async def make_braid(tmp_path: Path) -> Any:
     """Start core `Braid` objects on temp data dirs (several for restart tests)."""
-    from server.core.braid import Braid
-    from server.core.settings import Settings
+    from server.app.braid import Braid
+    from server.base.settings import Settings
 
     made: list[Any] = []
 
@@ -305,7 +305,7 @@ async def braid(make_braid: Any) -> Any:
 
 
 async def new_session(braid: Any, user_id: str = "local") -> tuple[str, Path]:
-    from server.core import sessions
+    from server.features import sessions
 
     created = await sessions.create_session(braid, user_id)
     return created["session_id"], braid.store.path(created["session_id"])
@@ -323,7 +323,7 @@ async def call_action(braid: Any, user_id: str, session_id: str, name: str,
 
 
 async def run_turn(braid: Any, session_id: str, text: str, user_id: str = "local") -> Any:
-    from server.core import sessions
+    from server.features import sessions
 
     return await sessions.run_to_end(braid, user_id, session_id, text)
 

@@ -31,10 +31,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from server.core import layout  # noqa: E402
-from server.core.git_session import DISK, GitSession, history_path, run_path  # noqa: E402
-from server.core.ids import new_message_id, now_iso  # noqa: E402
-from server.core.records import to_json_bytes  # noqa: E402
+from server.base.ids import new_message_id, now_iso  # noqa: E402
+from server.base.records import to_json_bytes  # noqa: E402
+from server.git.history import (
+    history_path,  # noqa: E402
+    run_path,  # noqa: E402
+)
+from server.git.session import GitSession  # noqa: E402
+from server.git.workdir.staging import DISK  # noqa: E402
+from server.store import layout  # noqa: E402
 
 SAMPLES = int(os.environ.get("BENCH_SAMPLES", "15"))
 AGNO = "agno==3.1.10"

@@ -22,11 +22,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pygit2  # noqa: E402
 
-from server.core import dag  # noqa: E402
-from server.core.git_session import GitSession, commit_message  # noqa: E402
-from server.core.ids import new_message_id, now_iso  # noqa: E402
-from server.core.records import to_json_bytes  # noqa: E402
-from server.web import dag_layout, dag_views  # noqa: E402
+from server.base.ids import new_message_id, now_iso  # noqa: E402
+from server.base.records import to_json_bytes  # noqa: E402
+from server.features import dag  # noqa: E402
+from server.git.commits import commit_message  # noqa: E402
+from server.git.session import GitSession  # noqa: E402
+from server.web.render import dag as dag_views  # noqa: E402
+from server.web.render import dag_layout  # noqa: E402
 
 SAMPLES = 9
 

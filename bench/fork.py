@@ -21,17 +21,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from server.core import layout  # noqa: E402
-from server.core.fork import clone_session  # noqa: E402
-from server.core.git_session import (  # noqa: E402
-    DISK,
-    GitSession,
-    history_path,
-    run_path,
-    to_json_bytes,
+from server.base.ids import new_message_id, new_session_id, now_iso  # noqa: E402
+from server.base.records import to_json_bytes  # noqa: E402
+from server.features.fork import clone_session  # noqa: E402
+from server.git.history import (
+    history_path,  # noqa: E402
+    run_path,  # noqa: E402
 )
-from server.core.ids import new_message_id, new_session_id, now_iso  # noqa: E402
-from server.core.packing import pack_now  # noqa: E402
+from server.git.packing import pack_now  # noqa: E402
+from server.git.session import GitSession  # noqa: E402
+from server.git.workdir.staging import DISK  # noqa: E402
+from server.store import layout  # noqa: E402
 
 TURNS = 500
 WORKDIR_FILES = 200

@@ -20,9 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from server.core import revert, sessions  # noqa: E402
-from server.core.braid import Braid  # noqa: E402
-from server.core.settings import Settings  # noqa: E402
+from server.app.braid import Braid  # noqa: E402
+from server.base.settings import Settings  # noqa: E402
+from server.features import (
+    revert,
+    sessions,  # noqa: E402
+)
 
 USER = "local"
 SAMPLES = 11

@@ -48,17 +48,19 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from server.core import context, layout, model_body  # noqa: E402
-from server.core.demo_model import create_demo_app  # noqa: E402
-from server.core.git_session import DISK, GitSession  # noqa: E402
-from server.core.ids import new_message_id, new_session_id, now_iso  # noqa: E402
-from server.core.model_client import ModelClient  # noqa: E402
-from server.core.model_messages import to_model  # noqa: E402
-from server.core.packing import pack_now  # noqa: E402
-from server.core.records import to_json_bytes  # noqa: E402
-from server.core.settings import Settings  # noqa: E402
-from server.core.tools import Workspace  # noqa: E402
-from server.core.turns import SYSTEM_PROMPT  # noqa: E402
+from server.agent.tools import Workspace  # noqa: E402
+from server.agent.turns import SYSTEM_PROMPT  # noqa: E402
+from server.base.ids import new_message_id, new_session_id, now_iso  # noqa: E402
+from server.base.records import to_json_bytes  # noqa: E402
+from server.base.settings import Settings  # noqa: E402
+from server.git.packing import pack_now  # noqa: E402
+from server.git.session import GitSession  # noqa: E402
+from server.git.workdir.staging import DISK  # noqa: E402
+from server.model import body as model_body  # noqa: E402
+from server.model.client import ModelClient  # noqa: E402
+from server.model.demo import create_demo_app  # noqa: E402
+from server.model.messages import to_model  # noqa: E402
+from server.store import context, layout  # noqa: E402
 
 TOKEN = "bench-token-0123456789"
 SAMPLES = int(os.environ.get("BENCH_SAMPLES", "15"))

@@ -100,9 +100,9 @@ def test_braid_export_without_a_server(tmp_path: Path) -> None:
     data = tmp_path / "data"
     env = {**os.environ, "BRAID_DATA_DIR": str(data), "BRAID_TOKEN": TOKEN,
            "BRAID_IMPORT_ROOTS": str(roots)}
-    code = ("import asyncio,sys\nfrom server.core.braid import Braid\n"
-            "from server.core.settings import Settings\nfrom server.core import sessions\n"
-            "from server.core.sources import SourceRequest\n"
+    code = ("import asyncio,sys\nfrom server.app.braid import Braid\n"
+            "from server.base.settings import Settings\nfrom server.features import sessions\n"
+            "from server.features.sources.sources import SourceRequest\n"
             "async def m():\n b=Braid(Settings.from_env()); await b.start()\n"
             f" r=await sessions.create_session(b,'local','',SourceRequest('folder',"
             f"'{roots / 'src'}'))\n"

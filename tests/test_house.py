@@ -1,16 +1,21 @@
-"""The house rules of server/ (issue 8), read from the source: no import cycle between its
-modules (lazy imports inside functions count; `if TYPE_CHECKING:` imports do not, they never
-run), no private name (`_x`) used outside the module that defines it, and modules under the
-size the house keeps (~400 lines)."""
+"""The house rules of server/ (issues 8 and 22), read from the source: the layers hold
+(`lint-imports`, the contract in pyproject.toml), no import cycle between its modules (lazy
+imports inside functions and `if TYPE_CHECKING:` imports count too: a lower layer names a
+higher one through a Protocol), no re-export (a name is imported from the module that
+defines it), no private name (`_x`) used outside the module that defines it, every package
+says what it owns, and no folder holds more than 15 modules."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "server"
-MAX_LINES = 400
+MAX_MODULES = 15  # in one folder: more, and the folder hides its layers again
 
 
 def module_name(path: Path) -> str:
@@ -59,11 +64,12 @@ def targets(module: str, node: ast.Import | ast.ImportFrom) -> list[tuple[str, s
     return [(source, alias.name) for alias in node.names]
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(finder: Callable[[ast.AST], list[ast.Import | ast.ImportFrom]]
+                 ) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for module, path in MODULES.items():
         deps: set[str] = set()
-        for node in runtime_imports(ast.parse(path.read_text())):
+        for node in finder(ast.parse(path.read_text())):
             for source, name in targets(module, node):
                 if name and f"{source}.{name}" in MODULES:
                     deps.add(f"{source}.{name}")  # `from . import x`: the module x
@@ -121,9 +127,14 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
+def all_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import, `if TYPE_CHECKING:` ones too."""
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
+
+
 def test_no_import_cycle_in_server() -> None:
-    graph = import_graph()
-    assert len(graph) > 50 and "server.core.turns" in graph["server.core.merge"]
+    graph = import_graph(all_imports)
+    assert len(graph) > 50 and "server.agent.turns" in graph["server.features.merge"]
     assert cycles(graph) == []
 
 
@@ -159,11 +170,11 @@ def private_uses(source: str, module: str) -> list[str]:
 
 
 def test_the_private_name_finder_sees_imports_and_attributes() -> None:
-    source = ("from .git_session import _nest\nfrom . import _x\nx = git._subtree\n"
+    source = ("from .session import _nest\nfrom . import _x\nx = git._subtree\n"
               "self._mine = 1\ny = self._mine\n")
-    found = private_uses(source, "server.core.turns")
-    assert found == ["1: imports _nest from server.core.git_session",
-                     "2: imports _x from server.core", "3: uses ._subtree"]
+    found = private_uses(source, "server.git.trees")
+    assert found == ["1: imports _nest from server.git.session",
+                     "2: imports _x from server.git", "3: uses ._subtree"]
 
 
 def test_no_private_name_used_outside_its_module() -> None:
@@ -172,6 +183,88 @@ def test_no_private_name_used_outside_its_module() -> None:
     assert found == []
 
 
-def test_modules_stay_under_the_house_size() -> None:
-    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in MODULES.values()}
-    assert {path: n for path, n in sizes.items() if n > MAX_LINES} == {}
+def test_the_layers_hold() -> None:
+    """The `layers` and `forbidden` contracts of pyproject.toml, by import-linter (CI runs it
+    too, in scripts/test): each layer imports only the ones below it."""
+    out = subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--no-cache", "--no-logo"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "0 broken" in out.stdout and "layers KEPT" in out.stdout
+
+
+def test_no_folder_holds_more_than_the_house_keeps() -> None:
+    folders: dict[str, int] = {}
+    for path in MODULES.values():
+        if path.name != "__init__.py":
+            key = str(path.parent.relative_to(ROOT))
+            folders[key] = folders.get(key, 0) + 1
+    assert len(folders) >= 8
+    assert {f: n for f, n in folders.items() if n > MAX_MODULES} == {}
+
+
+def test_every_package_says_what_it_owns_and_may_import() -> None:
+    packages = [p for p in MODULES.values() if p.name == "__init__.py"]
+    assert len(packages) >= 8
+    for path in packages:
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        assert len(doc) > 80, f"{path.relative_to(ROOT)} has no docstring worth the name"
+        if path.parent != PACKAGE:
+            assert "import" in doc, f"{path.relative_to(ROOT)} does not say what it may import"
+
+
+def top_level_names(tree: ast.Module) -> set[str]:
+    """What a module defines itself (not what it imports): functions, classes, assignments,
+    at the top or in a top-level if/try."""
+    out: set[str] = set()
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets_ = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets_:
+                out.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.If | ast.Try):
+            todo.extend(node.body + node.orelse + getattr(node, "finalbody", []))
+            for handler in getattr(node, "handlers", []):
+                todo.extend(handler.body)
+    return out
+
+
+def re_exports(path: Path, module: str) -> list[str]:
+    """`line: name from module` for each name imported from a server module that does not
+    define it (it only imports it)."""
+    out = []
+    for node in all_imports(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        for source, name in targets(module, node):
+            if not source.startswith("server") or name is None or name == "*":
+                continue
+            if f"{source}.{name}" in MODULES or source not in MODULES:
+                continue  # a module of a package, or not ours
+            if name not in top_level_names(ast.parse(MODULES[source].read_text())):
+                out.append(f"{node.lineno}: {name} from {source}")
+    return out
+
+
+def test_the_re_export_finder_finds_one() -> None:
+    assert re_exports(MODULES["server.git.trees"], "server.git.trees") == []
+    fake = ROOT / "tests" / "_fake_re_export.py"
+    fake.write_text("from server.git.session import Path\nfrom server.git import session\n")
+    try:
+        assert re_exports(fake, "tests._fake_re_export") == ["1: Path from server.git.session"]
+    finally:
+        fake.unlink()
+
+
+def test_no_re_exports() -> None:
+    """One name, one home: `from server.X import name` only where X defines name (in
+    server/, the tests, benches and browser tests)."""
+    files = [*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"),
+             *(ROOT / "playwright").rglob("*.py"), *(ROOT / "bench").rglob("*.py"),
+             ROOT / "conftest.py"]
+    found = [f"{p.relative_to(ROOT)}:{use}" for p in files
+             for use in re_exports(p, module_name(p))]
+    assert found == []

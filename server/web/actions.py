@@ -9,9 +9,10 @@ from typing import Any
 
 from starlette.responses import Response
 
-from ..core import (
+from server.agent import turns
+from server.app.braid import Braid
+from server.features import (
     dag,
-    exporting,
     files,
     fork,
     merge,
@@ -19,15 +20,14 @@ from ..core import (
     revert,
     session_meta,
     sessions,
-    source_sync,
     subagents,
     timetravel,
-    turns,
 )
-from ..core.braid import Braid
-from . import params as P
-from .file_actions import file_or_folder, zip_download
-from .specs import Action, ActionContext, Handler, Http, Param, http_routes, socket_table
+from server.features.sources import exporting
+from server.features.sources import sync as source_sync
+from server.web import params as P
+from server.web.file_actions import file_or_folder, zip_download
+from server.web.specs import Action, ActionContext, Handler, Http, Param, http_routes, socket_table
 
 __all__ = ["ACTIONS", "SPECS", "ActionContext", "Handler", "by_name", "http_routes"]
 

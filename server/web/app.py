@@ -14,23 +14,21 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import runinfo
-from ..core.braid import Braid
-from ..core.errors import BraidError
-from ..core.settings import Settings
-from . import (
-    dag_views,
+from server.app import runinfo
+from server.app.braid import Braid
+from server.base.errors import BraidError
+from server.base.settings import Settings
+from server.web import (
     errors,
     file_actions,
     form_posts,
-    highlight,
     import_views,
     model_actions,
     pages,
     transcript_pages,
 )
-from .actions import SPECS
-from .auth import (
+from server.web.actions import SPECS
+from server.web.auth import (
     CookieOriginMiddleware,
     Endpoint,
     TokenBackend,
@@ -39,9 +37,11 @@ from .auth import (
     login_required,
     to_login,
 )
-from .specs import http_routes
-from .templating import ROOT
-from .ws import session_socket
+from server.web.render import dag as dag_views
+from server.web.render import highlight
+from server.web.render.templating import ROOT
+from server.web.specs import http_routes
+from server.web.ws import session_socket
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "

@@ -28,9 +28,9 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..core.errors import BraidError, Forbidden, Unauthorized
-from ..core.users import off_loop
-from .errors import error_response
+from server.base.errors import BraidError, Forbidden, Unauthorized
+from server.store.users import off_loop
+from server.web.errors import error_response
 
 COOKIE = "braid_token"
 DEFAULT_PORTS = {"http": 80, "https": 443}

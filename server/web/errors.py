@@ -10,7 +10,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..core.errors import (
+from server.base.errors import (
     BadRequest,
     BraidError,
     Busy,

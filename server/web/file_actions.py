@@ -13,13 +13,13 @@ from urllib.parse import quote
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
-from ..core import files, uploads
-from ..core.errors import BadRequest, BraidError, Forbidden
-from . import params
-from .auth import origin_allowed, user_of
-from .highlight import as_text, highlight_lines
-from .names import load_names
-from .templating import render
+from server.base.errors import BadRequest, BraidError, Forbidden
+from server.features import files, uploads
+from server.web import params
+from server.web.auth import origin_allowed, user_of
+from server.web.render.highlight import as_text, highlight_lines
+from server.web.render.names import load_names
+from server.web.render.templating import render
 
 FILE_VIEW_LIMIT = 2_000_000  # bytes shown in the panel; bigger files are download-only
 

@@ -11,10 +11,10 @@ from markupsafe import escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from ..core import fork, session_meta
-from ..core.errors import BraidError
-from .auth import origin_allowed, user_of
-from .errors import status_of
+from server.base.errors import BraidError
+from server.features import fork, session_meta
+from server.web.auth import origin_allowed, user_of
+from server.web.errors import status_of
 
 # Runs the action for (request, user_id) and returns the address to open afterwards.
 FormAction = Callable[[Request, str], Awaitable[str]]

@@ -8,7 +8,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..core.errors import BadRequest
+from server.base.errors import BadRequest
 
 MAX_DEPTH = 32
 MAX_BODY = 2_000_000  # bytes of an HTTP JSON body, counted while it streams in

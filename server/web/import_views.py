@@ -4,20 +4,18 @@ partial, in every case the same one the page includes)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from ..core import sessions
-from ..core.errors import BraidError
-from ..core.sources import SourceRequest
-from . import params
-from .auth import origin_allowed, user_of
-from .templating import render
-
-if TYPE_CHECKING:
-    from .render_html import HtmlRenderer
+from server.base.errors import BraidError
+from server.features import sessions
+from server.features.sources.sources import SourceRequest
+from server.web import params
+from server.web.auth import origin_allowed, user_of
+from server.web.render.fragments import Renderer
+from server.web.render.templating import render
 
 
 def source_of(form: dict[str, str]) -> SourceRequest | None:
@@ -104,15 +102,15 @@ def failed_html(error: dict[str, Any]) -> str:
     return _result({"error": error.get("message") or "failed", "clashes": clashes})
 
 
-async def _exported(r: HtmlRenderer, data: dict[str, Any]) -> str:
+async def _exported(r: Renderer, data: dict[str, Any]) -> str:
     return exported_html(data)
 
 
-async def _updated(r: HtmlRenderer, data: dict[str, Any]) -> str:
+async def _updated(r: Renderer, data: dict[str, Any]) -> str:
     return _result({**data, "kind": "update"})
 
 
-async def _failed(r: HtmlRenderer, error: dict[str, Any]) -> str:
+async def _failed(r: Renderer, error: dict[str, Any]) -> str:
     return failed_html(error)
 
 

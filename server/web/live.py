@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core import sessions
-from ..core.braid import Braid
-from ..core.errors import BraidError
-from .event_views import files_for, siblings_for
-from .fragments import turn_from_event
-from .names import load_names
-from .render_html import HtmlRenderer
-from .templating import render
+from server.app.braid import Braid
+from server.base.errors import BraidError
+from server.features import sessions
+from server.web.render.events import files_for, siblings_for
+from server.web.render.fragments import turn_from_event
+from server.web.render.frames import HtmlRenderer
+from server.web.render.names import load_names
+from server.web.render.templating import render
 
 LiveTurn = dict[str, Any]
 

@@ -11,10 +11,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from ..core import model_choice
-from ..core.errors import NotFound
-from .auth import user_of
-from .templating import render
+from server.base.errors import NotFound
+from server.features import model_choice
+from server.web.auth import user_of
+from server.web.render.templating import render
 
 
 async def picker_html(braid: Any, user_id: str, session_id: str) -> str:

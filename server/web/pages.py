@@ -7,14 +7,14 @@ import re
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from ..core import sessions
-from ..core.errors import NotFound
-from ..core.users import off_loop
-from . import live
-from .auth import COOKIE, login_link_allowed, origin_allowed, user_of
-from .names import load_names
-from .session_rows import order_by_lineage
-from .templating import templates
+from server.base.errors import NotFound
+from server.features import sessions
+from server.store.users import off_loop
+from server.web import live
+from server.web.auth import COOKIE, login_link_allowed, origin_allowed, user_of
+from server.web.render.names import load_names
+from server.web.render.session_rows import order_by_lineage
+from server.web.render.templating import templates
 
 
 def _login_redirect() -> RedirectResponse:

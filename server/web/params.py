@@ -13,14 +13,14 @@ import unicodedata
 from collections.abc import Callable
 from typing import Any
 
-from ..core.errors import BadRequest, NotFound
-from ..core.files import path_param, ref_param
-from ..core.ids import is_message_id
-from ..core.merge import MAX_BRANCHES, STRATEGIES
-from ..core.names import is_utf8
-from ..core.session_meta import MAX_MODEL, MAX_TITLE
-from ..core.sources import SourceRequest
-from ..core.turns import MAX_TEXT
+from server.agent.turns import MAX_TEXT
+from server.base.errors import BadRequest, NotFound
+from server.base.ids import is_message_id
+from server.base.names import is_utf8
+from server.features.files import path_param, ref_param
+from server.features.merge import MAX_BRANCHES, STRATEGIES
+from server.features.session_meta import MAX_MODEL, MAX_TITLE
+from server.features.sources.sources import SourceRequest
 
 _FALSE = ("", "false", "0", "off", "no")
 _TRUE = ("true", "1", "on", "yes")

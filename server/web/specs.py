@@ -19,13 +19,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..core.errors import BadRequest, NotFound
-from . import hostile
-from . import params as P
-from .auth import api_401, login_required, user_of
+from server.base.errors import BadRequest, NotFound
+from server.web import hostile
+from server.web import params as P
+from server.web.auth import api_401, login_required, user_of
 
 if TYPE_CHECKING:
-    from ..core.braid import Braid
+    from server.app.braid import Braid
 
 Core = Callable[..., Awaitable[Any]]
 

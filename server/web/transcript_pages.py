@@ -6,11 +6,11 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from ..core import sessions
-from ..core.errors import BadRequest, NotFound
-from . import params
-from .auth import user_of
-from .templating import render
+from server.base.errors import BadRequest, NotFound
+from server.features import sessions
+from server.web import params
+from server.web.auth import user_of
+from server.web.render.templating import render
 
 
 async def older_turns(request: Request) -> Response:

@@ -11,12 +11,13 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..core.errors import BadRequest, BraidError, NotFound
-from . import hostile, live
-from .actions import ACTIONS, ActionContext
-from .auth import origin_allowed, signed_in, user_of
-from .errors import error_frame, result_frame
-from .render_html import HtmlRenderer
+from server.base.errors import BadRequest, BraidError, NotFound
+from server.web import hostile, live
+from server.web.actions import ACTIONS
+from server.web.auth import origin_allowed, signed_in, user_of
+from server.web.errors import error_frame, result_frame
+from server.web.render.frames import HtmlRenderer
+from server.web.specs import ActionContext
 
 log = logging.getLogger("braid.ws")
 MAX_FRAME = 1_000_000

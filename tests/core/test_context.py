@@ -8,8 +8,8 @@ import random
 from typing import Any
 
 from conftest import git, new_session, run_turn
-from server.core import context
-from server.core.settings import Settings
+from server.base.settings import Settings
+from server.store import context
 
 FILLER = "lorem ipsum dolor sit amet " * 12  # ~80 tokens a message
 
@@ -98,8 +98,8 @@ def test_the_cut_found_by_bisection_is_the_walk_s_cut() -> None:
 async def test_the_running_totals_follow_the_branch(braid: Any) -> None:
     """layout.message_sums: kept with the history listing, extended by each turn, moved with
     a checkout, always the totals of the branch's messages' estimates."""
-    from server.core import layout
-    from server.core.timetravel import continue_run_to_end
+    from server.features.timetravel import continue_run_to_end
+    from server.store import layout
 
     sid, _ = await new_session(braid)
     first = await run_turn(braid, sid, "say one")

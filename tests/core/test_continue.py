@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from conftest import assert_fsck, call_action, git, new_session, next_event, run_turn
-from server.core import sessions, timetravel, turns
-from server.core.braid import Braid
-from server.core.errors import BadRequest, Busy, NotFound
-from server.core.reindex import reindex
-from server.core.users import DEFAULT_USER
+from server.agent import turns
+from server.app.braid import Braid
+from server.app.reindex import reindex
+from server.base.errors import BadRequest, Busy, NotFound
+from server.features import sessions, timetravel
+from server.store.users import DEFAULT_USER
 
 USER = DEFAULT_USER
 MakeBraid = Callable[..., Awaitable[Braid]]

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from conftest import new_session, run_turn
-from server.core import dag
-from server.core.sessions import checkout
-from server.core.timetravel import continue_run_to_end
+from server.features import dag
+from server.features.sessions import checkout
+from server.features.timetravel import continue_run_to_end
 
 
 def _view(data: dict[str, Any]) -> dict[str, tuple[Any, ...]]:

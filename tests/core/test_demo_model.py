@@ -11,8 +11,8 @@ import httpx2
 import openai
 import pytest
 
-from server.core.demo_model import create_demo_app, demo_client
-from server.core.demo_script import batch_count
+from server.model.demo import create_demo_app, demo_client
+from server.model.demo_script import batch_count
 
 SHELL_TOOL = {"type": "function", "function": {"name": "shell", "parameters": {"type": "object"}}}
 BASE = {"role": "system", "content": "You are Braid's agent."}

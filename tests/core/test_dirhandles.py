@@ -11,8 +11,8 @@ import pygit2
 import pytest
 from pygit2.enums import FileMode
 
-from server.core.dirhandles import Blocked, Folder, open_path, put_file
-from server.core.exporting import _plan
+from server.base.dirhandles import Blocked, Folder, open_path, put_file
+from server.features.sources.exporting import _plan
 
 
 def opened(path: Path) -> Folder:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from server.core.endpoints import load_endpoints_file
-from server.core.model_client import ModelClient
-from server.core.settings import Settings
+from server.base.settings import Settings
+from server.model.client import ModelClient
+from server.model.endpoints import load_endpoints_file
 
 
 def test_toml_and_json_files_name_the_same_endpoints(tmp_path: Path) -> None:

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from conftest import assert_fsck, git, new_session, run_turn
-from server.core import fork, sessions, timetravel, turns
-from server.core.braid import Braid
-from server.core.errors import BadRequest, Busy, NotFound
-from server.core.reindex import reindex
-from server.core.users import DEFAULT_USER
+from server.agent import turns
+from server.app.braid import Braid
+from server.app.reindex import reindex
+from server.base.errors import BadRequest, Busy, NotFound
+from server.features import fork, sessions, timetravel
+from server.store.users import DEFAULT_USER
 from server.web import params
 
 USER = DEFAULT_USER

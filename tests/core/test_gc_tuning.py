@@ -11,7 +11,7 @@ from conftest import ROOT
 
 CHECK = """
 import gc, json
-from server.core.gc_tuning import tune_for_serving
+from server.app.gc_tuning import tune_for_serving
 tune_for_serving()
 collections = []
 gc.callbacks.append(lambda phase, info: phase == "start" and collections.append(1))

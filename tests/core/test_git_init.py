@@ -10,7 +10,7 @@ import pygit2
 import pytest
 
 from conftest import git
-from server.core.git_init import init_repository
+from server.git.init_repo import init_repository
 
 
 def test_a_new_repository_like_pygit2s(tmp_path: Path) -> None:

@@ -12,17 +12,13 @@ import pygit2
 import pytest
 
 from conftest import assert_fsck, git
-from server.core import atomic, layout
-from server.core.errors import Conflict, NotFound
-from server.core.git_session import (
-    DISK,
-    GitSession,
-    commit_message,
-    history_path,
-    parse_trailers,
-    run_path,
-)
-from server.core.records import to_json_bytes
+from server.base.errors import Conflict, NotFound
+from server.base.records import to_json_bytes
+from server.git.commits import commit_message, parse_trailers
+from server.git.history import history_path, run_path
+from server.git.session import GitSession
+from server.git.workdir.staging import DISK
+from server.store import atomic, layout
 
 META = {"session_id": "0" * 32, "title": "t", "user_id": "local", "created_at": "now",
         "forked_from_session_id": None, "root_session_id": "0" * 32}

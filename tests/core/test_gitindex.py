@@ -12,7 +12,8 @@ import pygit2
 import pytest
 
 from conftest import assert_fsck, git
-from server.core.gitindex import GitIndex, IndexFormatError, IndexLocked, tree_entries
+from server.git.workdir.index_file import GitIndex
+from server.git.workdir.index_format import IndexFormatError, IndexLocked, tree_entries
 
 OLD = time.time() - 3600  # an mtime well outside the racy window
 
@@ -158,7 +159,7 @@ def test_a_held_lock_is_not_broken(tmp_path: Path) -> None:
 def test_sorted_entries_match_a_sorted_dict_through_random_changes() -> None:
     import random
 
-    from server.core.indexformat import SortedEntries
+    from server.git.workdir.index_format import SortedEntries
 
     class Small(SortedEntries):
         CHUNK = 4  # chunks split and empty out often

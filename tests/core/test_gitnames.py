@@ -16,10 +16,12 @@ import pygit2
 from pygit2.enums import FileMode
 
 from conftest import assert_fsck
-from server.core import gitnames
-from server.core.backups import BackupStore, tree_entry
-from server.core.git_session import DISK, GitSession, history_path, run_path
-from server.core.records import to_json_bytes
+from server.base.records import to_json_bytes
+from server.git import lookup as gitnames
+from server.git.history import history_path, run_path
+from server.git.session import GitSession
+from server.git.workdir.staging import DISK
+from server.store.backups import BackupStore, tree_entry
 
 META = {"session_id": "0" * 32, "title": "t", "user_id": "local", "created_at": "now",
         "forked_from_session_id": None, "root_session_id": "0" * 32}

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from conftest import assert_fsck, git, run_turn
-from server.core import revert, sessions, timetravel
-from server.core.reindex import reindex
+from server.app.reindex import reindex
+from server.features import revert, sessions, timetravel
 
 USER = "local"
 SID = "0123456789abcdef0123456789abcdef"

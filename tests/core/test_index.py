@@ -21,11 +21,11 @@ BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.pg)]
 @pytest.fixture(params=BACKENDS)
 async def index(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
     if request.param == "sqlite":
-        from server.core.index import Index
+        from server.store.index import Index
 
         idx: Any = Index(tmp_path / "index.sqlite3")
     else:
-        from server.core.pg_index import PgIndex
+        from server.backends.pg_index import PgIndex
 
         idx = PgIndex(request.getfixturevalue("pg_url"))
     assert await idx.open() is True  # new: start-up reindexes it
@@ -90,7 +90,7 @@ async def test_runs_upserted_listed_by_status_and_copied(index: Any) -> None:
 
 async def test_forks_and_new_runs_are_read_without_the_session_s_other_runs(
         index: Any) -> None:
-    from server.core.lineage import sibling_map
+    from server.store.lineage import sibling_map
 
     await index.upsert_session(meta("s"))
     for i in range(6):
@@ -144,7 +144,7 @@ def _reindex(data_dir: Path, url: str | None) -> str:
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_braid_reindex_rebuilds_the_index_from_git_alone(
         backend: str, request: pytest.FixtureRequest, make_braid: Any, tmp_path: Path) -> None:
-    from server.core import sessions
+    from server.features import sessions
 
     url = request.getfixturevalue("pg_url") if backend == "postgresql" else None
     data = tmp_path / "data"

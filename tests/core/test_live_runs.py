@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from conftest import assert_fsck, git, new_session, next_event, run_turn
-from server.core import turns
-from server.core.braid import Braid
-from server.core.settings import Settings
-from server.core.users import DEFAULT_USER
+from server.agent import turns
+from server.app.braid import Braid
+from server.base.settings import Settings
+from server.store.users import DEFAULT_USER
 
 USER = DEFAULT_USER
 MakeBraid = Callable[..., Awaitable[Braid]]

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from server.core.errors import Busy
-from server.core.locks import LocalBranchLocks
+from server.base.errors import Busy
+from server.store.locks import LocalBranchLocks
 
 
 async def test_one_holder_per_branch_and_the_block_frees_it_however_it_ends() -> None:

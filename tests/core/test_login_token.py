@@ -5,9 +5,9 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from server.core.braid import Braid
-from server.core.settings import Settings
-from server.core.users import DEFAULT_USER
+from server.app.braid import Braid
+from server.base.settings import Settings
+from server.store.users import DEFAULT_USER
 
 
 async def start_stop(data_dir: Path, token: str | None = None) -> tuple[str, Braid]:

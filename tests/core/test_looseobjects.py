@@ -16,12 +16,13 @@ import pygit2
 import pytest
 
 from conftest import assert_fsck, git
-from server.core import crash
-from server.core.git_session import DISK, GitSession
-from server.core.indexformat import clear_stale_lock
-from server.core.looseobjects import LooseWriter
-from server.core.pools import IdlingThreadPool
-from server.core.recovery import clear_stale_locks
+from server.agent.interrupted import clear_stale_locks
+from server.base import crash
+from server.base.pools import IdlingThreadPool
+from server.git.loose import LooseWriter
+from server.git.session import GitSession
+from server.git.workdir.index_format import clear_stale_lock
+from server.git.workdir.staging import DISK
 
 META = {"session_id": "0" * 32, "title": "t", "user_id": "local", "created_at": "now"}
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,7 +128,7 @@ _CHILD = textwrap.dedent("""
     import sys
     from pathlib import Path
     sys.path.insert(0, sys.argv[2])
-    from server.core.git_session import DISK, GitSession
+    from server.git.session import DISK, GitSession
     git = GitSession(Path(sys.argv[1]))
     i = 0
     print("ready", flush=True)

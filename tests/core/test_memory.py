@@ -17,7 +17,7 @@ from conftest import ROOT
 # own allocator is the one whose statistics name a "Small block threshold".
 CHECK = """
 import json, os, subprocess, sys
-from server.core.memory import use_system_allocator
+from server.app.memory import use_system_allocator
 use_system_allocator()
 child = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('PYTHONMALLOC'))"],
                        capture_output=True, text=True).stdout.strip()
@@ -67,7 +67,7 @@ def test_the_served_process_runs_on_malloc_and_its_commands_do_not(server_factor
 
 
 def test_with_no_interpreter_to_run_again_it_serves_on_this_one() -> None:
-    script = ("import sys\nfrom server.core.memory import use_system_allocator\n"
+    script = ("import sys\nfrom server.app.memory import use_system_allocator\n"
               "sys.executable = '/nonexistent/python'\nuse_system_allocator()\n"
               "print('serving', flush=True)\nsys._debugmallocstats()\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONMALLOC"}

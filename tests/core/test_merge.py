@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from conftest import assert_fsck, call_action, git
-from server.core import dag, merge, revert, sessions, subagents, timetravel
-from server.core.braid import Braid
-from server.core.errors import BadRequest, Busy, Conflict, NotFound
+from server.app.braid import Braid
+from server.base.errors import BadRequest, Busy, Conflict, NotFound
+from server.features import dag, merge, revert, sessions, subagents, timetravel
 
 USER = "local"
 
@@ -246,7 +246,7 @@ async def test_the_merge_turn_reverts_and_continues_like_any_turn(braid: Braid) 
 
 
 async def ask(messages: list[dict[str, Any]]) -> Any:
-    from server.core.demo_model import demo_client
+    from server.model.demo import demo_client
 
     client = demo_client()
     try:

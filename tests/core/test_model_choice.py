@@ -8,8 +8,8 @@ import json
 from typing import Any
 
 from conftest import git, new_session, run_turn
-from server.core.model_choice import session_usage
-from server.core.sessions import checkout
+from server.features.model_choice import session_usage
+from server.features.sessions import checkout
 
 
 def _from_git(path: Any) -> dict[str, int]:

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from conftest import assert_fsck, git, new_session, run_turn
-from server.core import revert, timetravel
-from server.core.braid import Braid
+from server.app.braid import Braid
+from server.features import revert, timetravel
 from tests.model_replay import Answer, ReplayServer, load_case, sse, text_stream
 
 MakeBraid = Callable[..., Awaitable[Braid]]
@@ -178,7 +178,7 @@ async def test_resume_after_a_cut_stream_does_not_repeat_the_partial_answer(
 
 
 async def _run(braid: Braid, sid: str, run_id: str) -> dict[str, Any]:
-    from server.core import sessions
+    from server.features import sessions
 
     return await sessions.get_run(braid, "local", sid, run_id)
 

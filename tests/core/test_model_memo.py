@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.core.model_memo import IdentityMemo
+from server.base.memo import IdentityMemo
 
 
 def test_values_are_made_once_per_object_and_in_order() -> None:
@@ -40,7 +40,8 @@ def test_more_objects_than_it_holds_still_get_their_own_values() -> None:
 def test_forget_all_also_empties_the_caches_by_value() -> None:
     """The replayed arguments' texts (model_messages) go with the memos once no session is
     open: else a burst of sessions' arguments stays for good (issue 11)."""
-    from server.core import model_memo, model_messages
+    from server.base import memo as model_memo
+    from server.model import messages as model_messages
 
     model_messages.valid_arguments('{"path": "a.txt"}')
     assert model_messages._valid_text.cache_info().currsize > 0

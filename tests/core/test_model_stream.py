@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from server.core.model_messages import INVALID_ARGS_KEY, arguments_error, to_model
-from server.core.model_stream import StreamAssembler, StreamError, estimate_usage
+from server.model.messages import INVALID_ARGS_KEY, arguments_error, to_model
+from server.model.stream import StreamAssembler, StreamError, estimate_usage
 from tests.model_replay import SHARED, all_cases, load_case
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from server.core import names
+from server.base import names
 
 # Paths git holds and paths it refuses, in the spellings issue 21 met and their neighbours.
 NAMES = [
@@ -98,7 +98,7 @@ def test_a_nested_repository_listed_by_git_status_is_left_out_with_its_reason(
         tmp_path: Path) -> None:
     """`git status` lists an untracked nested repository as `dir/`: the scan never enters
     it, so the checkpoint lists it as left out, saying why (not "empty part")."""
-    from server.core.workdir_scan import why_left_out
+    from server.git.workdir.scan import why_left_out
 
     (tmp_path / "inner").mkdir()
     subprocess.run(["git", "init", "-q", str(tmp_path / "inner")], check=True)

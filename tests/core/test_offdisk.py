@@ -13,15 +13,15 @@ from typing import Any
 import pygit2
 
 from conftest import assert_fsck, git, new_session, run_turn
-from server.core import revert, timetravel
-from server.core.braid import Braid
-from server.core.fork import fork_session
-from server.core.git_session import DISK, GitSession
-from server.core.indexformat import PROCESS_STARTED, IndexLocked
-from server.core.records import to_json_bytes
-from server.core.reindex import reindex
-from server.core.staging import is_sparse_file
-from server.core.users import DEFAULT_USER
+from server.app.braid import Braid
+from server.app.reindex import reindex
+from server.base.records import to_json_bytes
+from server.features import revert, timetravel
+from server.features.fork import fork_session
+from server.git.session import GitSession
+from server.git.workdir.index_format import PROCESS_STARTED, IndexLocked
+from server.git.workdir.staging import DISK, is_sparse_file
+from server.store.users import DEFAULT_USER
 
 USER = DEFAULT_USER
 
@@ -160,7 +160,7 @@ async def test_checkouts_between_long_and_short_branches_move_only_index_entries
         braid: Braid) -> None:
     """History in several folders: a continue from an early run and the way back to main
     leave the index exactly HEAD's tree (every entry, S for history), nothing on disk."""
-    from server.core import sessions
+    from server.features import sessions
 
     sid, path = await new_session(braid)
     first = await run_turn(braid, sid, "write a.txt one")
@@ -187,7 +187,7 @@ async def test_the_index_file_holds_history_and_runs_as_one_entry_each(braid: Br
     """The index file names history/ and runs/ as one sparse directory entry each (HEAD's
     trees), so its writes cost the workdir's entries, not the chat's; git, libgit2 after a
     full scan, and a reopened session all read every file from it."""
-    from server.core.indexformat import SPARSE_DIR_MODE, entry_mode, entry_oid, parse
+    from server.git.workdir.index_format import SPARSE_DIR_MODE, entry_mode, entry_oid, parse
 
     sid, path = await new_session(braid)
     await run_turn(braid, sid, "write a.txt one")

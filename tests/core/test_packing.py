@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from conftest import assert_fsck, git, new_session, run_turn
-from server.core import packing
+from server.git import packing
 
 
 async def test_an_idle_session_is_packed_and_loses_nothing(make_braid: Any,
@@ -34,7 +34,7 @@ async def test_an_idle_session_is_packed_and_loses_nothing(make_braid: Any,
     # The session goes on as before, and a fork hard-links the packs.
     done = await run_turn(braid, sid, "recall")
     assert done["messages"][-1]["content"].split(" | ")[0] == "write f0.txt turn 0"
-    from server.core.fork import fork_session
+    from server.features.fork import fork_session
 
     forked = await fork_session(braid, "local", sid)
     assert_fsck(braid.store.path(forked["session_id"]))

@@ -1,4 +1,4 @@
-"""The thread pools of `server/core/pools.py`: an idle pool's threads go, no work is ever left
+"""The thread pools of `server/base/pools.py`: an idle pool's threads go, no work is ever left
 without a thread, and a lane runs its work in order, one item at a time."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import threading
 import time
 from concurrent.futures import wait
 
-from server.core.pools import IdlingThreadPool, SerialLane
+from server.base.pools import IdlingThreadPool, SerialLane
 
 
 def pool_threads(name: str) -> int:

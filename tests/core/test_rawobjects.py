@@ -13,11 +13,11 @@ import pytest
 from pygit2.enums import FileMode
 
 from conftest import assert_fsck, git
-from server.core import fsops
-from server.core.errors import Conflict
-from server.core.git_session import DISK, GitSession
-from server.core.looseobjects import LooseWriter
-from server.core.rawobjects import (
+from server.base import fsops
+from server.base.errors import Conflict
+from server.base.records import to_json_bytes
+from server.git.loose import LooseWriter
+from server.git.objects import (
     TREE_MODE,
     BranchMoved,
     TreeEdit,
@@ -29,7 +29,8 @@ from server.core.rawobjects import (
     reflog_message,
     tree_entry,
 )
-from server.core.records import to_json_bytes
+from server.git.session import GitSession
+from server.git.workdir.staging import DISK
 
 META = {"session_id": "0" * 32, "title": "t", "user_id": "local", "created_at": "now"}
 # Names whose order is git's, not Python's: a folder sorts as if its name ended in "/".

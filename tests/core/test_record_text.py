@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from server.core.records import to_json_bytes
+from server.base.records import to_json_bytes
 
 SAMPLES: list[Any] = [
     {}, [], "", 0, -1, 10**30, 1.5, -0.0, 1e-300, 1e300, 1e-4, 1e16, 5e-324, True,

@@ -4,7 +4,7 @@ works) must not show its tail after the first `@`."""
 
 from __future__ import annotations
 
-from server.core.endpoints import redact_url
+from server.model.endpoints import redact_url
 
 
 def test_a_password_with_an_at_sign_is_hidden_whole() -> None:
@@ -23,7 +23,7 @@ def test_only_the_authority_is_taken_and_text_after_the_url_is_kept() -> None:
 def test_a_fragment_is_hidden_in_urls_and_as_a_secret() -> None:
     """A key pasted after `#` is never sent, but it is no less a key: hidden in a URL, and
     as free text in an error that quotes it."""
-    from server.core.endpoints import Endpoint
+    from server.model.endpoints import Endpoint
 
     assert redact_url("see http://host:1/v1#sk-SEKRET now") == "see http://host:1/v1#*** now"
     assert redact_url("issue #12 at http://host/v1") == "issue #12 at http://host/v1"

@@ -13,11 +13,13 @@ from typing import Any
 import pytest
 
 from conftest import assert_fsck, call_action, git
-from server.core import layout, revert, sessions, turns
-from server.core.backups import REF_PREFIX, BackupStore, write_entry
-from server.core.braid import Braid
-from server.core.errors import BadRequest, Busy, Conflict, NotFound
-from server.core.settings import Settings
+from server.agent import turns
+from server.app.braid import Braid
+from server.base.errors import BadRequest, Busy, Conflict, NotFound
+from server.base.settings import Settings
+from server.features import revert, sessions
+from server.store import layout
+from server.store.backups import REF_PREFIX, BackupStore, write_entry
 
 USER = "local"
 LINES = [f"line {i}" for i in range(1, 9)]

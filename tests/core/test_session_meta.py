@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from conftest import call_action, git, new_session, next_event
-from server.core import session_meta, turns
-from server.core.errors import BadRequest, NotFound
+from server.agent import turns
+from server.base.errors import BadRequest, NotFound
+from server.features import session_meta
 
 
 async def test_a_rename_during_the_first_turn_is_kept(braid: Any) -> None:

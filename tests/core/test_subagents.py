@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from conftest import assert_fsck, call_action, git
-from server.core import atomic, sessions, subagents
-from server.core.braid import Braid
-from server.core.errors import BadRequest, Busy, NotFound
-from server.core.git_session import GitSession
+from server.app.braid import Braid
+from server.base.errors import BadRequest, Busy, NotFound
+from server.features import sessions, subagents
+from server.git.session import GitSession
+from server.store import atomic
 
 USER = "local"
 
@@ -228,7 +229,7 @@ async def test_a_busy_sub_agent_branch_refuses_a_second_run_and_cancel_ends_it(
     assert not [f for f in git(path, "ls-tree", "-r", "--name-only", "HEAD").split()
                 if f.startswith("_worktrees")]
     assert git(path, "status", "--porcelain") == ""
-    from server.core import turns
+    from server.agent import turns
 
     await turns.cancel_run(braid, USER, sid, started["run_id"])
     result = await asyncio.wait_for(task, 20)

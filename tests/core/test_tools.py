@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from server.core.tools import LIST_LIMIT, PathEscape, ToolResult, Workspace
+from server.agent.tool_paths import PathEscape
+from server.agent.tools import LIST_LIMIT, ToolResult, Workspace
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import DeltaStatus, FileMode
 
-from server.core.treeops import tree_delta
+from server.git.trees import tree_delta
 
 
 def make_tree(repo: pygit2.Repository, files: dict[str, tuple[bytes, int]]) -> pygit2.Tree:

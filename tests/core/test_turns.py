@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 
 from conftest import assert_fsck, call_action, git, new_session, next_event, run_turn
-from server.core import sessions, turns
-from server.core.braid import Braid
-from server.core.errors import Busy, NotFound
-from server.core.settings import Settings
-from server.core.users import DEFAULT_USER
+from server.agent import turns
+from server.app.braid import Braid
+from server.base.errors import Busy, NotFound
+from server.base.settings import Settings
+from server.features import sessions
+from server.store.users import DEFAULT_USER
 
 USER = DEFAULT_USER
 MakeBraid = Callable[..., Awaitable[Braid]]
@@ -334,7 +335,7 @@ async def test_stopping_the_server_interrupts_a_live_run(make_braid: MakeBraid) 
 
 async def test_bad_input_is_refused(braid: Braid) -> None:
     sid, _ = await new_session(braid)
-    from server.core.errors import BadRequest
+    from server.base.errors import BadRequest
 
     for text in (None, "", "   ", 42):
         with pytest.raises(BadRequest):

@@ -8,7 +8,7 @@ import shutil
 from typing import Any
 
 from conftest import git, new_session, run_turn
-from server.core.watch import WATCHERS
+from server.git.workdir.watch import WATCHERS
 
 
 def changed(path: Any, rev: str) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from conftest import Server, assert_fsck, free_port, git
-from server.core.crash import POINTS
+from server.base.crash import POINTS
 
 
 @dataclass

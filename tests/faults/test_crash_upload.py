@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Server, assert_fsck, free_port, git
-from server.core.crash import POINTS
+from server.base.crash import POINTS
 from tests.faults.test_upload_boundaries import multipart
 
 FILES = [("over.txt", b"uploaded\n"), ("new.txt", b"new\n"), ("sub/deep/a.bin", b"\0" * 70000),

@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 from conftest import assert_fsck, git, new_session, run_turn
-from server.core import fork, guarded, journal, merge, revert, sessions, subagents, timetravel
-from server.core.errors import BraidError
+from server.base.errors import BraidError
+from server.features import fork, merge, revert, sessions, subagents, timetravel
+from server.git.workdir import guarded
+from server.store import journal
 
 
 def outside_dir(tmp_path: Path) -> Path:

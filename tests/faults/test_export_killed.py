@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from conftest import Server, assert_fsck, free_port, git
-from server.core.crash import POINTS
-from server.core.exporting import RECORD
+from server.base.crash import POINTS
+from server.features.sources.exporting import RECORD
 
 GIT_USER = ["-c", "user.name=T", "-c", "user.email=t@x"]
 

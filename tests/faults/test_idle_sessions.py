@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 
 from conftest import git, new_session, run_turn
-from server.core import braid as braid_module
-from server.core import context, model_body, store
+from server.app import braid as braid_module
+from server.model import body as model_body
+from server.store import context
+from server.store import session_store as store
 
 
 def git_threads() -> int:

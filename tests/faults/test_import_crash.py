@@ -1,5 +1,5 @@
 """The crash matrix for import and update from source (issue 21): kill -9 at each named point
-(server/core/crash.py POINTS["import"], POINTS["update"]), restart, and check that nothing is
+(server/base/crash.py POINTS["import"], POINTS["update"]), restart, and check that nothing is
 half done: no half session folder (nor its marker) is left or listed, a kept session is whole
 (fsck, status clean, its import commit and source base); an update is one commit or none,
 `workdir/` matching HEAD; and a retry completes the operation."""
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from conftest import Server, assert_fsck, free_port, git
-from server.core.crash import POINTS
+from server.base.crash import POINTS
 
 
 def armed(data_dir: Path, env: dict[str, str], point: str) -> Server:

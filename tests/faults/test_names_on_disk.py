@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from conftest import Server, WsClient, assert_fsck, free_port, git, upload
-from server.core.commits import SKIPPED_HEAD
+from server.git.commits import SKIPPED_HEAD
 
 ENDS = ("run_completed", "run_error", "run_cancelled")
 REPO = "names the repository's .git folder"

@@ -12,10 +12,11 @@ from typing import Any
 import pygit2
 
 from conftest import assert_fsck, git, new_session, run_turn
-from server.core import timetravel, turns
-from server.core.git_session import history_path, run_path
-from server.core.ids import new_message_id, new_session_id, now_iso
-from server.core.records import to_json_bytes
+from server.agent import turns
+from server.base.ids import new_message_id, new_session_id, now_iso
+from server.base.records import to_json_bytes
+from server.features import timetravel
+from server.git.history import history_path, run_path
 
 
 async def test_d1_a_torn_temp_file_is_never_committed_by_recovery(make_braid: Any,

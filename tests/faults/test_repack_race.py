@@ -21,9 +21,9 @@ import pygit2
 import pytest
 
 from conftest import assert_fsck, git
-from server.core import packing
-from server.core.git_init import init_repository
-from server.core.looseobjects import LooseWriter
+from server.git import packing
+from server.git.init_repo import init_repository
+from server.git.loose import LooseWriter
 
 SECONDS = float(os.environ.get("BRAID_RACE_SECONDS", "15"))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from server.core.shell import run_shell
+from server.agent.shell import run_shell
 
 ESCAPE = "setsid sh -c 'echo $$ > {name}; exec sleep 300' > /dev/null 2>&1 &"
 

@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from conftest import assert_fsck, call_action, git, new_session, run_turn
-from server.core import crash, turns
-from server.core.braid import Braid
-from server.core.crash import TURN_STEPS, CrashPoint
-from server.core.errors import BadRequest
-from server.core.tools import Workspace
+from server.agent import turns
+from server.agent.tools import Workspace
+from server.app.braid import Braid
+from server.base import crash
+from server.base.crash import TURN_STEPS, CrashPoint
+from server.base.errors import BadRequest
 
 ENDS = ("run_completed", "run_error", "run_cancelled")
 

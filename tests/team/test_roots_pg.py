@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 
 from conftest import ROOT, Server, free_port
-from server.core.users import hash_token
+from server.store.users import hash_token
 
 
 def old_schema(url: str, token: str) -> None:

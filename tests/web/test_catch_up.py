@@ -10,11 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from conftest import TOKEN
-from server.core import sessions
-from server.core.braid import Braid
-from server.core.settings import Settings
+from server.app.braid import Braid
+from server.base.settings import Settings
+from server.features import sessions
 from server.web import live
-from server.web.render_html import HtmlRenderer
+from server.web.render.frames import HtmlRenderer
 from server.web.specs import ActionContext
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.web import dag_layout as dag
+from server.web.render import dag_layout as dag
 
 
 def node(oid: str, parents: list[str], branch: str, kind: str = "turn", run: str | None = None,

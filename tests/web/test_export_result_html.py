@@ -5,8 +5,8 @@ the browser side (the socket's frame swapped in) is playwright/test_import_page.
 
 from __future__ import annotations
 
-from server.core import names
-from server.core.errors import Conflict
+from server.base import names
+from server.base.errors import Conflict
 from server.web.import_views import exported_html, failed_html
 
 HOSTILE = "<img src=x onerror=alert(1)>.md"

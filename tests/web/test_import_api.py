@@ -328,9 +328,9 @@ def _redirect_to(port: int) -> Any:
 def test_the_checked_address_is_the_one_git_connects_to() -> None:
     """DNS rebinding: the clone's own connection is pinned (curl's resolve list) to the
     addresses just checked, redirects are off, and only the URL's transport is on."""
-    from server.core.errors import BadRequest
-    from server.core.git_urls import clone_plan, parse_url
-    from server.core.settings import Settings
+    from server.base.errors import BadRequest
+    from server.base.settings import Settings
+    from server.features.sources.git_urls import clone_plan, parse_url
 
     settings = Settings(import_schemes=("https",), import_hosts=("localhost",))
     url, config = clone_plan(settings, parse_url(settings, "https://LocalHost:8443/r.git"))
@@ -349,7 +349,7 @@ def test_an_ipv4_address_carried_in_an_ipv6_one_is_judged_as_itself() -> None:
     address in their low bits: a private one is internal, a public one is not."""
     import ipaddress
 
-    from server.core.git_urls import internal
+    from server.features.sources.git_urls import internal
 
     for inside in ("::ffff:127.0.0.1", "2002:7f00:1::", "64:ff9b::7f00:1", "64:ff9b::a00:1",
                    "64:ff9b:1::c0a8:1", "::ffff:0:7f00:1", "::127.0.0.1", "::1", "fd00::1"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.web.templating import render
+from server.web.render.templating import render
 
 
 def turn(parts: list[dict[str, Any]], **run: Any) -> dict[str, Any]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from server.core.index import Index
-from server.web.names import Names, names_of
+from server.store.index import Index
+from server.web.render.names import Names, names_of
 
 
 def run(run_id: str, at: str, **extra: Any) -> dict[str, Any]:

@@ -56,8 +56,8 @@ class Live:
 def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
     import uvicorn
 
-    from server.core.settings import Settings
-    from server.core.store import SessionHandle
+    from server.base.settings import Settings
+    from server.store.session_store import SessionHandle
     from server.web.app import create_app
 
     port = free_port()

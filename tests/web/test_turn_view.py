@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.web.turn_view import turn_flags
+from server.web.render.turn_view import turn_flags
 
 
 def turn(status: str | None, *, streaming: bool = False, user: bool = True,

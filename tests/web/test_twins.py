@@ -185,6 +185,6 @@ def test_every_rendered_action_is_declared() -> None:
     # The HTML frames of results and errors are keyed by action name: each names a declared
     # socket action, so a renamed or removed action cannot leave a renderer behind.
     from server.web.actions import ACTIONS
-    from server.web.render_html import ERRORS, RESULTS
+    from server.web.render.frames import ERRORS, RESULTS
 
     assert set(RESULTS) | set(ERRORS) <= set(ACTIONS)

@@ -1,0 +1,185 @@
+"""A turn's record as it is made: its context (the run record, its messages, what is still
+to commit), opening it (user edits first, then the user message and a RUNNING record on
+disk) and its checkpoints (taken from the turn's state on the loop, committed on the
+session thread). Every kind of turn opens with `open_turn`: a message, a merge turn, a
+sub-agent; `turns.py` drives them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from server.base import crash, names
+from server.base.ids import new_message_id, now_iso
+from server.base.records import Message, RunRecord, to_json_bytes
+from server.git.history import history_path
+from server.git.session import GitSession
+from server.git.workdir.scan import WORKDIR, why_left_out
+from server.git.workdir.staging import DISK
+from server.store import layout
+
+if TYPE_CHECKING:
+    from server.store.session_store import SessionHandle
+
+log = logging.getLogger("braid")
+BULK_EDITS = 300
+
+
+@dataclass
+class TurnContext:
+    """What a live turn carries between its model calls and its checkpoints."""
+
+    handle: SessionHandle
+    run: dict[str, Any]
+    run_file: str
+    prior: list[dict[str, Any]]
+    messages: list[dict[str, Any]]
+    next_seq: int
+    pending: dict[str, bytes] = field(default_factory=dict)
+    changed: set[str] = field(default_factory=set)
+    tool_calls: int = 0
+    # Running totals of `prior`'s token estimates (layout.message_sums), when it is a
+    # branch's listing: the context budget then bisects rather than walks.
+    prior_sums: list[int] | None = None
+    legacy: bool = False  # the branch's history is in the earlier layout (history.py)
+    # A tool call the turn was stopped during: its result joins before the last commit.
+    inflight: tuple[dict[str, Any], asyncio.Future[Any]] | None = None
+    # Names git cannot hold the opening look found (the user's, or a shell's before): the
+    # turn's next checkpoint lists them as left out, and so does its record (`skipped`).
+    carried: set[str] = field(default_factory=set)
+    last_skipped: list[dict[str, str]] = field(default_factory=list)  # of the last checkpoint
+
+    @property
+    def run_id(self) -> str:
+        return str(self.run["run_id"])
+
+
+def snapshot_user_edits(git: GitSession) -> str | None:
+    """Commit what the user changed in workdir/ since HEAD as `user-edit`, so it is never
+    attributed to, or clobbered by, a turn."""
+    return take_user_edits(git)[0]
+
+
+def take_user_edits(git: GitSession) -> tuple[str | None, list[str]]:
+    """`snapshot_user_edits`, and the workdir-relative names it found that git cannot hold:
+    left out of the commit and listed in it (names.py), never a reason to fail."""
+    found = git.changed_workdir_paths()
+    unholdable = {p for p in found if why_left_out(git.path, p)}
+    dirty = [p for p in found if p not in unholdable]
+    bad = sorted(p[len(WORKDIR) + 1:] for p in unholdable)
+    if not dirty:  # nothing to commit: a later commit lists them
+        return None, bad
+    listed = ", ".join(p[len(WORKDIR) + 1:] for p in dirty[:5])
+    more = f" and {len(dirty) - 5} more" if len(dirty) > 5 else ""
+    summary = f"User edits: {listed}{more}"
+    if len(found) > BULK_EDITS:  # a folder dropped in: its blobs in one pack
+        return str(git.commit_workdir(found, summary=summary, kind="user-edit")), bad
+    oid = git.write_checkpoint({p: DISK for p in found}, summary=summary, kind="user-edit")
+    return str(oid), bad
+
+
+def new_message(role: str, run_id: str, content: str | None, **extra: Any) -> dict[str, Any]:
+    return Message(role, content, run_id, extra=extra).as_dict()
+
+
+def add_message(ctx: TurnContext, msg: dict[str, Any]) -> None:
+    path = history_path(ctx.next_seq, msg["role"], msg["id"], ctx.legacy)
+    ctx.next_seq += 1
+    ctx.messages.append(msg)
+    ctx.pending[path] = to_json_bytes(msg)
+
+
+def open_turn(
+    git: GitSession, handle: SessionHandle, text: str, fields: dict[str, Any],
+    notes: tuple[str, ...] = (),
+) -> TurnContext:
+    """Open a turn on the session thread: snapshot user edits, then the user message (after
+    any `notes`) and a RUNNING record written to disk; `turns.launch` then drives it."""
+    _, unholdable = take_user_edits(git)
+    crash.at("turn.prepare")
+    run_id = new_message_id()
+    run = RunRecord(run_id, handle.session_id, git.branch).as_dict()
+    run.update(fields)
+    ctx = TurnContext(
+        handle=handle, run=run, run_file=layout.new_run_path(git, run_id),
+        prior=layout.messages(git), messages=[], next_seq=layout.next_seq(git),
+        prior_sums=layout.message_sums(git), legacy=layout.is_legacy(git),
+        carried=set(unholdable),
+    )
+    for note in notes:  # system messages that open the turn (a merge turn's note)
+        add_message(ctx, new_message("system", run_id, note))
+    add_message(ctx, new_message("user", run_id, text))
+    if not handle.meta.get("title"):
+        handle.meta["title"] = text.strip().splitlines()[0][:60] if text.strip() else "Untitled"
+        ctx.pending["session.json"] = to_json_bytes(handle.meta)
+    write_pending_to_disk(git, ctx)
+    return ctx
+
+
+def write_pending_to_disk(git: GitSession, ctx: TurnContext) -> None:
+    # Written before the model is called, so a server killed mid-turn leaves the user's
+    # message and a RUNNING record on disk for recovery to commit.
+    ctx.run["message_count"] = len(ctx.messages)
+    files = dict(ctx.pending)
+    files[ctx.run_file] = to_json_bytes(ctx.run)
+    for rel, data in files.items():
+        # Atomic (a kill leaves no half record); history/ and runs/ files go to the pending
+        # folder (staging.py: they are never on disk in the working tree).
+        git.write_uncommitted(rel, data)
+
+
+def checkpoint_changes(ctx: TurnContext) -> tuple[dict[str, Any], int]:
+    """On the loop: what the turn's next checkpoint writes (its new messages, its record,
+    the files its tools changed) and the message index it holds."""
+    ctx.run["message_count"] = len(ctx.messages)
+    ctx.run["updated_at"] = now_iso()
+    changes: dict[str, Any] = dict(ctx.pending)
+    for rel in ctx.changed | ctx.carried:  # a name git cannot hold: left out and listed
+        changes[f"{WORKDIR}/{rel}"] = DISK
+    work = ctx.handle.path / WORKDIR
+    ctx.last_skipped = [names.skipped_entry(rel, why) for rel in sorted(ctx.changed | ctx.carried)
+                        if (why := why_left_out(work, rel))]
+    if ctx.last_skipped:  # the record keeps the turn's, for its bubble's note
+        known = ctx.run.setdefault("skipped", [])
+        known += [e for e in ctx.last_skipped if e not in known]
+    changes[ctx.run_file] = to_json_bytes(ctx.run)
+    return changes, len(ctx.messages)
+
+
+def checkpoint_data(ctx: TurnContext, commit_id: str, kind: str) -> dict[str, Any]:
+    """The `checkpoint` event of the turn's last commit: with the names it left out."""
+    data: dict[str, Any] = {"run_id": ctx.run_id, "commit_id": commit_id, "kind": kind}
+    if ctx.last_skipped:
+        data["skipped"] = list(ctx.last_skipped)
+    return data
+
+
+def write_turn_commit(git: GitSession, run_id: str, changes: dict[str, Any], index: int,
+                      kind: str, summary: str) -> str:
+    """On the session thread: the checkpoint commit; the turn's state is not touched."""
+    crash.at("turn.checkpoint")
+    oid = git.write_checkpoint(changes, summary=summary, kind=kind, run_id=run_id,
+                               message_index=index, sync_index=False)
+    return str(oid)
+
+
+async def commit_turn(ctx: TurnContext, kind: str, summary: str, *,
+                      finishing: bool = False) -> str:
+    """A checkpoint of a live turn: taken from its state on the loop, committed on the
+    session thread, and only then the taken changes are cleared (on the loop again)."""
+    changes, index = checkpoint_changes(ctx)
+    run_id = ctx.run_id
+
+    def work(git: GitSession) -> str:
+        if finishing:
+            crash.at("turn.finish")
+        return write_turn_commit(git, run_id, changes, index, kind, summary)
+
+    oid = await ctx.handle.call(work)
+    ctx.pending.clear()
+    ctx.changed.clear()
+    ctx.carried.clear()
+    return oid

@@ -1,0 +1,147 @@
+"""One tool call of a turn: a file tool on the session thread (backups first, backups.py),
+a shell command on a thread of its own (shell.py), then its outcome recorded by the loop,
+which alone writes the turn's state (`TurnContext`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from server.agent.shell import on_own_thread
+from server.agent.tools import ToolResult, Workspace
+from server.agent.turn_context import TurnContext, add_message, new_message
+from server.base import crash, names
+from server.git.session import GitSession
+from server.git.workdir.scan import WORKDIR, why_left_out
+from server.model.messages import arguments_error
+from server.store.backups import BackupStore
+
+if TYPE_CHECKING:
+    from server.agent.services import Services
+
+log = logging.getLogger("braid")
+
+
+@dataclass
+class ToolOutcome:
+    """What one tool call did, handed from its lane back to the loop, which alone writes it
+    into the turn's state (`TurnContext`)."""
+
+    content: str
+    is_error: bool
+    changed: list[str]
+
+
+async def tool_step(braid: Services, ctx: TurnContext, call: dict[str, Any]) -> dict[str, Any]:
+    """Run one tool call and record its result message. The work goes on in its own task: a
+    cancel stops the turn here, and `settle_inflight` takes the call's result before the
+    turn's last commit (a shell command is killed meanwhile; a file tool has written)."""
+    work = asyncio.ensure_future(run_tool(braid, ctx, call))
+    try:
+        outcome = await asyncio.shield(work)
+    except asyncio.CancelledError:
+        ctx.inflight = (call, work)
+        raise
+    return record_tool(ctx, call, outcome)
+
+
+async def settle_inflight(ctx: TurnContext) -> None:
+    if ctx.inflight is None:
+        return
+    call, work = ctx.inflight
+    ctx.inflight = None
+    try:
+        outcome = await work
+    except Exception:  # noqa: BLE001 - the call then gets the "stopped" error result
+        log.exception("a tool call of run %s failed while it was stopped", ctx.run_id)
+        return
+    record_tool(ctx, call, outcome)
+
+
+async def run_tool(braid: Services, ctx: TurnContext, call: dict[str, Any]) -> ToolOutcome:
+    """One tool call: a file tool on the session thread (it writes files and backs them up);
+    a shell command on a thread of its own, then one look at what it changed on the
+    session thread. Reads the turn's state; never writes it."""
+    crash.at("turn.tool")
+    fn = call.get("function") or {}
+    name = str(fn.get("name") or "")
+    bad_args = arguments_error(fn.get("arguments"))
+    handle, run_id = ctx.handle, ctx.run_id
+    if name != "shell":
+        if bad_args:
+            return ToolOutcome(bad_args, True, [])
+        return await handle.call(lambda git: _file_tool(braid, git, run_id, name, fn))
+    workspace = Workspace(handle.path / WORKDIR, shell_enabled=braid.settings.shell,
+                          shell_timeout=braid.settings.shell_timeout)
+    result = ToolResult(bad_args, is_error=True) if bad_args else await on_own_thread(
+        lambda: workspace.execute(name, fn.get("arguments") or "{}"),
+        f"shell-{handle.session_id[:8]}")
+    known = sorted(ctx.changed)
+    return await handle.call(lambda git: _after_shell(braid, git, run_id, known, result))
+
+
+def _file_tool(braid: Services, git: GitSession, run_id: str, name: str,
+               fn: dict[str, Any]) -> ToolOutcome:
+    backups = BackupStore(git)  # each file's pre-turn content, for revert (backups.py)
+
+    def before_write(rel: str) -> None:
+        backups.backup_before_edit(run_id, str(git.path / WORKDIR / rel))
+
+    workspace = Workspace(git.path / WORKDIR, before_write=before_write,
+                          shell_enabled=braid.settings.shell,
+                          shell_timeout=braid.settings.shell_timeout)
+    result = workspace.execute(name, fn.get("arguments") or "{}")
+    return ToolOutcome(result.content, result.is_error, list(result.changed))
+
+
+def _after_shell(braid: Services, git: GitSession, run_id: str, known: list[str],
+                 result: ToolResult) -> ToolOutcome:
+    # A shell command may change anything: found by one status scan, after it ran. A name
+    # git cannot hold joins the changes all the same: the checkpoint leaves it out and lists
+    # it (`skipped`); the model is told, so it can rename it.
+    found = [rel[len(WORKDIR) + 1:] for rel in git.changed_workdir_paths()]
+    work = git.path / WORKDIR
+    left = {rel: why for rel in found if (why := why_left_out(work, rel))}
+    content, is_error = result.content, result.is_error
+    if left:
+        content += "\n" + _left_out_note(left)
+        is_error = True
+    backed = {*names.split(known)[0], *(rel for rel in found if rel not in left)}
+    BackupStore(git).backup_from_head(run_id, sorted(backed))
+    return ToolOutcome(content, is_error, found)
+
+
+def _left_out_note(left: dict[str, str]) -> str:
+    """What the model reads of the names its command made that git cannot hold."""
+    listed = ", ".join(f"'{names.shown(p)}' ({why})" for p, why in list(left.items())[:10])
+    more = f" and {len(left) - 10} more" if len(left) > 10 else ""
+    return (f"error: file names git cannot hold were left out of the commit: {listed}{more}. "
+            f"Rename them (e.g. with the shell) to keep them.")
+
+
+def record_tool(ctx: TurnContext, call: dict[str, Any], outcome: ToolOutcome
+                ) -> dict[str, Any]:
+    """On the loop: the call's changed paths and its result message join the turn."""
+    ctx.changed.update(outcome.changed)
+    ctx.tool_calls += 1
+    name = str((call.get("function") or {}).get("name") or "")
+    msg = new_message("tool", ctx.run_id, outcome.content, tool_call_id=call.get("id", ""),
+                      name=name, is_error=outcome.is_error or None)
+    add_message(ctx, msg)
+    return msg
+
+
+def batch_summary(reply: Any) -> str:
+    parts = []
+    for call in reply.tool_calls[:4]:
+        fn = call.get("function") or {}
+        try:
+            args = json.loads(fn.get("arguments") or "{}")
+        except ValueError:
+            args = {}
+        target = args.get("path") or args.get("command") or ""
+        parts.append(f"{fn.get('name')} {target}".strip())
+    return "Tools: " + ", ".join(parts)

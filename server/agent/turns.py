@@ -1,0 +1,361 @@
+"""Turns: one user input and the model loop that answers it (DESIGN §4 "Turn").
+
+A turn claims its branch, snapshots user edits as `user-edit`, streams the model's reply,
+runs tool batches (each ended by a `tool-batch` checkpoint) and ends with a `turn` commit.
+Git work runs on the session's worker thread; the model stream runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from server.agent.live_runs import ActiveRun, claim_turn
+from server.agent.tools import Workspace
+from server.agent.turn_changes import files_of
+from server.agent.turn_context import (
+    TurnContext,
+    add_message,
+    checkpoint_data,
+    commit_turn,
+    new_message,
+    open_turn,
+    snapshot_user_edits,
+    write_pending_to_disk,
+)
+from server.agent.turn_tools import batch_summary, settle_inflight, tool_step
+from server.base import crash, proctree
+from server.base.errors import Busy, NotFound
+from server.base.ids import new_message_id
+from server.git.session import GitSession
+from server.git.workdir.scan import WORKDIR
+from server.model.client import ModelError
+from server.model.endpoints import choice_for_call
+from server.model.messages import to_model
+from server.store import context
+from server.store.lineage import sibling_map
+
+if TYPE_CHECKING:
+    from server.agent.services import Services
+    from server.store.session_store import SessionHandle
+
+SYSTEM_PROMPT = (
+    "You are Braid's agent. You work on the files of this session's workdir with your tools "
+    "(read_file, list_files, write_file, edit_file, apply_patch, delete_file, and shell when "
+    "enabled); paths are relative to the workdir. Every turn is checkpointed in git, so the "
+    "user can revert what you did. Answer concisely in Markdown."
+)
+log = logging.getLogger("braid")
+MAX_BATCHES = 40
+DEFAULT_CONTEXT_TOKENS = 32_000
+MAX_TEXT = 100_000
+FINAL = ("COMPLETED", "ERROR", "CANCELLED", "INTERRUPTED", "REGENERATED")
+
+
+def model_messages(ctx: TurnContext, budget: int = DEFAULT_CONTEXT_TOKENS,
+                   send_reasoning: bool = False) -> list[dict[str, Any]]:
+    """What the model is sent: the base prompt, then only this branch's messages, the newest
+    that fit the context budget (context.py), shaped so every server accepts them
+    (model_messages.py); the run record keeps what the call used."""
+    sent, used = context.fit((ctx.prior, ctx.messages), budget,
+                             context.estimate({"content": SYSTEM_PROMPT}), ctx.prior_sums)
+    ctx.run["context"] = dict(used, budget=budget)
+    out = to_model(sent, SYSTEM_PROMPT, send_reasoning)
+    if used["omitted_messages"]:
+        out.insert(1, {"role": "system", "content": context.note_text(used["omitted_messages"])})
+    return out
+
+
+async def send_message(braid: Services, user_id: str, session_id: str, text: str) -> str:
+    """Start a turn on the session's current branch; returns its `run_id` at once."""
+    handle = braid.store.get_owned(user_id, session_id)
+    active = await start_turn(braid, handle, text)
+    return active.run_id
+
+
+async def start_turn(
+    braid: Services, handle: SessionHandle, text: str, fields: dict[str, Any] | None = None
+) -> ActiveRun:
+    branch = await handle.call(lambda git: git.branch)
+
+    def prepare(git: GitSession) -> TurnContext:
+        # A fork or a checkout queued before this may have switched the session's branch.
+        if git.branch != branch:
+            raise Busy(f"the session switched from branch {branch} to {git.branch}")
+        return open_turn(git, handle, text, fields or {})
+
+    # Claimed under a placeholder id before any git work, so two sends cannot both pass.
+    async with claim_turn(braid.locks, braid.runs, handle.session_id, branch) as active:
+        ctx = await handle.call(prepare)
+        return await launch(braid, handle, ctx, active)
+
+
+async def launch(
+    braid: Services, handle: SessionHandle, ctx: TurnContext, active: ActiveRun
+) -> ActiveRun:
+    """Start driving a prepared turn in the background."""
+    active.run_id = ctx.run_id
+    active.ctx = ctx
+    endpoint, model = braid.model.resolve(handle.meta.get("model"), handle.meta.get("endpoint"))
+    ctx.run["model"], ctx.run["endpoint"] = model, endpoint.name
+    await braid.index.upsert_run(handle.session_id, ctx.run)
+    await braid.index.upsert_session(handle.meta, ctx.run["updated_at"])
+    braid.bus.publish(handle.session_id, "run_started", {
+        "run_id": ctx.run_id, "run": dict(ctx.run), "branch": active.branch,
+        "messages": [dict(m) for m in ctx.messages],
+        "siblings": await siblings_of(braid, handle.session_id, ctx.run_id),
+        # The first turn names the session: the sidebar needs redrawing only then.
+        "titled": "session.json" in ctx.pending,
+    })
+    active.task = asyncio.create_task(drive(braid, ctx, active), name=f"run-{ctx.run_id}")
+    return active
+
+
+async def drive(braid: Services, ctx: TurnContext, active: ActiveRun) -> None:
+    """The model loop. Always ends with a `turn` commit holding the run's final status."""
+    status, error = "COMPLETED", None
+    endpoint, model = braid.model.resolve(ctx.run.get("model"), ctx.run.get("endpoint"))
+    active.started = True
+    try:
+        if active.stop_requested:  # cancelled between `launch` and this first step
+            raise asyncio.CancelledError
+        # Queued behind BRAID_ACTIVE_TURNS others (live_runs.TurnGate): a stop while
+        # waiting ends the turn CANCELLED like a stop mid-stream.
+        async with braid.turn_gate.slot():
+            for batch in range(MAX_BATCHES):
+                reply, msg_id = await _model_call(braid, ctx, active, (endpoint, model),
+                                                  batch)
+                if not reply.tool_calls:
+                    break
+                await _tool_batch(braid, ctx, reply, msg_id)
+            else:
+                status, error = "ERROR", f"stopped after {MAX_BATCHES} tool batches"
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        status = "INTERRUPTED" if active.stop_reason == "shutdown" else "CANCELLED"
+        # A shell command of this turn still running on the session thread dies with it.
+        proctree.kill_under(ctx.handle.path / WORKDIR)
+    except ModelError as e:  # already logged by the client, with the server named
+        status, error = "ERROR", e.message
+        if e.partial is not None and e.partial.usage:
+            _add_usage(ctx.run, e.partial.usage)
+    except Exception as e:  # noqa: BLE001 - any tool failure ends the run ERROR
+        status, error = "ERROR", _error_text(e)
+        log.warning("run %s of session %s failed: %s", ctx.run_id, ctx.handle.session_id, error)
+    # From here no cancel reaches the task (ActiveRun.stop): its last commit is never dropped.
+    active.finishing = True
+    await settle_inflight(ctx)
+    if active.partial:  # the text streamed when the call broke off
+        add_message(ctx, new_message("assistant", ctx.run_id, active.partial, partial=True))
+    await _finish(braid, ctx, active, status, error)
+
+
+async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
+                      using: tuple[Any, str], batch: int) -> tuple[Any, str]:
+    """One model call, streamed as `message_delta` events; its reply joins the turn."""
+    endpoint, model = using
+    sid = ctx.handle.session_id
+    msg_id = ctx.run_id if not any(m["role"] == "assistant" for m in ctx.messages) \
+        else new_message_id()
+    active.partial = ""
+    reply = None
+    crash.at("turn.model")
+    choice = choice_for_call(endpoint.tool_choice, batch)  # forced: first call only
+    sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning)
+    tools = Workspace.schemas(braid.settings.shell)
+    stream = braid.model.stream(sent, tools, model=model, endpoint=endpoint.name,
+                                tool_choice=choice)
+    async with contextlib.aclosing(stream):  # a stop closes the model's stream at once
+        async for kind, value in stream:
+            if active.stop_requested:  # a cancel some library swallowed: stop here
+                raise asyncio.CancelledError
+            if kind == "delta":
+                active.partial += value
+                braid.bus.publish(sid, "message_delta", {
+                    "run_id": ctx.run_id, "message_id": msg_id, "delta": value})
+            elif kind == "reply":
+                reply = value
+    assert reply is not None
+    _add_usage(ctx.run, reply.usage)
+    msg = new_message("assistant", ctx.run_id, reply.content,
+                      tool_calls=reply.tool_calls or None, reasoning=reply.reasoning or None,
+                      finish_reason=reply.finish_reason, usage=reply.usage or None)
+    msg["id"] = msg_id
+    active.partial = ""
+    add_message(ctx, msg)
+    if reply.finish_reason == "length":
+        ctx.run["warning"] = ("the answer was cut off: the model reached its token "
+                              "limit (finish_reason: length)")
+    return reply, msg_id
+
+
+async def _tool_batch(braid: Services, ctx: TurnContext, reply: Any, msg_id: str) -> None:
+    """The reply's tool calls, one after the other, then a checkpoint (`BRAID_CHECKPOINT`:
+    one per batch, or per call)."""
+    sid = ctx.handle.session_id
+    mode = braid.settings.checkpoint
+    for call in reply.tool_calls:
+        braid.bus.publish(sid, "tool_call", {"run_id": ctx.run_id, "call": call,
+                                             "message_id": msg_id})
+    for call in reply.tool_calls:
+        result = await tool_step(braid, ctx, call)
+        braid.bus.publish(sid, "tool_result", {"run_id": ctx.run_id, "message": result})
+        if mode == "tools":
+            await _checkpoint_event(braid, ctx, "tool-batch", "Tool call")
+    if mode in ("tool-batch", "tools") and (ctx.pending or ctx.changed):
+        await _checkpoint_event(braid, ctx, "tool-batch", batch_summary(reply))
+
+
+async def _finish(
+    braid: Services, ctx: TurnContext, active: ActiveRun, status: str, error: str | None
+) -> None:
+    sid = ctx.handle.session_id
+    ctx.run["status"] = status
+    ctx.run["error"] = error
+    files: list[dict[str, str]] = []
+    siblings = None
+    try:
+        try:
+            commit_id = await _close_and_commit(ctx, status)
+        except Exception as e:  # noqa: BLE001 - the turn must still end with its event
+            log.exception("the last commit of run %s failed", ctx.run_id)
+            status, error = "ERROR", f"could not commit the turn: {_error_text(e)}"
+            ctx.run.update(status=status, error=error)
+            # Its messages and record at least: the files it could not take stay on disk
+            # for the next turn's user-edit snapshot.
+            ctx.changed.clear()
+            commit_id = await _close_and_commit(ctx, status)
+        braid.bus.publish(sid, "checkpoint", checkpoint_data(ctx, commit_id, "turn"))
+        await braid.index.upsert_run(sid, ctx.run)
+        # Writing the index costs O(files in the repo), once per turn: before the end event,
+        # so `git status` in the session folder is true when the client hears of it (D6).
+        await ctx.handle.call(lambda git: git.flush_index())
+        files, siblings = await _end_extras(braid, ctx)
+    except Exception:  # noqa: BLE001 - the end event below is sent whatever failed
+        log.exception("run %s ended without its last commit", ctx.run_id)
+    finally:
+        await braid.runs.end(active)
+    event = {"COMPLETED": "run_completed", "ERROR": "run_error"}.get(status, "run_cancelled")
+    data: dict[str, Any] = {"run_id": ctx.run_id, "run": dict(ctx.run), "status": status,
+                            "messages": [dict(m) for m in ctx.messages], "files": files,
+                            "siblings": siblings}
+    if error:
+        data["error"] = error
+    braid.bus.publish(sid, event, data)
+    braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id})
+    braid.packer.touch(sid, ctx.handle.path)
+
+
+async def _end_extras(braid: Services, ctx: TurnContext) -> tuple[list[dict[str, str]],
+                                                                 dict[str, Any] | None]:
+    """The turn's chips and its `‹ 2/3 ›` place, for its end event: read once here rather
+    than by every tab that renders it."""
+    try:
+        branch = ctx.run.get("branch")
+        files = await ctx.handle.call(lambda git: files_of(git, ctx.run_id, branch))
+        return files, await siblings_of(braid, ctx.handle.session_id, ctx.run_id)
+    except Exception:  # noqa: BLE001 - the event goes out without them
+        log.exception("the chips of run %s could not be read", ctx.run_id)
+        return [], None
+
+
+async def _close_and_commit(ctx: TurnContext, status: str) -> str:
+    _answer_open_calls(ctx)
+    return await commit_turn(ctx, "turn", _final_summary(ctx, status), finishing=True)
+
+
+def _answer_open_calls(ctx: TurnContext) -> None:
+    # A run stopped mid-batch must not leave a tool call without its result: the model API
+    # rejects such a history when the branch is continued.
+    answered = {m.get("tool_call_id") for m in ctx.messages if m["role"] == "tool"}
+    for msg in list(ctx.messages):
+        for call in msg.get("tool_calls") or ():
+            if call.get("id") not in answered:
+                add_message(ctx, new_message(
+                    "tool", ctx.run_id, "error: the run stopped before this tool ran",
+                    tool_call_id=call.get("id", ""),
+                    name=(call.get("function") or {}).get("name"), is_error=True))
+
+
+async def _checkpoint_event(braid: Services, ctx: TurnContext, kind: str, summary: str) -> None:
+    commit_id = await commit_turn(ctx, kind, summary)
+    braid.bus.publish(ctx.handle.session_id, "checkpoint",
+                      checkpoint_data(ctx, commit_id, kind))
+
+
+async def siblings_of(braid: Services, session_id: str, run_id: str) -> dict[str, Any] | None:
+    """The run's place among its sibling runs (`‹ 2/3 ›`), for its events' payloads: read
+    from the session's forks only, so it costs what was forked, not the session's runs."""
+    return sibling_map(await braid.index.lineage_runs(session_id)).get(run_id)
+
+
+def _add_usage(run: dict[str, Any], usage: dict[str, Any]) -> None:
+    total = run.setdefault("usage", {})
+    for key, value in usage.items():
+        if key == "estimated":
+            total["estimated"] = bool(total.get("estimated")) or bool(value)
+        elif isinstance(value, int | float):
+            total[key] = int(total.get(key, 0)) + int(value)
+
+
+def _final_summary(ctx: TurnContext, status: str) -> str:
+    first = next((m for m in ctx.messages if m["role"] == "user"), None)
+    text = (first or {}).get("content") or ""
+    head = text.strip().splitlines()[0][:60] if text.strip() else "turn"
+    return f"Turn: {head}" if status == "COMPLETED" else f"Turn {status.lower()}: {head}"
+
+
+def _error_text(e: BaseException) -> str:
+    message = getattr(e, "message", None) or str(e) or type(e).__name__
+    body = getattr(e, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error") if isinstance(body.get("error"), dict) else body
+        if isinstance(inner, dict) and inner.get("message"):
+            message = str(inner["message"])
+    status = getattr(e, "status_code", None)
+    return f"model error {status}: {message}" if status else message
+
+
+async def cancel_run(braid: Services, user_id: str, session_id: str,
+                     run_id: str | None = None) -> dict[str, Any]:
+    """Stop `run_id` (none: the run the user is watching) and wait for it to end."""
+    handle = braid.store.get_owned(user_id, session_id)
+    live = braid.runs.for_session(handle.session_id)
+    if run_id is not None:
+        live = [a for a in live if a.run_id == run_id]
+        if not live and braid.team is not None:  # driven by another process?
+            remote = await braid.team.cancel_remote(handle.session_id, run_id)
+            if remote is not None:
+                return remote
+        if not live:
+            runs = await braid.index.list_runs(handle.session_id)
+            known = next((r for r in runs if r["run_id"] == run_id), None)
+            if known is None:
+                raise NotFound(f"no run {run_id}")
+            return {"run_id": run_id, "status": known["status"]}
+    if not live and braid.team is not None:
+        remote = await braid.team.cancel_remote(handle.session_id, None)
+        if remote is not None:
+            return remote
+    if not live:
+        raise NotFound("no run is going on in this session")
+    # Without a run id, stop what the user is watching rather than a sub-agent.
+    active = next((a for a in live if not a.branch.startswith("sub_")), live[0])
+    active.stop("cancel")
+    await active.done.wait()
+    runs = await braid.index.list_runs(handle.session_id)
+    status = next((r["status"] for r in runs if r["run_id"] == active.run_id), "CANCELLED")
+    return {"run_id": active.run_id, "status": status}
+
+
+# Made in turn_context.py and live_runs.py; imported from here by the features that open
+# and run turns.
+__all__ = [
+    "FINAL", "MAX_TEXT", "ActiveRun", "TurnContext", "add_message", "cancel_run",
+    "commit_turn", "drive", "launch", "new_message", "open_turn", "send_message",
+    "snapshot_user_edits", "start_turn", "write_pending_to_disk",
+]

@@ -1,0 +1,118 @@
+"""`Braid`: the core's context object — settings, stores, the event bus, branch locks, live
+runs — and its lifecycle (start-up recovery, `recovery.start_up`; clean stop)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+from server.agent.live_runs import TurnGate
+from server.app import recovery
+from server.app.memory import give_back_memory, limit_arenas
+from server.backends.choose import make_index, make_team, make_users
+from server.base import memo as model_memo
+from server.base.pools import IdlingThreadPool
+from server.base.settings import Settings
+from server.git.packing import Packer
+from server.model.client import ModelClient
+from server.store.locks import BranchLocks
+from server.store.session_store import SessionStore
+from server.store.users import DEFAULT_USER, new_token
+
+log = logging.getLogger("braid")
+# Quiet steps after a release that give memory back again (the teardown frees more).
+TRIMS_AFTER = 2
+
+
+class Braid:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.data_dir = Path(settings.data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.store = SessionStore(self.data_dir / "sessions")
+        # SQLite files in the data dir, or PostgreSQL with BRAID_DATABASE_URL (backends.py):
+        # then `team` coordinates several processes (the bus, branch locks, dead runs).
+        self.index = make_index(settings)
+        self.users = make_users(settings)
+        # `locks`: who holds each branch (a turn, a revert, an upload, a merge); `runs`: the
+        # runs this process drives (and, in a team, those it follows).
+        self.locks: BranchLocks
+        self.team, self.bus, self.runs, self.locks = make_team(self, settings)
+        self.packer = Packer()  # packs idle sessions' loose objects in the background
+        self.model = ModelClient(settings)
+        self.turn_gate = TurnGate(settings.active_turns)  # BRAID_ACTIVE_TURNS at once
+        self._reaper: asyncio.Task[None] | None = None
+
+    async def start(self) -> str:
+        """Open the index and recover runs a killed server left RUNNING. Returns the default
+        user's token (to print in the login URL)."""
+        limit_arenas()
+        # The loop's default executor (new session folders, packing, deletes) gives its
+        # threads back when quiet, as idle sessions do theirs (D14).
+        asyncio.get_running_loop().set_default_executor(IdlingThreadPool(
+            max_workers=min(32, (os.cpu_count() or 1) + 4),
+            idle_seconds=self.settings.idle_seconds, name="braid-pool"))
+        fresh_index = await self.index.open()
+        await recovery.start_up(self, self.team, fresh_index)
+        self._reaper = asyncio.create_task(self._release_idle(), name="braid-idle")
+        return self.users.set_token(DEFAULT_USER, self.settings.token or self._local_token())
+
+    def _local_token(self) -> str:
+        """Without BRAID_TOKEN, the default user's token is made once and kept in the data
+        dir (readable by its owner only), so a restart does not log open pages out."""
+        path = self.data_dir / "token"
+        if path.exists():
+            token = path.read_text().strip()
+            if token:
+                return token
+        token = new_token()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        return token
+
+    async def _release_idle(self) -> None:
+        """Idle sessions give back their thread and repository (D14), now and then."""
+        step = max(0.5, min(5.0, self.settings.idle_seconds / 2))
+        again = 0
+        while True:
+            await asyncio.sleep(step)
+            live = frozenset(a.session_id for a in self.runs.all())
+            closing = self.store.release_idle(self.settings.idle_seconds,
+                                              self.settings.open_sessions, live)
+            if closing:
+                await asyncio.gather(*map(asyncio.wrap_future, closing),
+                                     return_exceptions=True)
+            if closing and not live:  # quiet: the freed heap goes back to the system
+                if not self.store.open_count():
+                    model_memo.forget_all()  # the released sessions' kept messages
+                await asyncio.to_thread(give_back_memory)
+                again = TRIMS_AFTER
+            elif again and not live and not self.store.open_count():
+                # Still quiet: what the release set going is freed after it (the pools'
+                # threads exit, closed sockets' and sessions' objects go), and glibc keeps
+                # it unless asked; a step later, then once more, it is given back too.
+                again -= 1
+                await asyncio.to_thread(give_back_memory)
+            else:
+                again = 0
+
+    async def stop(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+        for active in self.runs.all():
+            active.stop("shutdown")
+        for active in self.runs.all():
+            try:
+                await asyncio.wait_for(active.done.wait(), timeout=10)
+            except TimeoutError:
+                log.warning("run %s did not stop in time", active.run_id)
+        await self.packer.close()
+        await self.model.close()
+        if self.team is not None:
+            await self.team.stop()
+        await self.index.close()
+        self.users.close()
+        self.store.close()

@@ -1,0 +1,198 @@
+"""Fork a session (DESIGN §4 "Fork a session"): a new session repository with the source's
+whole history, made cheaply.
+
+The object database is hard-linked file by file (as `git clone --local` does), so no object
+is re-written and the fork does not depend on its source afterwards (unlike alternates, a
+`git gc` in the source cannot break it). Every branch and every ref under `refs/braid/` is
+carried. Each branch then gets one `fork` commit holding the fork's own `session.json`
+(new `session_id`, `forked_from_session_id` = the direct parent, `root_session_id` = the
+first ancestor), so whatever branch is checked out names the right session. The working tree
+is checked out from HEAD; working-tree files are never linked, since tools and users edit
+them in place.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+from pygit2.enums import FileMode
+
+from server.agent.turn_context import snapshot_user_edits
+from server.base import crash
+from server.base.errors import Busy
+from server.base.ids import new_session_id
+from server.base.records import SessionMeta, to_json_bytes
+from server.git.commits import commit_message
+from server.git.init_repo import init_repository
+from server.git.session import GitSession
+from server.git.workdir.index_format import stat_words
+from server.git.workdir.scan import WORKDIR
+from server.store import journal
+
+if TYPE_CHECKING:
+    from server.agent.services import Services
+
+log = logging.getLogger("braid.fork")
+CARRIED_REFS = ("refs/heads/", "refs/braid/", "refs/tags/")
+OBJECT_SUFFIXES = (".pack", ".idx", ".rev", ".bitmap", ".mtimes")
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system, or links not allowed: a copy is still correct
+        shutil.copy2(src, dst)
+
+
+def link_objects(src: Path, dst: Path) -> int:
+    """Hard-link every object file (loose objects and packs) of `src` into `dst`."""
+    count = 0
+    for entry in os.scandir(src):
+        if not entry.is_dir():
+            continue
+        if len(entry.name) == 2:  # a loose-object fan-out folder
+            target = dst / entry.name
+            target.mkdir(exist_ok=True)
+            for obj in os.scandir(entry.path):
+                if not obj.name.startswith("tmp"):
+                    _link_or_copy(obj.path, str(target / obj.name))
+                    count += 1
+        elif entry.name == "pack":
+            (dst / "pack").mkdir(exist_ok=True)
+            for obj in os.scandir(entry.path):
+                if obj.name.endswith(OBJECT_SUFFIXES) and not obj.name.startswith("tmp"):
+                    _link_or_copy(obj.path, str(dst / "pack" / obj.name))
+                    count += 1
+        elif entry.name == "info":
+            alternates = Path(entry.path) / "alternates"
+            if alternates.exists():  # a source that borrows objects lends the same
+                (dst / "info").mkdir(exist_ok=True)
+                shutil.copy2(alternates, dst / "info" / "alternates")
+    return count
+
+
+def _with_file(repo: pygit2.Repository, tree: pygit2.Tree, name: str,
+               blob: pygit2.Oid) -> pygit2.Oid:
+    builder = repo.TreeBuilder(tree)
+    builder.insert(name, blob, pygit2.enums.FileMode.BLOB)
+    return builder.write()
+
+
+def clone_session(git: GitSession, target: Path, meta: dict[str, Any]) -> dict[str, str]:
+    """On the source's thread: build the fork at `target`. Returns its branches' tips."""
+    snapshot_user_edits(git)  # the user's unsaved edits go along, committed in the source
+    git.flush_index()
+    head = git.branch if git.branch != "HEAD" else "main"
+    init_repository(target, head)  # pygit2's leaks a repository (git_init.py)
+    repo = pygit2.Repository(str(target))
+    crash.at("fork.after_init")
+    link_objects(git.path / ".git" / "objects", target / ".git" / "objects")
+    exclude = git.path / ".git" / "info" / "exclude"
+    if exclude.exists():
+        (target / ".git" / "info").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(exclude, target / ".git" / "info" / "exclude")
+    for name in git.repo.references:
+        ref = git.repo.references[name]
+        if name.startswith(CARRIED_REFS) and ref.type == pygit2.enums.ReferenceType.DIRECT:
+            repo.references.create(name, ref.target)
+    blob = repo.create_blob(to_json_bytes(meta))
+    message = commit_message(f"Fork of session {meta['forked_from_session_id']}", "fork",
+                             None, None)
+    signature = git.signature
+    tips: dict[str, str] = {}
+    for branch in repo.branches.local:
+        tip = repo.branches.local[branch].peel(pygit2.Commit)
+        tree = _with_file(repo, tip.tree, "session.json", blob)
+        oid = repo.create_commit(f"refs/heads/{branch}", signature, signature, message, tree,
+                                 [tip.id])
+        tips[branch] = str(oid)
+    crash.at("fork.after_commits")
+    try:
+        copy_worktree(git, repo, target, to_json_bytes(meta))
+    except OSError:  # a folder we cannot link or copy from: check out from git instead
+        log.warning("copying the working tree of %s failed; checking out", git.path,
+                    exc_info=True)
+        # A fresh folder holds no symlink the checkout could be led through.
+        repo.checkout(f"refs/heads/{head}", strategy=pygit2.enums.CheckoutStrategy.FORCE)
+    (target / WORKDIR).mkdir(exist_ok=True)  # git keeps no empty folders
+    (target / ".git" / "info").mkdir(parents=True, exist_ok=True)
+    journal.ensure_excludes(GitSession(target))
+    return tips
+
+
+def copy_worktree(git: GitSession, repo: pygit2.Repository, target: Path, meta: bytes) -> None:
+    """The fork's working tree and index from the source's, which match the source's HEAD
+    (its edits were just committed): the files the index names on disk copied (history/ and
+    runs/ are skip-worktree, on disk in neither), and the index copied with `session.json`
+    updated. A checkout would read every blob back out of the packs instead."""
+    source = git.git_index()
+    index = source.copy(target / ".git" / "index", target)
+    made: set[Path] = set()
+    for rel, oid, mode, words in source.on_disk():
+        if rel == "session.json":
+            continue
+        src, dst = git.path / rel, target / rel
+        if dst.parent not in made:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            made.add(dst.parent)
+        before = os.lstat(src)
+        if mode == FileMode.LINK:
+            os.symlink(os.readlink(src), dst)
+        else:
+            shutil.copyfile(src, dst)
+            if mode == FileMode.BLOB_EXECUTABLE:
+                os.chmod(dst, 0o755)
+        # The copy's own stat data when the source file is as its entry says (unchanged
+        # since it was staged, before and after the copy); else none, and git rehashes it.
+        fresh = stat_words(before) == words == stat_words(os.lstat(src))
+        index.set(rel, oid, mode, os.lstat(dst) if fresh else None)
+    (target / "session.json").write_bytes(meta)
+    index.set("session.json", pygit2.hash(meta), FileMode.BLOB, os.lstat(target / "session.json"))
+    index.write(full=True)  # the fork's libgit2 reads it first (staging.py: not sparse)
+
+
+def fork_title(title: str) -> str:
+    """A fork's name tells it from its source: "x" → "x (fork)" → "x (fork 2)" → …"""
+    if not title:
+        return ""
+    match = re.fullmatch(r"(.*) \(fork(?: (\d+))?\)", title)
+    if match is None:
+        return f"{title[:110]} (fork)"
+    n = int(match.group(2) or 1) + 1
+    return f"{match.group(1)[:106]} (fork {n})"
+
+
+async def fork_session(braid: Services, user_id: str, session_id: str) -> dict[str, Any]:
+    """Copy a session the user owns into a new one; returns the new session's lineage."""
+    source = braid.store.get_owned(user_id, session_id)
+    if await braid.locks.held(source.session_id):
+        raise Busy("a run is going on in this session; fork it when the run ends")
+    new_id = new_session_id()
+    meta = SessionMeta(new_id, fork_title(source.meta.get("title") or ""), source.user_id,
+                       forked_from_session_id=source.session_id,
+                       root_session_id=source.meta.get("root_session_id") or source.session_id,
+                       ).as_dict()
+    target = braid.store.path(new_id)
+    await braid.packer.wait_idle(source.session_id)  # the object files must not move now
+    # A marker next to the folder: a kill before the fork is whole leaves it, and start-up
+    # removes the half-made folder (journal.recover_folders).
+    journal.begin_folder(braid.store.root, new_id, "fork")
+    try:
+        await source.call(lambda git: clone_session(git, target, meta))
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        journal.end_folder(braid.store.root, new_id)
+        raise
+    crash.at("fork.after_checkout")
+    handle = braid.store.get(new_id)
+    await braid.index.upsert_session(handle.meta)
+    await braid.index.copy_runs(source.session_id, new_id)
+    journal.end_folder(braid.store.root, new_id)
+    return {"session_id": new_id, "forked_from_session_id": source.session_id,
+            "root_session_id": meta["root_session_id"], "title": meta["title"]}

@@ -1,0 +1,250 @@
+"""Merging branches back (DESIGN §4 "Merge"): a real multi-parent commit and a merge turn.
+
+libgit2 has no octopus merge, so the branches' `workdir/` trees are merged three-way into the
+parent's one at a time, in the order given (`merge_trees` on the workdir subtrees only: a
+child's history never enters the parent). The result is one `merge` commit whose parents are
+the parent's HEAD and every branch tip; it is also the first checkpoint of a merge turn, a
+normal run (record, messages, `Braid-Run` trailers) whose answer the model writes from the
+branches' results, given in a system note that opens the turn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+from pygit2.enums import FileMode, MergeFavor, MergeFlag
+
+from server.agent.live_runs import claim_turn
+from server.agent.turn_context import TurnContext, open_turn, snapshot_user_edits
+from server.agent.turns import launch
+from server.base import crash
+from server.base.errors import BadRequest, Busy, Conflict
+from server.base.records import to_json_bytes
+from server.git import lookup as gitnames
+from server.git.history import HISTORY, RUNS
+from server.git.session import GitSession
+from server.git.workdir.scan import WORKDIR
+from server.store import atomic, journal
+from server.store.layout import answer_of, last_answer
+
+if TYPE_CHECKING:
+    from server.agent.services import Services
+    from server.store.session_store import SessionHandle
+
+STRATEGIES = ("fail", "ours", "theirs", "agent")
+MAX_BRANCHES = 16
+SIDE_CHARS = 20_000
+RESULT_LINE = 300
+NO_RENAMES = MergeFlag(0)
+
+
+@dataclass
+class MergePlan:
+    """The merged `workdir/` tree and what it took to get there."""
+
+    into: str
+    tips: list[pygit2.Oid]
+    workdir_oid: pygit2.Oid
+    results: dict[str, str]
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _workdir_tree(git: GitSession, commit: pygit2.Commit | None, empty: pygit2.Oid) -> pygit2.Oid:
+    if commit is None:
+        return empty
+    tree = git.subtree(commit.tree, WORKDIR)
+    return tree.id if tree is not None else empty
+
+
+def _side(git: GitSession, entry: pygit2.IndexEntry | None) -> str | None:
+    if entry is None:
+        return None
+    return gitnames.blob_data(git.repo, entry.id)[:SIDE_CHARS].decode("utf-8", "replace")
+
+
+def _best_base(git: GitSession, merged: list[pygit2.Oid], tip: pygit2.Oid) -> pygit2.Oid | None:
+    # The newest of the merge bases with what is merged so far (HEAD and earlier tips).
+    best: pygit2.Oid | None = None
+    for oid in merged:
+        # None when they share no commit: pygit2's stub types it a plain Oid.
+        base: pygit2.Oid | None = git.repo.merge_base(oid, tip)
+        if base is not None and (best is None or git.repo.descendant_of(base, best)):
+            best = base
+    return best
+
+
+def _markers(git: GitSession, entries: tuple[Any, Any, Any], into: str, branch: str) -> bytes:
+    """The file with conflict markers, for the agent to resolve with its tools."""
+    ancestor, ours, theirs = entries
+    if ours is not None and theirs is not None:
+        text = git.repo.merge_file_from_index(ancestor, ours, theirs).contents
+        # libgit2 labels both sides with the path; name them by branch, as git does.
+        lines = []
+        for line in text.split("\n"):
+            if line.startswith("<<<<<<< "):
+                line = f"<<<<<<< {into}"
+            elif line.startswith(">>>>>>> "):
+                line = f">>>>>>> {branch}"
+            lines.append(line)
+        return "\n".join(lines).encode()
+    mine, other = _side(git, ours) or "", _side(git, theirs) or ""
+    gone_ours = " (deleted)" if ours is None else ""
+    gone_theirs = " (deleted)" if theirs is None else ""
+    body = (f"<<<<<<< {into}{gone_ours}\n{mine}{_nl(mine)}=======\n{other}{_nl(other)}"
+            f">>>>>>> {branch}{gone_theirs}\n")
+    return body.encode()
+
+
+def _nl(text: str) -> str:
+    return "\n" if text and not text.endswith("\n") else ""
+
+
+def _resolve(git: GitSession, index: pygit2.Index, entries: tuple[Any, Any, Any],
+             strategy: str, into: str, branch: str) -> None:
+    ancestor, ours, theirs = entries
+    path = (ours or theirs or ancestor).path
+    del index.conflicts[path]
+    if strategy == "agent":
+        mode = (ours or theirs).mode
+        blob = git.repo.create_blob(_markers(git, entries, into, branch))
+        index.add(pygit2.IndexEntry(path, blob, mode if mode != FileMode.LINK else FileMode.BLOB))
+        return
+    chosen = theirs if strategy == "theirs" else ours  # `fail` goes on with ours to list all
+    if chosen is None:
+        if path in index:
+            index.remove(path)
+    else:
+        index.add(pygit2.IndexEntry(path, chosen.id, chosen.mode))
+
+
+def plan_merge(git: GitSession, branches: list[str], strategy: str) -> MergePlan:
+    """Merge each branch's workdir/ into HEAD's, in order, in memory. Nothing is written but
+    blobs and trees (unreferenced objects, harmless), so `fail` changes nothing."""
+    repo = git.repo
+    empty = repo.TreeBuilder().write()
+    head = git.head_commit()
+    into = git.branch
+    merged = [head.id]
+    ours_oid = _workdir_tree(git, head, empty)
+    plan = MergePlan(into=into, tips=[], workdir_oid=ours_oid, results={})
+    favor = {"ours": MergeFavor.OURS, "theirs": MergeFavor.THEIRS}.get(strategy)
+    for name in branches:
+        tip = git.commit(git.branch_tip(name))
+        if tip.id == head.id or repo.descendant_of(head.id, tip.id):
+            raise BadRequest(f"branch {name} is already merged into {into}")
+        base_oid = _best_base(git, merged, tip.id)
+        base = _workdir_tree(git, git.commit(base_oid) if base_oid else None, empty)
+        theirs = _workdir_tree(git, tip, empty)
+        # No rename detection: each conflict is then about one path, on both sides.
+        index = repo.merge_trees(base, ours_oid, theirs, flags=NO_RENAMES)
+        found = list(index.conflicts) if index.conflicts is not None else []
+        for entries in found:
+            ancestor, ours, theirs_entry = entries
+            plan.conflicts.append({"path": (ours or theirs_entry or ancestor).path,
+                                   "ours": _side(git, ours), "theirs": _side(git, theirs_entry),
+                                   "branch": name})
+        if found and favor is not None:
+            # Conflicting hunks take one side, the other hunks still merge (git's -X ours).
+            index = repo.merge_trees(base, ours_oid, theirs, favor=favor, flags=NO_RENAMES)
+            found = list(index.conflicts) if index.conflicts is not None else []
+        for entries in found:
+            _resolve(git, index, entries, strategy, into, name)
+        ours_oid = index.write_tree(repo)
+        merged.append(tip.id)
+        plan.tips.append(tip.id)
+        plan.results[name] = last_answer(git, tip)
+    plan.workdir_oid = ours_oid
+    return plan
+
+
+def merge_note(plan: MergePlan, branches: list[str], strategy: str) -> str:
+    """The system note that opens a merge turn (DESIGN §6: `Merge turn` then `- BRANCH: TEXT`
+    lines, and for the agent a `Conflicts:` list)."""
+    lines = [f"Merge turn: {len(branches)} branch(es) merged into {plan.into} "
+             f"(strategy {strategy}). Each branch's result:"]
+    for name in branches:
+        text = " ".join((plan.results.get(name) or "(no answer)").split())[:RESULT_LINE]
+        lines.append(f"- {name}: {text}")
+    paths = sorted({c["path"] for c in plan.conflicts})
+    if paths and strategy == "agent":
+        lines.append("Conflicts:")
+        lines += [f"- {p}" for p in paths]
+        lines.append("These files hold conflict markers (<<<<<<< ======= >>>>>>>). Resolve "
+                     "each with your tools, keeping what both sides meant, then answer.")
+    elif paths:
+        lines.append(f"Conflicting files took the {strategy} side: {', '.join(paths)}.")
+    lines.append("Tell the user what the merged work now holds.")
+    return "\n".join(lines)
+
+
+def _start_merge(git: GitSession, handle: SessionHandle, into: str, branches: list[str],
+                 strategy: str, message: str, model: str
+                 ) -> tuple[TurnContext, MergePlan, list[str]]:
+    """On the session thread, in one go: plan, refuse or write the merge commit. Returns the
+    turn, the plan and the merge commit's id and parent ids."""
+    if git.branch != into:
+        raise Busy(f"the session switched from branch {into} to {git.branch}")
+    for name in branches:
+        git.branch_tip(name)  # NotFound before anything is written
+    # The user's unsaved edits are "ours": committed first, so the merge cannot clobber them.
+    snapshot_user_edits(git)
+    plan = plan_merge(git, branches, strategy)
+    if plan.conflicts and strategy == "fail":
+        paths = ", ".join(sorted({c["path"] for c in plan.conflicts}))
+        raise Conflict(f"the merge conflicts in {paths}; nothing was changed",
+                       {"conflicts": plan.conflicts})
+    head = git.head_commit()
+    old_workdir = _workdir_tree(git, head, git.repo.TreeBuilder().write())
+    fields = {"model": model, "merge": {"branches": branches, "strategy": strategy,
+                                        "conflicts": sorted({c["path"] for c in plan.conflicts})}}
+    written, deleted = atomic.merge_paths(git, old_workdir, plan.workdir_oid)
+    # All or nothing under kill -9: the intent comes before the turn's files and the merge's.
+    with journal.intent(git, "merge", [*written, *deleted, "session.json"],
+                        untracked=[HISTORY, RUNS]):
+        ctx = open_turn(git, handle, message, fields,
+                                notes=(merge_note(plan, branches, strategy),))
+        crash.at("merge.after_turn_files")
+        changes = atomic.write_workdir(git, plan.workdir_oid, written, deleted)
+        crash.at("merge.after_files")
+        ctx.run["message_count"] = len(ctx.messages)
+        changes.update(ctx.pending)
+        changes[ctx.run_file] = to_json_bytes(ctx.run)
+        oid = git.write_checkpoint(
+            changes, summary=f"Merge {', '.join(branches)} into {into}"[:200], kind="merge",
+            run_id=ctx.run_id, message_index=len(ctx.messages), extra_parents=plan.tips)
+    ctx.pending.clear()
+    return ctx, plan, [str(oid), *(str(p) for p in git.commit(oid).parent_ids)]
+
+
+async def merge_branches(braid: Services, user_id: str, session_id: str, branches: list[str],
+                         message: str = "", strategy: str = "fail") -> dict[str, Any]:
+    """Merge `branches` into the current branch and run the merge turn to its end."""
+    handle = braid.store.get_owned(user_id, session_id)
+    sid = handle.session_id
+    names, how = list(branches), strategy
+    text = message.strip() or f"Merge {', '.join(branches)}"
+    into = await handle.call(lambda git: git.branch)
+    if into in names:
+        raise BadRequest(f"cannot merge {into} into itself")
+    async with claim_turn(braid.locks, braid.runs, sid, into) as active:
+        held = await braid.locks.held(sid)
+        busy = [name for name in names if name in held]
+        if busy:
+            raise Busy(f"a run is going on on branch {busy[0]}")
+        ctx, plan, (commit_id, *parent_ids) = await handle.call(
+            lambda git: _start_merge(git, handle, into, names, how, text, braid.model.model))
+        braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": commit_id,
+                                              "kind": "merge"})
+        braid.bus.publish(sid, "merged", {"run_id": ctx.run_id, "commit_id": commit_id,
+                                          "parent_ids": parent_ids, "branches": names,
+                                          "strategy": how, "conflicts": plan.conflicts})
+        braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id})
+        await launch(braid, handle, ctx, active)
+    await active.done.wait()
+    await handle.call(lambda git: None)  # after the turn's last index flush
+    return {"commit_id": commit_id, "parent_ids": parent_ids,
+            "final_text": answer_of(ctx.messages), "conflicts": plan.conflicts,
+            "run_id": ctx.run_id, "status": ctx.run["status"], "branches": names,
+            "strategy": how}

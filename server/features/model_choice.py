@@ -1,0 +1,67 @@
+"""Model choice per session (DESIGN §4, §5): the models every endpoint offers
+(`GET /api/models`), the session's choice kept in `session.json` (`model`: an id, or
+`id@endpoint`; absent = the server's default; written by session_meta.update_session, checked
+here), and the tokens a branch's turns used."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from server.base.errors import BadRequest
+from server.store import layout
+
+if TYPE_CHECKING:
+    from server.agent.services import Services
+    from server.store.session_store import SessionHandle
+
+MAX_MODEL = 200
+
+
+def ref(model_id: str, endpoint: str) -> str:
+    return model_id if endpoint == "demo" else f"{model_id}@{endpoint}"
+
+
+async def list_models(braid: Services) -> dict[str, Any]:
+    rows = await braid.model.list_models()
+    for row in rows:
+        if row.get("id"):
+            row["ref"] = ref(row["id"], row["endpoint"])
+    ep, model = braid.model.resolve()
+    return {"models": rows, "default": ref(model, ep.name)}
+
+
+def current(braid: Services, handle: SessionHandle) -> dict[str, Any]:
+    """The model the session's next turn uses."""
+    ep, model = braid.model.resolve(handle.meta.get("model"), handle.meta.get("endpoint"))
+    return {"id": model, "endpoint": ep.name, "ref": ref(model, ep.name),
+            "chosen": bool(handle.meta.get("model"))}
+
+
+def check_model(braid: Services, value: object) -> str | None:
+    """A model choice as `update_session` takes it; null or "" = the default."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > MAX_MODEL or not value.strip() \
+            or any(ord(c) < 32 for c in value):
+        raise BadRequest(f"model must be a model id of at most {MAX_MODEL} characters")
+    model_id, _, endpoint = value.rpartition("@")
+    if model_id and endpoint not in braid.model.endpoints:
+        raise BadRequest(f"no endpoint named {endpoint!r}")
+    return value.strip()
+
+
+def usage_total(usages: list[dict[str, Any]]) -> dict[str, Any]:
+    total: dict[str, Any] = {"prompt_tokens": 0, "completion_tokens": 0, "estimated": False}
+    for usage in usages:
+        total["prompt_tokens"] += int(usage.get("prompt_tokens") or 0)
+        total["completion_tokens"] += int(usage.get("completion_tokens") or 0)
+        total["estimated"] = total["estimated"] or bool(usage.get("estimated"))
+    total["total_tokens"] = total["prompt_tokens"] + total["completion_tokens"]
+    return total
+
+
+async def session_usage(braid: Services, user_id: str, session_id: str) -> dict[str, Any]:
+    """Tokens the turns on the branch shown used, all added up."""
+    handle = braid.store.get_owned(user_id, session_id)
+    usages = await handle.call(lambda git: layout.run_usages(git, git.head_commit()))
+    return usage_total(usages)

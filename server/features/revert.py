@@ -1,0 +1,344 @@
+"""Revert a turn, and undo the revert (DESIGN §4 "Revert a turn").
+
+A revert is a new `revert` commit; an unrevert a new `unrevert` commit: nothing is destroyed.
+Both work three-way, like `git revert`: for each file the turn changed, base = the file after
+the turn, ours = the file now, theirs = the file before the turn. A file nobody touched since
+simply goes back; a file later turns (or the user) also changed keeps their work when the
+hunks do not overlap; overlapping hunks refuse the whole revert with `Conflict` and the list of
+conflicts, changing nothing, unless `force` puts the pre-turn content back for those files.
+An unrevert is the same operation applied to the revert commit.
+
+The commit also marks the run record (`reverted`, when, which files) so the page and a reindex
+read the state from git, and adds a system message to the branch's history, so the next model
+call knows its old edits no longer stand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+from pygit2.enums import FileMode, MergeFlag
+
+from server.agent.turn_changes import (
+    FileChange,
+    TurnSpan,
+    changes_of,
+    files_of,
+    first_parent_line,
+    trailers_of,
+    turn_spans,
+    unified_diff,
+)
+from server.agent.turn_context import snapshot_user_edits
+from server.base import crash
+from server.base.errors import Busy, Conflict, NotFound
+from server.base.ids import new_message_id, now_iso
+from server.base.records import to_json_bytes
+from server.git import lookup as gitnames
+from server.git.session import GitSession
+from server.git.workdir.scan import WORKDIR
+from server.git.workdir.staging import DISK
+from server.store import journal, layout
+from server.store.backups import Entry, check_writable, tree_entry, write_entry
+
+if TYPE_CHECKING:
+    from server.agent.services import Services
+    from server.store.session_store import SessionHandle
+
+CONTENT_LIMIT = 20_000
+NAMES_IN_NOTE = 20
+
+
+# -- finding the turn ---------------------------------------------------------------------
+
+
+def resolve_turn(git: GitSession, turn_id: str,
+                 commit: pygit2.Commit) -> tuple[str, str, dict[str, Any]]:
+    """(run_id, run record path, run record) of a turn on the branch at `commit`. Any of the
+    turn's assistant message ids is accepted too (the protocol's `assistant_msg_id`)."""
+    record_path = layout.find_run_path(git, turn_id, commit)
+    run_id = turn_id
+    if record_path is None:
+        owner = next((m.get("run_id") for m in layout.messages(git, commit)
+                      if m.get("id") == turn_id and m.get("role") == "assistant"), None)
+        if owner:
+            run_id = str(owner)
+            record_path = layout.find_run_path(git, run_id, commit)
+    if record_path is None:
+        raise NotFound(f"no turn {turn_id} on branch {git.branch}")
+    return run_id, record_path, dict(git.read_json(commit, record_path))
+
+
+def _turn_changes(git: GitSession, run_id: str, commit: pygit2.Commit) -> list[FileChange]:
+    span = turn_spans(git, commit, [run_id]).get(run_id)
+    return changes_of(git, span) if span is not None else []
+
+
+# -- three-way ----------------------------------------------------------------------------
+
+
+def three_way(git: GitSession, base: dict[str, Entry | None], ours: dict[str, Entry | None],
+              theirs: dict[str, Entry | None]) -> tuple[dict[str, Entry | None], list[str]]:
+    """Apply base→theirs onto ours per path. Returns (the paths whose content changes, with
+    their new entry; the paths whose hunks conflict)."""
+    result: dict[str, Entry | None] = {}
+    merge: list[str] = []
+    for path in sorted(base):
+        b, o, t = base[path], ours.get(path), theirs.get(path)
+        if o == t or b == t:
+            continue  # already as wanted, or nothing to take out
+        if o == b:
+            result[path] = t  # untouched since: simply put it back
+        else:
+            merge.append(path)
+    if not merge:
+        return result, []
+    index = git.repo.merge_trees(
+        _tree_of(git.repo, {p: base[p] for p in merge}),
+        _tree_of(git.repo, {p: ours.get(p) for p in merge}),
+        _tree_of(git.repo, {p: theirs.get(p) for p in merge}),
+        flags=MergeFlag(0),  # paths, not renames: a turn's files are known by name
+    )
+    conflicted: set[str] = set()
+    if index.conflicts is not None:
+        for sides in index.conflicts:
+            conflicted.update(e.path for e in sides if e is not None)
+    conflicts = []
+    for path in merge:
+        if path in conflicted:
+            conflicts.append(path)
+            continue
+        merged = (index[path].id, int(index[path].mode)) if path in index else None
+        if merged != ours.get(path):
+            result[path] = merged
+    return result, conflicts
+
+
+def _tree_of(repo: pygit2.Repository, entries: dict[str, Entry | None]) -> pygit2.Tree:
+    nested: dict[str, Any] = {}
+    for path, entry in entries.items():
+        if entry is None:
+            continue
+        node = nested
+        parts = path.split("/")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = entry
+
+    def build(node: dict[str, Any]) -> pygit2.Oid:
+        builder = repo.TreeBuilder()
+        for name, value in node.items():
+            if isinstance(value, dict):
+                builder.insert(name, build(value), FileMode.TREE)
+            else:
+                builder.insert(name, value[0], value[1])
+        return builder.write()
+
+    return gitnames.tree_at(repo, build(nested))
+
+
+def _text(git: GitSession, entry: Entry | None) -> str | None:
+    if entry is None:
+        return None
+    data = gitnames.blob_data(git.repo, entry[0])
+    if b"\0" in data[:8000]:
+        return f"(binary, {len(data)} bytes)"
+    text = data.decode("utf-8", errors="replace")
+    return text if len(text) <= CONTENT_LIMIT else text[:CONTENT_LIMIT] + "\n… (truncated)"
+
+
+def _conflict_details(git: GitSession, paths: list[str], ours: dict[str, Entry | None],
+                      theirs: dict[str, Entry | None]) -> list[dict[str, Any]]:
+    return [{"path": p, "ours": _text(git, ours.get(p)), "theirs": _text(git, theirs.get(p))}
+            for p in paths]
+
+
+# -- revert and unrevert on the session thread --------------------------------------------
+
+
+def _names(paths: list[str]) -> str:
+    shown = ", ".join(paths[:NAMES_IN_NOTE])
+    more = len(paths) - NAMES_IN_NOTE
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
+def _take_out(git: GitSession, head: pygit2.Commit, run_id: str, changes: list[FileChange],
+              force: bool, refusal: str) -> tuple[dict[str, Entry | None], list[dict[str, Any]]]:
+    """Three-way: take each change (before → after) back out of HEAD. Returns the new entries
+    of the paths that change and the conflicts (forced to `before`, else `Conflict`)."""
+    base = {c.path: c.after for c in changes}
+    theirs = {c.path: c.before for c in changes}
+    ours = {c.path: tree_entry(head.tree, f"{WORKDIR}/{c.path}") for c in changes}
+    result, conflicts = three_way(git, base, ours, theirs)
+    details = _conflict_details(git, conflicts, ours, theirs)
+    if conflicts and not force:
+        raise Conflict(f"{refusal} in {_names(conflicts)}; nothing was changed",
+                       {"conflicts": details, "turn_id": run_id})
+    for path in conflicts:
+        result[path] = theirs[path]
+    return result, details
+
+
+def _turn_in_state(git: GitSession, turn_id: str, reverted: bool
+                   ) -> tuple[str, str, dict[str, Any], pygit2.Commit]:
+    """Resolve the turn and check its state, then snapshot the user's edits (so the revert
+    sees them as later work, never clobbers them). Returns (run_id, record path, record,
+    HEAD after the snapshot)."""
+    run_id, record_path, record = resolve_turn(git, turn_id, git.head_commit())
+    if bool(record.get("reverted")) != reverted:
+        state = "is already reverted" if not reverted else "is not reverted"
+        raise Conflict(f"turn {run_id} {state}", {"conflicts": [], "turn_id": run_id})
+    snapshot_user_edits(git)
+    return run_id, record_path, record, git.head_commit()
+
+
+def do_revert(git: GitSession, turn_id: str, force: bool) -> dict[str, Any]:
+    run_id, record_path, record, head = _turn_in_state(git, turn_id, reverted=False)
+    changes = _turn_changes(git, run_id, head)
+    if not changes:
+        raise Conflict(f"turn {run_id} changed no files: nothing to revert",
+                       {"conflicts": [], "turn_id": run_id})
+    result, conflicts = _take_out(git, head, run_id, changes, force,
+                                  f"later changes overlap turn {run_id}'s changes")
+    note = f"Turn {run_id} was reverted; its changes to {_names([c.path for c in changes])} " \
+        "were undone."
+    if conflicts:
+        forced = _names([c["path"] for c in conflicts])
+        note += f" Later edits to {forced} were replaced by the pre-turn content."
+    record.update(reverted=True, reverted_at=now_iso(), revert_forced=bool(conflicts),
+                  reverted_paths=sorted(result))
+    out = _commit(git, run_id, record_path, record, result, "revert", note)
+    out.update(conflicts=conflicts, files=[c.as_dict() for c in changes])
+    return out
+
+
+def do_unrevert(git: GitSession, turn_id: str, force: bool) -> dict[str, Any]:
+    run_id, record_path, record, head = _turn_in_state(git, turn_id, reverted=True)
+    revert_commit = next((c for c in first_parent_line(head)
+                          if trailers_of(c) == ("revert", run_id)), None)
+    if revert_commit is None or not revert_commit.parents:
+        raise NotFound(f"the revert of turn {run_id} is not on branch {git.branch}")
+    # Undoing the revert = taking the revert commit's own change back out.
+    undone = changes_of(git, TurnSpan(run_id, revert_commit, revert_commit), backups={})
+    result, conflicts = _take_out(git, head, run_id, undone, force,
+                                  f"later changes overlap the revert of turn {run_id}")
+    changes = _turn_changes(git, run_id, head)
+    names = _names([c.path for c in changes]) or "no files"
+    note = f"The revert of turn {run_id} was undone; its changes to {names} are back."
+    record.update(reverted=False, unreverted_at=now_iso(),
+                  undone_revert_commit_id=str(revert_commit.id))
+    out = _commit(git, run_id, record_path, record, result, "unrevert", note)
+    out.update(conflicts=conflicts, files=[c.as_dict() for c in changes])
+    return out
+
+
+def _commit(git: GitSession, run_id: str, record_path: str, record: dict[str, Any],
+            result: dict[str, Entry | None], kind: str, note_text: str) -> dict[str, Any]:
+    deleting = frozenset(p for p, e in result.items() if e is None)
+    for path, entry in result.items():
+        check_writable(git, path, entry, deleting)  # all before any: a refusal changes nothing
+    # run_id null: the note belongs to no run, so it never shifts a run's message indexes.
+    note: dict[str, Any] = {"id": new_message_id(), "role": "system", "content": note_text,
+                            "run_id": None, "created_at": now_iso(), "kind": kind,
+                            "reverted_run_id": run_id}
+    # The files are on disk already, with their modes: stage them from there.
+    changes: dict[str, Any] = {f"{WORKDIR}/{p}": DISK if e is not None else None
+                               for p, e in result.items()}
+    changes[record_path] = to_json_bytes(record)
+    changes[layout.next_message_path(git, "system", note["id"])] = to_json_bytes(note)
+    verb = "Revert" if kind == "revert" else "Redo"
+    summary = f"{verb} turn {run_id[:10]}: {_names(sorted(result)) or 'no file changed'}"
+    # All or nothing under kill -9: the intent names every path before the first write.
+    with journal.intent(git, kind, changes):
+        # Deletions first, so a file can replace a folder the revert empties (and back).
+        for path, entry in sorted(result.items(), key=lambda item: item[1] is not None):
+            write_entry(git, path, entry)
+        crash.at(f"{kind}.after_files")
+        commit_id = git.write_checkpoint(changes, summary=summary, kind=kind, run_id=run_id)
+    return {"turn_id": run_id, "run_id": run_id, "commit_id": str(commit_id),
+            "restored_paths": sorted(result), "reverted": kind == "revert",
+            "run": record, "note": note}
+
+
+# -- the core calls the transports make ---------------------------------------------------
+
+
+async def list_turn_files(braid: Services, user_id: str, session_id: str,
+                          turn_id: str) -> dict[str, Any]:
+    handle = braid.store.get_owned(user_id, session_id)
+    tid = turn_id
+
+    def work(git: GitSession) -> dict[str, Any]:
+        head = git.head_commit()
+        run_id, _, record = resolve_turn(git, tid, head)
+        paths = [c.as_dict() for c in _turn_changes(git, run_id, head)]
+        return {"turn_id": run_id, "paths": paths, "reverted": bool(record.get("reverted"))}
+
+    return await handle.call(work)
+
+
+async def turn_diff(braid: Services, user_id: str, session_id: str, turn_id: str,
+                    path: str | None = None) -> dict[str, Any]:
+    handle = braid.store.get_owned(user_id, session_id)
+    tid, wanted = turn_id, path
+
+    def work(git: GitSession) -> dict[str, Any]:
+        head = git.head_commit()
+        run_id, _, _ = resolve_turn(git, tid, head)
+        changes = _turn_changes(git, run_id, head)
+        if wanted is not None:
+            changes = [c for c in changes if c.path == wanted]
+            if not changes:
+                raise NotFound(f"turn {run_id} did not change {wanted}")
+        return {"turn_id": run_id, "path": wanted, "diff": unified_diff(git, changes),
+                "paths": [c.as_dict() for c in changes]}
+
+    return await handle.call(work)
+
+
+async def revert_turn(braid: Services, user_id: str, session_id: str, turn_id: str,
+                      force: bool = False) -> dict[str, Any]:
+    handle = braid.store.get_owned(user_id, session_id)
+    return await _exclusive(braid, handle, lambda git: do_revert(git, turn_id, force))
+
+
+async def unrevert_turn(braid: Services, user_id: str, session_id: str, turn_id: str,
+                        force: bool = False) -> dict[str, Any]:
+    handle = braid.store.get_owned(user_id, session_id)
+    return await _exclusive(braid, handle, lambda git: do_unrevert(git, turn_id, force))
+
+
+async def _exclusive(braid: Services, handle: SessionHandle,
+                     work: Callable[[GitSession], dict[str, Any]]) -> dict[str, Any]:
+    """Run a revert or unrevert holding the branch like a turn does: refused (`Busy`) while a
+    run is live on it, and no turn can start in the middle."""
+    branch = await handle.call(lambda git: git.branch)
+
+    def guarded(git: GitSession) -> dict[str, Any]:
+        if git.branch != branch:
+            raise Busy("the session switched branches; try again")
+        return work(git)
+
+    async with braid.locks.hold(handle.session_id, branch):
+        result = await handle.call(guarded)
+    sid = handle.session_id
+    event = {k: result[k] for k in ("turn_id", "run_id", "commit_id", "restored_paths",
+                                    "conflicts", "reverted", "run", "note", "files")}
+    braid.bus.publish(sid, "checkpoint", {"run_id": result["run_id"],
+                                          "commit_id": result["commit_id"],
+                                          "kind": "revert" if result["reverted"] else "unrevert"})
+    braid.bus.publish(sid, "reverted", {**event, "branch": branch})
+    braid.bus.publish(sid, "dag_changed", {"run_id": result["run_id"]})
+    return result
+
+
+async def files_of_run(braid: Services, user_id: str, session_id: str, run_id: str,
+                       branch: str | None = None) -> list[dict[str, str]]:
+    """The chips of one turn, on `branch` (default: the branch shown): for a bubble that was
+    just rendered from a live event rather than from the transcript."""
+    handle = braid.store.get_owned(user_id, session_id)
+    return await handle.call(lambda git: files_of(git, run_id, branch))

@@ -1,0 +1,122 @@
+"""Rename, archive, set the model of, and delete a session (DESIGN §4 "Sessions").
+
+`update_session` keeps the fields in `session.json`, committed (`user-edit`) on every branch
+the user can show, so whichever branch is checked out (now or after a restart) names the
+session the same way; sub-agent branches are left alone (their worktrees may be live).
+`delete_session` is the one operation that destroys: the folder is first renamed out of the
+store (the atomic point of deletion), then the index rows and the files go; a server killed
+in between finishes the job at its next start (`purge_deleted`)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from typing import TYPE_CHECKING, Any
+
+from server.base.ids import is_session_id, now_iso
+from server.base.records import to_json_bytes
+from server.git import lookup as gitnames
+from server.git.session import GitSession
+
+if TYPE_CHECKING:
+    from server.agent.services import Services
+    from server.store.session_store import SessionHandle
+
+MAX_TITLE = 120
+MAX_MODEL = 200
+DELETED_PREFIX = ".deleted-"
+
+
+def _summary(changes: dict[str, Any]) -> str:
+    parts = []
+    if "title" in changes:
+        parts.append(f"Rename session: {changes['title']}")
+    if "archived" in changes:
+        parts.append("Archive session" if changes["archived"] else "Restore session")
+    if "model" in changes:
+        parts.append(f"Model: {changes['model'] or 'default'}")
+    return "; ".join(parts)
+
+
+def write_meta(git: GitSession, meta: dict[str, Any], summary: str) -> None:
+    """Commit `session.json` on each branch whose copy differs (not on sub-agent branches)."""
+    data = to_json_bytes(meta)
+    for branch, tip in sorted(git.branches().items()):
+        if branch.startswith("sub_"):
+            continue
+        commit = git.commit(tip)
+        try:
+            if gitnames.blob_data(git.repo, commit.tree["session.json"].id) == data:
+                continue
+        except KeyError:
+            pass
+        git.commit_on_branch(branch, {"session.json": data}, summary=summary, kind="user-edit")
+
+
+async def update_session(braid: Services, user_id: str, session_id: str,
+                         changes: dict[str, Any]) -> dict[str, Any]:
+    """Apply `changes` {title?: str, archived?: bool, model?: str | None (the default)};
+    returns the session as `GET /api/sessions/{id}`."""
+    from server.features.sessions import session_info
+
+    handle = braid.store.get_owned(user_id, session_id)
+    if changes.get("model"):
+        from server.features.model_choice import check_model
+
+        check_model(braid, changes["model"])  # names an endpoint Braid knows
+    if changes:
+        meta = dict(handle.meta)
+        for key, value in changes.items():
+            if value is None or value is False:
+                meta.pop(key, None)  # absent means default / not archived
+            else:
+                meta[key] = value
+        if meta != handle.meta:
+            # A first turn still to commit holds the session.json it titled: it must not
+            # put the old name back. Its state belongs to the loop, so it is changed here,
+            # before the commit is queued: any checkpoint the turn takes from now on holds
+            # the new session.json, and one queued earlier is committed before this one.
+            for active in braid.runs.for_session(handle.session_id):
+                if active.ctx is not None and "session.json" in active.ctx.pending:
+                    active.ctx.pending["session.json"] = to_json_bytes(meta)
+            await handle.call(lambda git: write_meta(git, meta, _summary(changes)))
+            handle.meta.clear()
+            handle.meta.update(meta)
+            await braid.index.upsert_session(handle.meta, now_iso())
+            braid.bus.publish(handle.session_id, "session_updated",
+                              {"changes": sorted(changes)})
+    return await session_info(braid, user_id, handle.session_id)
+
+
+async def delete_session(braid: Services, user_id: str, session_id: str) -> None:
+    """Stop its runs, then remove the session folder and its index rows."""
+    handle = braid.store.get_owned(user_id, session_id)
+    for active in braid.runs.for_session(handle.session_id):
+        active.stop("cancel")
+    for active in braid.runs.for_session(handle.session_id):
+        await active.done.wait()
+    braid.bus.publish(handle.session_id, "session_deleted", {})
+    await _drop(braid, handle)
+
+
+async def _drop(braid: Services, handle: SessionHandle) -> None:
+    sid = handle.session_id
+    braid.store.forget(sid)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, handle.close)  # waits for git work queued before
+    trash = braid.store.root / f"{DELETED_PREFIX}{sid}"
+    await loop.run_in_executor(None, handle.path.rename, trash)
+    await braid.index.delete_session(sid)
+    await loop.run_in_executor(None, lambda: shutil.rmtree(trash, ignore_errors=True))
+
+
+async def purge_deleted(braid: Services) -> int:
+    """At start-up: finish deletions a killed server left half done."""
+    count = 0
+    for path in braid.store.root.glob(f"{DELETED_PREFIX}*"):
+        sid = path.name[len(DELETED_PREFIX):]
+        if is_session_id(sid):
+            await braid.index.delete_session(sid)
+        shutil.rmtree(path, ignore_errors=True)
+        count += 1
+    return count

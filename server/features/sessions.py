@@ -1,0 +1,249 @@
+"""Session-level core functions: create, list, describe, read runs and the transcript, check
+out a branch, and the commit graph. Each is one call for the transports."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+
+from server.agent.turn_changes import annotate_turns
+from server.agent.turn_context import snapshot_user_edits
+from server.agent.turns import FINAL, start_turn
+from server.base.errors import Busy, NotFound
+from server.git.session import GitSession
+from server.store import atomic, layout
+from server.store.layout import run_entries
+from server.store.lineage import attach_siblings
+
+PAGE_TURNS = 30  # the transcript shows the newest turns; older ones load on scroll-up
+
+if TYPE_CHECKING:
+    from server.agent.services import Services
+    from server.features.sources.sources import SourceRequest
+    from server.store.session_store import SessionHandle
+
+
+
+async def create_session(braid: Services, user_id: str, title: str = "",
+                         source: SourceRequest | None = None,
+                         model: str | None = None) -> dict[str, Any]:
+    """A new empty session, or (`source`) one imported from the user's project."""
+    if source is not None or model is not None:
+        from server.features.sources.importing import (
+            import_session,  # a session from the user's project
+        )
+
+        return await import_session(braid, user_id, source, title, model)
+    handle = await braid.store.create(user_id, title)
+    await braid.index.upsert_session(handle.meta)
+    return {"session_id": handle.session_id, "title": handle.meta["title"]}
+
+
+async def list_sessions(braid: Services, user_id: str, query: str = "",
+                        archived: bool = False) -> list[dict[str, Any]]:
+    """Newest first; archived sessions are listed only when asked for (and then only they)."""
+    return await braid.index.list_sessions(user_id, query.strip()[:100], archived)
+
+
+def _describe(git: GitSession, handle: SessionHandle) -> dict[str, Any]:
+    branches = git.branches()
+    return {
+        "session_id": handle.session_id,
+        "title": handle.meta.get("title", ""),
+        "user_id": handle.user_id,
+        "archived": bool(handle.meta.get("archived")),
+        "model": handle.meta.get("model"),
+        "forked_from_session_id": handle.meta.get("forked_from_session_id"),
+        "root_session_id": handle.meta.get("root_session_id"),
+        "created_at": handle.meta.get("created_at"),
+        "head": str(git.head_oid()),
+        "branch": git.branch,
+        "branches": [{"name": n, "head": h} for n, h in sorted(branches.items())],
+        # An imported session's source and import summary (skipped files), if any.
+        "source": handle.meta.get("source"),
+        "import": handle.meta.get("import"),
+    }
+
+
+async def session_info(braid: Services, user_id: str, session_id: str, *,
+                       runs: bool = True) -> dict[str, Any]:
+    """`GET /api/sessions/{id}`; the page asks without `runs` (every run of the session:
+    its transcript shows the newest turns only)."""
+    handle = braid.store.get_owned(user_id, session_id)
+    info = await handle.call(lambda git: _describe(git, handle))
+    if runs:
+        info["runs"] = [_run_row(r) for r in await braid.index.list_runs(handle.session_id)]
+    live = {a.branch: a.run_id for a in braid.runs.for_session(handle.session_id)}
+    info["running"] = live
+    from server.features.model_choice import current
+
+    now = current(braid, handle)
+    # `model` is the session's choice (None: the default); this is what its turns use.
+    info["model_in_use"], info["endpoint"] = now["ref"], now["endpoint"]
+    return info
+
+
+def _run_row(run: dict[str, Any]) -> dict[str, Any]:
+    keys = ("run_id", "status", "branch", "forked_from_run_id", "forked_from_message_index",
+            "regenerated_from", "created_at")
+    return {k: run.get(k) for k in keys}
+
+
+def read_run(git: GitSession, run_id: str) -> dict[str, Any]:
+    """A run's record and messages as the branch it lives on holds them."""
+    commit = git.head_commit()
+    path = layout.find_run_path(git, run_id, commit)
+    if path is None:
+        for tip in git.branches().values():
+            candidate = git.commit(tip)
+            path = layout.find_run_path(git, run_id, candidate)
+            if path is not None:
+                record = git.read_json(candidate, path)
+                if record.get("branch") in git.branches():
+                    commit = git.commit(git.branch_tip(record["branch"]))
+                    path = layout.find_run_path(git, run_id, commit) or path
+                else:
+                    commit = candidate
+                break
+    if path is None:
+        raise NotFound(f"no run {run_id}")
+    run = dict(git.read_json(commit, path))
+    run["messages"] = [dict(e.message) for e in run_entries(git, commit, run_id)]
+    return run
+
+
+async def get_run(braid: Services, user_id: str, session_id: str, run_id: str) -> dict[str, Any]:
+    handle = braid.store.get_owned(user_id, session_id)
+    return await handle.call(lambda git: read_run(git, run_id))
+
+
+def build_turns(messages: list[dict[str, Any]], runs: dict[str, dict[str, Any]]
+                ) -> list[dict[str, Any]]:
+    """Group a branch's messages into what the page shows: turns (a user message and the
+    answer's messages) and notes (system messages such as revert notices)."""
+    items: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    for msg in messages:
+        if msg["role"] == "system":
+            items.append({"type": "note", "message": msg})
+            current = None
+            continue
+        run_id = msg.get("run_id")
+        # One item per run: a continued run can hold several user messages (they go in its
+        # parts, in order), and each run's turn has one DOM id.
+        if current is None or current["run_id"] != run_id:
+            current = {"type": "turn", "run_id": run_id, "user": None, "parts": [],
+                       "run": runs.get(run_id or "", {})}
+            items.append(current)
+        if msg["role"] == "user" and current["user"] is None:
+            current["user"] = msg
+        else:
+            current["parts"].append(msg)
+    return items
+
+
+def page_start(messages: list[dict[str, Any]], end: int, limit: int) -> int:
+    """Where the newest `limit` items (turns and notes, as `build_turns` groups them) before
+    message `end` begin. Walks back from `end` only, so a page costs what it shows."""
+    items = 0
+    current: object = _START
+    i = end
+    while i > 0:
+        msg = messages[i - 1]
+        if msg["role"] == "system":
+            new, current = True, _NOTE
+        else:
+            new = current in (_START, _NOTE) or msg.get("run_id") != current
+            current = msg.get("run_id")
+        if new:
+            if items == limit:
+                break
+            items += 1
+        i -= 1
+    return i
+
+
+_START, _NOTE = object(), object()
+
+
+def transcript_at(git: GitSession, commit: pygit2.Commit | None = None, *,
+                  limit: int | None = PAGE_TURNS, before: int | None = None) -> dict[str, Any]:
+    """The newest `limit` turns of the branch at `commit` (all when None) before its message
+    `before` (the end when None): the page shows these and loads older ones on scroll."""
+    commit = commit or git.head_commit()
+    messages = layout.messages(git, commit)
+    end = len(messages) if before is None else min(before, len(messages))
+    start = page_start(messages, end, limit) if limit is not None else 0
+    shown = messages[start:end]
+    runs: dict[str, dict[str, Any]] = {}
+    for run_id in {m.get("run_id") for m in shown}:
+        if not run_id:
+            continue
+        path = layout.find_run_path(git, run_id, commit)
+        if path is not None:
+            runs[run_id] = git.read_json(commit, path)
+    items = build_turns(shown, runs)
+    annotate_turns(git, commit, items)  # each turn's file chips, all in one walk
+    return {"commit_id": str(commit.id), "turns": items, "start": start, "has_more": start > 0,
+            "total": len(messages)}
+
+
+async def transcript(braid: Services, user_id: str, session_id: str, *,
+                     before: int | None = None, commit: str | None = None) -> dict[str, Any]:
+    """The page's transcript: the newest turns of the branch shown, or (`before`, `commit`)
+    the ones before message `before` of that commit's branch."""
+    handle = braid.store.get_owned(user_id, session_id)
+    at, rev = before, commit
+
+    def work(git: GitSession) -> dict[str, Any]:
+        return transcript_at(git, git.commit(rev) if rev else None, before=at)
+
+    view = await handle.call(work)
+    view["session_id"] = handle.session_id
+    # The `‹ 2/3 ›` switcher: which turns have sibling runs (forks) and where they live.
+    attach_siblings(view["turns"], await braid.index.lineage_runs(handle.session_id))
+    return view
+
+
+async def run_to_end(braid: Services, user_id: str, session_id: str, text: str) -> dict[str, Any]:
+    """Start a turn and wait for it: the HTTP API's `POST /api/sessions/{id}/runs`."""
+    from server.agent.turns import send_message
+
+    run_id = await send_message(braid, user_id, session_id, text)
+    handle = braid.store.get_owned(user_id, session_id)
+    active = braid.runs.find(handle.session_id, run_id)
+    if active is not None:
+        await active.done.wait()
+    return await get_run(braid, user_id, session_id, run_id)
+
+
+async def current_branch(braid: Services, user_id: str, session_id: str) -> str:
+    """The branch the session shows now (its HEAD)."""
+    handle = braid.store.get_owned(user_id, session_id)
+    return await handle.call(lambda git: git.branch)
+
+
+async def checkout(braid: Services, user_id: str, session_id: str, ref: str) -> dict[str, Any]:
+    """Show another branch: its files in workdir/ and its transcript. The user's unsaved
+    edits are committed on the branch they were made on first, so nothing is lost."""
+    handle = braid.store.get_owned(user_id, session_id)
+    if await braid.locks.held(handle.session_id):
+        raise Busy("a run is going on in this session")
+
+    def work(git: GitSession) -> dict[str, Any]:
+        git.branch_tip(ref)
+        snapshot_user_edits(git)
+        atomic.checkout(git, ref)
+        return {"branch": git.branch, "head": str(git.head_oid())}
+
+    result = await handle.call(work)
+    braid.bus.publish(handle.session_id, "session_changed", result)
+    return result
+
+
+__all__ = [
+    "FINAL", "build_turns", "checkout", "create_session", "get_run",
+    "list_sessions", "read_run", "run_to_end", "session_info", "start_turn", "transcript",
+    "transcript_at",
+]

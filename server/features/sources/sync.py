@@ -1,0 +1,111 @@
+"""Update from source (issue 13, DESIGN §4 "Import and export"): when the folder or
+repository a session came from has moved on, bring its changes in as one `user-edit` commit,
+three-way: base = the source's files as last brought in (`refs/braid/source-base`), ours =
+the session's workdir, theirs = the source now. Files changed on both sides that git cannot
+merge keep the session's side and are listed as conflicts; nothing is lost (the source's
+version is still in the source).
+
+Under kill -9 the update is one commit or nothing: an intent record (journal.py) names the
+paths it writes, so start-up rolls `workdir/` back to HEAD when the commit was not made, or
+in line with it when it was. `refs/braid/source-base` moves after the commit; a kill in
+between leaves it behind, and the next update (same base, the changes already on both
+sides) merges cleanly and moves it."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+
+from server.agent.turn_context import snapshot_user_edits
+from server.base import crash
+from server.base.errors import BadRequest, Busy
+from server.base.records import to_json_bytes
+from server.features.roots import Roots, roots_of
+from server.features.sources.importing import SOURCE_BASE_REF, set_source_base, take_snapshot
+from server.features.sources.sources import Source, allowed_path
+from server.git import lookup as gitnames
+from server.git.session import GitSession
+from server.git.trees import empty_tree, tree_changes, workdir_tree
+from server.git.workdir.scan import WORKDIR
+from server.store import journal
+
+if TYPE_CHECKING:
+    from server.agent.services import Services
+    from server.base.settings import Settings
+
+
+def _merged(repo: pygit2.Repository, base: pygit2.Tree, ours: pygit2.Tree,
+            theirs: pygit2.Tree) -> tuple[pygit2.Tree, list[dict[str, str]]]:
+    index = repo.merge_trees(base, ours, theirs)
+    conflicts: list[dict[str, str]] = []
+    if index.conflicts is not None:
+        for ancestor, mine, other in list(index.conflicts):
+            path = (mine or other or ancestor).path
+            conflicts.append({"path": path,
+                              "ours": "deleted" if mine is None else "modified",
+                              "theirs": "deleted" if other is None else "modified"})
+            del index.conflicts[path]
+            if mine is not None:
+                index.add(pygit2.IndexEntry(path, mine.id, mine.mode))
+    return gitnames.tree_at(repo, index.write_tree(repo)), conflicts
+
+
+def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: dict[str, Any]
+                     ) -> dict[str, Any]:
+    raw = meta.get("source")
+    if not raw:
+        raise BadRequest("this session was not imported: it has no source to update from")
+    source = Source.from_meta(raw)
+    if source.local is not None:  # the caller's roots now, not the importer's then
+        allowed_path(roots, str(source.local))
+    repo = git.repo
+    snap = take_snapshot(repo, source, settings, roots)  # TooLarge here: nothing written yet
+    crash.at("update.after_snapshot")
+    theirs = gitnames.tree_at(repo, snap.tree) if snap.tree is not None else empty_tree(repo)
+    base_ref = repo.references.get(SOURCE_BASE_REF)
+    base = repo[base_ref.target].peel(pygit2.Commit).tree if base_ref else empty_tree(repo)
+    result: dict[str, Any] = {"changed": False, "updated_paths": [], "conflicts": [],
+                              "commit_id": None, "base_commit": snap.base_commit,
+                              "skipped": snap.skipped[:200]}
+    if theirs.id == base.id:
+        return result
+    snapshot_user_edits(git)
+    ours = workdir_tree(git.head_commit()) or empty_tree(repo)
+    merged, conflicts = _merged(repo, base, ours, theirs)
+    changes: dict[str, bytes | None] = {}
+    for rel, entry in tree_changes(ours, merged).items():
+        changes[f"{WORKDIR}/{rel}"] = (gitnames.blob_data(repo, entry[0]) if entry is not None
+                                       else None)
+    new_meta = dict(json.loads(gitnames.blob_data(
+        repo, git.head_commit().tree["session.json"].id)))
+    new_meta["source"] = source.meta(snap.base_commit)
+    changes["session.json"] = to_json_bytes(new_meta)
+    where = f" at {snap.base_commit[:10]}" if snap.base_commit else ""
+    with journal.intent(git, "update", changes, kind="user-edit"):
+        oid = git.write_checkpoint(changes, summary=f"Update from source{where}",
+                                   kind="user-edit")
+        set_source_base(repo, snap.tree, f"Source files at update ({source.path_or_url})")
+        crash.at("update.after_commit")
+    result.update(changed=True, commit_id=str(oid), conflicts=conflicts,
+                  updated_paths=sorted(p[len(WORKDIR) + 1:] for p in changes
+                                       if p.startswith(f"{WORKDIR}/")),
+                  meta=new_meta)
+    return result
+
+
+async def update_from_source(braid: Services, user_id: str, session_id: str) -> dict[str, Any]:
+    handle = braid.store.get_owned(user_id, session_id)
+    if await braid.locks.held(handle.session_id):
+        raise Busy("a run is going on in this session: update when it ends")
+    meta = dict(handle.meta)
+    roots = await roots_of(braid, user_id)
+    result = await handle.call(lambda git: sync_from_source(git, braid.settings, roots, meta))
+    new_meta = result.pop("meta", None)
+    if new_meta is not None:
+        handle.meta["source"] = new_meta["source"]
+        braid.bus.publish(handle.session_id, "session_changed",
+                          {"branch": await handle.call(lambda git: git.branch),
+                           "head": result["commit_id"]})
+    return result

@@ -1,0 +1,256 @@
+"""Time travel (DESIGN §4 "Continue / fork a run"): continue a run from any message, in place
+or as a sibling run on its own branch `run/<run_id>` that starts from the checkpoint at that
+message, files included; and the timeline of points a run can be continued from.
+
+A fork's first commit (kind `fork`) is the source's checkpoint at index K with the source
+run's messages and record taken out and copies of its first K messages put in, re-tagged with
+the new run id and new ids (the first assistant copy takes the run id itself). So the new run
+reads like any run (index K, its record, `GET /api/runs/{id}`) and the model on the branch
+sees only that branch's messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from server.agent.live_runs import claim_turn
+from server.agent.turn_context import (
+    TurnContext,
+    add_message,
+    new_message,
+    snapshot_user_edits,
+    write_pending_to_disk,
+)
+from server.agent.turns import launch
+from server.base.errors import BadRequest, Busy
+from server.base.ids import new_message_id, now_iso
+from server.base.records import RunRecord, to_json_bytes
+from server.git.session import GitSession
+from server.store import atomic, layout
+from server.store.checkpoints import (
+    RunOnBranch,
+    checkpoint_timeline,
+    find_checkpoint,
+    locate_run,
+    resolve_index,
+)
+
+if TYPE_CHECKING:
+    from server.agent.services import Services
+    from server.store.session_store import SessionHandle
+
+RESUMABLE = frozenset({"ERROR", "INTERRUPTED"})
+BRANCH_PREFIX = "run/"
+
+
+@dataclass(frozen=True)
+class Options:
+    continue_from: str | int
+    text: str | None
+    fork: bool
+    regenerate: bool
+    replace_original: bool
+
+
+@dataclass(frozen=True)
+class Plan:
+    run_id: str
+    fork: bool
+    message_index: int
+    branch: str  # the branch the continued run goes on
+    tip_id: str  # the source branch's tip when planned: execution checks it did not move
+    new_run_id: str
+    options: Options
+
+
+# -- planning -----------------------------------------------------------------------------
+
+
+def options_of(continue_from: str | int, text: str | None, fork: bool | None,
+               regenerate: bool | None, replace_original: bool | None) -> Options:
+    if regenerate and text is not None:
+        raise BadRequest("regenerate takes no input: it answers the same messages again")
+    return Options(continue_from, text, bool(fork), bool(regenerate),
+                   True if replace_original is None else bool(replace_original))
+
+
+def plan_continue(git: GitSession, run_id: str, options: Options, new_run_id: str) -> Plan:
+    """Decide, reading only, where and how the run goes on (errors here change nothing)."""
+    view = locate_run(git, run_id)
+    messages = view.messages
+    k = resolve_index(messages, options.continue_from, options.regenerate)
+    if not options.text and not any(m.get("role") == "user" for m in messages[:k]):
+        raise BadRequest(f"the first {k} messages hold no user message: give an input")
+    status = view.record.get("status")
+    ends_branch = bool(view.entries) and view.entries[-1].seq == layout.next_seq(git, view.tip) - 1
+    # Only a failed or interrupted run goes on in place, and only from its end while it is
+    # still the last thing on its branch; everything else becomes a sibling run.
+    in_place = (status in RESUMABLE or status == "RUNNING") and not options.fork \
+        and not options.regenerate and k == len(messages) and ends_branch
+    branch = view.branch if in_place else f"{BRANCH_PREFIX}{new_run_id}"
+    return Plan(run_id, not in_place, k, branch, str(view.tip.id), new_run_id, options)
+
+
+# -- writing ------------------------------------------------------------------------------
+
+
+def _mark_regenerated(git: GitSession, view: RunOnBranch, new_run_id: str) -> dict[str, Any]:
+    record = dict(view.record, status="REGENERATED", regenerated_by=new_run_id,
+                  updated_at=now_iso())
+    summary = f"Run {view.run_id[:10]} regenerated as {new_run_id[:10]}"
+    # No message index: this record-only commit is not a checkpoint of the run.
+    git.commit_on_branch(view.branch, {view.record_path: to_json_bytes(record)},
+                         summary=summary, kind="fork", run_id=view.run_id)
+    return record
+
+
+def _copies(kept: list[dict[str, Any]], run_id: str) -> list[dict[str, Any]]:
+    out = []
+    first_answer = True
+    for msg in kept:
+        copy = dict(msg, run_id=run_id, copied_from=msg.get("id"), id=new_message_id())
+        if msg.get("role") == "assistant" and first_answer:
+            copy["id"] = run_id  # the run id is the id of the run's first assistant message
+            first_answer = False
+        out.append(copy)
+    return out
+
+
+def _fork(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
+          ) -> tuple[TurnContext, dict[str, Any] | None]:
+    k, new_id = plan.message_index, plan.new_run_id
+    base, owner = find_checkpoint(git, view, k)
+    marked = None
+    if plan.options.regenerate and plan.options.replace_original:
+        marked = _mark_regenerated(git, view, new_id)
+    git.create_branch(plan.branch, base.id)
+    atomic.checkout(git, plan.branch)
+    entries = list(layout.stored_messages(git, base))
+    trailing = 0
+    while owner and trailing < len(entries) \
+            and entries[-1 - trailing].message.get("run_id") == owner:
+        trailing += 1
+    prior, dropped = entries[:len(entries) - trailing], entries[len(entries) - trailing:]
+    first_seq = dropped[0].seq if dropped else layout.next_seq(git, base)
+    changes: dict[str, Any] = {e.path: None for e in dropped}
+    owner_record = layout.find_run_path(git, owner, base) if owner else None
+    if owner_record:
+        changes[owner_record] = None
+    copies = _copies(view.messages[:k], new_id)
+    for i, msg in enumerate(copies):
+        changes[layout.message_path(git, first_seq + i, msg["role"], msg["id"], base)] = \
+            to_json_bytes(msg)
+    now = now_iso()
+    record = RunRecord(
+        new_id, handle.session_id, plan.branch, created_at=now, forked_from_run_id=view.run_id,
+        forked_from_message_index=k, message_count=k,
+        regenerated_from=view.run_id if plan.options.regenerate else None,
+        extra={"continue_from": plan.options.continue_from}).as_dict()
+    record_path = layout.new_run_path(git, new_id, base)
+    changes[record_path] = to_json_bytes(record)
+    git.write_checkpoint(changes, summary=f"Fork of run {view.run_id[:10]} at message {k}",
+                         kind="fork", run_id=new_id, message_index=k)
+    ctx = TurnContext(handle=handle, run=record, run_file=record_path,
+                      prior=[e.message for e in prior], messages=copies,
+                      next_seq=first_seq + k, legacy=layout.is_legacy(git, base))
+    return ctx, marked
+
+
+def _resume(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
+            ) -> TurnContext:
+    if git.branch != view.branch:
+        atomic.checkout(git, view.branch)
+    first_seq = view.entries[0].seq
+    prior = [e.message for e in layout.stored_messages(git, git.head_commit()) if e.seq < first_seq]
+    record = dict(view.record, status="RUNNING", error=None, updated_at=now_iso(),
+                  resumed_from_message_index=plan.message_index)
+    return TurnContext(handle=handle, run=record, run_file=view.record_path, prior=prior,
+                       messages=[dict(m) for m in view.messages], next_seq=layout.next_seq(git),
+                       legacy=layout.is_legacy(git))
+
+
+def execute_plan(git: GitSession, handle: SessionHandle, plan: Plan
+                 ) -> tuple[TurnContext, dict[str, Any] | None, str]:
+    """On the session thread: make the branch and the turn's context, ready to drive.
+    Returns the context, the source's record if it was marked REGENERATED, and HEAD."""
+    view = locate_run(git, plan.run_id)
+    if str(view.tip.id) != plan.tip_id:
+        raise Busy(f"branch {view.branch} moved meanwhile; try again")
+    # The user's unsaved edits stay on the branch they were made on.
+    snapshot_user_edits(git)
+    if plan.fork:
+        ctx, marked = _fork(git, handle, view, plan)
+    else:
+        ctx, marked = _resume(git, handle, view, plan), None
+    if plan.options.text:
+        add_message(ctx, new_message("user", ctx.run_id, plan.options.text))
+    write_pending_to_disk(git, ctx)
+    return ctx, marked, str(git.head_oid())
+
+
+# -- the core calls -----------------------------------------------------------------------
+
+
+async def continue_run(
+    braid: Services, user_id: str, session_id: str, run_id: str, *,
+    continue_from: str | int = "end", input: str | None = None, fork: bool | None = None,
+    regenerate: bool | None = None, replace_original: bool | None = None,
+) -> dict[str, Any]:
+    """Continue a run (DESIGN §4): returns the run going on (events follow like a turn)."""
+    handle = braid.store.get_owned(user_id, session_id)
+    options = options_of(continue_from, input, fork, regenerate, replace_original)
+    sid = handle.session_id
+    if braid.runs.find(sid, run_id):
+        raise Busy(f"run {run_id} is still going on")
+    new_id = new_message_id()
+    plan = await handle.call(lambda git: plan_continue(git, run_id, options, new_id))
+    # Continuing switches the session's one workdir to the run's branch: nothing else may run.
+    if await braid.locks.held(sid):
+        raise Busy("a run is going on in this session")
+    async with claim_turn(braid.locks, braid.runs, sid, plan.branch) as active:
+        ctx, marked, head = await handle.call(lambda git: execute_plan(git, handle, plan))
+        if marked is not None:
+            await braid.index.upsert_run(sid, marked)
+        # The page re-renders the branch now shown; `run_started` then adds the live turn.
+        braid.bus.publish(sid, "run_continued", {
+            "run_id": ctx.run_id, "branch": plan.branch, "head": head, "forked": plan.fork,
+            "source_run_id": run_id, "message_index": plan.message_index,
+        })
+        await launch(braid, handle, ctx, active)
+    if plan.fork:
+        braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": head,
+                                              "kind": "fork"})
+    braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id, "branch": plan.branch})
+    return _result(ctx.run, plan)
+
+
+def _result(run: dict[str, Any], plan: Plan) -> dict[str, Any]:
+    keys = ("run_id", "status", "branch", "forked_from_run_id", "forked_from_message_index",
+            "regenerated_from", "created_at")
+    out = {k: run.get(k) for k in keys}
+    out.update({"forked": plan.fork, "message_index": plan.message_index,
+                "source_run_id": plan.run_id})
+    return out
+
+
+async def continue_run_to_end(braid: Services, user_id: str, session_id: str, run_id: str,
+                              **params: Any) -> dict[str, Any]:
+    """`continue_run` and wait for it: the HTTP API's `POST /api/runs/{run_id}/continue`."""
+    from server.features.sessions import get_run
+
+    started = await continue_run(braid, user_id, session_id, run_id, **params)
+    handle = braid.store.get_owned(user_id, session_id)
+    active = braid.runs.find(handle.session_id, started["run_id"])
+    if active is not None:
+        await active.done.wait()
+    run = await get_run(braid, user_id, session_id, started["run_id"])
+    run.update({k: started[k] for k in ("forked", "message_index", "source_run_id")})
+    return run
+
+
+async def list_checkpoints(braid: Services, user_id: str, session_id: str,
+                           run_id: str) -> dict[str, Any]:
+    handle = braid.store.get_owned(user_id, session_id)
+    checkpoints = await handle.call(lambda git: checkpoint_timeline(git, run_id))
+    return {"run_id": run_id, "checkpoints": checkpoints}

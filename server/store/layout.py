@@ -1,0 +1,171 @@
+"""The repository layout (DESIGN §3): where a branch's messages and run records live, read
+forward and backward, and where new ones go. Every reader of `history/` and `runs/` is here;
+`GitSession` is the plumbing under it and `history.py` the listings that keep these reads
+O(change) (kept with the open session, `git.listings`).
+
+    history/AAA/BB/<seq>-<role>-<message_id>.json   one file per message (seq per branch)
+    runs/AAA/BB/<run_id>.json                       a run record, by the run's ordinal
+
+A session written with the earlier layout (`history/NNN/…`) keeps it: the layout of a tree
+is read from the tree, and new files are placed in it (`is_legacy`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+
+from server.git.history import HISTORY, RUNS, Entry, history_path, run_path
+
+if TYPE_CHECKING:
+    from server.git.session import GitSession
+
+__all__ = [
+    "HISTORY", "RUNS", "StoredMessage", "answer_of", "find_run_path", "history_path",
+    "is_legacy", "last_answer", "message_files", "message_path", "message_sums", "messages",
+    "new_run_path", "next_message_path", "next_seq", "run_count", "run_entries", "run_path",
+    "run_usages", "runs", "stored_messages",
+]
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One message file of a branch's history: where it is, its seq, the message."""
+
+    path: str
+    seq: int
+    message: dict[str, Any]
+
+
+def _tree(git: GitSession, commit: pygit2.Commit | None, top: str) -> pygit2.Tree | None:
+    return git.subtree((commit or git.head_commit()).tree, top)
+
+
+# -- history/ -------------------------------------------------------------------------------
+
+
+def messages(git: GitSession, commit: pygit2.Commit | None = None) -> list[dict[str, Any]]:
+    """Every message of the branch at `commit` (default HEAD), oldest first, kept in memory
+    and moved by what changed. The list and its dicts are shared: copy to change."""
+    return git.listings.messages(_tree(git, commit, HISTORY), git.blob_json)
+
+
+def message_sums(git: GitSession, commit: pygit2.Commit | None = None) -> list[int]:
+    """Running totals of the token estimates of `messages(git, commit)` (context.py), kept
+    with the listing: what the context budget bisects instead of walking the window."""
+    from server.store.context import estimate
+
+    return git.listings.sums(_tree(git, commit, HISTORY), git.blob_json, estimate)
+
+
+def message_files(git: GitSession, commit: pygit2.Commit | None = None) -> list[Entry]:
+    """The message files of the branch at `commit` (path, seq, blob), oldest first."""
+    return git.listings.get(HISTORY, _tree(git, commit, HISTORY)).entries
+
+
+def stored_messages(git: GitSession, commit: pygit2.Commit,
+                    newest_first: bool = False) -> Iterator[StoredMessage]:
+    """The branch's messages at `commit` with their files, from the listing in memory."""
+    files = message_files(git, commit)
+    parsed = messages(git, commit)
+    order = range(len(files) - 1, -1, -1) if newest_first else range(len(files))
+    for i in order:
+        yield StoredMessage(files[i].path, files[i].seq, parsed[i])
+
+
+def run_entries(git: GitSession, commit: pygit2.Commit, run_id: str) -> list[StoredMessage]:
+    """The run's messages on the branch at `commit`, oldest first. A run's messages are
+    contiguous, so the scan runs from the end (in memory) and stops once it has passed them."""
+    files = message_files(git, commit)
+    parsed = messages(git, commit)
+    end = len(parsed)
+    while end > 0 and parsed[end - 1].get("run_id") != run_id:
+        end -= 1
+    start = end
+    while start > 0 and parsed[start - 1].get("run_id") == run_id:
+        start -= 1
+    return [StoredMessage(files[i].path, files[i].seq, parsed[i]) for i in range(start, end)]
+
+
+def answer_of(msgs: list[dict[str, Any]]) -> str:
+    """The last final answer (an assistant message without tool calls) of `msgs`."""
+    for msg in reversed(msgs):
+        if msg.get("role") == "assistant" and msg.get("content") and not msg.get("tool_calls"):
+            return str(msg["content"])
+    return ""
+
+
+def last_answer(git: GitSession, commit: pygit2.Commit) -> str:
+    """The last final answer on the branch at `commit`. Reads the history from its end, so a
+    long chat costs no more than a short one."""
+    return answer_of(messages(git, commit))
+
+
+def next_seq(git: GitSession, commit: pygit2.Commit | None = None) -> int:
+    """The next message number (one past the newest file)."""
+    return git.listings.get(HISTORY, _tree(git, commit, HISTORY)).next_number()
+
+
+def is_legacy(git: GitSession, commit: pygit2.Commit | None = None) -> bool:
+    """The branch's history is in the earlier layout (`history/NNN/…`)."""
+    return git.listings.get(HISTORY, _tree(git, commit, HISTORY)).legacy
+
+
+def message_path(git: GitSession, seq: int, role: str, message_id: str,
+                 commit: pygit2.Commit | None = None) -> str:
+    """Where message `seq` goes on the branch at `commit`, in that history's layout."""
+    return history_path(seq, role, message_id, is_legacy(git, commit))
+
+
+def next_message_path(git: GitSession, role: str, message_id: str,
+                      commit: pygit2.Commit | None = None) -> str:
+    """Where one more message goes on the branch at `commit`: the next seq, in its layout."""
+    return message_path(git, next_seq(git, commit), role, message_id, commit)
+
+
+# -- runs/ ----------------------------------------------------------------------------------
+
+
+def runs(git: GitSession, commit: pygit2.Commit | None = None) -> Iterator[dict[str, Any]]:
+    """Every run record on the branch at `commit`, by ordinal."""
+    for entry in git.listings.get(RUNS, _tree(git, commit, RUNS)).entries:
+        yield git.blob_json(entry.blob)
+
+
+def run_usages(git: GitSession, commit: pygit2.Commit | None = None) -> list[dict[str, Any]]:
+    """Every run record's `usage` on the branch at `commit`, by ordinal. A record's usage is
+    read once per blob (kept with the session: blobs never change), so a turn's footer
+    re-reads only the records that changed, not every run's."""
+    kept: dict[pygit2.Oid, dict[str, Any]] = git.caches.setdefault("run_usage", {})
+    entries = git.listings.get(RUNS, _tree(git, commit, RUNS)).entries
+    if len(kept) > 4 * len(entries) + 1000:
+        kept.clear()
+    out = []
+    for entry in entries:
+        usage = kept.get(entry.blob)
+        if usage is None:
+            usage = kept[entry.blob] = git.blob_json(entry.blob).get("usage") or {}
+        out.append(usage)
+    return out
+
+
+def find_run_path(git: GitSession, run_id: str,
+                  commit: pygit2.Commit | None = None) -> str | None:
+    listing, index = git.listings.run_index(_tree(git, commit, RUNS))
+    at = index.get(run_id)
+    return listing.entries[at].path if at is not None else None
+
+
+def run_count(git: GitSession, commit: pygit2.Commit | None = None) -> int:
+    """The next run ordinal (the number of runs when none was ever taken out)."""
+    return git.listings.get(RUNS, _tree(git, commit, RUNS)).next_number()
+
+
+def new_run_path(git: GitSession, run_id: str, commit: pygit2.Commit | None = None) -> str:
+    """Where a new run's record goes on the branch at `commit` (the next ordinal, in that
+    tree's layout)."""
+    listing = git.listings.get(RUNS, _tree(git, commit, RUNS))
+    return run_path(listing.next_number(), run_id, listing.legacy)

@@ -1,0 +1,157 @@
+"""The view model of socket events: what an event's HTML frame needs beyond its payload, read
+once per event however many tabs show the session.
+
+The core publishes complete payloads (a finished turn's `files` and `siblings`, the branch a
+sub-agent's parent shows...). What is left to read (the names of runs, a redrawn transcript
+or graph, the sidebar lists) is read here, once: the bus hands every subscriber of a session
+the same frame object, so the view built for the first tab is the one the other tabs render.
+The renderers (`render_*.py`, `dag_views.py`) are then payload + view -> HTML, with no I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from server.base.errors import BraidError
+from server.features import model_choice, sessions
+from server.features.revert import files_of_run
+from server.store.lineage import sibling_map
+from server.web.render.fragments import View
+from server.web.render.names import names_of
+
+if TYPE_CHECKING:
+    from server.web.specs import ActionContext
+
+
+
+
+Load = Callable[["ActionContext", dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def is_sub_agent_run(data: dict[str, Any]) -> bool:
+    from server.features.subagents import PREFIX
+
+    run = data.get("run") or {}
+    return bool(run.get("sub_agent")) or str(run.get("branch") or "").startswith(PREFIX)
+
+
+async def _nothing(ctx: ActionContext, data: dict[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+async def _run_started(ctx: ActionContext, data: dict[str, Any]) -> dict[str, Any]:
+    if is_sub_agent_run(data):
+        return {}
+    meta = ctx.braid.store.get(ctx.session_id).meta
+    out: dict[str, Any] = {"title": meta.get("title")}
+    if data.get("titled"):  # the first turn names the session: the sidebar is redrawn
+        out["sessions"] = await session_rows(ctx)
+    return out
+
+
+async def _run_done(ctx: ActionContext, data: dict[str, Any]) -> dict[str, Any]:
+    if is_sub_agent_run(data):
+        return {}
+    return {"usage": await model_choice.session_usage(ctx.braid, ctx.user_id,
+                                                      ctx.session_id)}
+
+
+async def _transcript(ctx: ActionContext, data: dict[str, Any]) -> dict[str, Any]:
+    return {"transcript": await sessions.transcript(ctx.braid, ctx.user_id, ctx.session_id)}
+
+
+async def _layout(ctx: ActionContext, data: dict[str, Any]) -> dict[str, Any]:
+    from server.web.render.dag import load_layout
+
+    return {"layout": await load_layout(ctx.braid, ctx.user_id, ctx.session_id)}
+
+
+async def _session_changed(ctx: ActionContext, data: dict[str, Any]) -> dict[str, Any]:
+    return {**await _transcript(ctx, data), **await _layout(ctx, data)}
+
+
+async def _session_updated(ctx: ActionContext, data: dict[str, Any]) -> dict[str, Any]:
+    from server.web.model_actions import picker_html
+
+    out = {"info": await sessions.session_info(ctx.braid, ctx.user_id, ctx.session_id,
+                                               runs=False),
+           "sessions": await session_rows(ctx),
+           "archived": await sessions.list_sessions(ctx.braid, ctx.user_id, archived=True)}
+    if "model" in (data.get("changes") or ()):
+        out["picker"] = await picker_html(ctx.braid, ctx.user_id, ctx.session_id)
+    return out
+
+
+async def session_rows(ctx: ActionContext) -> list[dict[str, Any]]:
+    from server.web.render.session_rows import order_by_lineage
+
+    return order_by_lineage(await sessions.list_sessions(ctx.braid, ctx.user_id))
+
+
+# What each event reads beyond its payload; an event not named reads only the names.
+LOADS: dict[str, Load] = {
+    "run_started": _run_started,
+    "run_completed": _run_done,
+    "run_error": _run_done,
+    "run_cancelled": _run_done,
+    "session_changed": _session_changed,
+    "run_continued": _transcript,
+    "dag_changed": _layout,
+    "session_updated": _session_updated,
+}
+
+
+async def build(ctx: ActionContext, frame: dict[str, Any]) -> View:
+    data = frame.get("data") or {}
+    names = await names_of(ctx.braid.index, ctx.session_id)
+    reads = await LOADS.get(frame.get("event") or "", _nothing)(ctx, data)
+    running = [a.run_id for a in ctx.braid.runs.foreground(ctx.session_id)]
+    return View(data=data, names=names, running=running, reads=reads)
+
+
+class SharedViews:
+    """The views of the latest events, by frame (the very object the bus queued for every
+    subscriber) and user: the first tab builds a view, the others await the same one."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        # Keyed by id(frame); the frame is kept alongside, so an id is never reused while
+        # its entry lives.
+        self._views: OrderedDict[tuple[int, str, str],
+                                 tuple[dict[str, Any], asyncio.Future[View]]] = OrderedDict()
+
+    async def get(self, ctx: ActionContext, frame: dict[str, Any]) -> View:
+        key = (id(frame), ctx.user_id, ctx.session_id)
+        hit = self._views.get(key)
+        if hit is None or hit[0] is not frame:
+            hit = (frame, asyncio.ensure_future(build(ctx, frame)))
+            self._views[key] = hit
+            while len(self._views) > self.size:
+                self._views.popitem(last=False)
+        # Shielded: a tab that closes mid-build must not cancel the view the others await.
+        return await asyncio.shield(hit[1])
+
+
+VIEWS = SharedViews()
+
+
+# -- reads for one connection: its catch-up frame, a result ---------------------------------
+
+
+async def siblings_for(ctx: ActionContext, turn: dict[str, Any]) -> dict[str, Any]:
+    rows = await ctx.braid.index.lineage_runs(ctx.session_id)
+    turn["siblings"] = sibling_map(rows).get(turn.get("run_id") or "")
+    return turn
+
+
+async def files_for(ctx: ActionContext, data: dict[str, Any]) -> list[dict[str, str]]:
+    """The chips of a turn that ended (a catch-up redraws it from its record)."""
+    run = data.get("run") or {}
+    try:
+        return await files_of_run(ctx.braid, ctx.user_id, ctx.session_id, data["run_id"],
+                                  run.get("branch"))
+    except BraidError:
+        return []

@@ -1,0 +1,161 @@
+"""Frames for htmx: each socket frame is HTML whose top-level elements the ws extension swaps
+out of band by id. The partials are the ones the page itself includes.
+
+Event renderers are pure: `(view) -> str`, the view being the event's payload plus what
+`event_views` read for it once, for every tab of the session. Result and error renderers
+(one tab each) take the frame's `data` or `error`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from markupsafe import escape
+
+from server.web.import_views import IMPORT_ERRORS, IMPORT_RESULTS
+from server.web.render.composer import COMPOSER_ERRORS, COMPOSER_RESULTS
+from server.web.render.dag import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, dag_html
+from server.web.render.events import VIEWS, is_sub_agent_run
+from server.web.render.fragments import (
+    EventRenderer,
+    ResultRenderer,
+    View,
+    oob_append,
+    run_state,
+    session_list,
+    toast,
+    turn_from_event,
+)
+from server.web.render.names import load_names, use
+from server.web.render.revert import REVERT_ERRORS, REVERT_EVENTS, REVERT_RESULTS
+from server.web.render.session import SESSION_EVENTS, SESSION_RESULTS
+from server.web.render.templating import dom_id, render
+from server.web.render.timetravel import TIMETRAVEL_EVENTS
+
+if TYPE_CHECKING:
+    from server.web.specs import ActionContext
+
+# Events whose frame redraws the whole transcript: a resumed run's turn is left out of it by
+# run_continued, and its run_started (same run id) then appends it again.
+TRANSCRIPT_REDRAWS = ("run_continued", "session_changed")
+
+
+class HtmlRenderer:
+    def __init__(self, ctx: ActionContext) -> None:
+        self.ctx = ctx
+        # Runs this connection's full catch-up drew from git although their run_started was
+        # still queued (a run that began after the subscription and wrote its commits while
+        # the catch-up read the transcript): that event redraws the turn instead of adding
+        # a second element with the same id.
+        self.drawn: set[str] = set()
+
+    toast = staticmethod(toast)
+
+    async def render(self, frame: dict[str, Any]) -> str:
+        kind = frame.get("type")
+        if kind == "event":
+            name = frame.get("event") or ""
+            if name == "message_delta":  # deltas name nothing; they come often
+                return _delta(frame["data"])
+            event = EVENTS.get(name)
+            if event is None:
+                return ""
+            view = await VIEWS.get(self.ctx, frame)
+            use(view.names)
+            if name in TRANSCRIPT_REDRAWS:  # the page's transcript is drawn anew from here
+                self.drawn.clear()
+            elif name == "run_started" and frame["data"].get("run_id") in self.drawn:
+                self.drawn.discard(frame["data"]["run_id"])
+                return _run_restarted(view)
+            return event(view)
+        await load_names(self.ctx.braid, self.ctx.session_id)
+        if kind == "error":
+            on_error = ERRORS.get(frame.get("action") or "")
+            return await on_error(self, frame["error"]) if on_error else \
+                self.toast(frame["error"]["message"])
+        if kind == "result":
+            fn = RESULTS.get(frame.get("action") or "")
+            return await fn(self, frame["data"]) if fn else ""
+        return ""
+
+    async def run_state(self) -> str:
+        """For one connection's catch-up frame: the live runs as they are now."""
+        return run_state([a.run_id for a in self.ctx.braid.runs.foreground(self.ctx.session_id)])
+
+
+def _run_started(v: View) -> str:
+    if is_sub_agent_run(v.data):  # it streams into its card in the DAG panel instead
+        return run_state(v.running)
+    turn = turn_from_event(v.data, streaming=True)
+    return (oob_append("transcript", render("_turn.html", turn=turn))
+            + render("_title.html", title=v.reads.get("title"))
+            + (session_list(v.reads["sessions"], v.data["session_id"])
+               if v.data.get("titled") else "")
+            + run_state(v.running))
+
+
+def _run_restarted(v: View) -> str:
+    """run_started of a turn the page already shows: the turn is drawn again as it started
+    (same id, swapped in place); its tool calls and its end follow as events."""
+    if is_sub_agent_run(v.data):
+        return run_state(v.running)
+    return render("_turn.html", turn=turn_from_event(v.data, streaming=True)) + run_state(v.running)
+
+
+def _delta(data: dict[str, Any]) -> str:
+    return oob_append(f"live-{dom_id(data['run_id'])}", f"<span>{escape(data['delta'])}</span>")
+
+
+def _tool_call(v: View) -> str:
+    card = render("_tool_card.html", run_id=v.data["run_id"], call=v.data["call"], result=None)
+    return oob_append(f"parts-{dom_id(v.data['run_id'])}", card)
+
+
+def _tool_result(v: View) -> str:
+    msg = v.data["message"]
+    call = {"id": msg.get("tool_call_id"), "function": {"name": msg.get("name"),
+                                                         "arguments": "{}"}}
+    # Replace only the card's status and result; the arguments shown stay as they were.
+    return render("_tool_result.html", run_id=v.data["run_id"], call=call, result=msg)
+
+
+def _run_done(v: View) -> str:
+    if is_sub_agent_run(v.data):  # sub_agent_done redraws its card
+        return run_state(v.running)
+    turn = turn_from_event(v.data, streaming=False)  # the file chips arrive with the bubble
+    html = render("_turn.html", turn=turn) + run_state(v.running)
+    if v.data.get("error"):
+        html += toast(f"Run failed: {v.data['error']}")
+    return html + render("_session_tokens.html", usage=v.reads["usage"], oob=True)
+
+
+def _session_changed(v: View) -> str:
+    html = render("_transcript.html", transcript=v.reads["transcript"]) + run_state(v.running)
+    if v.data.get("branch"):
+        html += render("_branch.html", branch=v.data["branch"])
+    return html + dag_html(v.reads["layout"], v.data["session_id"])  # marks the branch shown
+
+
+EVENTS: dict[str, EventRenderer] = {
+    "run_started": _run_started,
+    "tool_call": _tool_call,
+    "tool_result": _tool_result,
+    "run_completed": _run_done,
+    "run_error": _run_done,
+    "run_cancelled": _run_done,
+    "session_changed": _session_changed,
+    **REVERT_EVENTS,
+    **DAG_EVENTS,
+    **TIMETRAVEL_EVENTS,  # run_continued
+    **SESSION_EVENTS,  # session_updated, session_deleted
+}
+
+RESULTS: dict[str, ResultRenderer] = {**REVERT_RESULTS, **DAG_RESULTS, **SESSION_RESULTS,
+                                 **COMPOSER_RESULTS, **IMPORT_RESULTS}
+
+# Per-action error frames (`error` = {code, message, details?}); the default is a toast.
+ERRORS: dict[str, ResultRenderer] = {
+    **REVERT_ERRORS,
+    **DAG_ERRORS,
+    **IMPORT_ERRORS,  # export_session, update_from_source: shown in #export-result
+    **COMPOSER_ERRORS,
+}

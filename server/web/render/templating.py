@@ -1,0 +1,146 @@
+"""The Jinja2 environment shared by pages and socket frames, so both render the same partials."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from starlette.templating import Jinja2Templates
+
+from server.web.render.markdown import render_markdown
+from server.web.render.names import branch_label, humanize, readable
+from server.web.render.turn_view import turn_flags
+
+ROOT = Path(__file__).resolve().parents[3]
+templates = Jinja2Templates(directory=str(ROOT / "templates"))
+# Templates are read once: checking each file's mtime on every include cost a stat per
+# partial rendered (hundreds on a page of 30 turns).
+templates.env.auto_reload = False
+env = templates.env
+
+
+def dom_id(value: object) -> str:
+    """A string safe inside an HTML id and a CSS selector."""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", str(value))
+
+
+def tool_args(call: dict[str, Any]) -> dict[str, Any]:
+    raw = (call.get("function") or {}).get("arguments") or "{}"
+    try:
+        args = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return {"(unparsed)": raw}
+    return args if isinstance(args, dict) else {"value": args}
+
+
+def tool_target(call: dict[str, Any]) -> str:
+    args = tool_args(call)
+    return str(args.get("path") or args.get("command") or "")[:120]
+
+
+def pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def blocks(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An answer's messages as what the bubble shows, in order: text, and tool cards with
+    each call paired with its result."""
+    results = {m.get("tool_call_id"): m for m in parts if m["role"] == "tool"}
+    out: list[dict[str, Any]] = []
+    for i, msg in enumerate(parts):
+        if msg["role"] == "user":  # a continued run's later input, where it came; `index` is
+            out.append({"kind": "user", "message": msg, "index": i + 1})  # its place in the run
+            continue
+        if msg["role"] != "assistant":
+            continue
+        if msg.get("reasoning"):  # DeepSeek/Qwen-style thinking: shown folded
+            out.append({"kind": "reasoning", "text": msg["reasoning"]})
+        if msg.get("content"):
+            # A draft a broken stream left, answered again after a resume: folded away.
+            superseded = bool(msg.get("partial")) and any(
+                m["role"] == "assistant" and not m.get("partial") for m in parts[i + 1:])
+            out.append({"kind": "text", "text": msg["content"], "partial": msg.get("partial"),
+                        "superseded": superseded})
+        for call in msg.get("tool_calls") or ():
+            out.append({"kind": "tool", "call": call, "result": results.get(call.get("id"))})
+    return out
+
+
+def segments(turn: dict[str, Any]) -> list[dict[str, Any]]:
+    """A turn as the bubbles it shows: each user message opens a segment (its own bubble),
+    followed by the answer's messages up to the next one. A continued run holds several user
+    messages; `index` is each one's place in the run (for Edit & rerun)."""
+    out: list[dict[str, Any]] = [{"user": turn.get("user"), "index": 0, "parts": []}]
+    for i, msg in enumerate(turn.get("parts") or ()):
+        if msg["role"] == "user":
+            out.append({"user": msg, "index": i + 1, "parts": []})
+        else:
+            out[-1]["parts"].append(msg)
+    return out
+
+
+def filesize(value: object) -> str:
+    if not isinstance(value, int):
+        return ""
+    size = float(value)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return ""
+
+
+def ago(iso: object) -> str:
+    """How long ago, in words (the page refreshes it; the exact time is on hover)."""
+    try:
+        then = datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
+    except ValueError:
+        return ""
+    seconds = (datetime.now(UTC) - then).total_seconds()
+    if seconds < 45:
+        return "just now"
+    for size, unit in ((86400 * 365, "y"), (86400 * 30, "mo"), (86400, "d"), (3600, "h"),
+                       (60, "min")):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit} ago"
+    return "just now"
+
+
+LONG_CHARS = 1500
+LONG_LINES = 24
+
+
+def is_long(text: object) -> bool:
+    """Long enough to collapse behind "Show more"."""
+    value = str(text or "")
+    return len(value) > LONG_CHARS or value.count("\n") > LONG_LINES
+
+
+def title_text(value: object) -> str:
+    """A session title on one line: a typed `\\n` (the demo model's newline) or a real line
+    break never shows as such."""
+    return " ".join(str(value or "").replace("\\n", " ").split())
+
+
+env.filters["markdown"] = render_markdown
+env.filters["title_text"] = title_text
+env.filters["ago"] = ago
+env.filters["is_long"] = is_long
+env.filters["filesize"] = filesize
+env.filters["branch_label"] = branch_label
+env.filters["humanize"] = humanize
+env.filters["readable"] = readable
+env.filters["dom_id"] = dom_id
+env.filters["pretty"] = pretty
+env.globals["tool_args"] = tool_args
+env.globals["tool_target"] = tool_target
+env.globals["blocks"] = blocks
+env.globals["segments"] = segments
+env.globals["turn_flags"] = turn_flags  # the turn's view model (turn_view.py)
+
+
+def render(name: str, **ctx: Any) -> str:
+    return env.get_template(name).render(**ctx)

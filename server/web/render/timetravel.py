@@ -1,0 +1,20 @@
+"""HTML frames for time travel. `run_continued` comes before the continued run's `run_started`:
+the session may now show another branch, so the transcript is re-rendered without that run's
+turn (which `run_started` then appends, streaming), with the branch badge. Turns rendered from
+events get their `‹ 2/3 ›` switcher data from the payload (`siblings`)."""
+
+from __future__ import annotations
+
+from server.web.render.fragments import EventRenderer, View, run_state
+from server.web.render.templating import render
+
+
+def _run_continued(v: View) -> str:
+    view = dict(v.reads["transcript"])
+    view["turns"] = [t for t in view["turns"] if t.get("run_id") != v.data["run_id"]]
+    return (render("_transcript.html", transcript=view)
+            + render("_branch.html", branch=v.data.get("branch"))
+            + run_state(v.running))
+
+
+TIMETRAVEL_EVENTS: dict[str, EventRenderer] = {"run_continued": _run_continued}
