@@ -186,8 +186,8 @@ def test_no_private_name_used_outside_its_module() -> None:
 def test_the_layers_hold() -> None:
     """The `layers` and `forbidden` contracts of pyproject.toml, by import-linter (CI runs it
     too, in scripts/test): each layer imports only the ones below it."""
-    out = subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--no-cache", "--no-logo"],
-                         cwd=ROOT, capture_output=True, text=True)
+    command = [str(Path(sys.executable).with_name("lint-imports")), "--no-cache", "--no-logo"]
+    out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-3000:]
     assert "0 broken" in out.stdout and "layers KEPT" in out.stdout
 

@@ -8,7 +8,7 @@ entry's object exists. Here a tree is edited as bytes, starting from the bytes o
 this session wrote last (`TreeCache`), and each object is a loose object written as git
 writes one (looseobjects.py). The bytes are git's: entries sorted as git sorts them (a
 folder's name compared as if it ended in "/"), modes as git writes them;
-tests/core/test_rawobjects.py compares them with `git mktree` and pygit2.
+tests/git/test_rawobjects.py compares them with `git mktree` and pygit2.
 
 The branch moves the way git moves it: `<ref>.lock` created exclusively (another writer's
 lock makes this fail), the current value compared with the expected old tip, the reflog
