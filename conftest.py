@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from server.app.memory import SERVER_ENV
+
 ROOT = Path(__file__).resolve().parent
 # `replay`: recorded real model servers behind a local HTTP server; `llama`: a real one.
 pytest_plugins = ["tests.model_replay", "tests.live.llama", "tests.pg"]
@@ -81,7 +83,9 @@ class Server:
         return f"ws://127.0.0.1:{self.port}"
 
     def start(self) -> Server:
-        env = {**os.environ, "BRAID_TOKEN": self.token, "BRAID_MODEL": "demo", **self.env}
+        # SERVER_ENV: the allocator scripts/run gives a server (server/app/memory.py).
+        env = {**os.environ, **SERVER_ENV, "BRAID_TOKEN": self.token, "BRAID_MODEL": "demo",
+               **self.env}
         self.log_path = self.data_dir.parent / f"server-{self.port}.log"
         log = open(self.log_path, "ab")  # noqa: SIM115 - the server process owns it
         self.proc = subprocess.Popen(

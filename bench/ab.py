@@ -40,7 +40,10 @@ def free_port() -> int:
 class Side:
     def __init__(self, name: str, tree: Path, data: Path) -> None:
         self.name, self.port = name, free_port()
-        env = {**os.environ, "BRAID_TOKEN": TOKEN, "BRAID_MODEL": "demo"}
+        # scripts/run's allocator (server/app/memory.py SERVER_ENV), spelled out: the base
+        # revision may not have it; an older one keeps a PYTHONMALLOC it is given.
+        env = {**os.environ, "PYTHONMALLOC": "malloc", "BRAID_SERVER_MALLOC": "1",
+               "BRAID_TOKEN": TOKEN, "BRAID_MODEL": "demo"}
         self.log = open(data.parent / f"{name}.log", "ab")  # noqa: SIM115 - the server's
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "server.cli", "serve", "--host", "127.0.0.1",

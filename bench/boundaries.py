@@ -61,7 +61,9 @@ class Server:
     def __init__(self, work: Path, **env: str) -> None:
         self.port = free_port()
         self.data = work / f"data-{self.port}"
-        full = {**os.environ, "BRAID_TOKEN": TOKEN, "BRAID_MODEL": "demo", **env}
+        full = {**os.environ, "PYTHONMALLOC": "malloc",
+               "BRAID_SERVER_MALLOC": "1",  # scripts/run's allocator
+               "BRAID_TOKEN": TOKEN, "BRAID_MODEL": "demo", **env}
         self.log = open(work / f"server-{self.port}.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "server.cli", "serve", "--host", "127.0.0.1", "--port",

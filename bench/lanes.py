@@ -71,7 +71,10 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
-        env = {**os.environ, "BRAID_TOKEN": TOKEN, "BRAID_MODEL": "demo", "BRAID_SHELL": "on"}
+        env = {**os.environ, "PYTHONMALLOC": "malloc",
+               "BRAID_SERVER_MALLOC": "1",  # scripts/run's allocator
+               "BRAID_TOKEN": TOKEN, "BRAID_MODEL": "demo",
+               "BRAID_SHELL": "on"}
         proc = subprocess.Popen(
             [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--data-dir",
              str(Path(tmp) / "data")], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,

@@ -161,7 +161,7 @@ def start_servers(n: int, data_dir: Path, idle: float, url: str | None,
            "BRAID_IDLE_SECONDS": str(idle), **(extra or {})}
     env.pop("BRAID_DATABASE_URL", None)
     if "PYTHONMALLOC" not in (extra or {}):
-        env.pop("PYTHONMALLOC", None)  # the server's own choice (server/app/memory.py)
+        env.update(PYTHONMALLOC="malloc", BRAID_SERVER_MALLOC="1")  # scripts/run's (memory.py)
     if url:
         env["BRAID_DATABASE_URL"] = url
     servers = []

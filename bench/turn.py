@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from server.agent.tools import Workspace  # noqa: E402
 from server.agent.turns import SYSTEM_PROMPT  # noqa: E402
+from server.app.memory import SERVER_ENV  # noqa: E402
 from server.base.ids import new_message_id, new_session_id, now_iso  # noqa: E402
 from server.base.records import to_json_bytes  # noqa: E402
 from server.base.settings import Settings  # noqa: E402
@@ -146,7 +147,7 @@ class Server:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        env = {**os.environ, "BRAID_TOKEN": TOKEN, "BRAID_MODEL": "demo"}
+        env = {**os.environ, **SERVER_ENV, "BRAID_TOKEN": TOKEN, "BRAID_MODEL": "demo"}
         self.log = open(data.parent / "server.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "server.cli", "serve", "--host", "127.0.0.1", "--port",

@@ -4,8 +4,12 @@ After a burst (200 sessions at once, say) the objects are gone but RSS stays nea
 what survives the burst (a few KB here and there) pins the memory around it. Three things
 keep that small:
 
-- **The serving process allocates with glibc's malloc** (`PYTHONMALLOC=malloc`, set by
-  re-executing `braid serve` once at start-up). Python's own small-object allocator returns
+- **The serving process allocates with glibc's malloc** (`PYTHONMALLOC=malloc`). The
+  allocator is chosen when the interpreter starts, so it is a deployment setting, not the
+  server's: `scripts/run` sets it (`SERVER_ENV`), and docs/deployment.md "Memory" says to.
+  (It used to re-execute itself to set it; a process that replaces itself surprises
+  supervisors and debuggers, and the setting belongs with the others.) Python's own
+  small-object allocator returns
   memory only by whole 1 MiB arenas, and one live object keeps its arena: after the burst
   26 arenas stayed, with live data 0.6 MB above the start. glibc's `malloc_trim` returns
   every free 4 KiB page, wherever it is. Measured side by side with bench/load.py (200
@@ -24,14 +28,15 @@ import ctypes
 import ctypes.util
 import gc
 import os
-import sys
 from typing import Any
 
 M_ARENA_MAX = -8  # mallopt's parameter number, from glibc's malloc.h
 ARENAS = 2
-# Set in the environment of the re-executed server only, so that what it starts (the
-# shell tool's commands) gets the user's own PYTHONMALLOC, not ours.
-_REEXEC_MARK = "BRAID_SYSTEM_MALLOC"
+# What scripts/run sets for `braid serve` (tests and benches start servers with it too).
+# The mark says the PYTHONMALLOC is the server's, not the user's: the commands the server
+# starts (the shell tool's) get the user's own allocator.
+SERVER_MARK = "BRAID_SERVER_MALLOC"
+SERVER_ENV = {"PYTHONMALLOC": "malloc", SERVER_MARK: "1"}
 
 
 def _libc() -> Any:
@@ -46,22 +51,12 @@ def _libc() -> Any:
 _LIBC = _libc()
 
 
-def use_system_allocator() -> None:
-    """Re-execute this process with `PYTHONMALLOC=malloc`, once, on glibc. Call first thing
-    in `braid serve`: the allocator is chosen when the interpreter starts. A PYTHONMALLOC the
-    user set is kept as it is (`PYTHONMALLOC=pymalloc braid serve` runs Python's own)."""
-    if os.environ.pop(_REEXEC_MARK, None) is not None:
-        os.environ.pop("PYTHONMALLOC", None)  # re-executed: ours, not the children's
-        return
-    if _LIBC is None or os.environ.get("PYTHONMALLOC"):
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    env = {**os.environ, "PYTHONMALLOC": "malloc", _REEXEC_MARK: "1"}
-    try:
-        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
-    except OSError:  # no interpreter to run again (an embedding): serve on this one
-        return
+def keep_allocator_to_self() -> None:
+    """The interpreter has chosen its allocator; when the PYTHONMALLOC it started with is
+    the server's (`SERVER_MARK`), take it out of the environment the server's commands
+    inherit. A PYTHONMALLOC the user set alone is left for them."""
+    if os.environ.pop(SERVER_MARK, None) is not None:
+        os.environ.pop("PYTHONMALLOC", None)
 
 
 def limit_arenas(arenas: int = ARENAS) -> None:

@@ -22,15 +22,14 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from server.app.memory import use_system_allocator
-
-    use_system_allocator()  # re-executes this process once (memory.py says why)
     import uvicorn
 
     from server.app.gc_tuning import tune_for_serving
+    from server.app.memory import keep_allocator_to_self
     from server.web.app import create_app
     from server.web.ws import WS_MAX_SIZE
 
+    keep_allocator_to_self()  # scripts/run's PYTHONMALLOC is not the shell tool's (memory.py)
     settings = _settings(args)
     tune_for_serving()  # the app's code is imported: freeze it, and collect less often
     if settings.token:
