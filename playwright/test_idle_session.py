@@ -1,6 +1,6 @@
 """A page left open past BRAID_IDLE_SECONDS: the server releases the session (its repository,
-and its handle once nobody holds it: store.py, issue 11) and the page goes on as before, in
-the same tab and after a reload."""
+and its handle once nobody holds it: store/session_store.py, issue 11) and the page goes on
+as before, in the same tab and after a reload."""
 
 from __future__ import annotations
 

@@ -115,7 +115,7 @@ def _began_here(commit: pygit2.Commit, record_path: str | None) -> bool:
     """A turn's first commit is the one that adds its run record."""
     if not commit.parents or record_path is None:
         return True
-    # Not `tree[record_path]`: pygit2 leaks the path (gitnames.py).
+    # Not `tree[record_path]`: pygit2 leaks the path (git/lookup.py).
     return gitnames.at_path(commit.parents[0].tree, record_path) is None
 
 

@@ -58,7 +58,7 @@ def model_messages(ctx: TurnContext, budget: int = DEFAULT_CONTEXT_TOKENS,
                    send_reasoning: bool = False) -> list[dict[str, Any]]:
     """What the model is sent: the base prompt, then only this branch's messages, the newest
     that fit the context budget (context.py), shaped so every server accepts them
-    (model_messages.py); the run record keeps what the call used."""
+    (model/messages.py); the run record keeps what the call used."""
     sent, used = context.fit((ctx.prior, ctx.messages), budget,
                              context.estimate({"content": SYSTEM_PROMPT}), ctx.prior_sums)
     ctx.run["context"] = dict(used, budget=budget)

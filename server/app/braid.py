@@ -32,7 +32,7 @@ class Braid:
         self.data_dir = Path(settings.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = SessionStore(self.data_dir / "sessions")
-        # SQLite files in the data dir, or PostgreSQL with BRAID_DATABASE_URL (backends.py):
+        # SQLite files in the data dir, or PostgreSQL with BRAID_DATABASE_URL (backends/choose.py):
         # then `team` coordinates several processes (the bus, branch locks, dead runs).
         self.index = make_index(settings)
         self.users = make_users(settings)

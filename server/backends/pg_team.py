@@ -88,7 +88,7 @@ class Team:
     @property
     def pool(self) -> Any:
         index = self.braid.index
-        assert isinstance(index, PgIndex)  # a team is made only with PostgreSQL (backends.py)
+        assert isinstance(index, PgIndex)  # a team is made only with PostgreSQL (choose.py)
         return index.pool
 
     async def start(self) -> bool:

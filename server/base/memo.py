@@ -2,8 +2,8 @@
 
 Every model call of a long session sends the same few thousand messages it sent last time
 plus one or two new ones (the context budget's window moves by what the turn added). The
-token estimate of each message (context.py), its shape for the request (model_messages.py)
-and its JSON text (model_body.py) are made once per message and kept here, so a call costs
+token estimate of each message (context.py), its shape for the request (model/messages.py)
+and its JSON text (model/body.py) are made once per message and kept here, so a call costs
 what is new, not what is sent: the window's kept values are gathered with C-level `map`s.
 
 Keyed by the object itself (its `id()`, with the object kept alive beside the value, so an
@@ -11,10 +11,10 @@ id is never reused while its entry lives): message dicts are never changed once 
 (layout.messages hands out shared ones: copy to change), and a message read again from git
 is a new object, looked at afresh. Used on the event loop only.
 
-Once no session is open any more (all idle and released, store.py), `forget_all` empties
-every memo: what they keep is the released sessions' messages, up to KEPT of each, which
-would else stay for good (issue 11: RSS back to the start when the server is quiet); a
-session used again makes its values again, once, as after a restart.
+Once no session is open any more (all idle and released, store/session_store.py),
+`forget_all` empties every memo: what they keep is the released sessions' messages, up to
+KEPT of each, which would else stay for good (issue 11: RSS back to the start when the
+server is quiet); a session used again makes its values again, once, as after a restart.
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def clone_session(git: GitSession, target: Path, meta: dict[str, Any]) -> dict[s
     snapshot_user_edits(git)  # the user's unsaved edits go along, committed in the source
     git.flush_index()
     head = git.branch if git.branch != "HEAD" else "main"
-    init_repository(target, head)  # pygit2's leaks a repository (git_init.py)
+    init_repository(target, head)  # pygit2's leaks a repository (git/init_repo.py)
     repo = pygit2.Repository(str(target))
     crash.at("fork.after_init")
     link_objects(git.path / ".git" / "objects", target / ".git" / "objects")

@@ -6,7 +6,7 @@ first looks for an older copy (a utime, then a re-scan of `objects/pack/`), is r
 or twice after it is written, and a TreeBuilder copies its whole base tree and checks every
 entry's object exists. Here a tree is edited as bytes, starting from the bytes of the tree
 this session wrote last (`TreeCache`), and each object is a loose object written as git
-writes one (looseobjects.py). The bytes are git's: entries sorted as git sorts them (a
+writes one (git/loose.py). The bytes are git's: entries sorted as git sorts them (a
 folder's name compared as if it ended in "/"), modes as git writes them;
 tests/git/test_rawobjects.py compares them with `git mktree` and pygit2.
 

@@ -64,7 +64,7 @@ class GitSession(WorkdirScan, IndexedSession):
         self.signature = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL)
         # Blobs never change, so parsed messages can be cached by blob id.
         self._json_cache: dict[pygit2.Oid, Any] = {}
-        self.init_index()  # the index, kept by the one writer (staging.py, gitindex.py)
+        self.init_index()  # the index, kept by its one writer (workdir/staging.py)
         self.convert()  # a session written with its history on disk: moved off it
         # The history and run listings of recently used trees (see history.py).
         self.listings = Listings(self.repo)
@@ -72,20 +72,20 @@ class GitSession(WorkdirScan, IndexedSession):
         # Other views derived from this repository (the DAG's graph, dag.py), kept with it
         # rather than in a module-wide table shared by every session.
         self.caches: dict[str, Any] = {}
-        # Trees and commits written from bytes (rawobjects.py): the bytes of recent trees,
+        # Trees and commits written from bytes (git/objects.py): the bytes of recent trees,
         # and the last commit's tree, so a checkpoint's base is not read back from disk.
         self.common = common_dir(self.repo)
         self.loose = LooseWriter(self.common / "objects")
         self.trees = TreeCache(self.repo, before_read=self.loose.settle)
         self._last_commit: tuple[pygit2.Oid, pygit2.Oid] | None = None
-        self.init_scan(watch)  # user edits found by the watcher (workdir_scan.py)
+        self.init_scan(watch)  # user edits found by the watcher (git/workdir/scan.py)
 
     # -- creation -------------------------------------------------------------------------
 
     @classmethod
     def create(cls, path: Path, meta: Mapping[str, Any]) -> GitSession:
         path.mkdir(parents=True, exist_ok=False)
-        init_repository(path, "main")  # pygit2's leaks a repository (git_init.py)
+        init_repository(path, "main")  # pygit2's leaks a repository (git/init_repo.py)
         (path / WORKDIR).mkdir()
         exclude = path / ".git" / "info" / "exclude"
         exclude.parent.mkdir(parents=True, exist_ok=True)
@@ -121,7 +121,7 @@ class GitSession(WorkdirScan, IndexedSession):
             raise NotFound(f"no commit {rev}") from e
 
     def branch_tip(self, name: str) -> pygit2.Oid:
-        # Not `references.get`: pygit2 leaks its name argument (gitnames.py).
+        # Not `references.get`: pygit2 leaks its name argument (git/lookup.py).
         target = gitnames.branch_target(self.repo, name)
         if target is None:
             raise NotFound(f"no branch {name}")
@@ -231,7 +231,7 @@ class GitSession(WorkdirScan, IndexedSession):
     def _commit(self, ref: str, tree: pygit2.Oid, parents: list[pygit2.Oid], message: str,
                 head_log: bool, written: bytes | None = None) -> pygit2.Oid:
         """Write the commit (unless `written`) and move `ref` from `parents[0]` to it, or
-        raise Conflict. From bytes and by git's lock protocol (rawobjects.py); libgit2 does
+        raise Conflict. From bytes and by git's lock protocol (git/objects.py); libgit2 does
         the unusual cases (no parent, a packed or detached ref)."""
         sig = self.signature
         if parents and ref.startswith("refs/heads/"):
@@ -262,7 +262,7 @@ class GitSession(WorkdirScan, IndexedSession):
         return self.repo[commit].peel(pygit2.Commit).tree_id
 
     def blob(self, data: bytes) -> pygit2.Oid:
-        """A blob of `data`, written as a loose object from its bytes (rawobjects.py)."""
+        """A blob of `data`, written as a loose object from its bytes (git/objects.py)."""
         return pygit2.Oid(raw=self.loose.write(b"blob", data))
 
     def _stage_one(self, rel: str, content: Change) -> Staged | None:
@@ -311,7 +311,7 @@ class GitSession(WorkdirScan, IndexedSession):
         return pygit2.Oid(raw=raw)
 
     def _rebuild(self, base: bytes | None, nested: dict[str, Any]) -> bytes | None:
-        """The tree `base` (raw id) with `nested` applied, as bytes (rawobjects.py): only the
+        """The tree `base` (raw id) with `nested` applied, as bytes (git/objects.py): only the
         trees on changed paths are written; None when it ends up empty (its entry goes)."""
         edit = rawobjects.TreeEdit(self.trees.entries(base) if base is not None else {})
         for name, change in nested.items():

@@ -3,7 +3,7 @@
 A long session's calls send the same few thousand messages again and again (the context
 window moves by what a turn added); encoding the whole list on every call cost more than
 everything else Braid does for a turn. Each shaped message (model_messages.shaped, shared
-between calls) is encoded once and kept (model_memo.py); a body is its other fields encoded
+between calls) is encoded once and kept (base/memo.py); a body is its other fields encoded
 as usual with the kept texts joined in. The bytes are what `json.dumps` of the whole body
 would give, in the form the openai client sends (`ensure_ascii=False`, compact separators).
 """

@@ -164,7 +164,7 @@ class ModelClient:
 
     def _request(self, ep: Endpoint, model: str, tools: list[dict[str, Any]],
                  tool_choice: str | None) -> dict[str, Any]:
-        """The request's fields other than `messages` (model_body.py joins those in)."""
+        """The request's fields other than `messages` (model/body.py joins those in)."""
         if ep.tools is not None:
             tools = [t for t in tools if t["function"]["name"] in ep.tools]
         fields: dict[str, Any] = {
@@ -192,7 +192,7 @@ class ModelClient:
                     messages: list[dict[str, Any]], timeout: float) -> Any:
         """Send the request and return the stream of chunks. The body goes as bytes the
         client sends as they are (`post` with `content`): each message's JSON is made
-        once for all the calls that send it (model_body.py), and the client's own walk of
+        once for all the calls that send it (model/body.py), and the client's own walk of
         `messages` through its request types (~0.3 ms a message) is skipped."""
         from openai import AsyncStream
         from openai.types.chat import ChatCompletion, ChatCompletionChunk

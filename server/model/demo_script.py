@@ -1,7 +1,7 @@
 """The demo model's script (DESIGN §6): what the last user message asks for, read line by
 line (write, append, delete, read, shell, batch, say, fail, slow, recall, notes), and the
 reply that follows from the conversation so far: the next tool batch, or the answer. A pure
-function of the request; `demo_model.py` serves it as an OpenAI-compatible endpoint.
+function of the request; `model/demo.py` serves it as an OpenAI-compatible endpoint.
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def shape(msg: dict[str, Any], send_reasoning: bool = False) -> dict[str, Any] |
     return item
 
 
-# `shape` made once per message (model_memo.py), by `send_reasoning`. Shared: do not change.
+# `shape` made once per message (base/memo.py), by `send_reasoning`. Shared: do not change.
 SHAPED: dict[bool, IdentityMemo[dict[str, Any] | None]] = {
     False: IdentityMemo(lambda m: shape(m, False)), True: IdentityMemo(lambda m: shape(m, True))}
 

@@ -76,7 +76,7 @@ class BackupStore:
         self._write(turn_id, manifest, [e for e in head_files.values() if e])
 
     def manifest(self, turn_id: str) -> dict[str, Entry | None]:
-        # Not `references.get` nor `tree[name]`: both leak their name (gitnames.py).
+        # Not `references.get` nor `tree[name]`: both leak their name (git/lookup.py).
         commit = gitnames.ref_commit(self.repo, REF_PREFIX + turn_id)
         found = gitnames.entry(commit.tree, MANIFEST) if commit is not None else None
         if found is None:

@@ -31,7 +31,7 @@ def estimate(msg: dict[str, Any]) -> int:
 
 
 COSTS: IdentityMemo[int] = IdentityMemo(estimate)
-cost = COSTS.get  # `estimate`, made once per message (model_memo.py)
+cost = COSTS.get  # `estimate`, made once per message (base/memo.py)
 
 
 def note_text(omitted: int) -> str:

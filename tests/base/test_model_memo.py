@@ -1,4 +1,4 @@
-"""Per-message work kept between model calls (model_memo.py): made once per message object,
+"""Per-message work kept between model calls (base/memo.py): made once per message object,
 never handed to another object (even an equal one), and right however few it holds."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Braid's own index writer (`gitindex.py`) on real repositories, checked with the git CLI
-and with libgit2: it reads what git writes (v2, v3 with skip-worktree, v4), writes what
+"""Braid's own index writer (`git/workdir/index_file.py`) on real repositories, checked with
+the git CLI and with libgit2: it reads what git writes (v2, v3 with skip-worktree, v4), writes what
 both read, keeps real stat data, sets skip-worktree, and is right under racy git."""
 
 from __future__ import annotations

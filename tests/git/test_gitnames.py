@@ -1,4 +1,4 @@
-"""gitnames.py: lookups by name that agree with pygit2's own (`tree[name]`, `TreeBuilder.remove`,
+"""git/lookup.py: lookups by name that agree with pygit2's own (`tree[name]`, `TreeBuilder.remove`,
 `references.get`, `create_blob_fromdisk`) without keeping the name alive, and a turn's git
 work (checkpoints, backups, reads) that leaves nothing of itself behind once the session is
 closed (issue 11: pygit2's leaked names pinned the heap after a burst of turns)."""

@@ -1,5 +1,5 @@
 """A checkpoint's loose objects are made in memory and their files written together at its
-end, on a few threads (looseobjects.py): checked with the git CLI, and under kill -9."""
+end, on a few threads (git/loose.py): checked with the git CLI, and under kill -9."""
 
 from __future__ import annotations
 

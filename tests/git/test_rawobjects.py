@@ -1,4 +1,4 @@
-"""Trees, commits and branch moves written from bytes (rawobjects.py, fsops.py) are the
+"""Trees, commits and branch moves written from bytes (git/objects.py, fsops.py) are the
 bytes git and libgit2 write for the same content: checked against `git mktree`,
 `git cat-file`, pygit2's `create_commit` and its reflog, and `git fsck --strict`."""
 

@@ -122,7 +122,7 @@ def build_import(path: Path, meta: dict[str, Any], source: Source, settings: Set
     """Make the session folder at `path` with the import as its first (root) commit."""
     check_source_readable(source, settings, roots)
     path.mkdir(parents=True, exist_ok=False)
-    init_repository(path, "main")  # pygit2's leaks a repository (git_init.py)
+    init_repository(path, "main")  # pygit2's leaks a repository (git/init_repo.py)
     repo = pygit2.Repository(str(path))
     (path / WORKDIR).mkdir()
     exclude = path / ".git" / "info" / "exclude"

@@ -1,5 +1,5 @@
 """The on-disk format of git's index file (Documentation/gitformat-index.txt): entries
-encoded and parsed, for the writer in gitindex.py."""
+encoded and parsed, for the writer in git/workdir/index_file.py."""
 
 from __future__ import annotations
 

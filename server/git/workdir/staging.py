@@ -1,6 +1,6 @@
 """What the index and the disk hold (DESIGN "The index and the disk"): `IndexedSession`, the
-part of `GitSession` that keeps the index through the one writer (gitindex.py) and keeps
-`history/` and `runs/` off disk.
+part of `GitSession` that keeps the index through the one writer (index_file.py) and
+keeps `history/` and `runs/` off disk.
 
 - Index entries are queued as checkpoints and checkouts write and flushed in one write
   (`flush_index`); a git command run in the folder (`git update-index` after an import, the
@@ -112,7 +112,7 @@ def is_sparse_file(index_file: Path) -> bool:
 
 def _tree_id(tree: pygit2.Tree | None, name: str) -> bytes | Unknown | None:
     """The raw id of `tree`'s folder `name` (None: none; UNKNOWN: a file stands there)."""
-    sub = gitnames.entry(tree, name)  # not `tree[name]`: it leaks `name` (gitnames.py)
+    sub = gitnames.entry(tree, name)  # not `tree[name]`: it leaks `name` (git/lookup.py)
     if sub is None:
         return None
     return sub.id.raw if isinstance(sub, pygit2.Tree) else UNKNOWN

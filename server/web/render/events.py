@@ -5,7 +5,7 @@ The core publishes complete payloads (a finished turn's `files` and `siblings`, 
 sub-agent's parent shows...). What is left to read (the names of runs, a redrawn transcript
 or graph, the sidebar lists) is read here, once: the bus hands every subscriber of a session
 the same frame object, so the view built for the first tab is the one the other tabs render.
-The renderers (`render_*.py`, `dag_views.py`) are then payload + view -> HTML, with no I/O.
+The renderers (`render_*.py`, `web/render/dag.py`) are then payload + view -> HTML, with no I/O.
 """
 
 from __future__ import annotations
