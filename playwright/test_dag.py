@@ -5,9 +5,12 @@ the panel collapses."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from playwright.sync_api import Page, expect
+
+from conftest import git as git_cli
 
 Server = Any  # the root conftest's `Server`
 TIMEOUT = 20_000
@@ -109,6 +112,9 @@ def test_a_conflict_shows_per_file_and_the_panel_collapses(
     page.click("#merge-btn")
     expect(page.locator("#dag .dag-node[data-kind=merge]")).to_have_count(1, timeout=TIMEOUT)
     expect(conflicts).to_be_empty()
+    # Merge with a strategy sends no editor's text (an untouched editor holds markers).
+    same = shared_server.session_path(session_id) / "workdir" / "same.txt"
+    assert same.read_text() in ("red\n", "blue\n")  # the incoming side, whichever came last
 
     panel = page.locator("#dag-panel")
     page.click("[data-toggle-dag]")
@@ -119,3 +125,38 @@ def test_a_conflict_shows_per_file_and_the_panel_collapses(
     page.click("[data-toggle-dag]")
     expect(page.locator("#dag-body")).to_be_visible()
     expect(page.locator("#dag .dag-node[data-kind=merge]")).to_have_count(1, timeout=TIMEOUT)
+
+
+def test_a_conflict_is_resolved_by_hand_in_the_merge_panel(
+        page: Page, login: Any, shared_server: Server) -> None:
+    session_id = shared_server.new_session()
+    turn_id = shared_server.run(session_id, "say hi")["run_id"]
+    for color in ("red", "blue"):
+        status, body = shared_server.api(
+            "POST", f"/api/sessions/{session_id}/sub_agents",
+            {"parent_turn_id": turn_id, "prompt": f"write same.txt {color}\nsay {color}",
+             "label": color})
+        assert status == 200, body
+    login(page, session_id)
+    expect(sub_rows(page)).to_have_count(2, timeout=TIMEOUT)
+    for i in range(2):
+        sub_rows(page).nth(i).locator("input[type=checkbox]").check()
+    page.click("#merge-btn")
+    conflicts = page.locator("#dag-conflicts")
+    editor = conflicts.locator("textarea.conflict-result")
+    expect(editor).to_have_count(1, timeout=TIMEOUT)
+    # Both sides, named in words: the branch merged into and the incoming one.
+    expect(conflicts).to_contain_text("main (this branch)")
+    expect(conflicts.locator(".tool-label").nth(1)).to_have_text(
+        re.compile(r"^sub-agent (red|blue) \(incoming\)$"))
+    expect(editor).to_have_value(re.compile(
+        r"^<<<<<<< main\n(red|blue)\n=======\n(red|blue)\n>>>>>>> sub_\w+\n?$"))
+    editor.fill("red and blue\n")
+    page.click("#merge-resolved-btn")
+    expect(page.locator("#dag .dag-node[data-kind=merge]")).to_have_count(1, timeout=TIMEOUT)
+    expect(conflicts).to_be_empty()
+    path = shared_server.session_path(session_id)
+    assert (path / "workdir" / "same.txt").read_text() == "red and blue\n"
+    parents = git_cli(path, "rev-list", "--parents", "-n", "1", "HEAD^").split()
+    assert len(parents) == 4  # the merge commit (the turn's commit is on top) has 3 parents
+

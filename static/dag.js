@@ -35,6 +35,9 @@
     const box = e.target;
     if (box && box.name === "branches" && box.closest("#dag")) {
       if (box.checked) ticked.add(box.value); else ticked.delete(box.value);
+      // Another set of branches is another merge: the conflict editors were for the last.
+      const conflicts = document.getElementById("dag-conflicts");
+      if (conflicts) conflicts.innerHTML = "";
     }
   });
 
@@ -78,7 +81,28 @@
     form.querySelectorAll("input[name=branches]").forEach(function (b) { b.checked = false; });
     const message = form.querySelector("#merge-message");
     if (message) message.value = "";
+    const conflicts = document.getElementById("dag-conflicts");
+    if (conflicts) conflicts.innerHTML = "";  // its editors belong to the merge just made
   }
+
+  // The merge form carries the conflict editors' results only when "Merge with your files"
+  // sends it, and only the files the user edited (or resolved before): an untouched editor
+  // still holds conflict markers, and Merge with a strategy means that strategy.
+  document.addEventListener("htmx:wsConfigSend", function (e) {
+    const d = e.detail, ev = d && d.triggeringEvent;
+    if (!ev || !ev.target || ev.target.id !== "merge-form") return;
+    const paths = [], texts = [];
+    if (ev.submitter && ev.submitter.id === "merge-resolved-btn") {
+      document.querySelectorAll("#dag-conflicts textarea.conflict-result").forEach(function (t) {
+        if (t.value !== t.defaultValue || t.dataset.resolved) {
+          paths.push(t.dataset.path);
+          texts.push(t.value);
+        }
+      });
+    }
+    if (paths.length) d.parameters.resolutions = Object.fromEntries(
+      paths.map(function (p, i) { return [p, texts[i]]; }));
+  });
 
   // What opens in the panel is brought into view (it may start below the window's end).
   function reveal(el) {

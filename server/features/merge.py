@@ -64,6 +64,49 @@ def _side(git: GitSession, entry: pygit2.IndexEntry | None) -> str | None:
     return gitnames.blob_data(git.repo, entry.id)[:SIDE_CHARS].decode("utf-8", "replace")
 
 
+def _editable(git: GitSession, entries: tuple[Any, Any, Any]) -> bool:
+    """Whether the page may offer the file for editing by hand: every side is UTF-8 text
+    shown whole (a side cut at SIDE_CHARS, or bytes, would lose what the editor cannot show)."""
+    for entry in entries[1:]:
+        if entry is None:
+            continue
+        data = gitnames.blob_data(git.repo, entry.id)
+        if len(data) > SIDE_CHARS or entry.mode == FileMode.LINK:
+            return False
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return True
+
+
+def _conflict(git: GitSession, entries: tuple[Any, Any, Any], into: str, branch: str,
+              resolutions: dict[str, str]) -> dict[str, Any]:
+    """One conflicted file as the page and the API show it: both sides (`ours`: the branch
+    merged into, with the branches merged before this one; `theirs`: `branch`), the file with
+    conflict markers to edit by hand, and whether the user's resolution settles it."""
+    ancestor, ours, theirs = entries
+    path = _path(entries)
+    editable = _editable(git, entries)
+    return {"path": path, "ours": _side(git, ours), "theirs": _side(git, theirs),
+            "branch": branch, "into": into, "editable": editable,
+            "merged": _markers(git, entries, into, branch).decode("utf-8", "replace")
+            if editable else None,
+            "resolved": path in resolutions, "resolution": resolutions.get(path)}
+
+
+def _put_text(git: GitSession, index: pygit2.Index, entries: tuple[Any, Any, Any],
+              text: str) -> None:
+    """The user's own result for a conflicted file replaces whatever the merge made of it."""
+    ancestor, ours, theirs = entries
+    path = _path(entries)
+    if index.conflicts is not None and path in index.conflicts:
+        del index.conflicts[path]
+    mode = (ours or theirs or ancestor).mode
+    blob = git.repo.create_blob(text.encode())
+    index.add(pygit2.IndexEntry(path, blob, mode if mode != FileMode.LINK else FileMode.BLOB))
+
+
 def _best_base(git: GitSession, merged: list[pygit2.Oid], tip: pygit2.Oid) -> pygit2.Oid | None:
     # The newest of the merge bases with what is merged so far (HEAD and earlier tips).
     best: pygit2.Oid | None = None
@@ -97,6 +140,11 @@ def _markers(git: GitSession, entries: tuple[Any, Any, Any], into: str, branch: 
     return body.encode()
 
 
+def _path(entries: tuple[Any, Any, Any]) -> str:
+    ancestor, ours, theirs = entries
+    return str((ours or theirs or ancestor).path)
+
+
 def _nl(text: str) -> str:
     return "\n" if text and not text.endswith("\n") else ""
 
@@ -119,9 +167,13 @@ def _resolve(git: GitSession, index: pygit2.Index, entries: tuple[Any, Any, Any]
         index.add(pygit2.IndexEntry(path, chosen.id, chosen.mode))
 
 
-def plan_merge(git: GitSession, branches: list[str], strategy: str) -> MergePlan:
+def plan_merge(git: GitSession, branches: list[str], strategy: str,
+               resolutions: dict[str, str] | None = None) -> MergePlan:
     """Merge each branch's workdir/ into HEAD's, in order, in memory. Nothing is written but
-    blobs and trees (unreferenced objects, harmless), so `fail` changes nothing."""
+    blobs and trees (unreferenced objects, harmless), so `fail` changes nothing.
+    `resolutions` ({workdir path: text}): the user's own result for a conflicted file, which
+    settles that file whatever the strategy (and so `fail` does not refuse for it)."""
+    resolutions = resolutions or {}
     repo = git.repo
     empty = repo.TreeBuilder().write()
     head = git.head_commit()
@@ -140,22 +192,26 @@ def plan_merge(git: GitSession, branches: list[str], strategy: str) -> MergePlan
         # No rename detection: each conflict is then about one path, on both sides.
         index = repo.merge_trees(base, ours_oid, theirs, flags=NO_RENAMES)
         found = list(index.conflicts) if index.conflicts is not None else []
-        for entries in found:
-            ancestor, ours, theirs_entry = entries
-            plan.conflicts.append({"path": (ours or theirs_entry or ancestor).path,
-                                   "ours": _side(git, ours), "theirs": _side(git, theirs_entry),
-                                   "branch": name})
+        plan.conflicts += [_conflict(git, entries, into, name, resolutions) for entries in found]
+        by_hand = [e for e in found if _path(e) in resolutions]
         if found and favor is not None:
             # Conflicting hunks take one side, the other hunks still merge (git's -X ours).
             index = repo.merge_trees(base, ours_oid, theirs, favor=favor, flags=NO_RENAMES)
             found = list(index.conflicts) if index.conflicts is not None else []
         for entries in found:
-            _resolve(git, index, entries, strategy, into, name)
+            if _path(entries) not in resolutions:
+                _resolve(git, index, entries, strategy, into, name)
+        for entries in by_hand:
+            _put_text(git, index, entries, resolutions[_path(entries)])
         ours_oid = index.write_tree(repo)
         merged.append(tip.id)
         plan.tips.append(tip.id)
         plan.results[name] = last_answer(git, tip)
     plan.workdir_oid = ours_oid
+    stray = sorted(set(resolutions) - {c["path"] for c in plan.conflicts})
+    if stray:
+        raise BadRequest(f"{', '.join(stray)} has no conflict in this merge: nothing was changed",
+                         {"conflicts": plan.conflicts})
     return plan
 
 
@@ -167,7 +223,10 @@ def merge_note(plan: MergePlan, branches: list[str], strategy: str) -> str:
     for name in branches:
         text = " ".join((plan.results.get(name) or "(no answer)").split())[:RESULT_LINE]
         lines.append(f"- {name}: {text}")
-    paths = sorted({c["path"] for c in plan.conflicts})
+    by_hand = sorted({c["path"] for c in plan.conflicts if c["resolved"]})
+    paths = sorted({c["path"] for c in plan.conflicts if not c["resolved"]})
+    if by_hand:
+        lines.append(f"The user resolved these files by hand: {', '.join(by_hand)}.")
     if paths and strategy == "agent":
         lines.append("Conflicts:")
         lines += [f"- {p}" for p in paths]
@@ -180,7 +239,7 @@ def merge_note(plan: MergePlan, branches: list[str], strategy: str) -> str:
 
 
 def _start_merge(git: GitSession, handle: SessionHandle, into: str, branches: list[str],
-                 strategy: str, message: str, model: str
+                 strategy: str, message: str, model: str, resolutions: dict[str, str]
                  ) -> tuple[TurnContext, MergePlan, list[str]]:
     """On the session thread, in one go: plan, refuse or write the merge commit. Returns the
     turn, the plan and the merge commit's id and parent ids."""
@@ -190,15 +249,17 @@ def _start_merge(git: GitSession, handle: SessionHandle, into: str, branches: li
         git.branch_tip(name)  # NotFound before anything is written
     # The user's unsaved edits are "ours": committed first, so the merge cannot clobber them.
     snapshot_user_edits(git)
-    plan = plan_merge(git, branches, strategy)
-    if plan.conflicts and strategy == "fail":
-        paths = ", ".join(sorted({c["path"] for c in plan.conflicts}))
-        raise Conflict(f"the merge conflicts in {paths}; nothing was changed",
+    plan = plan_merge(git, branches, strategy, resolutions)
+    open_paths = sorted({c["path"] for c in plan.conflicts if not c["resolved"]})
+    if open_paths and strategy == "fail":
+        raise Conflict(f"the merge conflicts in {', '.join(open_paths)}; nothing was changed",
                        {"conflicts": plan.conflicts})
     head = git.head_commit()
     old_workdir = _workdir_tree(git, head, git.repo.TreeBuilder().write())
-    fields = {"model": model, "merge": {"branches": branches, "strategy": strategy,
-                                        "conflicts": sorted({c["path"] for c in plan.conflicts})}}
+    fields = {"model": model, "merge": {
+        "branches": branches, "strategy": strategy,
+        "conflicts": sorted({c["path"] for c in plan.conflicts}),
+        "resolved": sorted({c["path"] for c in plan.conflicts if c["resolved"]})}}
     written, deleted = atomic.merge_paths(git, old_workdir, plan.workdir_oid)
     # All or nothing under kill -9: the intent comes before the turn's files and the merge's.
     with journal.intent(git, "merge", [*written, *deleted, "session.json"],
@@ -219,8 +280,11 @@ def _start_merge(git: GitSession, handle: SessionHandle, into: str, branches: li
 
 
 async def merge_branches(braid: Services, user_id: str, session_id: str, branches: list[str],
-                         message: str = "", strategy: str = "fail") -> dict[str, Any]:
-    """Merge `branches` into the current branch and run the merge turn to its end."""
+                         message: str = "", strategy: str = "fail",
+                         resolutions: dict[str, str] | None = None) -> dict[str, Any]:
+    """Merge `branches` into the current branch and run the merge turn to its end.
+    `resolutions`: {workdir path: text}, the user's own result for a conflicted file."""
+    by_hand = dict(resolutions or {})
     handle = braid.store.get_owned(user_id, session_id)
     sid = handle.session_id
     names, how = list(branches), strategy
@@ -234,7 +298,8 @@ async def merge_branches(braid: Services, user_id: str, session_id: str, branche
         if busy:
             raise Busy(f"a run is going on on branch {busy[0]}")
         ctx, plan, (commit_id, *parent_ids) = await handle.call(
-            lambda git: _start_merge(git, handle, into, names, how, text, braid.model.model))
+            lambda git: _start_merge(git, handle, into, names, how, text, braid.model.model,
+                                     by_hand))
         braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": commit_id,
                                               "kind": "merge"})
         braid.bus.publish(sid, "merged", {"run_id": ctx.run_id, "commit_id": commit_id,

@@ -82,6 +82,7 @@ SPECS: list[Action] = [
         Param("branches", P.branch_list, many=True),
         Param("message", P.string("message")),
         Param("strategy", P.strategy),
+        Param("resolutions", P.resolutions),
     ), Http("POST", "/api/sessions/{session_id}/merge")),
     Action("get_dag", dag.get_dag, (), Http("GET", "/api/sessions/{session_id}/dag")),
     # -- time travel ------------------------------------------------------------------------

@@ -164,6 +164,26 @@ def strategy(value: object) -> str:
     return str(value)
 
 
+MAX_RESOLUTION = 1_000_000  # characters of one file resolved by hand
+
+
+def resolutions(value: object) -> dict[str, str]:
+    """`resolutions`: {workdir path: text}, the user's own result for a conflicted file (the
+    merge panel's conflict editor sends the files the user edited)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > 1000:
+        raise BadRequest("resolutions must be an object of {path: text}")
+    out: dict[str, str] = {}
+    for path, text in value.items():
+        if not isinstance(text, str) or not is_utf8(text):
+            raise BadRequest(f"the text resolving {str(path)[:80]} must be a string")
+        if len(text) > MAX_RESOLUTION:
+            raise BadRequest(f"the text resolving {str(path)[:80]} is too long")
+        out[path_param(path, required=True)] = text
+    return out
+
+
 def continue_from(value: object) -> str | int:
     if value is None:
         return "end"

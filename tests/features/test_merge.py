@@ -11,7 +11,7 @@ import pytest
 
 from conftest import assert_fsck, call_action, git
 from server.app.braid import Braid
-from server.base.errors import BadRequest, Busy, Conflict, NotFound
+from server.base.errors import BadRequest, Busy, Conflict, Forbidden, NotFound
 from server.features import dag, merge, revert, sessions, subagents, timetravel
 
 USER = "local"
@@ -35,9 +35,11 @@ class Session:
         return result
 
     async def merge(self, branches: list[str], message: str = "merge them",
-                    strategy: str | None = None) -> dict[str, Any]:
+                    strategy: str | None = None,
+                    resolutions: dict[str, str] | None = None) -> dict[str, Any]:
         return await call_action(self.braid, USER, self.id, "merge_branches",
-                                 branches=branches, message=message, strategy=strategy)
+                                 branches=branches, message=message, strategy=strategy,
+                                 resolutions=resolutions)
 
     def files(self) -> dict[str, str]:
         work = self.path / "workdir"
@@ -118,6 +120,70 @@ async def test_a_conflict_refuses_the_merge_and_changes_nothing(braid: Braid) ->
     assert braid.runs.for_session(s.id) == [] and await braid.locks.held(s.id) == set()
     # And the branch is free again for the next try.
     assert (await s.merge(branches, strategy="ours"))["status"] == "COMPLETED"
+
+
+async def test_a_file_resolved_by_hand_settles_its_conflict(braid: Braid) -> None:
+    s = await Session.start(braid)
+    branches = await red_and_blue(s, same_file=True)
+    with pytest.raises(Conflict) as err:
+        await s.merge(branches)
+    [conflict] = err.value.details["conflicts"]
+    # What the editor starts from: the file with git's markers, named by branch.
+    assert conflict["editable"] and not conflict["resolved"]
+    assert conflict["merged"].splitlines() == [
+        "<<<<<<< main", "red", "=======", "blue", f">>>>>>> {branches[1]}"]
+    # One multi-parent merge commit as ever, with the user's text for the file.
+    result = await s.merge(branches, resolutions={"same.txt": "purple\n"})
+    assert result["status"] == "COMPLETED" and len(result["parent_ids"]) == 3
+    assert s.files()["same.txt"] == "purple\n"
+    assert git(s.path, "show", f"{result['commit_id']}:workdir/same.txt") == "purple\n"
+    run = await sessions.get_run(braid, USER, s.id, result["run_id"])
+    assert run["merge"]["resolved"] == ["same.txt"]
+    assert "The user resolved these files by hand: same.txt." in run["messages"][0]["content"]
+    assert git(s.path, "status", "--porcelain") == ""
+    assert_fsck(s.path)
+
+
+async def test_a_resolution_beats_the_strategy_and_the_rest_follow_it(braid: Braid) -> None:
+    s = await Session.start(braid)
+    one = await s.spawn("write a.txt one\nwrite b.txt one", "one")
+    two = await s.spawn("write a.txt two\nwrite b.txt two", "two")
+    branches = [one["branch"], two["branch"]]
+    # a.txt by hand; b.txt still in conflict: `fail` refuses, keeping the text given.
+    with pytest.raises(Conflict) as err:
+        await s.merge(branches, resolutions={"a.txt": "both\n"})
+    by_path = {c["path"]: c for c in err.value.details["conflicts"]}
+    assert by_path["a.txt"]["resolved"] and by_path["a.txt"]["resolution"] == "both\n"
+    assert not by_path["b.txt"]["resolved"]
+    result = await s.merge(branches, strategy="theirs", resolutions={"a.txt": "both\n"})
+    assert result["status"] == "COMPLETED"
+    assert s.files()["a.txt"] == "both\n" and s.files()["b.txt"] == "two\n"
+
+
+async def test_ours_is_the_branch_merged_into_and_theirs_the_incoming(braid: Braid) -> None:
+    s = await Session.start(braid, "write same.txt base")
+    child = await s.spawn("write same.txt child\nsay done", "child")
+    await sessions.run_to_end(braid, USER, s.id, "write same.txt parent")
+    with pytest.raises(Conflict) as err:
+        await s.merge([child["branch"]])
+    [conflict] = err.value.details["conflicts"]
+    assert (conflict["into"], conflict["ours"]) == ("main", "parent\n")
+    assert (conflict["branch"], conflict["theirs"]) == (child["branch"], "child\n")
+    assert (await s.merge([child["branch"]], strategy="ours"))["status"] == "COMPLETED"
+    assert s.files()["same.txt"] == "parent\n"
+
+
+async def test_bad_resolutions_are_refused_and_change_nothing(braid: Braid) -> None:
+    s = await Session.start(braid)
+    branches = await red_and_blue(s, same_file=True)
+    head, files = s.head(), s.files()
+    with pytest.raises(BadRequest, match="other.txt has no conflict"):
+        await s.merge(branches, resolutions={"same.txt": "x\n", "other.txt": "y\n"})
+    for bad in ({"../same.txt": "x"}, {"same.txt": 3}, ["same.txt"], {"/etc/x": "x"}):
+        with pytest.raises((BadRequest, Forbidden)):  # a path out of the workdir: forbidden
+            await s.merge(branches, resolutions=bad)
+    assert s.head() == head and s.files() == files
+    assert git(s.path, "status", "--porcelain") == ""
 
 
 @pytest.mark.parametrize(("strategy", "expected"), [("ours", "red\n"), ("theirs", "blue\n")])

@@ -96,8 +96,11 @@ def test_socket_spawn_events_alias_and_merge_conflict(shared_server: Server) -> 
         head = git(srv.session_path(sid), "rev-parse", "HEAD")
         refused = ws.call("merge_branches", branches=branches, message="merge")
         assert refused["type"] == "error" and refused["error"]["code"] == "conflict"
-        assert refused["error"]["details"]["conflicts"] == [
-            {"path": "same.txt", "ours": "red\n", "theirs": "blue\n", "branch": branches[1]}]
+        [conflict] = refused["error"]["details"]["conflicts"]
+        assert {k: conflict[k] for k in ("path", "ours", "theirs", "branch", "into")} == {
+            "path": "same.txt", "ours": "red\n", "theirs": "blue\n", "branch": branches[1],
+            "into": "main"}
+        assert conflict["editable"] and "<<<<<<< main" in conflict["merged"]
         assert git(srv.session_path(sid), "rev-parse", "HEAD") == head
         status, body = srv.api("POST", f"/api/sessions/{sid}/merge",
                                {"branches": branches, "message": "merge"})
@@ -216,3 +219,33 @@ def test_the_graph_partial_limits_rows_and_shows_more(shared_server: Server) -> 
     assert html.count('class="dag-node') == 6 and ">+1<" in html
     assert page(srv, f"/s/{sid}/dag?rows=many")[0] == 400
     assert page(srv, f"/s/{'0' * 32}/dag")[0] == 404
+
+
+def test_http_and_socket_merge_with_files_resolved_by_hand(shared_server: Server) -> None:
+    srv = shared_server
+    for transport in ("http", "socket"):
+        sid, turn_id = start(srv)
+        branches = [spawn(srv, sid, turn_id, f"write same.txt {c}\nsay {c}")["branch"]
+                    for c in ("red", "blue")]
+        params = {"branches": branches, "message": "m", "resolutions": {"same.txt": "purple\n"}}
+        if transport == "http":
+            status, body = srv.api("POST", f"/api/sessions/{sid}/merge", params)
+            assert status == 200, body
+            result = body
+        else:
+            ws = srv.socket(sid)
+            try:
+                reply = ws.call("merge_branches", **params)
+                bad = ws.call("merge_branches", branches=branches, resolutions={"x": 1})
+                assert bad["type"] == "error" and bad["error"]["code"] == "bad_request", bad
+            finally:
+                ws.close()
+            assert reply["type"] == "result", reply
+            result = reply["data"]
+        path = srv.session_path(sid)
+        assert (path / "workdir" / "same.txt").read_text() == "purple\n"
+        parents = git(path, "rev-list", "--parents", "-n", "1", result["commit_id"]).split()
+        assert len(parents) == 4  # the commit and its three parents
+        assert git(path, "status", "--porcelain") == ""
+        assert_fsck(path)
+

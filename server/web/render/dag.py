@@ -134,7 +134,9 @@ async def merge_error(r: Renderer, error: dict[str, Any]) -> str:
     conflicts = (error.get("details") or {}).get("conflicts")
     if error.get("code") != "conflict" or not conflicts:
         return r.toast(error["message"])
-    box = render("_dag_conflicts.html", conflicts=conflicts)
+    # One editor per file: the last branch's conflict on it (its `ours` holds the earlier).
+    files = list({c["path"]: c for c in conflicts}.values())
+    box = render("_dag_conflicts.html", files=files)
     return box.replace('id="dag-conflicts"', 'id="dag-conflicts" hx-swap-oob="true"', 1) + \
         r.toast(error["message"])
 
