@@ -71,7 +71,8 @@ def test_a_bad_name_is_refused_and_nothing_changes(page: Page, login: Any,
 
 
 def test_delete_asks_first_then_removes_the_folder(page: Page, login: Any,
-                                                   shared_server: Server) -> None:
+                                                   shared_server: Server,
+                                                   console_errors: Any) -> None:
     keep = shared_server.new_session()
     shared_server.run(keep, "a session that stays")
     sid = shared_server.new_session()
@@ -101,6 +102,14 @@ def test_delete_asks_first_then_removes_the_folder(page: Page, login: Any,
                           (sid,)).fetchone() == (0,)
     finally:
         db.close()
+    # Its old address (a bookmark, another tab) says the session is gone, with a way back:
+    # a 404 page, which Chromium reports in the console as it does any 404.
+    console_errors.allow(r"status of 404 \(Not Found\)$")
+    page.goto(f"{shared_server.base_url}/s/{sid}")
+    expect(page.locator("#session-gone")).to_contain_text("It was deleted")
+    expect(page.locator("#token")).to_have_count(0)  # not the login form
+    page.click("#session-gone a")
+    expect(page.locator("#conn")).to_have_attribute("data-state", "open", timeout=TIMEOUT)
 
 
 def test_empty_new_sessions_do_not_pile_up(page: Page, login: Any,

@@ -22,6 +22,7 @@ from server.agent.turns import launch
 from server.base import crash
 from server.base.errors import BadRequest, Busy, Conflict
 from server.base.records import to_json_bytes
+from server.features.subagents import branch_words
 from server.git import lookup as gitnames
 from server.git.history import HISTORY, RUNS
 from server.git.session import GitSession
@@ -34,6 +35,12 @@ if TYPE_CHECKING:
     from server.store.session_store import SessionHandle
 
 STRATEGIES = ("fail", "ours", "theirs", "agent")
+# The merge note's lines for the model only: the page leaves them out (web: note_for_people).
+MARKERS_LINE = ("These files hold conflict markers (<<<<<<< ======= >>>>>>>). Resolve each "
+                "with your tools, keeping what both sides meant, then answer.")
+ANSWER_LINE = "Tell the user what the merged work now holds."
+MODEL_LINES = (MARKERS_LINE, ANSWER_LINE)
+NOTE_HEAD = "Merge turn: "
 MAX_BRANCHES = 16
 SIDE_CHARS = 20_000
 RESULT_LINE = 300
@@ -218,8 +225,9 @@ def plan_merge(git: GitSession, branches: list[str], strategy: str,
 def merge_note(plan: MergePlan, branches: list[str], strategy: str) -> str:
     """The system note that opens a merge turn (DESIGN §6: `Merge turn` then `- BRANCH: TEXT`
     lines, and for the agent a `Conflicts:` list)."""
-    lines = [f"Merge turn: {len(branches)} branch(es) merged into {plan.into} "
-             f"(strategy {strategy}). Each branch's result:"]
+    count = f"{len(branches)} branch{'es' if len(branches) != 1 else ''}"
+    lines = [f"{NOTE_HEAD}{count} merged into {plan.into} (on conflict: {strategy}). "
+             "What each brought:"]
     for name in branches:
         text = " ".join((plan.results.get(name) or "(no answer)").split())[:RESULT_LINE]
         lines.append(f"- {name}: {text}")
@@ -230,11 +238,10 @@ def merge_note(plan: MergePlan, branches: list[str], strategy: str) -> str:
     if paths and strategy == "agent":
         lines.append("Conflicts:")
         lines += [f"- {p}" for p in paths]
-        lines.append("These files hold conflict markers (<<<<<<< ======= >>>>>>>). Resolve "
-                     "each with your tools, keeping what both sides meant, then answer.")
+        lines.append(MARKERS_LINE)
     elif paths:
         lines.append(f"Conflicting files took the {strategy} side: {', '.join(paths)}.")
-    lines.append("Tell the user what the merged work now holds.")
+    lines.append(ANSWER_LINE)
     return "\n".join(lines)
 
 
@@ -288,7 +295,7 @@ async def merge_branches(braid: Services, user_id: str, session_id: str, branche
     handle = braid.store.get_owned(user_id, session_id)
     sid = handle.session_id
     names, how = list(branches), strategy
-    text = message.strip() or f"Merge {', '.join(branches)}"
+    text = message.strip() or f"Merge {', '.join(map(branch_words, branches))}"
     into = await handle.call(lambda git: git.branch)
     if into in names:
         raise BadRequest(f"cannot merge {into} into itself")

@@ -59,6 +59,14 @@ def is_sub_branch(name: str) -> bool:
     return name.startswith(PREFIX)
 
 
+def branch_words(branch: str) -> str:
+    """A branch as people read it: `sub-agent LABEL` for a sub-agent's, else its name."""
+    parts = branch.split("_")
+    if branch.startswith(PREFIX) and len(parts) >= 4:
+        return f"sub-agent {'_'.join(parts[2:-1])}"
+    return branch
+
+
 def short_name(branch: str) -> str:
     """`sub_<turn>_<label>_<hex8>` reads as `label·hex4`; other names as they are."""
     if branch.startswith(PREFIX):

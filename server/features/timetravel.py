@@ -149,7 +149,7 @@ def _fork(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
         extra={"continue_from": plan.options.continue_from}).as_dict()
     record_path = layout.new_run_path(git, new_id, base)
     changes[record_path] = to_json_bytes(record)
-    git.write_checkpoint(changes, summary=f"Fork of run {view.run_id[:10]} at message {k}",
+    git.write_checkpoint(changes, summary=f"Fork of run {view.run_id[:10]} at message {k + 1}",
                          kind="fork", run_id=new_id, message_index=k)
     ctx = TurnContext(handle=handle, run=record, run_file=record_path,
                       prior=[e.message for e in prior], messages=copies,

@@ -94,10 +94,8 @@ async def session_page(request: Request) -> Response:
         info = await sessions.session_info(braid, user_id, session_id, runs=False)
         # A reload mid-run shows the live turn so far; the socket's catch-up goes on from it.
         view = await live.page_transcript(braid, user_id, session_id, info["branch"])
-    except NotFound:
-        return templates.TemplateResponse(
-            request, "login.html", {"error": "No such session."}, status_code=404
-        )
+    except NotFound:  # deleted, or never one of this user's: a page that says so
+        return templates.TemplateResponse(request, "gone.html", {}, status_code=404)
     rows = order_by_lineage(await sessions.list_sessions(braid, user_id))
     await load_names(braid, session_id)
     running = [a.run_id for a in braid.runs.foreground(session_id)]

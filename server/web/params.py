@@ -144,8 +144,10 @@ workdir_path = path_param
 
 def branch_list(value: object) -> list[str]:
     """The branches to merge: a non-empty list of distinct names (a name is not a list)."""
-    if not isinstance(value, list) or not value:
-        raise BadRequest("branches must be a non-empty list of branch names")
+    if isinstance(value, list) and not value:
+        raise BadRequest("tick the branches to merge first: none was chosen")
+    if not isinstance(value, list):
+        raise BadRequest("branches must be a list of branch names")
     if len(value) > MAX_BRANCHES:
         raise BadRequest(f"at most {MAX_BRANCHES} branches can be merged at once")
     if not all(isinstance(b, str) and b and not b.startswith("-") and "\0" not in b

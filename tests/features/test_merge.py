@@ -122,6 +122,16 @@ async def test_a_conflict_refuses_the_merge_and_changes_nothing(braid: Braid) ->
     assert (await s.merge(branches, strategy="ours"))["status"] == "COMPLETED"
 
 
+async def test_a_merge_without_a_message_names_the_branches_in_words(braid: Braid) -> None:
+    s = await Session.start(braid)
+    branches = await red_and_blue(s)
+    result = await s.merge(branches, message="")
+    run = await sessions.get_run(braid, USER, s.id, result["run_id"])
+    assert run["messages"][1]["content"] == "Merge sub-agent red, sub-agent blue"
+    assert run["messages"][0]["content"].splitlines()[0] == (
+        "Merge turn: 2 branches merged into main (on conflict: fail). What each brought:")
+
+
 async def test_a_file_resolved_by_hand_settles_its_conflict(braid: Braid) -> None:
     s = await Session.start(braid)
     branches = await red_and_blue(s, same_file=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from server.features.merge import MODEL_LINES, NOTE_HEAD
 from server.features.subagents import PREFIX
 
 _NAMES: ContextVar[Names | None] = ContextVar("braid_names", default=None)
@@ -64,14 +65,18 @@ class Names:
     def last_created(self) -> str | None:
         return self._last[0] if self._last else None
 
-    @staticmethod
-    def _fork_name(run: dict[str, Any]) -> str | None:
+    def _fork_name(self, run: dict[str, Any]) -> str | None:
+        """"Edit of turn 2" (its message edited), "Fork of turn 2 at message 3" (continued
+        from a later message of that run's): the turn as the page numbers it, 1-based."""
         if run.get("regenerated_from"):
             return "Regenerated answer"
         k = run.get("forked_from_message_index")
-        if run.get("forked_from_run_id") and isinstance(k, int):
-            return f"Edit of message {k + 1}"
-        return None
+        source = run.get("forked_from_run_id")
+        if not source or not isinstance(k, int):
+            return None
+        turn = self.turn_no.get(str(source))
+        of = f"turn {turn}" if turn else "an earlier turn"
+        return f"Edit of {of}" if k == 0 else f"Fork of {of} at message {k + 1}"
 
     def branch(self, name: str) -> str:
         if name in self.branch_names:
@@ -148,6 +153,17 @@ def readable(text: object) -> str:
 
     text = _AT_COMMIT.sub("", str(text or ""))  # "…at commit `<sha>`" says nothing readable
     return _ANY.sub(name, text)
+
+
+def note_for_people(text: object) -> str:
+    """A note as the page shows it: a merge turn's note without the lines meant for the
+    model (its instructions), headed "2 branches merged into main…" rather than "Merge
+    turn: …". Other notes as they are."""
+    raw = str(text or "")
+    if not raw.startswith(NOTE_HEAD):
+        return raw
+    lines = [line for line in raw.split("\n") if line not in MODEL_LINES]
+    return "\n".join([lines[0][len(NOTE_HEAD):], *lines[1:]])
 
 
 def humanize(text: object) -> Markup:

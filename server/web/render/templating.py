@@ -11,7 +11,7 @@ from typing import Any
 from starlette.templating import Jinja2Templates
 
 from server.web.render.markdown import render_markdown
-from server.web.render.names import branch_label, humanize, readable
+from server.web.render.names import branch_label, humanize, note_for_people, readable
 from server.web.render.turn_view import turn_flags
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -132,6 +132,7 @@ env.filters["is_long"] = is_long
 env.filters["filesize"] = filesize
 env.filters["branch_label"] = branch_label
 env.filters["humanize"] = humanize
+env.filters["note_for_people"] = note_for_people
 env.filters["readable"] = readable
 env.filters["dom_id"] = dom_id
 env.filters["pretty"] = pretty
