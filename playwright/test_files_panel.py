@@ -6,6 +6,7 @@ appear as revertable `user-edit` turns."""
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import tarfile
 import zipfile
@@ -64,6 +65,9 @@ def test_tree_file_view_and_downloads(page: Page, login: Any, shared_server: Ser
     with page.expect_download() as got:
         page.click("#files-zip")
     zipped = tmp_path / "head.zip"
+    # Named in words: the session's title and the branch, no hash.
+    assert re.fullmatch(r"[a-z0-9-]+-main\.zip", got.value.suggested_filename), \
+        got.value.suggested_filename
     got.value.save_as(zipped)
     with zipfile.ZipFile(zipped) as zf:
         assert {n: zf.read(n) for n in zf.namelist()} == archive(repo, "HEAD")
@@ -90,6 +94,7 @@ def test_tree_file_view_and_downloads(page: Page, login: Any, shared_server: Ser
     with page.expect_download() as got:
         page.click("#files-zip")
     zipped = tmp_path / "old.zip"
+    assert got.value.suggested_filename.endswith(f"-at-{old[:7]}.zip")
     got.value.save_as(zipped)
     with zipfile.ZipFile(zipped) as zf:
         assert {n: zf.read(n) for n in zf.namelist()} == archive(repo, old)

@@ -14,6 +14,7 @@ import re
 import stat
 import subprocess
 import threading
+import unicodedata
 import zipfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import pygit2
 from pygit2.enums import FileMode
 
 from server.base.errors import BadRequest, BraidError, Forbidden, NotFound
+from server.features.subagents import branch_words
 from server.git import lookup as gitnames
 from server.git.session import GitSession
 from server.git.workdir.scan import WORKDIR
@@ -314,4 +316,23 @@ async def get_zip(braid: Services, user_id: str, session_id: str,
         return str(commit.id), name
 
     commit_id, name = await handle.call(target)
-    return RepoStream(handle.path, lambda repo, out: write_zip(repo, commit_id, out), name)
+    download = download_name(str(handle.meta.get("title") or ""), name)
+    return RepoStream(handle.path, lambda repo, out: write_zip(repo, commit_id, out), download)
+
+
+def _slug(text: str) -> str:
+    # Accents dropped ("é" is "e"), then anything but ASCII letters and digits is a dash.
+    plain = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    return re.sub(r"[^a-z0-9]+", "-", plain.lower()).strip("-")[:60].strip("-")
+
+
+def download_name(title: str, ref: str) -> str:
+    """A zip's file name as people read it: the session's title, then the branch in words
+    ("notes-sub-agent-red.zip", "notes-another-version.zip") or a commit by its short id."""
+    if re.fullmatch(r"[0-9a-f]{40}", ref):
+        where = f"at-{ref[:7]}"
+    elif ref.startswith("run/"):
+        where = "another-version"
+    else:
+        where = _slug(branch_words(ref)) or "workdir"
+    return f"{_slug(title) or 'session'}-{where}.zip"

@@ -47,10 +47,8 @@ def file_or_folder(got: dict[str, Any], status: int) -> Response:
 def zip_download(got: files.RepoStream, status: int) -> Response:
     """`GET /api/sessions/{id}/workdir.zip`: the workdir at a ref, as a download made while
     it is sent."""
-    label = got.name[:12] if re.fullmatch(r"[0-9a-f]{40}", got.name) else got.name
-    name = f"workdir-{label.replace('/', '-')}.zip"
     return StreamingResponse(got.chunks(), media_type="application/zip",
-                             headers={"content-disposition": _attachment(name)})
+                             headers={"content-disposition": _attachment(got.name)})
 
 
 async def _body(request: Request) -> AsyncIterator[bytes]:
