@@ -356,3 +356,30 @@ def test_an_ipv4_address_carried_in_an_ipv6_one_is_judged_as_itself() -> None:
         assert internal(ipaddress.ip_address(inside)), inside
     for outside in ("64:ff9b::808:808", "::ffff:8.8.8.8", "2001:4860:4860::8888", "8.8.8.8"):
         assert not internal(ipaddress.ip_address(outside)), outside
+
+
+def test_imports_of_folders_with_one_name_get_titles_told_apart(srv: Server,
+                                                               roots: Path) -> None:
+    titles = []
+    for parent in ("work", "other", "work2/other"):
+        folder = roots / parent / "app"
+        folder.mkdir(parents=True)
+        (folder / "a.txt").write_text(parent)
+        status, body = srv.api("POST", "/api/sessions", {"source": {"path": str(folder)}})
+        assert status == 201, body
+        titles.append(body["title"])
+    assert titles == ["app", "app (other)", "app (2)"]  # the third's folder is "other" too
+    # The sidebar lists them by those titles.
+    status, listed = srv.api("GET", "/api/sessions")
+    assert status == 200
+    shown = {row["title"] for row in listed["sessions"]}
+    assert set(titles) <= shown
+
+
+def test_import_title_words() -> None:
+    from server.features.sources.importing import import_title
+
+    assert import_title("/home/u/app", set()) == "app"
+    assert import_title("/home/u/app", {"app"}) == "app (u)"
+    assert import_title("https://example.com/o/repo.git", {"repo"}) == "repo (o)"
+    assert import_title("/app", {"app"}) == "app (2)"

@@ -181,6 +181,18 @@ def sweep_leftovers(sessions_root: Path, tmp_root: Path) -> None:
             pass
 
 
+def import_title(where: str, taken: set[str]) -> str:
+    """A new import's title: the folder's or repository's name; when the user has a session
+    of that name already, with the folder it sits in ("app (work)"), then a number."""
+    parts = [p for p in where.rstrip("/").replace(":", "/").split("/") if p]
+    name = (parts[-1].removesuffix(".git") if parts else "") or "Imported"
+    candidates = [name]
+    if len(parts) > 1:
+        candidates.append(f"{name} ({parts[-2]})")
+    candidates += [f"{name} ({n})" for n in range(2, 1000)]
+    return next(c for c in candidates if c[:120] not in taken)[:120]
+
+
 async def import_session(braid: Services, user_id: str, asked: SourceRequest | None,
                          title: str, model: str | None = None) -> dict[str, Any]:
     extra: dict[str, Any] = {} if model is None else {"model": model}
@@ -204,6 +216,10 @@ async def import_session(braid: Services, user_id: str, asked: SourceRequest | N
             journal.end_folder(root, path.name)
             raise
 
+    if not title:  # the folder's or repository's name, told apart from the user's others
+        taken = {str(row.get("title") or "") for archived in (False, True)
+                 for row in await braid.index.list_sessions(user_id, archived=archived)}
+        title = import_title(source.path_or_url, taken)
     handle = await braid.store.create(user_id, title, extra_meta=extra, build=build)
     crash.at("import.after_build")
     await braid.index.upsert_session(handle.meta)
