@@ -53,6 +53,13 @@ def test_spawn_two_sub_agents_merge_them_and_inspect_a_child(
     expect(page.locator("#transcript")).not_to_contain_text("write red.txt red")
     expect(page.locator("#transcript .bubble-assistant").last).to_contain_text(
         "finished on branch")
+    # With the child's files as chips (no Revert: they are the child's), whose diff opens.
+    result_turn = page.locator("#transcript section.turn").last
+    chip = result_turn.locator(".chip[data-path='red.txt']")
+    expect(chip).to_have_attribute("data-status", "added")
+    expect(result_turn.locator(".revert-controls, .revert-btn")).to_have_count(0)
+    chip.click()
+    expect(page.locator("#transcript")).to_contain_text("+red", timeout=TIMEOUT)
 
     spawn(page, turn_id, "write blue.txt blue\nsay blue", "blue")
     expect(page.locator(".sub-card[data-status=COMPLETED]")).to_have_count(2, timeout=TIMEOUT)
@@ -85,6 +92,12 @@ def test_spawn_two_sub_agents_merge_them_and_inspect_a_child(
     expect(detail.get_by_role("button", name="Continue from here")).to_be_visible()
     detail.locator(".dag-close").click()
     expect(detail).to_be_empty()
+
+    # The transcript as the server draws it gives each result its child's chips too.
+    page.reload()
+    results = page.locator("#transcript section.turn", has_text="finished on branch")
+    expect(results.locator(".chip[data-path='red.txt']")).to_have_count(1, timeout=TIMEOUT)
+    expect(results.locator(".chip[data-path='blue.txt']")).to_have_count(1)
 
 
 def test_a_conflict_shows_per_file_and_the_panel_collapses(

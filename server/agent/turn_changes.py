@@ -160,6 +160,13 @@ def files_of(git: GitSession, run_id: str, branch: str | None = None) -> list[di
     return file_views(git, tip, [run_id]).get(run_id, [])
 
 
+def child_of(run: dict[str, Any]) -> dict[str, Any] | None:
+    """For a sub-agent's result run (`kind: sub-agent-result`), its child: {branch, run_id,
+    files...}; else None."""
+    sub = run.get("sub_agent")
+    return sub if run.get("kind") == "sub-agent-result" and isinstance(sub, dict) else None
+
+
 def annotate_turns(git: GitSession, commit: pygit2.Commit, items: list[dict[str, Any]]) -> None:
     """Give every turn of a transcript its `files`, computed for all of them in one pass."""
     run_ids = [t["run_id"] for t in items if t.get("type") == "turn" and t.get("run_id")]
@@ -168,7 +175,10 @@ def annotate_turns(git: GitSession, commit: pygit2.Commit, items: list[dict[str,
     views = file_views(git, commit, run_ids)
     for item in items:
         if item.get("type") == "turn":
-            item["files"] = views.get(item.get("run_id") or "", [])
+            # A sub-agent's result changed nothing here: its chips are the child's files.
+            child = child_of(item.get("run") or {})
+            item["files"] = views.get(item.get("run_id") or "", []) or \
+                list((child or {}).get("files") or [])
 
 
 def unified_diff(git: GitSession, changes: list[FileChange]) -> str:

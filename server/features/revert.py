@@ -25,6 +25,7 @@ from server.agent.turn_changes import (
     FileChange,
     TurnSpan,
     changes_of,
+    child_of,
     files_of,
     first_parent_line,
     trailers_of,
@@ -288,8 +289,14 @@ async def turn_diff(braid: Services, user_id: str, session_id: str, turn_id: str
 
     def work(git: GitSession) -> dict[str, Any]:
         head = git.head_commit()
-        run_id, _, _ = resolve_turn(git, tid, head)
-        changes = _turn_changes(git, run_id, head)
+        run_id, _, record = resolve_turn(git, tid, head)
+        child = child_of(record)
+        if child is not None and child.get("branch") in git.branches():
+            # A sub-agent's result: the diff is its child's, on the child's branch.
+            tip = git.commit(git.branch_tip(str(child["branch"])))
+            changes = _turn_changes(git, str(child["run_id"]), tip)
+        else:
+            changes = _turn_changes(git, run_id, head)
         if wanted is not None:
             changes = [c for c in changes if c.path == wanted]
             if not changes:

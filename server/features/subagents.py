@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from server.agent.interrupted import prune_worktrees
 from server.agent.live_runs import ActiveRun, claim_turn
+from server.agent.turn_changes import files_of
 from server.agent.turn_context import TurnContext, new_message, open_turn, snapshot_user_edits
 from server.agent.turns import launch
 from server.base import crash
@@ -128,7 +129,8 @@ def write_result(git: GitSession, parent_branch: str, session_id: str, parent_tu
                                     else "(no answer)")
     text = f"{head} on branch `{info['branch']}` at commit `{info['commit_id']}`:\n\n{answer}"
     msg = new_message("assistant", run_id, text, sub_agent={
-        k: info[k] for k in ("branch", "commit_id", "run_id", "status", "final_text", "label")})
+        k: info[k] for k in ("branch", "commit_id", "run_id", "status", "final_text", "label",
+                             "files") if k in info})
     msg["id"] = run_id
     now = now_iso()
     run = RunRecord(run_id, session_id, parent_branch, status="COMPLETED", created_at=now,
@@ -217,6 +219,9 @@ async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> dict[st
     try:
         info["commit_id"] = result["commit_id"] = await handle.call(
             lambda git: _close_worktree(git, branch))
+        # What the child changed, as chips on its result in the parent's transcript.
+        info["files"] = result["files"] = await handle.call(
+            lambda git: files_of(git, ctx.run_id, branch))
         if status != "INTERRUPTED":  # a stopping server writes nothing more
             # Held (after any turn there): the result must not interleave with a turn's
             # uncommitted messages.

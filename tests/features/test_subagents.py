@@ -294,3 +294,23 @@ async def test_a_failing_sub_agent_reports_its_error_in_the_parent(braid: Braid)
     assert record["status"] == "ERROR"
     assert len(worktrees(path)) == 1
     assert_fsck(path)
+
+
+async def test_a_result_carries_the_childs_files_as_chips_with_their_diff(
+        braid: Braid) -> None:
+    sid, path, turn_id = await session_with_turn(braid)
+    result = await subagents.spawn_sub_agent(braid, USER, sid, turn_id,
+                                             "write new.txt hello\nwrite base.txt changed\nsay ok",
+                                             "writer")
+    assert result["files"] == [{"path": "base.txt", "status": "modified"},
+                               {"path": "new.txt", "status": "added"}]
+    # In the parent's transcript, the result's turn shows the child's files...
+    page = await sessions.transcript(braid, USER, sid)
+    summary = next(t for t in page["turns"] if t.get("run_id") == result["summary_run_id"])
+    assert summary["files"] == result["files"]
+    # ...and a chip's diff is the child's change, read on the child's branch.
+    diff = await call_action(braid, USER, sid, "turn_diff",
+                             turn_id=result["summary_run_id"], path="new.txt")
+    assert "+hello" in diff["diff"] and diff["paths"] == [{"path": "new.txt",
+                                                           "status": "added"}]
+    assert not (path / "workdir" / "new.txt").exists()  # the parent's files are its own

@@ -116,7 +116,8 @@ def sub_agent_done(v: View) -> str:
     # The result joins the parent's transcript only where the page shows that branch.
     if summary and data.get("shown_branch") == data.get("parent_branch"):
         turns = sessions.build_turns([summary["message"]], {summary["run_id"]: summary["run"]})
-        turn = dict(turns[0], streaming=False)
+        # Its chips: the files the child changed (as the transcript gives them).
+        turn = dict(turns[0], streaming=False, files=list(data.get("files") or []))
         html += f'<div id="transcript" hx-swap-oob="beforeend">{render("_turn.html", turn=turn)}' \
                 f'</div>'
     return html + run_state(v.running)

@@ -21,7 +21,8 @@ class TurnFlags:
     # Settled with a final status in its record: the turn has ended.
     finished: bool
     show_status: bool  # a badge for a status other than COMPLETED
-    show_files: bool  # file chips and Revert / Redo
+    show_files: bool  # file chips
+    can_revert: bool  # Revert / Redo beside them (a sub-agent's result has its child's chips)
     show_context: bool  # the "context 12.3k of 32k tokens" figure
     can_edit: bool  # Edit & rerun on its user messages
     can_spawn: bool  # Spawn sub-agent from it
@@ -45,6 +46,7 @@ def turn_flags(turn: dict[str, Any]) -> TurnFlags:
         finished=finished,
         show_status=bool(status) and status not in ("RUNNING", "COMPLETED"),
         show_files=settled and bool(turn.get("files")),
+        can_revert=settled and bool(turn.get("files")) and run.get("kind") != "sub-agent-result",
         show_context=settled and bool(budget),
         can_edit=finished and has_run,
         can_spawn=finished and has_run and run.get("kind") != "upload",
