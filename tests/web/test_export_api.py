@@ -294,3 +294,25 @@ def test_a_sub_agent_merge_exports_as_a_merge_commit(srv: Server, roots: Path) -
         "base.txt", "blue.txt", "main.txt", "red.txt"]
     assert "merge both" in git(work, "log", "-1", "--format=%B", merge)
     assert_fsck(work)
+
+
+def test_an_update_that_brings_nothing_new_makes_no_commit(srv: Server, roots: Path) -> None:
+    src = roots / "same-change"
+    src.mkdir()
+    (src / "a.txt").write_text("a\n")
+    status, body = srv.api("POST", "/api/sessions", {"source": {"path": str(src)}})
+    assert status == 201, body
+    sid, path = body["session_id"], srv.session_path(body["session_id"])
+    # The session and the source make the same change: the update finds nothing to bring.
+    srv.run(sid, "write a.txt both\nsay done")
+    (src / "a.txt").write_text("both\n")
+    head = git(path, "rev-parse", "HEAD")
+    status, up = srv.api("POST", f"/api/sessions/{sid}/update_from_source", {})
+    assert status == 200 and up["changed"] is False and up["commit_id"] is None, up
+    assert git(path, "rev-parse", "HEAD") == head
+    # A later change of the source still comes in, three-way from the same base.
+    (src / "b.txt").write_text("b\n")
+    status, up = srv.api("POST", f"/api/sessions/{sid}/update_from_source", {})
+    assert status == 200 and up["changed"] is True and up["updated_paths"] == ["b.txt"], up
+    assert (path / "workdir" / "a.txt").read_text() == "both\n"
+    assert git(path, "status", "--porcelain") == ""

@@ -78,6 +78,10 @@ def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: di
     for rel, entry in tree_changes(ours, merged).items():
         changes[f"{WORKDIR}/{rel}"] = (gitnames.blob_data(repo, entry[0]) if entry is not None
                                        else None)
+    if not changes and not conflicts:
+        # The source moved, but only to what the session holds already: nothing to bring in,
+        # so no commit. The base stays; the next update merges from it to the same result.
+        return result
     new_meta = dict(json.loads(gitnames.blob_data(
         repo, git.head_commit().tree["session.json"].id)))
     new_meta["source"] = source.meta(snap.base_commit)
