@@ -3,7 +3,15 @@ WebSocket error frames (see server/web/errors.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired, TypedDict
+
+
+class ErrorInfo(TypedDict):
+    """An error as a frame or a response carries it: `{code, message, details?}`."""
+
+    code: str
+    message: str
+    details: NotRequired[dict[str, Any]]  # free-form: what the refusal needs to show
 
 
 class BraidError(Exception):
@@ -14,8 +22,8 @@ class BraidError(Exception):
         self.message = message
         self.details = details
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"code": self.code, "message": self.message}
+    def as_dict(self) -> ErrorInfo:
+        out: ErrorInfo = {"code": self.code, "message": self.message}
         if self.details is not None:
             out["details"] = self.details
         return out

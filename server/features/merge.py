@@ -21,7 +21,7 @@ from server.agent.turn_context import TurnContext, open_turn, snapshot_user_edit
 from server.agent.turns import launch
 from server.base import crash
 from server.base.errors import BadRequest, Busy, Conflict
-from server.base.records import to_json_bytes
+from server.base.records import Conflicted, MergeResult, RunFields, to_json_bytes
 from server.git import lookup as gitnames
 from server.git.history import HISTORY, RUNS
 from server.git.session import GitSession
@@ -48,7 +48,7 @@ class MergePlan:
     tips: list[pygit2.Oid]
     workdir_oid: pygit2.Oid
     results: dict[str, str]
-    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    conflicts: list[Conflicted] = field(default_factory=list)
 
 
 def _workdir_tree(git: GitSession, commit: pygit2.Commit | None, empty: pygit2.Oid) -> pygit2.Oid:
@@ -197,7 +197,7 @@ def _start_merge(git: GitSession, handle: SessionHandle, into: str, branches: li
                        {"conflicts": plan.conflicts})
     head = git.head_commit()
     old_workdir = _workdir_tree(git, head, git.repo.TreeBuilder().write())
-    fields = {"model": model, "merge": {"branches": branches, "strategy": strategy,
+    fields: RunFields = {"model": model, "merge": {"branches": branches, "strategy": strategy,
                                         "conflicts": sorted({c["path"] for c in plan.conflicts})}}
     written, deleted = atomic.merge_paths(git, old_workdir, plan.workdir_oid)
     # All or nothing under kill -9: the intent comes before the turn's files and the merge's.
@@ -219,7 +219,7 @@ def _start_merge(git: GitSession, handle: SessionHandle, into: str, branches: li
 
 
 async def merge_branches(braid: Services, user_id: str, session_id: str, branches: list[str],
-                         message: str = "", strategy: str = "fail") -> dict[str, Any]:
+                         message: str = "", strategy: str = "fail") -> MergeResult:
     """Merge `branches` into the current branch and run the merge turn to its end."""
     handle = braid.store.get_owned(user_id, session_id)
     sid = handle.session_id

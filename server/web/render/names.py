@@ -12,6 +12,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from server.base.records import RunRow
 from server.features.subagents import PREFIX
 
 _NAMES: ContextVar[Names | None] = ContextVar("braid_names", default=None)
@@ -27,20 +28,20 @@ def sub_label(branch: str) -> str | None:
     return f"sub-agent {match.group(1)}" if match else None
 
 
-def _order(run: dict[str, Any]) -> tuple[str, str]:
+def _order(run: RunRow) -> tuple[str, str]:
     return (run.get("created_at") or "", run["run_id"])
 
 
 class Names:
-    def __init__(self, runs: list[dict[str, Any]]) -> None:
-        self.runs: dict[str, dict[str, Any]] = {}
+    def __init__(self, runs: list[RunRow]) -> None:
+        self.runs: dict[str, RunRow] = {}
         self.turn_no: dict[str, int] = {}
         self.branch_names: dict[str, str] = {}
         self._seen: dict[str, int] = {}
         self._last: tuple[str, str] | None = None
         self.extend(sorted(runs, key=_order))
 
-    def extend(self, runs: list[dict[str, Any]]) -> bool:
+    def extend(self, runs: list[RunRow]) -> bool:
         """Name runs newer than every run named so far (oldest first); False, changing
         nothing, when one of them is not newer (then the names must be made afresh)."""
         fresh = [r for r in sorted(runs, key=_order) if r["run_id"] not in self.runs]
@@ -65,7 +66,7 @@ class Names:
         return self._last[0] if self._last else None
 
     @staticmethod
-    def _fork_name(run: dict[str, Any]) -> str | None:
+    def _fork_name(run: RunRow) -> str | None:
         if run.get("regenerated_from"):
             return "Regenerated answer"
         k = run.get("forked_from_message_index")
