@@ -3,7 +3,22 @@ WebSocket error frames (see server/web/errors.py)."""
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
+
+from server.base.records import Conflicted, PathConflict
+
+
+class ErrorDetails(TypedDict, total=False):
+    """What a refusal names beyond its message, for the page to show it."""
+
+    conflicts: list[Conflicted] | list[PathConflict]  # the paths in the way
+    turn_id: str
+    path: str
+    reason: str  # why a name is refused
+    max_files: int  # a limit an upload passed
+    max_bytes: int
+    actions: list[str]  # the socket's actions (an unknown one was asked for)
+    message_count: int
 
 
 class ErrorInfo(TypedDict):
@@ -11,13 +26,13 @@ class ErrorInfo(TypedDict):
 
     code: str
     message: str
-    details: NotRequired[dict[str, Any]]  # free-form: what the refusal needs to show
+    details: NotRequired[ErrorDetails]
 
 
 class BraidError(Exception):
     code = "internal"
 
-    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+    def __init__(self, message: str, details: ErrorDetails | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.details = details

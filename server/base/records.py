@@ -787,3 +787,22 @@ class RunStarted(TypedDict):
 
 class SessionList(TypedDict):
     sessions: list[SessionRow]
+
+
+# -- what stays on disk while an operation runs ------------------------------------------------
+
+
+class IntentExtras(TypedDict, total=False):
+    untracked: list[str]  # folders whose untracked files a rollback removes
+    to: str  # a checkout's target branch
+
+
+class IntentRecord(IntentExtras, total=True):
+    """The intent record (store/journal.py): what a multi-file operation is about to change,
+    so a kill in the middle is finished or rolled back at start-up."""
+
+    op: str
+    kind: str
+    branch: str
+    head: str | None
+    paths: list[str]
