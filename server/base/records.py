@@ -117,6 +117,7 @@ class MessageRecord(TypedDict):
 
 def new_message(role: str, run_id: str | None, content: str | None,
                 **extra: Unpack[MessageExtras]) -> MessageRecord:
+    """A new message of `run_id`, now; the `extra` keys given as None are left out."""
     made = {"id": new_message_id(), "role": role, "content": content, "run_id": run_id,
             "created_at": now_iso(), **{k: v for k, v in extra.items() if v is not None}}
     return cast(MessageRecord, made)
