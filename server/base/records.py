@@ -1,5 +1,7 @@
 """Typed records: what a message file, a run record and `session.json` hold (DESIGN §3),
-and the other records that cross packages (index rows, event frames, skipped names).
+and every other record that crosses packages: the intent and export records, the index's
+rows, what the page shows (a transcript, the commit graph), the model's request, the core
+calls' results and the events.
 
 They are `TypedDict`s: JSON on disk and on the wire, and a turn holds thousands of messages,
 so at runtime they stay the plain dicts orjson writes (keys sorted on disk: the files are the
@@ -31,6 +33,9 @@ def to_json_bytes(obj: Any) -> bytes:
     if b"\n    " not in out:  # one level deep (no raw newline is inside a JSON string)
         return out.replace(b"\n  ", b"\n ")
     return b"\n".join([ln[(len(ln) - len(ln.lstrip(b" "))) >> 1:] for ln in out.split(b"\n")])
+
+
+# -- the files of a session: history/, runs/, session.json -----------------------------------
 
 
 class Skipped(TypedDict):
@@ -132,6 +137,14 @@ class ContextUse(TypedDict, total=False):
     tokens: int
 
 
+class MergeInfo(TypedDict):
+    """A merge turn's record of what it merged."""
+
+    branches: list[str]
+    strategy: str
+    conflicts: list[str]
+
+
 class RunRecord(TypedDict):
     """One file under runs/: a run's status, lineage, model and usage."""
 
@@ -166,14 +179,6 @@ class RunRecord(TypedDict):
     unreverted_at: NotRequired[str]
     undone_revert_commit_id: NotRequired[str]
     merge: NotRequired[MergeInfo]
-
-
-class MergeInfo(TypedDict):
-    """A merge turn's record of what it merged."""
-
-    branches: list[str]
-    strategy: str
-    conflicts: list[str]
 
 
 class RunFields(TypedDict, total=False):
@@ -254,15 +259,38 @@ def new_session_meta(session_id: str, title: str, user_id: str, *,
     return meta
 
 
-class CheckpointRow(TypedDict):
-    """One place a run can be continued from (checkpoints.checkpoint_timeline)."""
+# -- what stays on disk while an operation runs (store/journal.py, sources/exporting.py) -----
 
-    message_index: int
-    commit_id: str
-    kind: str | None
-    exact: bool
-    created_at: str
-    preview: str
+
+class IntentExtras(TypedDict, total=False):
+    untracked: list[str]  # folders whose untracked files a rollback removes
+    to: str  # a checkout's target branch
+
+
+class IntentRecord(IntentExtras, total=True):
+    """The intent record (store/journal.py): what a multi-file operation is about to change,
+    so a kill in the middle is finished or rolled back at start-up."""
+
+    op: str
+    kind: str
+    branch: str
+    head: str | None
+    paths: list[str]
+
+
+class ExportRecord(TypedDict, total=False):
+    """The record that makes an export to a folder all-or-nothing (`.git/braid-export`)."""
+
+    folder: str
+    tmp: str
+    ref: str
+    state: str
+    phase: str  # "staging" | "moving"
+    written: list[str]
+    deleted: list[str]
+    ino: int
+    writes: list[list[str]]  # [private name, path]
+    deletes: list[list[str]]  # [path, private name]
 
 
 # -- the index's rows (store/index.py, backends/pg_index.py) ---------------------------------
@@ -310,6 +338,9 @@ class Siblings(TypedDict):
     next: RunRef | None
 
 
+# -- what the page shows of a session (features/sessions.py) ---------------------------------
+
+
 class FileChip(TypedDict):
     """A file a turn changed, as its chip shows it."""
 
@@ -317,7 +348,13 @@ class FileChip(TypedDict):
     status: str  # "added" | "modified" | "deleted"
 
 
-# -- what the page shows of a session (features/sessions.py) ----------------------------------
+class RunSummary(TypedDict, total=False):
+    """The keys of a run a turn shows when its record is not at hand (a partial record)."""
+
+    run_id: str
+    status: str
+    branch: str | None
+    sub_agent: SubAgentInfo
 
 
 class TranscriptItem(TypedDict, total=False):
@@ -334,15 +371,6 @@ class TranscriptItem(TypedDict, total=False):
     siblings: Siblings | None
     streaming: bool
     live_text: str  # a live turn's text streamed so far (web.live)
-
-
-class RunSummary(TypedDict, total=False):
-    """The keys of a run a turn shows when its record is not at hand (a partial record)."""
-
-    run_id: str
-    status: str
-    branch: str | None
-    sub_agent: SubAgentInfo
 
 
 class Transcript(TypedDict):
@@ -386,6 +414,20 @@ SessionInfo = TypedDict("SessionInfo", {
 })
 
 
+class CheckpointRow(TypedDict):
+    """One place a run can be continued from (checkpoints.checkpoint_timeline)."""
+
+    message_index: int
+    commit_id: str
+    kind: str | None
+    exact: bool
+    created_at: str
+    preview: str
+
+
+# -- the commit graph (features/dag.py) ------------------------------------------------------
+
+
 class CommitNode(TypedDict):
     """A commit as the DAG and its node view show it (git.commits.CommitInfo)."""
 
@@ -397,9 +439,6 @@ class CommitNode(TypedDict):
     message_index: int | None
     summary: str
     created_at: int  # seconds since the epoch
-
-
-# -- the commit graph (features/dag.py) -------------------------------------------------------
 
 
 class DagNode(CommitNode, total=False):
@@ -439,6 +478,44 @@ class NodeView(TypedDict):
     tips: list[str]
 
 
+# -- the model's request (model/client.py) ---------------------------------------------------
+
+
+class ToolSpec(TypedDict):
+    name: str
+    description: str
+    parameters: dict[str, object]  # a JSON Schema
+
+
+class ToolSchema(TypedDict):
+    """One entry of a request's `tools` (agent.tools.Workspace.schemas)."""
+
+    type: str
+    function: ToolSpec
+
+
+class ModelMessage(TypedDict):
+    """A message as a request carries it (model.messages.shape): what every server takes."""
+
+    role: str
+    content: str
+    tool_calls: NotRequired[list[ToolCall]]
+    reasoning_content: NotRequired[str]
+    tool_call_id: NotRequired[str]
+
+
+class ModelEntry(TypedDict):
+    """A model an endpoint serves (or, `id` None, the endpoint's error listing them)."""
+
+    id: str | None
+    endpoint: str
+    error: NotRequired[str]
+    ref: NotRequired[str]  # the choice that names it (`id@endpoint` where ids repeat)
+
+
+# -- what the core's calls return (the actions' results) -------------------------------------
+
+
 # What creating (or importing) a session returns.
 CreatedSession = TypedDict("CreatedSession", {
     "session_id": str, "title": str,
@@ -446,7 +523,85 @@ CreatedSession = TypedDict("CreatedSession", {
 })
 
 
-# -- events (base/events.py): published by the core, rendered by the web ----------------------
+class ForkedSession(TypedDict):
+    """A fork's lineage, as forking returns it."""
+
+    session_id: str
+    forked_from_session_id: str
+    root_session_id: str | None
+    title: str
+
+
+class SessionList(TypedDict):
+    sessions: list[SessionRow]
+
+
+class SessionChanges(TypedDict, total=False):
+    """What `update_session` changes: a new title, archived or not, a model (None: the
+    server's default)."""
+
+    title: str
+    archived: bool
+    model: str | None
+
+
+class ShownBranch(TypedDict):
+    """The branch a session shows now and its tip (a checkout's result)."""
+
+    branch: str
+    head: str
+
+
+class RunStarted(TypedDict):
+    """`send_message` over the socket: the run's id at once (its events follow)."""
+
+    run_id: str
+
+
+class RunStatus(TypedDict):
+    """A run and its status: what stopping one returns."""
+
+    run_id: str
+    status: str
+
+
+class ContinueResult(TypedDict):
+    """The run a continue started (time travel): its place and where it came from."""
+
+    run_id: str
+    status: str
+    branch: str | None
+    forked_from_run_id: str | None
+    forked_from_message_index: int | None
+    regenerated_from: str | None
+    created_at: str
+    forked: bool
+    message_index: int
+    source_run_id: str
+
+
+class ContinuedRun(RunRecord):
+    """A continued run at its end (`POST /api/runs/{id}/continue`): its record and messages,
+    and where it came from."""
+
+    forked: NotRequired[bool]
+    message_index: NotRequired[int]
+    source_run_id: NotRequired[str]
+
+
+class CheckpointList(TypedDict):
+    run_id: str
+    checkpoints: list[CheckpointRow]
+
+
+class Conflicted(TypedDict):
+    """A path a revert or a merge cannot take without losing a later change: each side's
+    text (a merge's: its blob id)."""
+
+    path: str
+    ours: str | None
+    theirs: str | None
+    branch: NotRequired[str]  # a merge's: the branch merged in
 
 
 class RevertResult(TypedDict):
@@ -463,14 +618,142 @@ class RevertResult(TypedDict):
     files: NotRequired[list[FileChip]]
 
 
-class Conflicted(TypedDict):
-    """A path a revert or a merge cannot take without losing a later change: each side's
-    text (a merge's: its blob id)."""
+class TurnFiles(TypedDict):
+    """The files a turn changed, and whether it is reverted."""
+
+    turn_id: str
+    paths: list[FileChip]
+    reverted: bool
+
+
+class TurnDiff(TypedDict):
+    """A turn's changes as one unified diff (of one `path`, or all)."""
+
+    turn_id: str
+    path: str | None
+    diff: str
+    paths: list[FileChip]
+
+
+class SubAgentResult(TypedDict):
+    """How a sub-agent ended: what spawning one returns and its `sub_agent_done` sends."""
+
+    branch: str
+    label: str
+    run_id: str
+    status: str
+    final_text: str
+    error: str | None
+    commit_id: str | None
+    parent_branch: str
+    parent_turn_id: str
+    summary_run_id: NotRequired[str]
+    summary_commit_id: NotRequired[str]
+
+
+class SubAgentSummary(TypedDict):
+    """The sub-agent's result as written on the parent branch (subagents.write_result)."""
+
+    run_id: str
+    run: RunRecord
+    message: MessageRecord
+    commit_id: str
+
+
+class MergeResult(TypedDict):
+    """A merge turn that ran to its end."""
+
+    commit_id: str
+    parent_ids: list[str]
+    final_text: str
+    conflicts: list[Conflicted]
+    run_id: str
+    status: str
+    branches: list[str]
+    strategy: str
+
+
+class UsageTotal(TypedDict):
+    """The tokens a branch's turns used, added up."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    estimated: bool
+    total_tokens: NotRequired[int]
+
+
+class ModelList(TypedDict):
+    """The models to choose from, and the default's choice."""
+
+    models: list[ModelEntry]
+    default: str
+
+
+class ModelInUse(TypedDict):
+    """The model a session's next turn uses."""
+
+    id: str
+    endpoint: str
+    ref: str
+    chosen: bool  # the session chose it (else: the default)
+
+
+class UploadMade(TypedDict):
+    """An upload's commit: its run, its one message and the paths it put in workdir/."""
+
+    run_id: str
+    run: RunRecord
+    messages: list[MessageRecord]
+    paths: list[str]
+    commit_id: str
+
+
+class UploadResult(TypedDict):
+    run_id: str
+    commit_id: str
+    paths: list[str]
+
+
+class PathConflict(TypedDict):
+    """A path an update or an export could not take as is: each side's state."""
 
     path: str
-    ours: str | None
-    theirs: str | None
-    branch: NotRequired[str]  # a merge's: the branch merged in
+    ours: str
+    theirs: str
+
+
+class SyncResult(TypedDict):
+    """What updating a session from its source did."""
+
+    changed: bool
+    updated_paths: list[str]
+    conflicts: list[PathConflict]
+    commit_id: str | None
+    base_commit: str | None
+    skipped: list[SkippedFile]
+
+
+class FolderExport(TypedDict):
+    """What exporting to a folder wrote and left."""
+
+    path: str
+    written: list[str]
+    deleted: list[str]
+    conflicts: list[PathConflict]
+    skipped: list[Skipped]
+
+
+class BranchExport(TypedDict):
+    """What exporting to a branch of the source repository made."""
+
+    branch: str
+    commits: list[str]
+    head: str
+    base_commit: str
+    update: str  # "created" | "unchanged" | "fast-forward"
+
+
+# -- events (base/events.py): published by the core, rendered by the web ---------------------
 
 
 class EventData(TypedDict, total=False):
@@ -523,287 +806,9 @@ class EventData(TypedDict, total=False):
     paths: list[str]
 
 
-class SubAgentSummary(TypedDict):
-    """The sub-agent's result as written on the parent branch (subagents.write_result)."""
-
-    run_id: str
-    run: RunRecord
-    message: MessageRecord
-    commit_id: str
-
-
 class EventFrame(TypedDict):
     """What the bus hands each subscriber: `{type: "event", event, data}`."""
 
     type: Literal["event"]
     event: str
     data: EventData
-
-
-class RunStatus(TypedDict):
-    """A run and its status: what stopping one returns."""
-
-    run_id: str
-    status: str
-
-
-# -- the model's request (model/client.py) ---------------------------------------------------
-
-
-class ToolSpec(TypedDict):
-    name: str
-    description: str
-    parameters: dict[str, object]  # a JSON Schema
-
-
-class ToolSchema(TypedDict):
-    """One entry of a request's `tools` (agent.tools.Workspace.schemas)."""
-
-    type: str
-    function: ToolSpec
-
-
-class ModelMessage(TypedDict):
-    """A message as a request carries it (model.messages.shape): what every server takes."""
-
-    role: str
-    content: str
-    tool_calls: NotRequired[list[ToolCall]]
-    reasoning_content: NotRequired[str]
-    tool_call_id: NotRequired[str]
-
-
-class ModelEntry(TypedDict):
-    """A model an endpoint serves (or, `id` None, the endpoint's error listing them)."""
-
-    id: str | None
-    endpoint: str
-    error: NotRequired[str]
-    ref: NotRequired[str]  # the choice that names it (`id@endpoint` where ids repeat)
-
-
-class ShownBranch(TypedDict):
-    """The branch a session shows now and its tip (a checkout's result)."""
-
-    branch: str
-    head: str
-
-
-class UsageTotal(TypedDict):
-    """The tokens a branch's turns used, added up."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    estimated: bool
-    total_tokens: NotRequired[int]
-
-
-class ModelList(TypedDict):
-    """The models to choose from, and the default's choice."""
-
-    models: list[ModelEntry]
-    default: str
-
-
-class ModelInUse(TypedDict):
-    """The model a session's next turn uses."""
-
-    id: str
-    endpoint: str
-    ref: str
-    chosen: bool  # the session chose it (else: the default)
-
-
-class ForkedSession(TypedDict):
-    """A fork's lineage, as forking returns it."""
-
-    session_id: str
-    forked_from_session_id: str
-    root_session_id: str | None
-    title: str
-
-
-class UploadMade(TypedDict):
-    """An upload's commit: its run, its one message and the paths it put in workdir/."""
-
-    run_id: str
-    run: RunRecord
-    messages: list[MessageRecord]
-    paths: list[str]
-    commit_id: str
-
-
-class UploadResult(TypedDict):
-    run_id: str
-    commit_id: str
-    paths: list[str]
-
-
-class SubAgentResult(TypedDict):
-    """How a sub-agent ended: what spawning one returns and its `sub_agent_done` sends."""
-
-    branch: str
-    label: str
-    run_id: str
-    status: str
-    final_text: str
-    error: str | None
-    commit_id: str | None
-    parent_branch: str
-    parent_turn_id: str
-    summary_run_id: NotRequired[str]
-    summary_commit_id: NotRequired[str]
-
-
-class MergeResult(TypedDict):
-    """A merge turn that ran to its end."""
-
-    commit_id: str
-    parent_ids: list[str]
-    final_text: str
-    conflicts: list[Conflicted]
-    run_id: str
-    status: str
-    branches: list[str]
-    strategy: str
-
-
-class ContinueResult(TypedDict):
-    """The run a continue started (time travel): its place and where it came from."""
-
-    run_id: str
-    status: str
-    branch: str | None
-    forked_from_run_id: str | None
-    forked_from_message_index: int | None
-    regenerated_from: str | None
-    created_at: str
-    forked: bool
-    message_index: int
-    source_run_id: str
-
-
-class ContinuedRun(RunRecord):
-    """A continued run at its end (`POST /api/runs/{id}/continue`): its record and messages,
-    and where it came from."""
-
-    forked: NotRequired[bool]
-    message_index: NotRequired[int]
-    source_run_id: NotRequired[str]
-
-
-class CheckpointList(TypedDict):
-    run_id: str
-    checkpoints: list[CheckpointRow]
-
-
-class TurnFiles(TypedDict):
-    """The files a turn changed, and whether it is reverted."""
-
-    turn_id: str
-    paths: list[FileChip]
-    reverted: bool
-
-
-class TurnDiff(TypedDict):
-    """A turn's changes as one unified diff (of one `path`, or all)."""
-
-    turn_id: str
-    path: str | None
-    diff: str
-    paths: list[FileChip]
-
-
-class SessionChanges(TypedDict, total=False):
-    """What `update_session` changes: a new title, archived or not, a model (None: the
-    server's default)."""
-
-    title: str
-    archived: bool
-    model: str | None
-
-
-# -- import, update and export (features/sources/) --------------------------------------------
-
-
-class PathConflict(TypedDict):
-    """A path an update or an export could not take as is: each side's state."""
-
-    path: str
-    ours: str
-    theirs: str
-
-
-class SyncResult(TypedDict):
-    """What updating a session from its source did."""
-
-    changed: bool
-    updated_paths: list[str]
-    conflicts: list[PathConflict]
-    commit_id: str | None
-    base_commit: str | None
-    skipped: list[SkippedFile]
-
-
-class FolderExport(TypedDict):
-    """What exporting to a folder wrote and left."""
-
-    path: str
-    written: list[str]
-    deleted: list[str]
-    conflicts: list[PathConflict]
-    skipped: list[Skipped]
-
-
-class BranchExport(TypedDict):
-    """What exporting to a branch of the source repository made."""
-
-    branch: str
-    commits: list[str]
-    head: str
-    base_commit: str
-    update: str  # "created" | "unchanged" | "fast-forward"
-
-
-class ExportRecord(TypedDict, total=False):
-    """The record that makes an export to a folder all-or-nothing (`.git/braid-export`)."""
-
-    folder: str
-    tmp: str
-    ref: str
-    state: str
-    phase: str  # "staging" | "moving"
-    written: list[str]
-    deleted: list[str]
-    ino: int
-    writes: list[list[str]]  # [private name, path]
-    deletes: list[list[str]]  # [path, private name]
-
-
-class RunStarted(TypedDict):
-    """`send_message` over the socket: the run's id at once (its events follow)."""
-
-    run_id: str
-
-
-class SessionList(TypedDict):
-    sessions: list[SessionRow]
-
-
-# -- what stays on disk while an operation runs ------------------------------------------------
-
-
-class IntentExtras(TypedDict, total=False):
-    untracked: list[str]  # folders whose untracked files a rollback removes
-    to: str  # a checkout's target branch
-
-
-class IntentRecord(IntentExtras, total=True):
-    """The intent record (store/journal.py): what a multi-file operation is about to change,
-    so a kill in the middle is finished or rolled back at start-up."""
-
-    op: str
-    kind: str
-    branch: str
-    head: str | None
-    paths: list[str]
