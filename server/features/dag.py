@@ -92,9 +92,9 @@ def graph(git: GitSession, limit: int = DAG_LIMIT) -> DagGraph:
     same branches only moved forward (a turn), the last graph is moved on by walking the
     new commits alone."""
     key = (tuple(sorted(git.branches().items())), git.branch, str(git.head_oid()), limit)
-    hit = git.caches.get("dag")
+    hit: tuple[Any, DagGraph] | None = git.caches.get("dag")  # (key, graph), this module's
     if hit is not None and hit[0] == key:
-        return hit[1].copy()  # type: ignore[no-any-return]  # the caches hold anything
+        return hit[1].copy()
     data = _moved_on(git, hit, key, limit) if hit is not None else None
     data = _labelled(git, data if data is not None else commit_graph(git, limit))
     git.caches["dag"] = (key, data)
