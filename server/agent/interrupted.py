@@ -15,7 +15,7 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import pygit2
 
@@ -23,9 +23,9 @@ from server.agent.turn_context import snapshot_user_edits
 from server.base import crash
 from server.base.errors import NotFound
 from server.base.ids import now_iso
-from server.base.records import to_json_bytes
+from server.base.records import RunRecord, RunRow, to_json_bytes
 from server.git.history import HISTORY, RUNS
-from server.git.session import WORKTREES, GitSession
+from server.git.session import WORKTREES, Change, GitSession
 from server.git.workdir import guarded
 from server.git.workdir.index_format import clear_stale_lock
 from server.git.workdir.scan import WORKDIR
@@ -55,16 +55,16 @@ def clear_stale_locks(git: GitSession, before: float | None = None) -> None:
         clear_stale_lock(lock, before)
 
 
-def find_record(git: GitSession, run_id: str) -> tuple[str, dict[str, Any]] | None:
+def find_record(git: GitSession, run_id: str) -> tuple[str, RunRecord] | None:
     """(path, record) of run `run_id`: the pending one a live turn wrote (a new run, or a
     resumed one) when it is newer than HEAD's, else HEAD's (a kill right after a commit can
     leave the pending record behind it)."""
     rel = layout.find_run_path(git, run_id) if not git.repo.head_is_unborn else None
-    head = dict(git.read_json(git.head_commit(), rel)) if rel else None
+    head: RunRecord | None = git.read_json(git.head_commit(), rel).copy() if rel else None
     for path in sorted(git.uncommitted()):
         if path.startswith(f"{RUNS}/") and path.rsplit("/", 1)[-1] == f"{run_id}.json":
             try:
-                pending = dict(json.loads(git.read_uncommitted(path) or b""))
+                pending = cast(RunRecord, dict(json.loads(git.read_uncommitted(path) or b"")))
             except (ValueError, TypeError):  # written atomically: a foreign file
                 log.warning("run record %s does not parse", path)
                 continue
@@ -75,7 +75,7 @@ def find_record(git: GitSession, run_id: str) -> tuple[str, dict[str, Any]] | No
 
 
 def interrupt_on_disk(git: GitSession, run_id: str, since: float | None = None
-                      ) -> dict[str, Any] | None:
+                      ) -> RunRecord | None:
     """Commit what a killed turn left (its pending files, its workdir changes), with its run
     marked INTERRUPTED."""
     clear_stale_locks(git, since)
@@ -89,7 +89,7 @@ def interrupt_on_disk(git: GitSession, run_id: str, since: float | None = None
     run["updated_at"] = now_iso()
     # session.json too: a session's first turn gives it its title before any commit. Temp
     # files, broken files and repeated seqs are left out (turn_leftovers).
-    changes: dict[str, Any] = turn_leftovers(git, run_id, rel)
+    changes = turn_leftovers(git, run_id, rel)
     changes[rel] = to_json_bytes(run)
     git.write_checkpoint(changes, summary="Run interrupted", kind="turn", run_id=run_id,
                          message_index=run.get("message_count"))
@@ -100,8 +100,8 @@ def interrupt_on_disk(git: GitSession, run_id: str, since: float | None = None
     return run
 
 
-async def interrupt_run(braid: Services, row: dict[str, Any], since: float | None = None
-                        ) -> dict[str, Any] | None:
+async def interrupt_run(braid: Services, row: RunRow, since: float | None = None
+                        ) -> RunRecord | RunRow | None:
     """Commit a run whose process died as INTERRUPTED and index it; None for an unknown
     session. `since`: git lock files older than that are the dead process's."""
     try:
@@ -112,20 +112,20 @@ async def interrupt_run(braid: Services, row: dict[str, Any], since: float | Non
         run_id = row["run_id"]
         run = await handle.call(lambda git: interrupt_on_disk(git, run_id, since))
         if run is None and str(row.get("branch") or "").startswith("sub_"):
-            branch = row["branch"]  # its files are in its worktree
+            branch = str(row["branch"])  # its files are in its worktree
             run = await handle.call(lambda git: recover_worktree(git, branch, run_id))
     except Exception:  # noqa: BLE001 - one broken session must not stop the server
         log.exception("could not recover run %s of session %s", row["run_id"],
                       row["session_id"])
         run = None
-    row = dict(row, status="INTERRUPTED", updated_at=now_iso())
-    run = run or row
-    await braid.index.upsert_run(row["session_id"], run)
-    return run
+    row = {**row, "status": "INTERRUPTED", "updated_at": now_iso()}
+    found = run or row
+    await braid.index.upsert_run(row["session_id"], found)
+    return found
 
 
 def recover_worktree(git: GitSession, name: str, run_id: str | None = None
-                     ) -> dict[str, Any] | None:
+                     ) -> RunRecord | None:
     """Commit what a dead server left in a worktree on its branch (its RUNNING run becomes
     INTERRUPTED, as start-up recovery does for the parent's runs; other files are committed
     as `user-edit`: nothing is destroyed), then remove the worktree."""
@@ -167,13 +167,13 @@ def seq_of(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def turn_leftovers(git: GitSession, run_id: str, record_rel: str) -> dict[str, Any]:
+def turn_leftovers(git: GitSession, run_id: str, record_rel: str) -> dict[str, Change]:
     """What a killed turn of `run_id` left uncommitted, as checkpoint changes: its pending
     history files (bytes), its workdir changes and session.json (DISK)."""
     journal.ensure_excludes(git)
     guarded.remove_temp_files(git.pending_dir, [HISTORY, RUNS])
     guarded.remove_temp_files(git.path, [WORKDIR])
-    changes: dict[str, Any] = {}
+    changes: dict[str, Change] = {}
     floor = layout.next_seq(git)  # every seq below it is given on the branch already
     taken: set[int] = set()
     head = git.head_commit().tree

@@ -17,8 +17,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
+from server.base.records import MessageRecord, RunRecord, RunRow
 from server.store.locks import BranchLocks, Lease
 
 
@@ -27,9 +28,12 @@ class RunningTurn(Protocol):
     mid-run, session_meta for a rename): this process's TurnContext, or pg_runs.RemoteTurn
     for one another process drives."""
 
-    run: dict[str, Any]
-    messages: list[dict[str, Any]]
     pending: dict[str, bytes]
+
+    @property
+    def run(self) -> RunRecord | RunRow: ...
+    @property
+    def messages(self) -> list[MessageRecord]: ...
 
     @property
     def run_id(self) -> str: ...

@@ -8,10 +8,11 @@ Read-only properties: a `Braid` whose `index` is SQLite's or PostgreSQL's fits a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from server.agent.live_runs import RunRegistry, TurnGate
 from server.base.events import EventBus
+from server.base.records import RunStatus
 from server.base.settings import Settings
 from server.git.packing import Packer
 from server.model.client import ModelClient
@@ -25,7 +26,7 @@ class RemoteRuns(Protocol):
     """A team server's view of runs other processes drive (`backends.pg_team.Team`)."""
 
     async def cancel_remote(self, session_id: str,
-                            run_id: str | None) -> dict[str, Any] | None: ...
+                            run_id: str | None) -> RunStatus | None: ...
 
 
 class Services(Protocol):

@@ -24,6 +24,7 @@ from server.agent.patch import PatchError, apply_hunks, parse_patch
 from server.agent.shell import run_shell
 from server.agent.tool_paths import PathEscape, blocking_parent, resolve_in, write_bytes
 from server.base.names import shown
+from server.base.records import ToolSchema
 
 LIST_LIMIT = 2000
 
@@ -178,9 +179,9 @@ class Workspace:
             return _error(f"{name} failed: {type(exc).__name__}: {exc}")
 
     @staticmethod
-    def schemas(shell_enabled: bool) -> list[dict[str, Any]]:
+    def schemas(shell_enabled: bool) -> list[ToolSchema]:
         """The OpenAI Chat Completions `tools` list for these tools."""
-        out: list[dict[str, Any]] = []
+        out: list[ToolSchema] = []
         for name, spec in _TOOLS.items():
             if name == "shell" and not shell_enabled:
                 continue

@@ -12,12 +12,13 @@ Everything here reads git only, on the session's worker thread.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 import pygit2
 
+from server.base.records import FileChip, SubAgentInfo, TranscriptItem
 from server.git import lookup as gitnames
 from server.git.commits import TRAILER_KIND, TRAILER_RUN, parse_trailers
 from server.git.session import GitSession
@@ -62,7 +63,7 @@ class FileChange:
             return "deleted"
         return "modified"
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> FileChip:
         return {"path": self.path, "status": self.status}
 
 
@@ -145,14 +146,14 @@ def changes_of(git: GitSession, span: TurnSpan,
 
 
 def file_views(git: GitSession, tip: pygit2.Commit,
-               run_ids: Iterable[str]) -> dict[str, list[dict[str, str]]]:
+               run_ids: Iterable[str]) -> dict[str, list[FileChip]]:
     """`[{path, status}]` per run, for many runs in one walk of the branch."""
     spans = turn_spans(git, tip, run_ids)
     return {run_id: [c.as_dict() for c in changes_of(git, span)]
             for run_id, span in spans.items()}
 
 
-def files_of(git: GitSession, run_id: str, branch: str | None = None) -> list[dict[str, str]]:
+def files_of(git: GitSession, run_id: str, branch: str | None = None) -> list[FileChip]:
     """The chips of one turn, on `branch` (default, or when gone: the branch shown)."""
     tip = git.head_commit()
     if branch and branch != git.branch and branch in git.branches():
@@ -160,16 +161,18 @@ def files_of(git: GitSession, run_id: str, branch: str | None = None) -> list[di
     return file_views(git, tip, [run_id]).get(run_id, [])
 
 
-def child_of(run: dict[str, Any]) -> dict[str, Any] | None:
+def child_of(run: Mapping[str, object]) -> SubAgentInfo | None:
     """For a sub-agent's result run (`kind: sub-agent-result`), its child: {branch, run_id,
     files...}; else None."""
     sub = run.get("sub_agent")
-    return sub if run.get("kind") == "sub-agent-result" and isinstance(sub, dict) else None
+    if run.get("kind") != "sub-agent-result" or not isinstance(sub, dict):
+        return None
+    return cast(SubAgentInfo, sub)
 
 
-def annotate_turns(git: GitSession, commit: pygit2.Commit, items: list[dict[str, Any]]) -> None:
+def annotate_turns(git: GitSession, commit: pygit2.Commit, items: list[TranscriptItem]) -> None:
     """Give every turn of a transcript its `files`, computed for all of them in one pass."""
-    run_ids = [t["run_id"] for t in items if t.get("type") == "turn" and t.get("run_id")]
+    run_ids = [rid for t in items if t.get("type") == "turn" and (rid := t.get("run_id"))]
     if not run_ids:
         return
     views = file_views(git, commit, run_ids)

@@ -14,9 +14,19 @@ from typing import TYPE_CHECKING, Any
 
 from server.base import crash, names
 from server.base.ids import new_message_id, now_iso
-from server.base.records import Message, RunRecord, to_json_bytes
+from server.base.records import (
+    EventData,
+    MessageRecord,
+    RunFields,
+    RunRecord,
+    Skipped,
+    ToolCall,
+    new_message,
+    new_run,
+    to_json_bytes,
+)
 from server.git.history import history_path
-from server.git.session import GitSession
+from server.git.session import Change, GitSession
 from server.git.workdir.scan import WORKDIR, why_left_out
 from server.git.workdir.staging import DISK
 from server.store import layout
@@ -33,10 +43,10 @@ class TurnContext:
     """What a live turn carries between its model calls and its checkpoints."""
 
     handle: SessionHandle
-    run: dict[str, Any]
+    run: RunRecord
     run_file: str
-    prior: list[dict[str, Any]]
-    messages: list[dict[str, Any]]
+    prior: list[MessageRecord]
+    messages: list[MessageRecord]
     next_seq: int
     pending: dict[str, bytes] = field(default_factory=dict)
     changed: set[str] = field(default_factory=set)
@@ -46,11 +56,11 @@ class TurnContext:
     prior_sums: list[int] | None = None
     legacy: bool = False  # the branch's history is in the earlier layout (history.py)
     # A tool call the turn was stopped during: its result joins before the last commit.
-    inflight: tuple[dict[str, Any], asyncio.Future[Any]] | None = None
+    inflight: tuple[ToolCall, asyncio.Future[Any]] | None = None
     # Names git cannot hold the opening look found (the user's, or a shell's before): the
     # turn's next checkpoint lists them as left out, and so does its record (`skipped`).
     carried: set[str] = field(default_factory=set)
-    last_skipped: list[dict[str, str]] = field(default_factory=list)  # of the last checkpoint
+    last_skipped: list[Skipped] = field(default_factory=list)  # of the last checkpoint
 
     @property
     def run_id(self) -> str:
@@ -81,11 +91,7 @@ def take_user_edits(git: GitSession) -> tuple[str | None, list[str]]:
     return str(oid), bad
 
 
-def new_message(role: str, run_id: str, content: str | None, **extra: Any) -> dict[str, Any]:
-    return Message(role, content, run_id, extra=extra).as_dict()
-
-
-def add_message(ctx: TurnContext, msg: dict[str, Any]) -> None:
+def add_message(ctx: TurnContext, msg: MessageRecord) -> None:
     path = history_path(ctx.next_seq, msg["role"], msg["id"], ctx.legacy)
     ctx.next_seq += 1
     ctx.messages.append(msg)
@@ -93,7 +99,7 @@ def add_message(ctx: TurnContext, msg: dict[str, Any]) -> None:
 
 
 def open_turn(
-    git: GitSession, handle: SessionHandle, text: str, fields: dict[str, Any],
+    git: GitSession, handle: SessionHandle, text: str, fields: RunFields,
     notes: tuple[str, ...] = (),
 ) -> TurnContext:
     """Open a turn on the session thread: snapshot user edits, then the user message (after
@@ -101,8 +107,7 @@ def open_turn(
     _, unholdable = take_user_edits(git)
     crash.at("turn.prepare")
     run_id = new_message_id()
-    run = RunRecord(run_id, handle.session_id, git.branch).as_dict()
-    run.update(fields)
+    run: RunRecord = {**new_run(run_id, handle.session_id, git.branch), **fields}
     ctx = TurnContext(
         handle=handle, run=run, run_file=layout.new_run_path(git, run_id),
         prior=layout.messages(git), messages=[], next_seq=layout.next_seq(git),
@@ -131,12 +136,12 @@ def write_pending_to_disk(git: GitSession, ctx: TurnContext) -> None:
         git.write_uncommitted(rel, data)
 
 
-def checkpoint_changes(ctx: TurnContext) -> tuple[dict[str, Any], int]:
+def checkpoint_changes(ctx: TurnContext) -> tuple[dict[str, Change], int]:
     """On the loop: what the turn's next checkpoint writes (its new messages, its record,
     the files its tools changed) and the message index it holds."""
     ctx.run["message_count"] = len(ctx.messages)
     ctx.run["updated_at"] = now_iso()
-    changes: dict[str, Any] = dict(ctx.pending)
+    changes: dict[str, Change] = dict(ctx.pending)
     for rel in ctx.changed | ctx.carried:  # a name git cannot hold: left out and listed
         changes[f"{WORKDIR}/{rel}"] = DISK
     work = ctx.handle.path / WORKDIR
@@ -149,15 +154,15 @@ def checkpoint_changes(ctx: TurnContext) -> tuple[dict[str, Any], int]:
     return changes, len(ctx.messages)
 
 
-def checkpoint_data(ctx: TurnContext, commit_id: str, kind: str) -> dict[str, Any]:
+def checkpoint_data(ctx: TurnContext, commit_id: str, kind: str) -> EventData:
     """The `checkpoint` event of the turn's last commit: with the names it left out."""
-    data: dict[str, Any] = {"run_id": ctx.run_id, "commit_id": commit_id, "kind": kind}
+    data: EventData = {"run_id": ctx.run_id, "commit_id": commit_id, "kind": kind}
     if ctx.last_skipped:
         data["skipped"] = list(ctx.last_skipped)
     return data
 
 
-def write_turn_commit(git: GitSession, run_id: str, changes: dict[str, Any], index: int,
+def write_turn_commit(git: GitSession, run_id: str, changes: dict[str, Change], index: int,
                       kind: str, summary: str) -> str:
     """On the session thread: the checkpoint commit; the turn's state is not touched."""
     crash.at("turn.checkpoint")

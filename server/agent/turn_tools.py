@@ -8,15 +8,17 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from server.agent.shell import on_own_thread
 from server.agent.tools import ToolResult, Workspace
-from server.agent.turn_context import TurnContext, add_message, new_message
+from server.agent.turn_context import TurnContext, add_message
 from server.base import crash, names
+from server.base.records import MessageRecord, ToolCall, ToolFunction, new_message
 from server.git.session import GitSession
 from server.git.workdir.scan import WORKDIR, why_left_out
 from server.model.messages import arguments_error
+from server.model.stream import Reply
 from server.store.backups import BackupStore
 
 if TYPE_CHECKING:
@@ -35,7 +37,7 @@ class ToolOutcome:
     changed: list[str]
 
 
-async def tool_step(braid: Services, ctx: TurnContext, call: dict[str, Any]) -> dict[str, Any]:
+async def tool_step(braid: Services, ctx: TurnContext, call: ToolCall) -> MessageRecord:
     """Run one tool call and record its result message. The work goes on in its own task: a
     cancel stops the turn here, and `settle_inflight` takes the call's result before the
     turn's last commit (a shell command is killed meanwhile; a file tool has written)."""
@@ -61,7 +63,7 @@ async def settle_inflight(ctx: TurnContext) -> None:
     record_tool(ctx, call, outcome)
 
 
-async def run_tool(braid: Services, ctx: TurnContext, call: dict[str, Any]) -> ToolOutcome:
+async def run_tool(braid: Services, ctx: TurnContext, call: ToolCall) -> ToolOutcome:
     """One tool call: a file tool on the session thread (it writes files and backs them up);
     a shell command on a thread of its own, then one look at what it changed on the
     session thread. Reads the turn's state; never writes it."""
@@ -84,7 +86,7 @@ async def run_tool(braid: Services, ctx: TurnContext, call: dict[str, Any]) -> T
 
 
 def _file_tool(braid: Services, git: GitSession, run_id: str, name: str,
-               fn: dict[str, Any]) -> ToolOutcome:
+               fn: ToolFunction) -> ToolOutcome:
     backups = BackupStore(git)  # each file's pre-turn content, for revert (backups.py)
 
     def before_write(rel: str) -> None:
@@ -122,8 +124,8 @@ def _left_out_note(left: dict[str, str]) -> str:
             f"Rename them (e.g. with the shell) to keep them.")
 
 
-def record_tool(ctx: TurnContext, call: dict[str, Any], outcome: ToolOutcome
-                ) -> dict[str, Any]:
+def record_tool(ctx: TurnContext, call: ToolCall, outcome: ToolOutcome
+                ) -> MessageRecord:
     """On the loop: the call's changed paths and its result message join the turn."""
     ctx.changed.update(outcome.changed)
     ctx.tool_calls += 1
@@ -134,7 +136,7 @@ def record_tool(ctx: TurnContext, call: dict[str, Any], outcome: ToolOutcome
     return msg
 
 
-def batch_summary(reply: Any) -> str:
+def batch_summary(reply: Reply) -> str:
     parts = []
     for call in reply.tool_calls[:4]:
         fn = call.get("function") or {}

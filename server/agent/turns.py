@@ -20,7 +20,6 @@ from server.agent.turn_context import (
     add_message,
     checkpoint_data,
     commit_turn,
-    new_message,
     open_turn,
     snapshot_user_edits,
     write_pending_to_disk,
@@ -29,6 +28,17 @@ from server.agent.turn_tools import batch_summary, settle_inflight, tool_step
 from server.base import crash, proctree
 from server.base.errors import Busy, NotFound
 from server.base.ids import new_message_id
+from server.base.records import (
+    EventData,
+    FileChip,
+    ModelMessage,
+    RunFields,
+    RunRecord,
+    RunStatus,
+    Siblings,
+    Usage,
+    new_message,
+)
 from server.git.session import GitSession
 from server.git.workdir.scan import WORKDIR
 from server.model.client import ModelError
@@ -55,13 +65,13 @@ FINAL = ("COMPLETED", "ERROR", "CANCELLED", "INTERRUPTED", "REGENERATED")
 
 
 def model_messages(ctx: TurnContext, budget: int = DEFAULT_CONTEXT_TOKENS,
-                   send_reasoning: bool = False) -> list[dict[str, Any]]:
+                   send_reasoning: bool = False) -> list[ModelMessage]:
     """What the model is sent: the base prompt, then only this branch's messages, the newest
     that fit the context budget (context.py), shaped so every server accepts them
     (model/messages.py); the run record keeps what the call used."""
     sent, used = context.fit((ctx.prior, ctx.messages), budget,
-                             context.estimate({"content": SYSTEM_PROMPT}), ctx.prior_sums)
-    ctx.run["context"] = dict(used, budget=budget)
+                             context.text_cost(SYSTEM_PROMPT), ctx.prior_sums)
+    ctx.run["context"] = {**used, "budget": budget}
     out = to_model(sent, SYSTEM_PROMPT, send_reasoning)
     if used["omitted_messages"]:
         out.insert(1, {"role": "system", "content": context.note_text(used["omitted_messages"])})
@@ -76,7 +86,7 @@ async def send_message(braid: Services, user_id: str, session_id: str, text: str
 
 
 async def start_turn(
-    braid: Services, handle: SessionHandle, text: str, fields: dict[str, Any] | None = None
+    braid: Services, handle: SessionHandle, text: str, fields: RunFields | None = None
 ) -> ActiveRun:
     branch = await handle.call(lambda git: git.branch)
 
@@ -103,8 +113,8 @@ async def launch(
     await braid.index.upsert_run(handle.session_id, ctx.run)
     await braid.index.upsert_session(handle.meta, ctx.run["updated_at"])
     braid.bus.publish(handle.session_id, "run_started", {
-        "run_id": ctx.run_id, "run": dict(ctx.run), "branch": active.branch,
-        "messages": [dict(m) for m in ctx.messages],
+        "run_id": ctx.run_id, "run": ctx.run.copy(), "branch": active.branch,
+        "messages": [m.copy() for m in ctx.messages],
         "siblings": await siblings_of(braid, handle.session_id, ctx.run_id),
         # The first turn names the session: the sidebar needs redrawing only then.
         "titled": "session.json" in ctx.pending,
@@ -216,7 +226,7 @@ async def _finish(
     sid = ctx.handle.session_id
     ctx.run["status"] = status
     ctx.run["error"] = error
-    files: list[dict[str, str]] = []
+    files: list[FileChip] = []
     siblings = None
     try:
         try:
@@ -224,7 +234,7 @@ async def _finish(
         except Exception as e:  # noqa: BLE001 - the turn must still end with its event
             log.exception("the last commit of run %s failed", ctx.run_id)
             status, error = "ERROR", f"could not commit the turn: {_error_text(e)}"
-            ctx.run.update(status=status, error=error)
+            ctx.run.update({"status": status, "error": error})
             # Its messages and record at least: the files it could not take stay on disk
             # for the next turn's user-edit snapshot.
             ctx.changed.clear()
@@ -240,9 +250,9 @@ async def _finish(
     finally:
         await braid.runs.end(active)
     event = {"COMPLETED": "run_completed", "ERROR": "run_error"}.get(status, "run_cancelled")
-    data: dict[str, Any] = {"run_id": ctx.run_id, "run": dict(ctx.run), "status": status,
-                            "messages": [dict(m) for m in ctx.messages], "files": files,
-                            "siblings": siblings}
+    data: EventData = {"run_id": ctx.run_id, "run": ctx.run.copy(), "status": status,
+                       "messages": [m.copy() for m in ctx.messages], "files": files,
+                       "siblings": siblings}
     if error:
         data["error"] = error
     braid.bus.publish(sid, event, data)
@@ -250,8 +260,8 @@ async def _finish(
     braid.packer.touch(sid, ctx.handle.path)
 
 
-async def _end_extras(braid: Services, ctx: TurnContext) -> tuple[list[dict[str, str]],
-                                                                 dict[str, Any] | None]:
+async def _end_extras(braid: Services, ctx: TurnContext) -> tuple[list[FileChip],
+                                                                 Siblings | None]:
     """The turn's chips and its `‹ 2/3 ›` place, for its end event: read once here rather
     than by every tab that renders it."""
     try:
@@ -287,24 +297,26 @@ async def _checkpoint_event(braid: Services, ctx: TurnContext, kind: str, summar
                       checkpoint_data(ctx, commit_id, kind))
 
 
-async def siblings_of(braid: Services, session_id: str, run_id: str) -> dict[str, Any] | None:
+async def siblings_of(braid: Services, session_id: str, run_id: str) -> Siblings | None:
     """The run's place among its sibling runs (`‹ 2/3 ›`), for its events' payloads: read
     from the session's forks only, so it costs what was forked, not the session's runs."""
     return sibling_map(await braid.index.lineage_runs(session_id)).get(run_id)
 
 
-def _add_usage(run: dict[str, Any], usage: dict[str, Any]) -> None:
+def _add_usage(run: RunRecord, usage: Usage) -> None:
     total = run.setdefault("usage", {})
-    for key, value in usage.items():
-        if key == "estimated":
-            total["estimated"] = bool(total.get("estimated")) or bool(value)
-        elif isinstance(value, int | float):
-            total[key] = int(total.get(key, 0)) + int(value)
+    if "prompt_tokens" in usage:
+        total["prompt_tokens"] = int(total.get("prompt_tokens", 0)) + int(usage["prompt_tokens"])
+    if "completion_tokens" in usage:
+        total["completion_tokens"] = (int(total.get("completion_tokens", 0))
+                                      + int(usage["completion_tokens"]))
+    if "estimated" in usage:
+        total["estimated"] = bool(total.get("estimated")) or bool(usage["estimated"])
 
 
 def _final_summary(ctx: TurnContext, status: str) -> str:
     first = next((m for m in ctx.messages if m["role"] == "user"), None)
-    text = (first or {}).get("content") or ""
+    text = (first["content"] if first else None) or ""
     head = text.strip().splitlines()[0][:60] if text.strip() else "turn"
     return f"Turn: {head}" if status == "COMPLETED" else f"Turn {status.lower()}: {head}"
 
@@ -321,7 +333,7 @@ def _error_text(e: BaseException) -> str:
 
 
 async def cancel_run(braid: Services, user_id: str, session_id: str,
-                     run_id: str | None = None) -> dict[str, Any]:
+                     run_id: str | None = None) -> RunStatus:
     """Stop `run_id` (none: the run the user is watching) and wait for it to end."""
     handle = braid.store.get_owned(user_id, session_id)
     live = braid.runs.for_session(handle.session_id)
@@ -356,6 +368,6 @@ async def cancel_run(braid: Services, user_id: str, session_id: str,
 # and run turns.
 __all__ = [
     "FINAL", "MAX_TEXT", "ActiveRun", "TurnContext", "add_message", "cancel_run",
-    "commit_turn", "drive", "launch", "new_message", "open_turn", "send_message",
+    "commit_turn", "drive", "launch", "open_turn", "send_message",
     "snapshot_user_edits", "start_turn", "write_pending_to_disk",
 ]

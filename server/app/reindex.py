@@ -7,8 +7,9 @@ The index is a cache: every session's `session.json` and every run record on eve
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from server.base.records import RunRecord, SessionMeta
 from server.git.history import RUNS
 from server.git.session import GitSession
 from server.store import layout
@@ -17,17 +18,17 @@ if TYPE_CHECKING:
     from server.agent.services import Services
 
 
-def read_session(git: GitSession) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def read_session(git: GitSession) -> tuple[SessionMeta, list[RunRecord]]:
     """session.json and every run record on every branch (a sibling run lives on its own
     branch; the record on the run's own branch wins)."""
-    meta = git.read_json(git.head_commit(), "session.json")
-    runs: dict[str, dict[str, Any]] = {}
+    meta: SessionMeta = git.read_json(git.head_commit(), "session.json")
+    runs: dict[str, RunRecord] = {}
     for name, tip in git.branches().items():
         commit = git.commit(tip)
         for run in layout.runs(git, commit):
             known = runs.get(run["run_id"])
             if known is None or run.get("branch") == name:
-                runs[run["run_id"]] = dict(run)
+                runs[run["run_id"]] = run.copy()
     # A turn killed before its first checkpoint left its RUNNING record on disk only: listed
     # so that start-up recovery commits it as INTERRUPTED even when the index was lost too.
     for rel in sorted(git.uncommitted()):  # pending records, either layout (staging.py)

@@ -8,7 +8,7 @@ import json
 import os
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 INFO = "server.json"
 
@@ -40,7 +40,16 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def running(data_dir: Path) -> dict[str, Any] | None:
+class RunInfo(TypedDict):
+    """The live server of a data dir: its process and where it answers."""
+
+    pid: int
+    host: str
+    port: int
+    base_url: str
+
+
+def running(data_dir: Path) -> RunInfo | None:
     """The live server of `data_dir` ({pid, host, port, base_url}), or None."""
     try:
         info = json.loads((data_dir / INFO).read_text())

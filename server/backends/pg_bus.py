@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from server.base.events import EventBus
+from server.base.records import EventData, EventFrame
 
 log = logging.getLogger("braid.pg")
 CHANNEL = "braid_events"
@@ -42,14 +43,14 @@ class PgEventBus(EventBus):
         super().__init__()
         self.url = url
         self.origin = origin  # this process: its own notifications are not delivered twice
-        self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._outbox: asyncio.Queue[EventFrame | None] = asyncio.Queue()
         self._inbox: asyncio.Queue[str] = asyncio.Queue()
         self._send: Any = None
         self._listen: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._send_lock = asyncio.Lock()  # one query at a time on the sending connection
         # Sees every frame another process sent, before this process's subscribers do.
-        self.on_remote: Callable[[dict[str, Any]], None] | None = None
+        self.on_remote: Callable[[EventFrame], None] | None = None
 
     async def start(self) -> None:
         import asyncpg
@@ -77,14 +78,14 @@ class PgEventBus(EventBus):
             if conn is not None and not conn.is_closed():
                 await conn.close()
 
-    def publish(self, session_id: str, event: str, data: dict[str, Any]) -> None:
+    def publish(self, session_id: str, event: str, data: EventData) -> None:
         super().publish(session_id, event, data)
         if self._tasks:
-            frame = {"type": "event", "event": event, "data": {"session_id": session_id,
-                                                               **data}}
+            frame: EventFrame = {"type": "event", "event": event,
+                                 "data": {"session_id": session_id, **data}}
             self._outbox.put_nowait(frame)
 
-    def _deliver(self, frame: dict[str, Any]) -> None:
+    def _deliver(self, frame: EventFrame) -> None:
         session_id = str(frame.get("data", {}).get("session_id", ""))
         self.deliver(session_id, frame)
 
@@ -148,7 +149,7 @@ class PgEventBus(EventBus):
             for frame in message.get("f", ()):
                 self._take(frame)
 
-    def _take(self, frame: dict[str, Any]) -> None:
+    def _take(self, frame: EventFrame) -> None:  # JSON from another process of ours
         try:
             if self.on_remote is not None:
                 self.on_remote(frame)

@@ -5,8 +5,9 @@ Still derived from git: `braid reindex` rebuilds it from the session repositorie
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+from server.base.records import RunRecord, RunRow, SessionMeta, SessionRow
 from server.store.index import LINEAGE_SQL, RUN_COLUMNS, SCHEMA_TEMPLATE, SESSION_COLUMNS
 
 SCHEMA = SCHEMA_TEMPLATE.format(flag="BOOLEAN NOT NULL DEFAULT FALSE")
@@ -59,17 +60,17 @@ class PgIndex:
         assert self._pool is not None, "index not open"
         return self._pool
 
-    async def upsert_session(self, meta: dict[str, Any], updated_at: str | None = None) -> None:
-        row = {c: meta.get(c) for c in SESSION_COLUMNS}
+    async def upsert_session(self, meta: SessionMeta, updated_at: str | None = None) -> None:
+        row: dict[str, object] = {c: meta.get(c) for c in SESSION_COLUMNS}
         row["title"] = row["title"] or ""
         row["archived"] = bool(row["archived"])
         row["updated_at"] = updated_at or meta.get("updated_at") or meta["created_at"]
         await self.pool.execute(UPSERT_SESSION, *(row[c] for c in SESSION_COLUMNS))
 
-    async def upsert_run(self, session_id: str, run: dict[str, Any]) -> None:
-        row = {c: run.get(c) for c in RUN_COLUMNS}
+    async def upsert_run(self, session_id: str, run: RunRecord | RunRow) -> None:
+        row: dict[str, object] = {c: run.get(c) for c in RUN_COLUMNS}
         row["session_id"] = session_id
-        index = row["forked_from_message_index"]
+        index = run.get("forked_from_message_index")  # an int, or a str in an old record
         row["forked_from_message_index"] = int(index) if index is not None else None
         async with self.pool.acquire() as db, db.transaction():
             await db.execute(UPSERT_RUN, *(row[c] for c in RUN_COLUMNS))
@@ -79,7 +80,7 @@ class PgIndex:
                 run.get("updated_at") or run.get("created_at"), session_id)
 
     async def list_sessions(self, user_id: str, query: str = "",
-                            archived: bool = False) -> list[dict[str, Any]]:
+                            archived: bool = False) -> list[SessionRow]:
         """The user's sessions, archived ones only when `archived`, else the others."""
         sql = "SELECT * FROM sessions WHERE user_id = $1 AND archived = $2"
         args: list[Any] = [user_id, archived]
@@ -88,36 +89,36 @@ class PgIndex:
             escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             args.append(f"%{escaped}%")
         sql += " ORDER BY created_at DESC"
-        return [dict(r) for r in await self.pool.fetch(sql, *args)]
+        return cast(list[SessionRow], [dict(r) for r in await self.pool.fetch(sql, *args)])
 
     async def delete_session(self, session_id: str) -> None:
         async with self.pool.acquire() as db, db.transaction():
             await db.execute("DELETE FROM runs WHERE session_id = $1", session_id)
             await db.execute("DELETE FROM sessions WHERE session_id = $1", session_id)
 
-    async def list_runs(self, session_id: str) -> list[dict[str, Any]]:
+    async def list_runs(self, session_id: str) -> list[RunRow]:
         rows = await self.pool.fetch(
             "SELECT * FROM runs WHERE session_id = $1 ORDER BY created_at", session_id)
-        return [dict(r) for r in rows]
+        return cast(list[RunRow], [dict(r) for r in rows])
 
-    async def lineage_runs(self, session_id: str) -> list[dict[str, Any]]:
+    async def lineage_runs(self, session_id: str) -> list[RunRow]:
         """Forked runs and the runs they fork from (index.Index.lineage_runs)."""
         rows = await self.pool.fetch(LINEAGE_SQL.replace("?", "$1"), session_id)
-        return [dict(r) for r in rows]
+        return cast(list[RunRow], [dict(r) for r in rows])
 
-    async def runs_since(self, session_id: str, created_at: str) -> list[dict[str, Any]]:
+    async def runs_since(self, session_id: str, created_at: str) -> list[RunRow]:
         rows = await self.pool.fetch(
             "SELECT * FROM runs WHERE session_id = $1 AND created_at >= $2 "
             "ORDER BY created_at, run_id", session_id, created_at)
-        return [dict(r) for r in rows]
+        return cast(list[RunRow], [dict(r) for r in rows])
 
     async def count_runs(self, session_id: str) -> int:
         return int(await self.pool.fetchval(
             "SELECT count(*) FROM runs WHERE session_id = $1", session_id))
 
-    async def runs_with_status(self, status: str) -> list[dict[str, Any]]:
-        return [dict(r) for r in await self.pool.fetch(
-            "SELECT * FROM runs WHERE status = $1", status)]
+    async def runs_with_status(self, status: str) -> list[RunRow]:
+        return cast(list[RunRow], [dict(r) for r in await self.pool.fetch(
+            "SELECT * FROM runs WHERE status = $1", status)])
 
     async def copy_runs(self, from_session_id: str, to_session_id: str) -> None:
         """A forked session shares its source's runs: one statement, however many."""

@@ -12,9 +12,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
 from server.agent.live_runs import ActiveRun, RunRegistry
+from server.base.records import EventFrame, MessageRecord, RunRecord, RunRow
 
 log = logging.getLogger("braid.pg")
 ENDS = ("run_completed", "run_error", "run_cancelled")
@@ -24,8 +25,8 @@ ENDS = ("run_completed", "run_error", "run_cancelled")
 class RemoteTurn:
     """What a page needs of a turn another process drives (`live.snapshot` reads it)."""
 
-    run: dict[str, Any]
-    messages: list[dict[str, Any]]
+    run: RunRecord | RunRow
+    messages: list[MessageRecord]
     pending: dict[str, bytes] = field(default_factory=dict)  # never committed here
 
     @property
@@ -65,7 +66,7 @@ class PgRunRegistry(RunRegistry):
     def local(self, session_id: str, run_id: str) -> ActiveRun | None:
         return next((a for a in super().for_session(session_id) if a.run_id == run_id), None)
 
-    def observe(self, frame: dict[str, Any]) -> None:
+    def observe(self, frame: EventFrame) -> None:
         """Follow a frame another process published."""
         data = frame.get("data") or {}
         event, sid, run_id = frame.get("event"), data.get("session_id"), data.get("run_id")
@@ -73,7 +74,8 @@ class PgRunRegistry(RunRegistry):
             return
         if event == "run_started" and isinstance(data.get("branch"), str):
             run = RemoteRun(sid, run_id, data["branch"], send_cancel=self.send_cancel, started=True)
-            turn = RemoteTurn(dict(data.get("run") or {"run_id": run_id}),
+            # A frame without its run (none is sent so) still names the run.
+            turn = RemoteTurn((data.get("run") or cast(RunRow, {"run_id": run_id})).copy(),
                               list(data.get("messages") or []))
             run.ctx = turn  # what live.snapshot reads
             self._remote[(sid, data["branch"])] = run

@@ -24,7 +24,7 @@ import logging
 import os
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from server.backends.pg_bus import PgEventBus
 from server.backends.pg_conn import PgThread
@@ -33,6 +33,7 @@ from server.backends.pg_locks import PgBranchLocks
 from server.backends.pg_runs import PgRunRegistry, RemoteRun
 from server.base.errors import BraidError, Busy
 from server.base.ids import new_message_id
+from server.base.records import EventFrame, RunRow, RunStatus
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -196,7 +197,7 @@ class Team:
             except Busy:
                 continue  # its owner still holds the branch: alive, or this process has it
             try:
-                run = await interrupt_run(self.braid, dict(row), since=time.time())
+                run = await interrupt_run(self.braid, cast(RunRow, dict(row)), since=time.time())
             finally:
                 await lease.release()
             for followed in self.runs.for_session(sid):
@@ -215,7 +216,7 @@ class Team:
     # -- cancel across processes ----------------------------------------------------------
 
     async def cancel_remote(self, session_id: str, run_id: str | None
-                            ) -> dict[str, Any] | None:
+                            ) -> RunStatus | None:
         """Stop a run another process drives; None when no live process holds one."""
         rows = await self.pool.fetch(
             "SELECT l.branch, r.run_id FROM braid_live_runs l JOIN runs r ON "
@@ -249,7 +250,7 @@ class Team:
         await self.pool.execute("SELECT pg_notify($1, $2)", CONTROL, json.dumps(
             {"op": "cancel", "session_id": session_id, "run_id": run_id}))
 
-    def _on_remote(self, frame: dict[str, Any]) -> None:
+    def _on_remote(self, frame: EventFrame) -> None:
         """An event of another process: follow its runs, and reload a session.json it
         changed (the title a first turn gave, a rename)."""
         self.runs.observe(frame)
@@ -265,8 +266,9 @@ class Team:
                 meta = json.loads((handle.path / "session.json").read_text())
             except (BraidError, OSError, ValueError):
                 return
-            handle.meta.clear()
-            handle.meta.update(meta)
+            kept = cast("dict[str, object]", handle.meta)  # the same object: others hold it
+            kept.clear()
+            kept.update(meta)
 
     def _on_control(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         try:

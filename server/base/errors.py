@@ -3,19 +3,42 @@ WebSocket error frames (see server/web/errors.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NotRequired, TypedDict
+
+from server.base.records import Conflicted, PathConflict
+
+
+class ErrorDetails(TypedDict, total=False):
+    """What a refusal names beyond its message, for the page to show it."""
+
+    conflicts: list[Conflicted] | list[PathConflict]  # the paths in the way
+    turn_id: str
+    path: str
+    reason: str  # why a name is refused
+    max_files: int  # a limit an upload passed
+    max_bytes: int
+    actions: list[str]  # the socket's actions (an unknown one was asked for)
+    message_count: int
+
+
+class ErrorInfo(TypedDict):
+    """An error as a frame or a response carries it: `{code, message, details?}`."""
+
+    code: str
+    message: str
+    details: NotRequired[ErrorDetails]
 
 
 class BraidError(Exception):
     code = "internal"
 
-    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+    def __init__(self, message: str, details: ErrorDetails | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.details = details
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"code": self.code, "message": self.message}
+    def as_dict(self) -> ErrorInfo:
+        out: ErrorInfo = {"code": self.code, "message": self.message}
         if self.details is not None:
             out["details"] = self.details
         return out

@@ -1,11 +1,12 @@
 """`EventBus`: events of a session go to every subscriber of that session (two tabs stay in
-sync). Core code publishes plain dicts; transports render them."""
+sync). Core code publishes typed payloads (records.EventData); transports render them."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from typing import Any
+
+from server.base.records import EventData, EventFrame
 
 EVENTS = frozenset({
     "run_started", "message_delta", "tool_call", "tool_result", "checkpoint",
@@ -17,26 +18,27 @@ EVENTS = frozenset({
 
 class EventBus:
     def __init__(self) -> None:
-        self._subscribers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = defaultdict(set)
+        self._subscribers: dict[str, set[asyncio.Queue[EventFrame]]] = defaultdict(set)
 
-    def subscribe(self, session_id: str) -> asyncio.Queue[dict[str, Any]]:
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    def subscribe(self, session_id: str) -> asyncio.Queue[EventFrame]:
+        queue: asyncio.Queue[EventFrame] = asyncio.Queue()
         self._subscribers[session_id].add(queue)
         return queue
 
-    def unsubscribe(self, session_id: str, queue: asyncio.Queue[dict[str, Any]]) -> None:
+    def unsubscribe(self, session_id: str, queue: asyncio.Queue[EventFrame]) -> None:
         subs = self._subscribers.get(session_id)
         if subs is not None:
             subs.discard(queue)
             if not subs:
                 del self._subscribers[session_id]
 
-    def publish(self, session_id: str, event: str, data: dict[str, Any]) -> None:
+    def publish(self, session_id: str, event: str, data: EventData) -> None:
         assert event in EVENTS, event
-        frame = {"type": "event", "event": event, "data": {"session_id": session_id, **data}}
+        frame: EventFrame = {"type": "event", "event": event,
+                             "data": {"session_id": session_id, **data}}
         self.deliver(session_id, frame)
 
-    def deliver(self, session_id: str, frame: dict[str, Any]) -> None:
+    def deliver(self, session_id: str, frame: EventFrame) -> None:
         """Hand a frame to every subscriber of the session (a team's bus: one from another
         process too)."""
         for queue in list(self._subscribers.get(session_id, ())):

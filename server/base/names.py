@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from server.base.errors import BadRequest
+from server.base.records import Skipped
 
 MAX_PART_BYTES = 255
 # Code points HFS+ ignores when it compares names (git's next_hfs_char), so ".g\u200cit" is
@@ -132,7 +133,7 @@ def check_path(path: object, *, symlink: bool = False) -> str:
     return path
 
 
-def skipped_entry(path: str, reason: str) -> dict[str, str]:
+def skipped_entry(path: str, reason: str) -> Skipped:
     """How a left-out name is listed in a commit's, an event's and a result's `skipped`."""
     return {"path": shown(path), "reason": reason}
 

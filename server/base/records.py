@@ -1,16 +1,20 @@
-"""Typed records: what a message file, a run record and `session.json` hold (DESIGN §3).
+"""Typed records: what a message file, a run record and `session.json` hold (DESIGN §3),
+and every other record that crosses packages: the intent and export records, the index's
+rows, what the page shows (a transcript, the commit graph), the model's request, the core
+calls' results and the events.
 
-Each is made here, in one place, and stored as the JSON object its `as_dict()` gives (keys
-sorted on disk, so the files are the same as before); readers get those dicts back from
-`layout.py`. `extra` carries the optional keys a kind of record adds (a tool call's
-`tool_call_id`, a sub-agent's `sub_agent`, an upload's `kind`...), left out when None.
+They are `TypedDict`s: JSON on disk and on the wire, and a turn holds thousands of messages,
+so at runtime they stay the plain dicts orjson writes (keys sorted on disk: the files are the
+same as before) and read back at no cost, while mypy checks every key. Each record is made
+here, in one place (`new_message`, `new_run`, `new_session_meta`); the keys a kind of record
+adds (a tool result's `tool_call_id`, a sub-agent's `sub_agent`, an upload's `kind`...) are
+`NotRequired`.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict, Unpack, cast
 
 import orjson
 
@@ -31,73 +35,788 @@ def to_json_bytes(obj: Any) -> bytes:
     return b"\n".join([ln[(len(ln) - len(ln.lstrip(b" "))) >> 1:] for ln in out.split(b"\n")])
 
 
-def _present(extra: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in extra.items() if v is not None}
+# -- the files of a session: history/, runs/, session.json -----------------------------------
 
 
-@dataclass
-class Message:
+class Skipped(TypedDict):
+    """A name git cannot hold, left out: how a commit, an event and a result list it."""
+
+    path: str
+    reason: str
+
+
+class ToolFunction(TypedDict, total=False):
+    name: str
+    arguments: str  # the JSON text the model sent (free-form: checked by the tool)
+
+
+class ToolCall(TypedDict, total=False):
+    """One tool call of an assistant message, as the Chat Completions API spells it (as a
+    model sent it: a key may be missing)."""
+
+    id: str
+    type: str
+    function: ToolFunction
+
+
+class Usage(TypedDict, total=False):
+    """Tokens a model call (or a run, summed) used; `estimated` when the server sent none."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    estimated: bool
+
+
+class SubAgentInfo(TypedDict, total=False):
+    """What a sub-agent's run and its result message say of it."""
+
+    branch: str
+    commit_id: str | None
+    run_id: str
+    status: str
+    final_text: str
+    label: str
+    parent_branch: str
+    parent_turn_id: str
+    base_commit_id: str
+    files: list[FileChip]  # a result's: what the child changed (its chips in the parent)
+
+
+class MessageExtras(TypedDict, total=False):
+    """The keys a kind of message adds; `new_message` leaves out those given as None."""
+
+    tool_calls: list[ToolCall] | None
+    reasoning: str | None
+    finish_reason: str | None
+    usage: Usage | None
+    partial: bool | None
+    tool_call_id: str | None
+    name: str | None
+    is_error: bool | None
+    sub_agent: SubAgentInfo | None
+    upload: list[str] | None
+    kind: str | None
+
+
+class MessageRecord(TypedDict):
     """One file under history/: `{id, role, content, run_id, created_at, ...}`."""
 
+    id: str
     role: str
     content: str | None
     run_id: str | None
-    id: str = field(default_factory=new_message_id)
-    created_at: str = field(default_factory=now_iso)
-    extra: dict[str, Any] = field(default_factory=dict)
+    created_at: str
+    tool_calls: NotRequired[list[ToolCall]]  # an assistant's
+    reasoning: NotRequired[str]  # an assistant's thinking (`reasoning_content`)
+    finish_reason: NotRequired[str | None]
+    usage: NotRequired[Usage]
+    partial: NotRequired[bool]  # an answer whose stream broke off
+    tool_call_id: NotRequired[str]  # a tool result's
+    name: NotRequired[str | None]  # a tool result's tool
+    is_error: NotRequired[bool]
+    sub_agent: NotRequired[SubAgentInfo]  # a sub-agent's result
+    upload: NotRequired[list[str]]  # an upload's paths
+    kind: NotRequired[str]  # a revert note's
+    reverted_run_id: NotRequired[str]  # a revert note's
+    copied_from: NotRequired[str | None]  # a fork's copy of the source run's message
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "role": self.role, "content": self.content,
-                "run_id": self.run_id, "created_at": self.created_at, **_present(self.extra)}
+
+def new_message(role: str, run_id: str | None, content: str | None,
+                **extra: Unpack[MessageExtras]) -> MessageRecord:
+    """A new message of `run_id`, now; the `extra` keys given as None are left out."""
+    made = {"id": new_message_id(), "role": role, "content": content, "run_id": run_id,
+            "created_at": now_iso(), **{k: v for k, v in extra.items() if v is not None}}
+    return cast(MessageRecord, made)
 
 
-@dataclass
-class RunRecord:
+class ContextUse(TypedDict, total=False):
+    """What a model call's context held (context.fit), kept in the run record."""
+
+    budget: int
+    sent_messages: int
+    omitted_messages: int
+    tokens: int
+
+
+class MergeInfo(TypedDict):
+    """A merge turn's record of what it merged."""
+
+    branches: list[str]
+    strategy: str
+    conflicts: list[str]
+    resolved: NotRequired[list[str]]  # the conflicted files the user resolved by hand
+
+
+class RunRecord(TypedDict):
     """One file under runs/: a run's status, lineage, model and usage."""
 
     run_id: str
     session_id: str
+    status: str
+    branch: str | None
+    model: str | None
+    usage: Usage
+    created_at: str
+    updated_at: str
+    forked_from_run_id: str | None
+    forked_from_message_index: int | None
+    regenerated_from: str | None
+    error: str | None
+    message_count: int
+    parent_run_id: str | None
+    endpoint: NotRequired[str]
+    kind: NotRequired[str]  # "upload", "sub-agent-result"
+    sub_agent: NotRequired[SubAgentInfo]
+    continue_from: NotRequired[str | int]
+    context: NotRequired[ContextUse]
+    warning: NotRequired[str]
+    skipped: NotRequired[list[Skipped]]
+    reverted: NotRequired[bool]
+    messages: NotRequired[list[MessageRecord]]  # a legacy record's own messages
+    resumed_from_message_index: NotRequired[int]
+    regenerated_by: NotRequired[str]
+    reverted_at: NotRequired[str]
+    revert_forced: NotRequired[bool]
+    reverted_paths: NotRequired[list[str]]
+    unreverted_at: NotRequired[str]
+    undone_revert_commit_id: NotRequired[str]
+    merge: NotRequired[MergeInfo]
+
+
+class RunFields(TypedDict, total=False):
+    """What a kind of turn adds to its record as it opens (`turn_context.open_turn`)."""
+
+    model: str | None
+    parent_run_id: str | None
+    sub_agent: SubAgentInfo
+    merge: MergeInfo
+
+
+def new_run(run_id: str, session_id: str, branch: str, *, status: str = "RUNNING",
+            created_at: str | None = None, message_count: int = 0,
+            forked_from_run_id: str | None = None,
+            forked_from_message_index: int | None = None, regenerated_from: str | None = None,
+            parent_run_id: str | None = None) -> RunRecord:
+    """A run's record as it opens; a kind of run then sets its own keys (`kind`...)."""
+    at = created_at or now_iso()
+    run: RunRecord = {
+        "run_id": run_id, "session_id": session_id, "status": status, "branch": branch,
+        "model": None, "usage": {}, "created_at": at, "updated_at": at,
+        "forked_from_run_id": forked_from_run_id,
+        "forked_from_message_index": forked_from_message_index,
+        "regenerated_from": regenerated_from, "error": None,
+        "message_count": message_count, "parent_run_id": parent_run_id,
+    }
+    return run
+
+
+class SourceMeta(TypedDict, total=False):
+    """Where an imported session comes from (`session.json`'s `source`)."""
+
+    kind: str  # "folder" | "git"
+    path_or_url: str
+    ref: str | None
+    base_commit: str | None
+
+
+class SkippedFile(TypedDict):
+    """A file an import (or an update from the source) left out, and its size."""
+
+    path: str
+    reason: str
+    size: int
+
+
+class ImportSummary(TypedDict):
+    """What an import took (`session.json`'s `import`)."""
+
+    files: int
+    bytes: int
+    skipped: list[SkippedFile]
+    skipped_count: int
+
+
+# `session.json`: who owns the session and where it comes from (`import` is a keyword: the
+# functional form).
+SessionMeta = TypedDict("SessionMeta", {
+    "session_id": str, "title": str, "user_id": str, "created_at": str,
+    "forked_from_session_id": str | None,
+    "root_session_id": str | None,  # a root session's is its own id
+    "model": NotRequired[str | None],
+    "endpoint": NotRequired[str | None],
+    "archived": NotRequired[bool],
+    "updated_at": NotRequired[str],
+    "source": NotRequired[SourceMeta],
+    "import": NotRequired[ImportSummary],
+})
+
+
+def new_session_meta(session_id: str, title: str, user_id: str, *,
+                     forked_from_session_id: str | None = None,
+                     root_session_id: str | None = None) -> SessionMeta:
+    meta: SessionMeta = {
+        "session_id": session_id, "title": title, "user_id": user_id, "created_at": now_iso(),
+        "forked_from_session_id": forked_from_session_id,
+        "root_session_id": root_session_id or session_id}
+    return meta
+
+
+# -- what stays on disk while an operation runs (store/journal.py, sources/exporting.py) -----
+
+
+class IntentExtras(TypedDict, total=False):
+    untracked: list[str]  # folders whose untracked files a rollback removes
+    to: str  # a checkout's target branch
+
+
+class IntentRecord(IntentExtras, total=True):
+    """The intent record (store/journal.py): what a multi-file operation is about to change,
+    so a kill in the middle is finished or rolled back at start-up."""
+
+    op: str
+    kind: str
     branch: str
-    status: str = "RUNNING"
-    model: str | None = None
-    usage: dict[str, Any] = field(default_factory=dict)
-    created_at: str = field(default_factory=now_iso)
-    updated_at: str = ""  # the creation time until the run changes
-    forked_from_run_id: str | None = None
-    forked_from_message_index: int | None = None
-    regenerated_from: str | None = None
-    error: str | None = None
-    message_count: int = 0
-    parent_run_id: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id, "session_id": self.session_id, "status": self.status,
-            "branch": self.branch, "model": self.model, "usage": self.usage,
-            "created_at": self.created_at, "updated_at": self.updated_at or self.created_at,
-            "forked_from_run_id": self.forked_from_run_id,
-            "forked_from_message_index": self.forked_from_message_index,
-            "regenerated_from": self.regenerated_from, "error": self.error,
-            "message_count": self.message_count, "parent_run_id": self.parent_run_id,
-            **self.extra,
-        }
+    head: str | None
+    paths: list[str]
 
 
-@dataclass
-class SessionMeta:
-    """`session.json`: who owns the session and where it comes from."""
+class ExportRecord(TypedDict, total=False):
+    """The record that makes an export to a folder all-or-nothing (`.git/braid-export`)."""
+
+    folder: str
+    tmp: str
+    ref: str
+    state: str
+    phase: str  # "staging" | "moving"
+    written: list[str]
+    deleted: list[str]
+    ino: int
+    writes: list[list[str]]  # [private name, path]
+    deletes: list[list[str]]  # [path, private name]
+
+
+# -- the index's rows (store/index.py, backends/pg_index.py) ---------------------------------
+
+
+class SessionRow(TypedDict):
+    """A row of the index's `sessions` table."""
 
     session_id: str
-    title: str
     user_id: str
-    forked_from_session_id: str | None = None
-    root_session_id: str | None = None  # a root session's is its own id
-    created_at: str = field(default_factory=now_iso)
-    extra: dict[str, Any] = field(default_factory=dict)  # model?, archived?, source?, import?
+    title: str
+    created_at: str
+    updated_at: str
+    forked_from_session_id: str | None
+    root_session_id: str | None
+    archived: bool
+    model: str | None
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"session_id": self.session_id, "title": self.title, "user_id": self.user_id,
-                "created_at": self.created_at,
-                "forked_from_session_id": self.forked_from_session_id,
-                "root_session_id": self.root_session_id or self.session_id, **self.extra}
+
+class RunRow(TypedDict):
+    """A row of the index's `runs` table (a run record's indexed keys)."""
+
+    session_id: str
+    run_id: str
+    status: str
+    branch: str | None
+    forked_from_run_id: str | None
+    forked_from_message_index: int | None
+    regenerated_from: str | None
+    created_at: str
+    updated_at: str | None
+
+
+class RunRef(TypedDict):
+    run_id: str
+    branch: str | None
+
+
+class Siblings(TypedDict):
+    """A run's place among its sibling runs (the page's `‹ 2/3 ›`, lineage.sibling_map)."""
+
+    position: int
+    count: int
+    prev: RunRef | None
+    next: RunRef | None
+
+
+# -- what the page shows of a session (features/sessions.py) ---------------------------------
+
+
+class FileChip(TypedDict):
+    """A file a turn changed, as its chip shows it."""
+
+    path: str
+    status: str  # "added" | "modified" | "deleted"
+
+
+class RunSummary(TypedDict, total=False):
+    """The keys of a run a turn shows when its record is not at hand (a partial record)."""
+
+    run_id: str
+    status: str
+    branch: str | None
+    sub_agent: SubAgentInfo
+
+
+class TranscriptItem(TypedDict, total=False):
+    """A transcript's item: a turn (a user message and the answer's messages) or a note (a
+    system message such as a revert notice)."""
+
+    type: str  # "turn" | "note"
+    message: MessageRecord  # a note's
+    run_id: str | None
+    user: MessageRecord | None
+    parts: list[MessageRecord]
+    run: RunRecord | RunRow | RunSummary
+    files: list[FileChip]
+    siblings: Siblings | None
+    streaming: bool
+    live_text: str  # a live turn's text streamed so far (web.live)
+
+
+class Transcript(TypedDict):
+    """The newest turns of a branch (before a message): what the page shows and scrolls."""
+
+    commit_id: str
+    turns: list[TranscriptItem]
+    start: int
+    has_more: bool
+    total: int
+    session_id: NotRequired[str]
+
+
+class BranchHead(TypedDict):
+    name: str
+    head: str
+
+
+class RunSummaryRow(TypedDict):
+    """A run as `session_info` lists it."""
+
+    run_id: str
+    status: str
+    branch: str | None
+    forked_from_run_id: str | None
+    forked_from_message_index: int | None
+    regenerated_from: str | None
+    created_at: str
+
+
+# `GET /api/sessions/{id}`.
+SessionInfo = TypedDict("SessionInfo", {
+    "session_id": str, "title": str, "user_id": str, "archived": bool, "model": str | None,
+    "forked_from_session_id": str | None, "root_session_id": str | None,
+    "created_at": str | None, "head": str, "branch": str, "branches": list[BranchHead],
+    "source": SourceMeta | None, "import": ImportSummary | None,
+    "runs": NotRequired[list[RunSummaryRow]],
+    "running": NotRequired[dict[str, str]],
+    "model_in_use": NotRequired[str],
+    "endpoint": NotRequired[str],
+})
+
+
+class CheckpointRow(TypedDict):
+    """One place a run can be continued from (checkpoints.checkpoint_timeline)."""
+
+    message_index: int
+    commit_id: str
+    kind: str | None
+    exact: bool
+    created_at: str
+    preview: str
+
+
+# -- the commit graph (features/dag.py) ------------------------------------------------------
+
+
+class CommitNode(TypedDict):
+    """A commit as the DAG and its node view show it (git.commits.CommitInfo)."""
+
+    id: str
+    parent_ids: list[str]
+    parent_id: str | None
+    kind: str
+    run_id: str | None
+    message_index: int | None
+    summary: str
+    created_at: int  # seconds since the epoch
+
+
+class DagNode(CommitNode, total=False):
+    """A commit of the graph: its own fields, the branch it belongs to and, once labelled,
+    the branch tips on it and its label."""
+
+    branch: str
+    tips: list[str]
+    label: str
+
+
+class DagBranch(TypedDict):
+    name: str
+    head: str
+    result: NotRequired[str]  # a sub-agent branch's answer
+    sub_agent: NotRequired[bool]
+
+
+class DagGraph(TypedDict):
+    """Every commit reachable from a branch, newest first, and the branches."""
+
+    nodes: list[DagNode]
+    branches: list[DagBranch]
+    head: str
+    current_branch: str
+
+
+class NodeView(TypedDict):
+    """One commit as the graph's panel shows it: the chat and the files at that point."""
+
+    commit: CommitNode
+    transcript: Transcript
+    run: RunRecord | None
+    files: list[str]
+    files_total: int
+    branches: list[str]
+    tips: list[str]
+
+
+# -- the model's request (model/client.py) ---------------------------------------------------
+
+
+class ToolSpec(TypedDict):
+    name: str
+    description: str
+    parameters: dict[str, object]  # a JSON Schema
+
+
+class ToolSchema(TypedDict):
+    """One entry of a request's `tools` (agent.tools.Workspace.schemas)."""
+
+    type: str
+    function: ToolSpec
+
+
+class ModelMessage(TypedDict):
+    """A message as a request carries it (model.messages.shape): what every server takes."""
+
+    role: str
+    content: str
+    tool_calls: NotRequired[list[ToolCall]]
+    reasoning_content: NotRequired[str]
+    tool_call_id: NotRequired[str]
+
+
+class ModelEntry(TypedDict):
+    """A model an endpoint serves (or, `id` None, the endpoint's error listing them)."""
+
+    id: str | None
+    endpoint: str
+    error: NotRequired[str]
+    ref: NotRequired[str]  # the choice that names it (`id@endpoint` where ids repeat)
+
+
+# -- what the core's calls return (the actions' results) -------------------------------------
+
+
+# What creating (or importing) a session returns.
+CreatedSession = TypedDict("CreatedSession", {
+    "session_id": str, "title": str,
+    "source": NotRequired[SourceMeta], "import": NotRequired[ImportSummary],
+})
+
+
+class ForkedSession(TypedDict):
+    """A fork's lineage, as forking returns it."""
+
+    session_id: str
+    forked_from_session_id: str
+    root_session_id: str | None
+    title: str
+
+
+class SessionList(TypedDict):
+    sessions: list[SessionRow]
+
+
+class SessionChanges(TypedDict, total=False):
+    """What `update_session` changes: a new title, archived or not, a model (None: the
+    server's default)."""
+
+    title: str
+    archived: bool
+    model: str | None
+
+
+class ShownBranch(TypedDict):
+    """The branch a session shows now and its tip (a checkout's result)."""
+
+    branch: str
+    head: str
+
+
+class RunStarted(TypedDict):
+    """`send_message` over the socket: the run's id at once (its events follow)."""
+
+    run_id: str
+
+
+class RunStatus(TypedDict):
+    """A run and its status: what stopping one returns."""
+
+    run_id: str
+    status: str
+
+
+class ContinueResult(TypedDict):
+    """The run a continue started (time travel): its place and where it came from."""
+
+    run_id: str
+    status: str
+    branch: str | None
+    forked_from_run_id: str | None
+    forked_from_message_index: int | None
+    regenerated_from: str | None
+    created_at: str
+    forked: bool
+    message_index: int
+    source_run_id: str
+
+
+class ContinuedRun(RunRecord):
+    """A continued run at its end (`POST /api/runs/{id}/continue`): its record and messages,
+    and where it came from."""
+
+    forked: NotRequired[bool]
+    message_index: NotRequired[int]
+    source_run_id: NotRequired[str]
+
+
+class CheckpointList(TypedDict):
+    run_id: str
+    checkpoints: list[CheckpointRow]
+
+
+class Conflicted(TypedDict):
+    """A path a revert or a merge cannot take without losing a later change: each side's
+    text (a merge's: its blob id)."""
+
+    path: str
+    ours: str | None
+    theirs: str | None
+    branch: NotRequired[str]  # a merge's: the branch merged in (`theirs`)
+    into: NotRequired[str]  # a merge's: the branch merged into (`ours`, earlier merges in it)
+    editable: NotRequired[bool]  # a merge's: UTF-8 text shown whole, to edit by hand
+    merged: NotRequired[str | None]  # a merge's: the file with conflict markers
+    resolved: NotRequired[bool]  # a merge's: settled by the user's own text
+    resolution: NotRequired[str | None]  # that text
+
+
+class RevertResult(TypedDict):
+    """What reverting (or redoing) a turn did (features/revert.py)."""
+
+    turn_id: str
+    run_id: str
+    commit_id: str
+    restored_paths: list[str]
+    reverted: bool
+    run: RunRecord
+    note: MessageRecord
+    conflicts: NotRequired[list[Conflicted]]
+    files: NotRequired[list[FileChip]]
+
+
+class TurnFiles(TypedDict):
+    """The files a turn changed, and whether it is reverted."""
+
+    turn_id: str
+    paths: list[FileChip]
+    reverted: bool
+
+
+class TurnDiff(TypedDict):
+    """A turn's changes as one unified diff (of one `path`, or all)."""
+
+    turn_id: str
+    path: str | None
+    diff: str
+    paths: list[FileChip]
+
+
+class SubAgentResult(TypedDict):
+    """How a sub-agent ended: what spawning one returns and its `sub_agent_done` sends."""
+
+    branch: str
+    label: str
+    run_id: str
+    status: str
+    final_text: str
+    error: str | None
+    commit_id: str | None
+    parent_branch: str
+    parent_turn_id: str
+    files: NotRequired[list[FileChip]]  # what the child changed
+    summary_run_id: NotRequired[str]
+    summary_commit_id: NotRequired[str]
+
+
+class SubAgentSummary(TypedDict):
+    """The sub-agent's result as written on the parent branch (subagents.write_result)."""
+
+    run_id: str
+    run: RunRecord
+    message: MessageRecord
+    commit_id: str
+
+
+class MergeResult(TypedDict):
+    """A merge turn that ran to its end."""
+
+    commit_id: str
+    parent_ids: list[str]
+    final_text: str
+    conflicts: list[Conflicted]
+    run_id: str
+    status: str
+    branches: list[str]
+    strategy: str
+
+
+class UsageTotal(TypedDict):
+    """The tokens a branch's turns used, added up."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    estimated: bool
+    total_tokens: NotRequired[int]
+
+
+class ModelList(TypedDict):
+    """The models to choose from, and the default's choice."""
+
+    models: list[ModelEntry]
+    default: str
+
+
+class ModelInUse(TypedDict):
+    """The model a session's next turn uses."""
+
+    id: str
+    endpoint: str
+    ref: str
+    chosen: bool  # the session chose it (else: the default)
+
+
+class UploadMade(TypedDict):
+    """An upload's commit: its run, its one message and the paths it put in workdir/."""
+
+    run_id: str
+    run: RunRecord
+    messages: list[MessageRecord]
+    paths: list[str]
+    commit_id: str
+
+
+class UploadResult(TypedDict):
+    run_id: str
+    commit_id: str
+    paths: list[str]
+
+
+class PathConflict(TypedDict):
+    """A path an update or an export could not take as is: each side's state."""
+
+    path: str
+    ours: str
+    theirs: str
+
+
+class SyncResult(TypedDict):
+    """What updating a session from its source did."""
+
+    changed: bool
+    updated_paths: list[str]
+    conflicts: list[PathConflict]
+    commit_id: str | None
+    base_commit: str | None
+    skipped: list[SkippedFile]
+
+
+class FolderExport(TypedDict):
+    """What exporting to a folder wrote and left."""
+
+    path: str
+    written: list[str]
+    deleted: list[str]
+    conflicts: list[PathConflict]
+    skipped: list[Skipped]
+
+
+class BranchExport(TypedDict):
+    """What exporting to a branch of the source repository made."""
+
+    branch: str
+    commits: list[str]
+    head: str
+    base_commit: str
+    update: str  # "created" | "unchanged" | "fast-forward"
+
+
+# -- events (base/events.py): published by the core, rendered by the web ---------------------
+
+
+class EventData(TypedDict, total=False):
+    """An event's payload: the keys each event sends (`session_id` is added on publishing).
+
+    One shape for every event, its keys optional: an event names the few it sends (a
+    turn's `run_started` its run and messages, `message_delta` a delta, `merged` the
+    branches...), and a renderer reads the ones its event sends."""
+
+    session_id: str
+    run_id: str
+    run: RunRecord | RunRow
+    status: str
+    error: str | None
+    reason: str
+    branch: str
+    head: str
+    messages: list[MessageRecord]
+    message: MessageRecord
+    message_id: str
+    delta: str
+    call: ToolCall
+    siblings: Siblings | None
+    files: list[FileChip]
+    titled: bool
+    commit_id: str | None
+    kind: str
+    skipped: list[Skipped]
+    forked: bool
+    source_run_id: str
+    message_index: int
+    parent_ids: list[str]
+    branches: list[str]
+    strategy: str
+    conflicts: list[Conflicted]
+    label: str
+    prompt: str
+    parent_turn_id: str
+    parent_branch: str
+    final_text: str
+    summary: SubAgentSummary
+    summary_run_id: str
+    summary_commit_id: str
+    shown_branch: str
+    turn_id: str
+    restored_paths: list[str]
+    reverted: bool
+    note: MessageRecord
+    changes: list[str]
+    paths: list[str]
+
+
+class EventFrame(TypedDict):
+    """What the bus hands each subscriber: `{type: "event", event, data}`."""
+
+    type: Literal["event"]
+    event: str
+    data: EventData

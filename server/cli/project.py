@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from server.app import runinfo
+from server.app.runinfo import RunInfo
 from server.base.settings import Settings
 
 START_TIMEOUT = 30.0
@@ -41,7 +42,7 @@ def _free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(settings: Settings) -> dict[str, Any]:
+def start_server(settings: Settings) -> RunInfo:
     """Start `braid serve` for the data dir in the background (its own session, so it
     outlives this command) and wait until it answers."""
     port = settings.port if _port_free(settings.host, settings.port) else \

@@ -6,10 +6,11 @@ model, `server/web/render/dag_layout.py`. `node_view` is one commit's chat and f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pygit2
 
+from server.base.records import CommitNode, DagGraph, DagNode, NodeView
 from server.features.sessions import transcript_at
 from server.features.subagents import is_sub_branch, short_name
 from server.git.commits import commit_info
@@ -27,7 +28,7 @@ FILES_LIMIT = 300
 WALK = pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.TIME
 
 
-def commit_graph(git: GitSession, limit: int) -> dict[str, Any]:
+def commit_graph(git: GitSession, limit: int) -> DagGraph:
     """Every commit reachable from a branch, newest first, each with the branch it belongs
     to (the first branch, main first, whose first-parent chain reaches it)."""
     branches = git.branches()
@@ -40,16 +41,16 @@ def commit_graph(git: GitSession, limit: int) -> dict[str, Any]:
 
 
 def _nodes(git: GitSession, walker: pygit2.Walker, branches: dict[str, str],
-           limit: int) -> list[dict[str, Any]]:
+           limit: int) -> list[DagNode]:
     """The walk's commits as nodes. A commit's own fields are read once per session
     (`GitSession.caches`: commits never change) and main's commits are known from its line
     kept in memory (history.Lines), so a node costs a lookup, not a parse."""
-    known: dict[str, dict[str, Any]] = git.caches.setdefault("dag_nodes", {})
+    known: dict[str, CommitNode] = git.caches.setdefault("dag_nodes", {})
     if len(known) > 4 * DAG_LIMIT:
         known.clear()
     owner = _owners(git, branches)
     main_tip = pygit2.Oid(hex=branches["main"]) if "main" in branches else None
-    nodes: list[dict[str, Any]] = []
+    nodes: list[DagNode] = []
     for commit in walker:
         if len(nodes) >= limit:
             break
@@ -57,7 +58,7 @@ def _nodes(git: GitSession, walker: pygit2.Walker, branches: dict[str, str],
         info = known.get(key)
         if info is None:
             info = known[key] = commit_info(commit).as_dict()
-        node = dict(info)
+        node = cast(DagNode, dict(info))  # its labels come with the tips (_labelled)
         node["branch"] = owner.get(key) or (
             "main" if main_tip is not None and git.lines.holds(main_tip, commit.id) else "")
         nodes.append(node)
@@ -82,7 +83,7 @@ def _owners(git: GitSession, branches: dict[str, str]) -> dict[str, str]:
     return owner
 
 
-def graph(git: GitSession, limit: int = DAG_LIMIT) -> dict[str, Any]:
+def graph(git: GitSession, limit: int = DAG_LIMIT) -> DagGraph:
     """The commit graph; a sub-agent branch's tip is labelled with the sub-agent's result.
 
     The graph is a function of the branch tips (and HEAD): two tabs, or a dag_changed that
@@ -91,17 +92,17 @@ def graph(git: GitSession, limit: int = DAG_LIMIT) -> dict[str, Any]:
     same branches only moved forward (a turn), the last graph is moved on by walking the
     new commits alone."""
     key = (tuple(sorted(git.branches().items())), git.branch, str(git.head_oid()), limit)
-    hit = git.caches.get("dag")
+    hit: tuple[Any, DagGraph] | None = git.caches.get("dag")  # (key, graph), this module's
     if hit is not None and hit[0] == key:
-        return dict(hit[1])
+        return hit[1].copy()
     data = _moved_on(git, hit, key, limit) if hit is not None else None
     data = _labelled(git, data if data is not None else commit_graph(git, limit))
     git.caches["dag"] = (key, data)
-    return dict(data)
+    return data.copy()
 
 
-def _moved_on(git: GitSession, hit: tuple[Any, dict[str, Any]], key: Any,
-              limit: int) -> dict[str, Any] | None:
+def _moved_on(git: GitSession, hit: tuple[Any, DagGraph], key: Any,
+              limit: int) -> DagGraph | None:
     """The last graph plus the commits made since, when the branches are the same ones and
     each moved only forward; None otherwise (the graph is walked afresh)."""
     old_key, old = hit
@@ -120,12 +121,12 @@ def _moved_on(git: GitSession, hit: tuple[Any, dict[str, Any]], key: Any,
         walker.hide(pygit2.Oid(hex=tip))
     # A branch's line gains only its new commits: the old nodes keep their owners.
     fresh = _nodes(git, walker, now, limit)
-    nodes = fresh + [dict(n) for n in old["nodes"][:max(0, limit - len(fresh))]]
+    nodes = fresh + [n.copy() for n in old["nodes"][:max(0, limit - len(fresh))]]
     return {"nodes": nodes, "branches": [{"name": n, "head": h} for n, h in sorted(now.items())],
             "head": str(git.head_oid()), "current_branch": git.branch}
 
 
-def _labelled(git: GitSession, data: dict[str, Any]) -> dict[str, Any]:
+def _labelled(git: GitSession, data: DagGraph) -> DagGraph:
     """Tips, labels and sub-agent results: the parts of a node that depend on the tips."""
     tips_by_oid: dict[str, list[str]] = {}
     for branch in data["branches"]:
@@ -148,19 +149,19 @@ def _labelled(git: GitSession, data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _build(git: GitSession, limit: int) -> dict[str, Any]:
+def _build(git: GitSession, limit: int) -> DagGraph:
     """The graph walked afresh (bench/dag.py times it)."""
     return _labelled(git, commit_graph(git, limit))
 
 
-async def get_dag(braid: Services, user_id: str, session_id: str) -> dict[str, Any]:
+async def get_dag(braid: Services, user_id: str, session_id: str) -> DagGraph:
     handle = braid.store.get_owned(user_id, session_id)
     return await handle.call(lambda git: graph(git))
 
 
 
 
-def node_view(git: GitSession, commit_id: str) -> dict[str, Any]:
+def node_view(git: GitSession, commit_id: str) -> NodeView:
     """One commit as the panel shows it: the chat and the files at that point. On a sub-agent
     branch the chat is the child's own (its branch holds its own history)."""
     commit = git.commit(commit_id)
@@ -169,7 +170,7 @@ def node_view(git: GitSession, commit_id: str) -> dict[str, Any]:
     run = None
     if info["run_id"]:
         path = repo_layout.find_run_path(git, info["run_id"], commit)
-        run = dict(git.read_json(commit, path)) if path else None
+        run = git.read_json(commit, path).copy() if path else None
     branches = git.branches()
     on = [name for name, tip in branches.items()
           if tip == commit_id or git.repo.descendant_of(tip, commit_id)]
@@ -179,7 +180,7 @@ def node_view(git: GitSession, commit_id: str) -> dict[str, Any]:
 
 
 async def get_node(braid: Services, user_id: str, session_id: str,
-                   commit_id: str) -> dict[str, Any]:
+                   commit_id: str) -> NodeView:
     """One commit of the graph; `commit_id` is a full commit id (`params.full_commit_id`)."""
     handle = braid.store.get_owned(user_id, session_id)
     return await handle.call(lambda git: node_view(git, commit_id))

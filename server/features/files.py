@@ -19,7 +19,7 @@ import zipfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import pygit2
 from pygit2.enums import FileMode
@@ -102,10 +102,33 @@ def _node(commit: pygit2.Commit, path: str) -> pygit2.Object | None:
         return None
 
 
-def _entries(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+class PathEntry(TypedDict):
+    """A folder's entry as the file panel lists it (`size` None: a folder)."""
+
+    path: str
+    type: str  # "dir" | "file"
+    size: int | None
+
+
+class PathRead(TypedDict):
+    """A folder's entries or a file's bytes at a ref (over ZIP_WHOLE: `data` None and a
+    `stream` of them)."""
+
+    ref: str
+    commit_id: str
+    path: str
+    type: str  # "dir" | "file"
+    entries: NotRequired[list[PathEntry]]
+    size: NotRequired[int]
+    mode: NotRequired[int]
+    data: NotRequired[bytes | None]
+    stream: NotRequired[RepoStream]
+
+
+def _entries(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> list[PathEntry]:
+    out: list[PathEntry] = []
     for entry in tree:
-        rel = f"{path}/{entry.name}" if path else entry.name
+        rel = f"{path}/{entry.name}" if path else str(entry.name)  # a tree entry has a name
         if isinstance(entry, pygit2.Tree):
             out.append({"path": rel, "type": "dir", "size": None})
         else:  # the size from the object's header: `entry.size` reads the whole blob
@@ -114,25 +137,29 @@ def _entries(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> list[dict
     return out
 
 
-def read_path(git: GitSession, ref: str | None, path: str) -> dict[str, Any]:
+def read_path(git: GitSession, ref: str | None, path: str) -> PathRead:
     """{ref, commit_id, path, type, entries | data}: a folder's entries or a file's bytes
     (over ZIP_WHOLE: `data` None and a `stream` of them)."""
     commit, name = resolve(git, ref)
     node = _node(commit, path)
-    base = {"ref": name, "commit_id": str(commit.id), "path": path}
+    got: PathRead = {"ref": name, "commit_id": str(commit.id), "path": path, "type": "dir"}
     if node is None:
         if not path:  # a session without files yet
-            return {**base, "type": "dir", "entries": []}
+            got["entries"] = []
+            return got
         raise NotFound(f"no file or folder {path} at {name}")
     if isinstance(node, pygit2.Tree):
-        return {**base, "type": "dir", "entries": _entries(git.repo, node, path)}
+        got["entries"] = _entries(git.repo, node, path)
+        return got
     size = git.repo.odb.read_header(node.id)[1]
-    got = {**base, "type": "file", "size": size, "mode": int(node.filemode)}
+    got.update({"type": "file", "size": size, "mode": int(node.filemode)})
     if size > ZIP_WHOLE:  # sent as it is read (`stream`), never whole in memory
         oid = node.id
-        return {**got, "data": None, "stream": RepoStream(
-            git.path, lambda repo, out: _copy_blob(repo, oid, size, out))}
-    return {**got, "data": gitnames.blob_data(git.repo, node.id)}
+        got.update({"data": None, "stream": RepoStream(
+            git.path, lambda repo, out: _copy_blob(repo, oid, size, out))})
+        return got
+    got["data"] = gitnames.blob_data(git.repo, node.id)
+    return got
 
 
 def _copy_blob(repo: pygit2.Repository, oid: pygit2.Oid, size: int, out: _Pipe) -> None:
@@ -288,7 +315,7 @@ class _Stopped(Exception):
 
 
 async def list_files(braid: Services, user_id: str, session_id: str, ref: str | None = None,
-                     path: str = "") -> dict[str, Any]:
+                     path: str = "") -> PathRead:
     """A folder of the workdir at `ref` (none: HEAD); `ref` and `path` as `ref_param` and
     `path_param` passed them."""
     handle = braid.store.get_owned(user_id, session_id)
@@ -300,7 +327,7 @@ async def list_files(braid: Services, user_id: str, session_id: str, ref: str | 
 
 
 async def get_path(braid: Services, user_id: str, session_id: str, ref: str | None = None,
-                   path: str = "") -> dict[str, Any]:
+                   path: str = "") -> PathRead:
     handle = braid.store.get_owned(user_id, session_id)
     return await handle.call(lambda git: read_path(git, ref, path))
 

@@ -18,7 +18,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pygit2
 from pygit2.enums import FileMode
@@ -27,7 +27,7 @@ from server.agent.turn_context import snapshot_user_edits
 from server.base import crash
 from server.base.errors import Busy
 from server.base.ids import new_session_id
-from server.base.records import SessionMeta, to_json_bytes
+from server.base.records import ForkedSession, SessionMeta, new_session_meta, to_json_bytes
 from server.git.commits import commit_message
 from server.git.init_repo import init_repository
 from server.git.session import GitSession
@@ -84,7 +84,7 @@ def _with_file(repo: pygit2.Repository, tree: pygit2.Tree, name: str,
     return builder.write()
 
 
-def clone_session(git: GitSession, target: Path, meta: dict[str, Any]) -> dict[str, str]:
+def clone_session(git: GitSession, target: Path, meta: SessionMeta) -> dict[str, str]:
     """On the source's thread: build the fork at `target`. Returns its branches' tips."""
     snapshot_user_edits(git)  # the user's unsaved edits go along, committed in the source
     git.flush_index()
@@ -168,16 +168,16 @@ def fork_title(title: str) -> str:
     return f"{match.group(1)[:106]} (fork {n})"
 
 
-async def fork_session(braid: Services, user_id: str, session_id: str) -> dict[str, Any]:
+async def fork_session(braid: Services, user_id: str, session_id: str) -> ForkedSession:
     """Copy a session the user owns into a new one; returns the new session's lineage."""
     source = braid.store.get_owned(user_id, session_id)
     if await braid.locks.held(source.session_id):
         raise Busy("a run is going on in this session; fork it when the run ends")
     new_id = new_session_id()
-    meta = SessionMeta(new_id, fork_title(source.meta.get("title") or ""), source.user_id,
-                       forked_from_session_id=source.session_id,
-                       root_session_id=source.meta.get("root_session_id") or source.session_id,
-                       ).as_dict()
+    meta = new_session_meta(
+        new_id, fork_title(source.meta.get("title") or ""), source.user_id,
+        forked_from_session_id=source.session_id,
+        root_session_id=source.meta.get("root_session_id") or source.session_id)
     target = braid.store.path(new_id)
     await braid.packer.wait_idle(source.session_id)  # the object files must not move now
     # A marker next to the folder: a kill before the fork is whole leaves it, and start-up

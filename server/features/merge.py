@@ -21,7 +21,7 @@ from server.agent.turn_context import TurnContext, open_turn, snapshot_user_edit
 from server.agent.turns import launch
 from server.base import crash
 from server.base.errors import BadRequest, Busy, Conflict
-from server.base.records import to_json_bytes
+from server.base.records import Conflicted, MergeResult, RunFields, to_json_bytes
 from server.features.subagents import branch_words
 from server.git import lookup as gitnames
 from server.git.history import HISTORY, RUNS
@@ -55,7 +55,7 @@ class MergePlan:
     tips: list[pygit2.Oid]
     workdir_oid: pygit2.Oid
     results: dict[str, str]
-    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    conflicts: list[Conflicted] = field(default_factory=list)
 
 
 def _workdir_tree(git: GitSession, commit: pygit2.Commit | None, empty: pygit2.Oid) -> pygit2.Oid:
@@ -88,7 +88,7 @@ def _editable(git: GitSession, entries: tuple[Any, Any, Any]) -> bool:
 
 
 def _conflict(git: GitSession, entries: tuple[Any, Any, Any], into: str, branch: str,
-              resolutions: dict[str, str]) -> dict[str, Any]:
+              resolutions: dict[str, str]) -> Conflicted:
     """One conflicted file as the page and the API show it: both sides (`ours`: the branch
     merged into, with the branches merged before this one; `theirs`: `branch`), the file with
     conflict markers to edit by hand, and whether the user's resolution settles it."""
@@ -263,7 +263,7 @@ def _start_merge(git: GitSession, handle: SessionHandle, into: str, branches: li
                        {"conflicts": plan.conflicts})
     head = git.head_commit()
     old_workdir = _workdir_tree(git, head, git.repo.TreeBuilder().write())
-    fields = {"model": model, "merge": {
+    fields: RunFields = {"model": model, "merge": {
         "branches": branches, "strategy": strategy,
         "conflicts": sorted({c["path"] for c in plan.conflicts}),
         "resolved": sorted({c["path"] for c in plan.conflicts if c["resolved"]})}}
@@ -288,7 +288,7 @@ def _start_merge(git: GitSession, handle: SessionHandle, into: str, branches: li
 
 async def merge_branches(braid: Services, user_id: str, session_id: str, branches: list[str],
                          message: str = "", strategy: str = "fail",
-                         resolutions: dict[str, str] | None = None) -> dict[str, Any]:
+                         resolutions: dict[str, str] | None = None) -> MergeResult:
     """Merge `branches` into the current branch and run the merge turn to its end.
     `resolutions`: {workdir path: text}, the user's own result for a conflicted file."""
     by_hand = dict(resolutions or {})

@@ -5,9 +5,10 @@ here), and the tokens a branch's turns used."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from server.base.errors import BadRequest
+from server.base.records import ModelInUse, ModelList, Usage, UsageTotal
 from server.store import layout
 
 if TYPE_CHECKING:
@@ -21,16 +22,16 @@ def ref(model_id: str, endpoint: str) -> str:
     return model_id if endpoint == "demo" else f"{model_id}@{endpoint}"
 
 
-async def list_models(braid: Services) -> dict[str, Any]:
+async def list_models(braid: Services) -> ModelList:
     rows = await braid.model.list_models()
     for row in rows:
-        if row.get("id"):
+        if row["id"]:
             row["ref"] = ref(row["id"], row["endpoint"])
     ep, model = braid.model.resolve()
     return {"models": rows, "default": ref(model, ep.name)}
 
 
-def current(braid: Services, handle: SessionHandle) -> dict[str, Any]:
+def current(braid: Services, handle: SessionHandle) -> ModelInUse:
     """The model the session's next turn uses."""
     ep, model = braid.model.resolve(handle.meta.get("model"), handle.meta.get("endpoint"))
     return {"id": model, "endpoint": ep.name, "ref": ref(model, ep.name),
@@ -50,8 +51,8 @@ def check_model(braid: Services, value: object) -> str | None:
     return value.strip()
 
 
-def usage_total(usages: list[dict[str, Any]]) -> dict[str, Any]:
-    total: dict[str, Any] = {"prompt_tokens": 0, "completion_tokens": 0, "estimated": False}
+def usage_total(usages: list[Usage]) -> UsageTotal:
+    total: UsageTotal = {"prompt_tokens": 0, "completion_tokens": 0, "estimated": False}
     for usage in usages:
         total["prompt_tokens"] += int(usage.get("prompt_tokens") or 0)
         total["completion_tokens"] += int(usage.get("completion_tokens") or 0)
@@ -60,7 +61,7 @@ def usage_total(usages: list[dict[str, Any]]) -> dict[str, Any]:
     return total
 
 
-async def session_usage(braid: Services, user_id: str, session_id: str) -> dict[str, Any]:
+async def session_usage(braid: Services, user_id: str, session_id: str) -> UsageTotal:
     """Tokens the turns on the branch shown used, all added up."""
     handle = braid.store.get_owned(user_id, session_id)
     usages = await handle.call(lambda git: layout.run_usages(git, git.head_commit()))

@@ -36,9 +36,18 @@ from server.agent.turn_context import snapshot_user_edits
 from server.base import crash
 from server.base.errors import Busy, Conflict, NotFound
 from server.base.ids import new_message_id, now_iso
-from server.base.records import to_json_bytes
+from server.base.records import (
+    Conflicted,
+    FileChip,
+    MessageRecord,
+    RevertResult,
+    RunRecord,
+    TurnDiff,
+    TurnFiles,
+    to_json_bytes,
+)
 from server.git import lookup as gitnames
-from server.git.session import GitSession
+from server.git.session import Change, GitSession
 from server.git.workdir.scan import WORKDIR
 from server.git.workdir.staging import DISK
 from server.store import journal, layout
@@ -56,7 +65,7 @@ NAMES_IN_NOTE = 20
 
 
 def resolve_turn(git: GitSession, turn_id: str,
-                 commit: pygit2.Commit) -> tuple[str, str, dict[str, Any]]:
+                 commit: pygit2.Commit) -> tuple[str, str, RunRecord]:
     """(run_id, run record path, run record) of a turn on the branch at `commit`. Any of the
     turn's assistant message ids is accepted too (the protocol's `assistant_msg_id`)."""
     record_path = layout.find_run_path(git, turn_id, commit)
@@ -69,7 +78,7 @@ def resolve_turn(git: GitSession, turn_id: str,
             record_path = layout.find_run_path(git, run_id, commit)
     if record_path is None:
         raise NotFound(f"no turn {turn_id} on branch {git.branch}")
-    return run_id, record_path, dict(git.read_json(commit, record_path))
+    return run_id, record_path, git.read_json(commit, record_path).copy()
 
 
 def _turn_changes(git: GitSession, run_id: str, commit: pygit2.Commit) -> list[FileChange]:
@@ -153,7 +162,7 @@ def _text(git: GitSession, entry: Entry | None) -> str | None:
 
 
 def _conflict_details(git: GitSession, paths: list[str], ours: dict[str, Entry | None],
-                      theirs: dict[str, Entry | None]) -> list[dict[str, Any]]:
+                      theirs: dict[str, Entry | None]) -> list[Conflicted]:
     return [{"path": p, "ours": _text(git, ours.get(p)), "theirs": _text(git, theirs.get(p))}
             for p in paths]
 
@@ -168,7 +177,7 @@ def _names(paths: list[str]) -> str:
 
 
 def _take_out(git: GitSession, head: pygit2.Commit, run_id: str, changes: list[FileChange],
-              force: bool, refusal: str) -> tuple[dict[str, Entry | None], list[dict[str, Any]]]:
+              force: bool, refusal: str) -> tuple[dict[str, Entry | None], list[Conflicted]]:
     """Three-way: take each change (before → after) back out of HEAD. Returns the new entries
     of the paths that change and the conflicts (forced to `before`, else `Conflict`)."""
     base = {c.path: c.after for c in changes}
@@ -185,7 +194,7 @@ def _take_out(git: GitSession, head: pygit2.Commit, run_id: str, changes: list[F
 
 
 def _turn_in_state(git: GitSession, turn_id: str, reverted: bool
-                   ) -> tuple[str, str, dict[str, Any], pygit2.Commit]:
+                   ) -> tuple[str, str, RunRecord, pygit2.Commit]:
     """Resolve the turn and check its state, then snapshot the user's edits (so the revert
     sees them as later work, never clobbers them). Returns (run_id, record path, record,
     HEAD after the snapshot)."""
@@ -197,7 +206,7 @@ def _turn_in_state(git: GitSession, turn_id: str, reverted: bool
     return run_id, record_path, record, git.head_commit()
 
 
-def do_revert(git: GitSession, turn_id: str, force: bool) -> dict[str, Any]:
+def do_revert(git: GitSession, turn_id: str, force: bool) -> RevertResult:
     run_id, record_path, record, head = _turn_in_state(git, turn_id, reverted=False)
     changes = _turn_changes(git, run_id, head)
     if not changes:
@@ -210,14 +219,14 @@ def do_revert(git: GitSession, turn_id: str, force: bool) -> dict[str, Any]:
     if conflicts:
         forced = _names([c["path"] for c in conflicts])
         note += f" Later edits to {forced} were replaced by the pre-turn content."
-    record.update(reverted=True, reverted_at=now_iso(), revert_forced=bool(conflicts),
-                  reverted_paths=sorted(result))
+    record.update({"reverted": True, "reverted_at": now_iso(), "revert_forced": bool(conflicts),
+                   "reverted_paths": sorted(result)})
     out = _commit(git, run_id, record_path, record, result, "revert", note)
-    out.update(conflicts=conflicts, files=[c.as_dict() for c in changes])
+    out["conflicts"], out["files"] = conflicts, [c.as_dict() for c in changes]
     return out
 
 
-def do_unrevert(git: GitSession, turn_id: str, force: bool) -> dict[str, Any]:
+def do_unrevert(git: GitSession, turn_id: str, force: bool) -> RevertResult:
     run_id, record_path, record, head = _turn_in_state(git, turn_id, reverted=True)
     revert_commit = next((c for c in first_parent_line(head)
                           if trailers_of(c) == ("revert", run_id)), None)
@@ -230,24 +239,24 @@ def do_unrevert(git: GitSession, turn_id: str, force: bool) -> dict[str, Any]:
     changes = _turn_changes(git, run_id, head)
     names = _names([c.path for c in changes]) or "no files"
     note = f"The revert of turn {run_id} was undone; its changes to {names} are back."
-    record.update(reverted=False, unreverted_at=now_iso(),
-                  undone_revert_commit_id=str(revert_commit.id))
+    record.update({"reverted": False, "unreverted_at": now_iso(),
+                   "undone_revert_commit_id": str(revert_commit.id)})
     out = _commit(git, run_id, record_path, record, result, "unrevert", note)
-    out.update(conflicts=conflicts, files=[c.as_dict() for c in changes])
+    out["conflicts"], out["files"] = conflicts, [c.as_dict() for c in changes]
     return out
 
 
-def _commit(git: GitSession, run_id: str, record_path: str, record: dict[str, Any],
-            result: dict[str, Entry | None], kind: str, note_text: str) -> dict[str, Any]:
+def _commit(git: GitSession, run_id: str, record_path: str, record: RunRecord,
+            result: dict[str, Entry | None], kind: str, note_text: str) -> RevertResult:
     deleting = frozenset(p for p, e in result.items() if e is None)
     for path, entry in result.items():
         check_writable(git, path, entry, deleting)  # all before any: a refusal changes nothing
     # run_id null: the note belongs to no run, so it never shifts a run's message indexes.
-    note: dict[str, Any] = {"id": new_message_id(), "role": "system", "content": note_text,
-                            "run_id": None, "created_at": now_iso(), "kind": kind,
-                            "reverted_run_id": run_id}
+    note: MessageRecord = {"id": new_message_id(), "role": "system", "content": note_text,
+                           "run_id": None, "created_at": now_iso(), "kind": kind,
+                           "reverted_run_id": run_id}
     # The files are on disk already, with their modes: stage them from there.
-    changes: dict[str, Any] = {f"{WORKDIR}/{p}": DISK if e is not None else None
+    changes: dict[str, Change] = {f"{WORKDIR}/{p}": DISK if e is not None else None
                                for p, e in result.items()}
     changes[record_path] = to_json_bytes(record)
     changes[layout.next_message_path(git, "system", note["id"])] = to_json_bytes(note)
@@ -269,11 +278,11 @@ def _commit(git: GitSession, run_id: str, record_path: str, record: dict[str, An
 
 
 async def list_turn_files(braid: Services, user_id: str, session_id: str,
-                          turn_id: str) -> dict[str, Any]:
+                          turn_id: str) -> TurnFiles:
     handle = braid.store.get_owned(user_id, session_id)
     tid = turn_id
 
-    def work(git: GitSession) -> dict[str, Any]:
+    def work(git: GitSession) -> TurnFiles:
         head = git.head_commit()
         run_id, _, record = resolve_turn(git, tid, head)
         paths = [c.as_dict() for c in _turn_changes(git, run_id, head)]
@@ -283,11 +292,11 @@ async def list_turn_files(braid: Services, user_id: str, session_id: str,
 
 
 async def turn_diff(braid: Services, user_id: str, session_id: str, turn_id: str,
-                    path: str | None = None) -> dict[str, Any]:
+                    path: str | None = None) -> TurnDiff:
     handle = braid.store.get_owned(user_id, session_id)
     tid, wanted = turn_id, path
 
-    def work(git: GitSession) -> dict[str, Any]:
+    def work(git: GitSession) -> TurnDiff:
         head = git.head_commit()
         run_id, _, record = resolve_turn(git, tid, head)
         child = child_of(record)
@@ -308,24 +317,24 @@ async def turn_diff(braid: Services, user_id: str, session_id: str, turn_id: str
 
 
 async def revert_turn(braid: Services, user_id: str, session_id: str, turn_id: str,
-                      force: bool = False) -> dict[str, Any]:
+                      force: bool = False) -> RevertResult:
     handle = braid.store.get_owned(user_id, session_id)
     return await _exclusive(braid, handle, lambda git: do_revert(git, turn_id, force))
 
 
 async def unrevert_turn(braid: Services, user_id: str, session_id: str, turn_id: str,
-                        force: bool = False) -> dict[str, Any]:
+                        force: bool = False) -> RevertResult:
     handle = braid.store.get_owned(user_id, session_id)
     return await _exclusive(braid, handle, lambda git: do_unrevert(git, turn_id, force))
 
 
 async def _exclusive(braid: Services, handle: SessionHandle,
-                     work: Callable[[GitSession], dict[str, Any]]) -> dict[str, Any]:
+                     work: Callable[[GitSession], RevertResult]) -> RevertResult:
     """Run a revert or unrevert holding the branch like a turn does: refused (`Busy`) while a
     run is live on it, and no turn can start in the middle."""
     branch = await handle.call(lambda git: git.branch)
 
-    def guarded(git: GitSession) -> dict[str, Any]:
+    def guarded(git: GitSession) -> RevertResult:
         if git.branch != branch:
             raise Busy("the session switched branches; try again")
         return work(git)
@@ -333,18 +342,20 @@ async def _exclusive(braid: Services, handle: SessionHandle,
     async with braid.locks.hold(handle.session_id, branch):
         result = await handle.call(guarded)
     sid = handle.session_id
-    event = {k: result[k] for k in ("turn_id", "run_id", "commit_id", "restored_paths",
-                                    "conflicts", "reverted", "run", "note", "files")}
     braid.bus.publish(sid, "checkpoint", {"run_id": result["run_id"],
                                           "commit_id": result["commit_id"],
                                           "kind": "revert" if result["reverted"] else "unrevert"})
-    braid.bus.publish(sid, "reverted", {**event, "branch": branch})
+    braid.bus.publish(sid, "reverted", {
+        "turn_id": result["turn_id"], "run_id": result["run_id"],
+        "commit_id": result["commit_id"], "restored_paths": result["restored_paths"],
+        "conflicts": result["conflicts"], "reverted": result["reverted"], "run": result["run"],
+        "note": result["note"], "files": result["files"], "branch": branch})
     braid.bus.publish(sid, "dag_changed", {"run_id": result["run_id"]})
     return result
 
 
 async def files_of_run(braid: Services, user_id: str, session_id: str, run_id: str,
-                       branch: str | None = None) -> list[dict[str, str]]:
+                       branch: str | None = None) -> list[FileChip]:
     """The chips of one turn, on `branch` (default: the branch shown): for a bubble that was
     just rendered from a live event rather than from the transcript."""
     handle = braid.store.get_owned(user_id, session_id)

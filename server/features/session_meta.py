@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from server.base.ids import is_session_id, now_iso
-from server.base.records import to_json_bytes
+from server.base.records import SessionChanges, SessionInfo, SessionMeta, to_json_bytes
 from server.git import lookup as gitnames
 from server.git.session import GitSession
 
@@ -27,7 +27,7 @@ MAX_MODEL = 200
 DELETED_PREFIX = ".deleted-"
 
 
-def _summary(changes: dict[str, Any]) -> str:
+def _summary(changes: SessionChanges) -> str:
     parts = []
     if "title" in changes:
         parts.append(f"Rename session: {changes['title']}")
@@ -38,7 +38,7 @@ def _summary(changes: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def write_meta(git: GitSession, meta: dict[str, Any], summary: str) -> None:
+def write_meta(git: GitSession, meta: SessionMeta, summary: str) -> None:
     """Commit `session.json` on each branch whose copy differs (not on sub-agent branches)."""
     data = to_json_bytes(meta)
     for branch, tip in sorted(git.branches().items()):
@@ -53,8 +53,26 @@ def write_meta(git: GitSession, meta: dict[str, Any], summary: str) -> None:
         git.commit_on_branch(branch, {"session.json": data}, summary=summary, kind="user-edit")
 
 
+def _changed(meta: SessionMeta, changes: SessionChanges) -> SessionMeta:
+    """`meta` with `changes`: an absent key means the default model, not archived."""
+    out = meta.copy()
+    if "title" in changes:
+        out["title"] = changes["title"]
+    if "archived" in changes:
+        if changes["archived"]:
+            out["archived"] = True
+        else:
+            out.pop("archived", None)
+    if "model" in changes:
+        if changes["model"] is None:
+            out.pop("model", None)
+        else:
+            out["model"] = changes["model"]
+    return out
+
+
 async def update_session(braid: Services, user_id: str, session_id: str,
-                         changes: dict[str, Any]) -> dict[str, Any]:
+                         changes: SessionChanges) -> SessionInfo:
     """Apply `changes` {title?: str, archived?: bool, model?: str | None (the default)};
     returns the session as `GET /api/sessions/{id}`."""
     from server.features.sessions import session_info
@@ -65,12 +83,7 @@ async def update_session(braid: Services, user_id: str, session_id: str,
 
         check_model(braid, changes["model"])  # names an endpoint Braid knows
     if changes:
-        meta = dict(handle.meta)
-        for key, value in changes.items():
-            if value is None or value is False:
-                meta.pop(key, None)  # absent means default / not archived
-            else:
-                meta[key] = value
+        meta = _changed(handle.meta, changes)
         if meta != handle.meta:
             # A first turn still to commit holds the session.json it titled: it must not
             # put the old name back. Its state belongs to the loop, so it is changed here,
@@ -80,8 +93,9 @@ async def update_session(braid: Services, user_id: str, session_id: str,
                 if active.ctx is not None and "session.json" in active.ctx.pending:
                     active.ctx.pending["session.json"] = to_json_bytes(meta)
             await handle.call(lambda git: write_meta(git, meta, _summary(changes)))
-            handle.meta.clear()
-            handle.meta.update(meta)
+            kept = cast("dict[str, object]", handle.meta)  # the same object: others hold it
+            kept.clear()
+            kept.update(meta)
             await braid.index.upsert_session(handle.meta, now_iso())
             braid.bus.publish(handle.session_id, "session_updated",
                               {"changes": sorted(changes)})

@@ -3,7 +3,8 @@ out a branch, and the commit graph. Each is one call for the transports."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import pygit2
 
@@ -11,6 +12,19 @@ from server.agent.turn_changes import annotate_turns
 from server.agent.turn_context import snapshot_user_edits
 from server.agent.turns import FINAL, start_turn
 from server.base.errors import Busy, NotFound
+from server.base.records import (
+    CreatedSession,
+    MessageRecord,
+    RunRecord,
+    RunRow,
+    RunSummary,
+    RunSummaryRow,
+    SessionInfo,
+    SessionRow,
+    ShownBranch,
+    Transcript,
+    TranscriptItem,
+)
 from server.git.session import GitSession
 from server.store import atomic, layout
 from server.store.layout import run_entries
@@ -27,7 +41,7 @@ if TYPE_CHECKING:
 
 async def create_session(braid: Services, user_id: str, title: str = "",
                          source: SourceRequest | None = None,
-                         model: str | None = None) -> dict[str, Any]:
+                         model: str | None = None) -> CreatedSession:
     """A new empty session, or (`source`) one imported from the user's project."""
     if source is not None or model is not None:
         from server.features.sources.importing import (
@@ -41,12 +55,12 @@ async def create_session(braid: Services, user_id: str, title: str = "",
 
 
 async def list_sessions(braid: Services, user_id: str, query: str = "",
-                        archived: bool = False) -> list[dict[str, Any]]:
+                        archived: bool = False) -> list[SessionRow]:
     """Newest first; archived sessions are listed only when asked for (and then only they)."""
     return await braid.index.list_sessions(user_id, query.strip()[:100], archived)
 
 
-def _describe(git: GitSession, handle: SessionHandle) -> dict[str, Any]:
+def _describe(git: GitSession, handle: SessionHandle) -> SessionInfo:
     branches = git.branches()
     return {
         "session_id": handle.session_id,
@@ -67,7 +81,7 @@ def _describe(git: GitSession, handle: SessionHandle) -> dict[str, Any]:
 
 
 async def session_info(braid: Services, user_id: str, session_id: str, *,
-                       runs: bool = True) -> dict[str, Any]:
+                       runs: bool = True) -> SessionInfo:
     """`GET /api/sessions/{id}`; the page asks without `runs` (every run of the session:
     its transcript shows the newest turns only)."""
     handle = braid.store.get_owned(user_id, session_id)
@@ -84,13 +98,14 @@ async def session_info(braid: Services, user_id: str, session_id: str, *,
     return info
 
 
-def _run_row(run: dict[str, Any]) -> dict[str, Any]:
-    keys = ("run_id", "status", "branch", "forked_from_run_id", "forked_from_message_index",
-            "regenerated_from", "created_at")
-    return {k: run.get(k) for k in keys}
+def _run_row(run: RunRow) -> RunSummaryRow:
+    return {"run_id": run["run_id"], "status": run["status"], "branch": run["branch"],
+            "forked_from_run_id": run["forked_from_run_id"],
+            "forked_from_message_index": run["forked_from_message_index"],
+            "regenerated_from": run["regenerated_from"], "created_at": run["created_at"]}
 
 
-def read_run(git: GitSession, run_id: str) -> dict[str, Any]:
+def read_run(git: GitSession, run_id: str) -> RunRecord:
     """A run's record and messages as the branch it lives on holds them."""
     commit = git.head_commit()
     path = layout.find_run_path(git, run_id, commit)
@@ -108,22 +123,22 @@ def read_run(git: GitSession, run_id: str) -> dict[str, Any]:
                 break
     if path is None:
         raise NotFound(f"no run {run_id}")
-    run = dict(git.read_json(commit, path))
-    run["messages"] = [dict(e.message) for e in run_entries(git, commit, run_id)]
+    run: RunRecord = git.read_json(commit, path).copy()
+    run["messages"] = [e.message.copy() for e in run_entries(git, commit, run_id)]
     return run
 
 
-async def get_run(braid: Services, user_id: str, session_id: str, run_id: str) -> dict[str, Any]:
+async def get_run(braid: Services, user_id: str, session_id: str, run_id: str) -> RunRecord:
     handle = braid.store.get_owned(user_id, session_id)
     return await handle.call(lambda git: read_run(git, run_id))
 
 
-def build_turns(messages: list[dict[str, Any]], runs: dict[str, dict[str, Any]]
-                ) -> list[dict[str, Any]]:
+def build_turns(messages: list[MessageRecord], runs: Mapping[str, RunRecord | RunRow | RunSummary]
+                ) -> list[TranscriptItem]:
     """Group a branch's messages into what the page shows: turns (a user message and the
     answer's messages) and notes (system messages such as revert notices)."""
-    items: list[dict[str, Any]] = []
-    current: dict[str, Any] | None = None
+    items: list[TranscriptItem] = []
+    current: TranscriptItem | None = None
     for msg in messages:
         if msg["role"] == "system":
             items.append({"type": "note", "message": msg})
@@ -143,7 +158,7 @@ def build_turns(messages: list[dict[str, Any]], runs: dict[str, dict[str, Any]]
     return items
 
 
-def page_start(messages: list[dict[str, Any]], end: int, limit: int) -> int:
+def page_start(messages: list[MessageRecord], end: int, limit: int) -> int:
     """Where the newest `limit` items (turns and notes, as `build_turns` groups them) before
     message `end` begin. Walks back from `end` only, so a page costs what it shows."""
     items = 0
@@ -168,7 +183,7 @@ _START, _NOTE = object(), object()
 
 
 def transcript_at(git: GitSession, commit: pygit2.Commit | None = None, *,
-                  limit: int | None = PAGE_TURNS, before: int | None = None) -> dict[str, Any]:
+                  limit: int | None = PAGE_TURNS, before: int | None = None) -> Transcript:
     """The newest `limit` turns of the branch at `commit` (all when None) before its message
     `before` (the end when None): the page shows these and loads older ones on scroll."""
     commit = commit or git.head_commit()
@@ -176,7 +191,7 @@ def transcript_at(git: GitSession, commit: pygit2.Commit | None = None, *,
     end = len(messages) if before is None else min(before, len(messages))
     start = page_start(messages, end, limit) if limit is not None else 0
     shown = messages[start:end]
-    runs: dict[str, dict[str, Any]] = {}
+    runs: dict[str, RunRecord] = {}
     for run_id in {m.get("run_id") for m in shown}:
         if not run_id:
             continue
@@ -190,13 +205,13 @@ def transcript_at(git: GitSession, commit: pygit2.Commit | None = None, *,
 
 
 async def transcript(braid: Services, user_id: str, session_id: str, *,
-                     before: int | None = None, commit: str | None = None) -> dict[str, Any]:
+                     before: int | None = None, commit: str | None = None) -> Transcript:
     """The page's transcript: the newest turns of the branch shown, or (`before`, `commit`)
     the ones before message `before` of that commit's branch."""
     handle = braid.store.get_owned(user_id, session_id)
     at, rev = before, commit
 
-    def work(git: GitSession) -> dict[str, Any]:
+    def work(git: GitSession) -> Transcript:
         return transcript_at(git, git.commit(rev) if rev else None, before=at)
 
     view = await handle.call(work)
@@ -206,7 +221,7 @@ async def transcript(braid: Services, user_id: str, session_id: str, *,
     return view
 
 
-async def run_to_end(braid: Services, user_id: str, session_id: str, text: str) -> dict[str, Any]:
+async def run_to_end(braid: Services, user_id: str, session_id: str, text: str) -> RunRecord:
     """Start a turn and wait for it: the HTTP API's `POST /api/sessions/{id}/runs`."""
     from server.agent.turns import send_message
 
@@ -224,21 +239,22 @@ async def current_branch(braid: Services, user_id: str, session_id: str) -> str:
     return await handle.call(lambda git: git.branch)
 
 
-async def checkout(braid: Services, user_id: str, session_id: str, ref: str) -> dict[str, Any]:
+async def checkout(braid: Services, user_id: str, session_id: str, ref: str) -> ShownBranch:
     """Show another branch: its files in workdir/ and its transcript. The user's unsaved
     edits are committed on the branch they were made on first, so nothing is lost."""
     handle = braid.store.get_owned(user_id, session_id)
     if await braid.locks.held(handle.session_id):
         raise Busy("a run is going on in this session")
 
-    def work(git: GitSession) -> dict[str, Any]:
+    def work(git: GitSession) -> ShownBranch:
         git.branch_tip(ref)
         snapshot_user_edits(git)
         atomic.checkout(git, ref)
         return {"branch": git.branch, "head": str(git.head_oid())}
 
     result = await handle.call(work)
-    braid.bus.publish(handle.session_id, "session_changed", result)
+    braid.bus.publish(handle.session_id, "session_changed",
+                      {"branch": result["branch"], "head": result["head"]})
     return result
 
 

@@ -19,17 +19,25 @@ import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from server.agent.interrupted import prune_worktrees
 from server.agent.live_runs import ActiveRun, claim_turn
 from server.agent.turn_changes import files_of
-from server.agent.turn_context import TurnContext, new_message, open_turn, snapshot_user_edits
+from server.agent.turn_context import TurnContext, open_turn, snapshot_user_edits
 from server.agent.turns import launch
 from server.base import crash
 from server.base.errors import NotFound
 from server.base.ids import new_message_id, now_iso
-from server.base.records import RunRecord, to_json_bytes
+from server.base.records import (
+    EventData,
+    RunFields,
+    SubAgentResult,
+    SubAgentSummary,
+    new_message,
+    new_run,
+    to_json_bytes,
+)
 from server.git.commits import commit_message
 from server.git.history import HISTORY, RUNS
 from server.git.session import WORKTREES, GitSession
@@ -45,7 +53,7 @@ log = logging.getLogger("braid.subagents")
 PREFIX = "sub_"
 MAX_LABEL = 24
 RESULT_CHARS = 2000
-_FINISHING: set[asyncio.Task[dict[str, Any]]] = set()
+_FINISHING: set[asyncio.Task[SubAgentResult]] = set()
 
 
 def clean_label(label: str | None) -> str:
@@ -114,7 +122,7 @@ def open_sub_branch(git: GitSession, branch: str, label: str, prompt: str,
 
 
 def write_result(git: GitSession, parent_branch: str, session_id: str, parent_turn_id: str,
-                 info: dict[str, Any]) -> dict[str, Any]:
+                 info: SubAgentResult) -> SubAgentSummary:
     """The sub-agent's result as an assistant message on the parent branch: its own small
     COMPLETED run (a record, one message, a `sub-agent` commit) so it reverts, continues and
     reindexes like any turn."""
@@ -129,13 +137,14 @@ def write_result(git: GitSession, parent_branch: str, session_id: str, parent_tu
                                     else "(no answer)")
     text = f"{head} on branch `{info['branch']}` at commit `{info['commit_id']}`:\n\n{answer}"
     msg = new_message("assistant", run_id, text, sub_agent={
-        k: info[k] for k in ("branch", "commit_id", "run_id", "status", "final_text", "label",
-                             "files") if k in info})
+        "branch": info["branch"], "commit_id": info["commit_id"], "run_id": info["run_id"],
+        "status": info["status"], "final_text": info["final_text"], "label": info["label"],
+        "files": info.get("files") or []})
     msg["id"] = run_id
     now = now_iso()
-    run = RunRecord(run_id, session_id, parent_branch, status="COMPLETED", created_at=now,
-                    message_count=1, parent_run_id=parent_turn_id,
-                    extra={"kind": "sub-agent-result", "sub_agent": msg["sub_agent"]}).as_dict()
+    run = new_run(run_id, session_id, parent_branch, status="COMPLETED", created_at=now,
+                  message_count=1, parent_run_id=parent_turn_id)
+    run["kind"], run["sub_agent"] = "sub-agent-result", msg["sub_agent"]
     changes = {
         layout.next_message_path(git, "assistant", run_id, tip): to_json_bytes(msg),
         layout.new_run_path(git, run_id, tip): to_json_bytes(run),
@@ -163,7 +172,7 @@ class _Spawn:
 
 async def spawn_sub_agent(braid: Services, user_id: str, session_id: str,
                           parent_turn_id: str, prompt: str,
-                          label: str | None = None) -> dict[str, Any]:
+                          label: str | None = None) -> SubAgentResult:
     """Run a sub-agent to the end; returns `{branch, final_text, commit_id, ...}`."""
     handle = braid.store.get_owned(user_id, session_id)
     sid = handle.session_id
@@ -183,7 +192,7 @@ async def spawn_sub_agent(braid: Services, user_id: str, session_id: str,
                 lambda git: open_sub_branch(git, branch, name, prompt, snapshot, live))
             braid.bus.publish(sid, "dag_changed", {"branch": branch})
             child = SessionHandle(sid, sub.path)
-            fields = {"parent_run_id": parent_turn_id, "sub_agent": {
+            fields: RunFields = {"parent_run_id": parent_turn_id, "sub_agent": {
                 "branch": branch, "label": name, "parent_branch": sub.parent_branch,
                 "parent_turn_id": parent_turn_id, "base_commit_id": sub.base_commit_id}}
             ctx = await child.call(lambda git: open_turn(git, child, prompt, fields))
@@ -205,39 +214,49 @@ async def spawn_sub_agent(braid: Services, user_id: str, session_id: str,
     return await asyncio.shield(finishing)
 
 
-async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> dict[str, Any]:
+async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> SubAgentResult:
     braid, handle, sub = spawn.braid, spawn.parent, spawn.sub
     sid, branch = handle.session_id, sub.branch
     await active.done.wait()
     await spawn.child.call(lambda git: None)  # after the turn's last index flush
     spawn.child.close()
     status = str(ctx.run["status"])
-    info = {"branch": branch, "label": spawn.label, "run_id": ctx.run_id, "status": status,
-            "final_text": answer_of(ctx.messages)[:RESULT_CHARS], "error": ctx.run.get("error")}
-    result: dict[str, Any] = {**info, "commit_id": None, "parent_branch": sub.parent_branch,
-                              "parent_turn_id": spawn.parent_turn_id}
+    result: SubAgentResult = {
+        "branch": branch, "label": spawn.label, "run_id": ctx.run_id, "status": status,
+        "final_text": answer_of(ctx.messages)[:RESULT_CHARS], "error": ctx.run.get("error"),
+        "commit_id": None, "parent_branch": sub.parent_branch,
+        "parent_turn_id": spawn.parent_turn_id}
     try:
-        info["commit_id"] = result["commit_id"] = await handle.call(
-            lambda git: _close_worktree(git, branch))
+        result["commit_id"] = await handle.call(lambda git: _close_worktree(git, branch))
         # What the child changed, as chips on its result in the parent's transcript.
-        info["files"] = result["files"] = await handle.call(
-            lambda git: files_of(git, ctx.run_id, branch))
+        result["files"] = await handle.call(lambda git: files_of(git, ctx.run_id, branch))
         if status != "INTERRUPTED":  # a stopping server writes nothing more
             # Held (after any turn there): the result must not interleave with a turn's
             # uncommitted messages.
             async with braid.locks.hold(sid, sub.parent_branch, wait=True):
                 summary, shown = await handle.call(lambda git: (write_result(
-                    git, sub.parent_branch, sid, spawn.parent_turn_id, info), git.branch))
+                    git, sub.parent_branch, sid, spawn.parent_turn_id, result), git.branch))
             await braid.index.upsert_run(sid, summary["run"])
             result["summary_run_id"] = summary["run_id"]
             result["summary_commit_id"] = summary["commit_id"]
             # `shown_branch`: the parent's transcript shows the result only on that branch.
-            braid.bus.publish(sid, "sub_agent_done", {**result, "summary": summary,
-                                                      "shown_branch": shown})
+            braid.bus.publish(sid, "sub_agent_done", _done_event(result, summary, shown))
             braid.bus.publish(sid, "dag_changed", {"branch": branch})
     except RuntimeError:  # the session's thread is gone: the server is stopping
         log.warning("sub-agent %s ended while the server stopped", branch)
     return result
+
+
+def _done_event(result: SubAgentResult, summary: SubAgentSummary, shown: str) -> EventData:
+    """`sub_agent_done`: the result, the summary written on the parent branch, and the
+    branch the parent shows (its transcript shows the result only there)."""
+    return {"branch": result["branch"], "label": result["label"], "run_id": result["run_id"],
+            "status": result["status"], "final_text": result["final_text"],
+            "error": result["error"], "commit_id": result["commit_id"],
+            "parent_branch": result["parent_branch"],
+            "parent_turn_id": result["parent_turn_id"],
+            "summary_run_id": summary["run_id"], "summary_commit_id": summary["commit_id"],
+            "summary": summary, "shown_branch": shown}
 
 
 def _close_worktree(git: GitSession, branch: str) -> str:

@@ -18,15 +18,23 @@ from server.agent.live_runs import claim_turn
 from server.agent.turn_context import (
     TurnContext,
     add_message,
-    new_message,
     snapshot_user_edits,
     write_pending_to_disk,
 )
 from server.agent.turns import launch
 from server.base.errors import BadRequest, Busy
 from server.base.ids import new_message_id, now_iso
-from server.base.records import RunRecord, to_json_bytes
-from server.git.session import GitSession
+from server.base.records import (
+    CheckpointList,
+    ContinuedRun,
+    ContinueResult,
+    MessageRecord,
+    RunRecord,
+    new_message,
+    new_run,
+    to_json_bytes,
+)
+from server.git.session import Change, GitSession
 from server.store import atomic, layout
 from server.store.checkpoints import (
     RunOnBranch,
@@ -95,9 +103,9 @@ def plan_continue(git: GitSession, run_id: str, options: Options, new_run_id: st
 # -- writing ------------------------------------------------------------------------------
 
 
-def _mark_regenerated(git: GitSession, view: RunOnBranch, new_run_id: str) -> dict[str, Any]:
-    record = dict(view.record, status="REGENERATED", regenerated_by=new_run_id,
-                  updated_at=now_iso())
+def _mark_regenerated(git: GitSession, view: RunOnBranch, new_run_id: str) -> RunRecord:
+    record: RunRecord = {**view.record, "status": "REGENERATED", "regenerated_by": new_run_id,
+                         "updated_at": now_iso()}
     summary = f"Run {view.run_id[:10]} regenerated as {new_run_id[:10]}"
     # No message index: this record-only commit is not a checkpoint of the run.
     git.commit_on_branch(view.branch, {view.record_path: to_json_bytes(record)},
@@ -105,11 +113,12 @@ def _mark_regenerated(git: GitSession, view: RunOnBranch, new_run_id: str) -> di
     return record
 
 
-def _copies(kept: list[dict[str, Any]], run_id: str) -> list[dict[str, Any]]:
+def _copies(kept: list[MessageRecord], run_id: str) -> list[MessageRecord]:
     out = []
     first_answer = True
     for msg in kept:
-        copy = dict(msg, run_id=run_id, copied_from=msg.get("id"), id=new_message_id())
+        copy: MessageRecord = {**msg, "run_id": run_id, "copied_from": msg.get("id"),
+                               "id": new_message_id()}
         if msg.get("role") == "assistant" and first_answer:
             copy["id"] = run_id  # the run id is the id of the run's first assistant message
             first_answer = False
@@ -118,7 +127,7 @@ def _copies(kept: list[dict[str, Any]], run_id: str) -> list[dict[str, Any]]:
 
 
 def _fork(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
-          ) -> tuple[TurnContext, dict[str, Any] | None]:
+          ) -> tuple[TurnContext, RunRecord | None]:
     k, new_id = plan.message_index, plan.new_run_id
     base, owner = find_checkpoint(git, view, k)
     marked = None
@@ -133,7 +142,7 @@ def _fork(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
         trailing += 1
     prior, dropped = entries[:len(entries) - trailing], entries[len(entries) - trailing:]
     first_seq = dropped[0].seq if dropped else layout.next_seq(git, base)
-    changes: dict[str, Any] = {e.path: None for e in dropped}
+    changes: dict[str, Change] = {e.path: None for e in dropped}
     owner_record = layout.find_run_path(git, owner, base) if owner else None
     if owner_record:
         changes[owner_record] = None
@@ -142,11 +151,11 @@ def _fork(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
         changes[layout.message_path(git, first_seq + i, msg["role"], msg["id"], base)] = \
             to_json_bytes(msg)
     now = now_iso()
-    record = RunRecord(
+    record = new_run(
         new_id, handle.session_id, plan.branch, created_at=now, forked_from_run_id=view.run_id,
         forked_from_message_index=k, message_count=k,
-        regenerated_from=view.run_id if plan.options.regenerate else None,
-        extra={"continue_from": plan.options.continue_from}).as_dict()
+        regenerated_from=view.run_id if plan.options.regenerate else None)
+    record["continue_from"] = plan.options.continue_from
     record_path = layout.new_run_path(git, new_id, base)
     changes[record_path] = to_json_bytes(record)
     git.write_checkpoint(changes, summary=f"Fork of run {view.run_id[:10]} at message {k + 1}",
@@ -163,15 +172,16 @@ def _resume(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Pla
         atomic.checkout(git, view.branch)
     first_seq = view.entries[0].seq
     prior = [e.message for e in layout.stored_messages(git, git.head_commit()) if e.seq < first_seq]
-    record = dict(view.record, status="RUNNING", error=None, updated_at=now_iso(),
-                  resumed_from_message_index=plan.message_index)
+    record: RunRecord = {**view.record, "status": "RUNNING", "error": None,
+                         "updated_at": now_iso(),
+                         "resumed_from_message_index": plan.message_index}
     return TurnContext(handle=handle, run=record, run_file=view.record_path, prior=prior,
-                       messages=[dict(m) for m in view.messages], next_seq=layout.next_seq(git),
+                       messages=[m.copy() for m in view.messages], next_seq=layout.next_seq(git),
                        legacy=layout.is_legacy(git))
 
 
 def execute_plan(git: GitSession, handle: SessionHandle, plan: Plan
-                 ) -> tuple[TurnContext, dict[str, Any] | None, str]:
+                 ) -> tuple[TurnContext, RunRecord | None, str]:
     """On the session thread: make the branch and the turn's context, ready to drive.
     Returns the context, the source's record if it was marked REGENERATED, and HEAD."""
     view = locate_run(git, plan.run_id)
@@ -196,7 +206,7 @@ async def continue_run(
     braid: Services, user_id: str, session_id: str, run_id: str, *,
     continue_from: str | int = "end", input: str | None = None, fork: bool | None = None,
     regenerate: bool | None = None, replace_original: bool | None = None,
-) -> dict[str, Any]:
+) -> ContinueResult:
     """Continue a run (DESIGN §4): returns the run going on (events follow like a turn)."""
     handle = braid.store.get_owned(user_id, session_id)
     options = options_of(continue_from, input, fork, regenerate, replace_original)
@@ -225,17 +235,17 @@ async def continue_run(
     return _result(ctx.run, plan)
 
 
-def _result(run: dict[str, Any], plan: Plan) -> dict[str, Any]:
-    keys = ("run_id", "status", "branch", "forked_from_run_id", "forked_from_message_index",
-            "regenerated_from", "created_at")
-    out = {k: run.get(k) for k in keys}
-    out.update({"forked": plan.fork, "message_index": plan.message_index,
-                "source_run_id": plan.run_id})
-    return out
+def _result(run: RunRecord, plan: Plan) -> ContinueResult:
+    return {"run_id": run["run_id"], "status": run["status"], "branch": run["branch"],
+            "forked_from_run_id": run["forked_from_run_id"],
+            "forked_from_message_index": run["forked_from_message_index"],
+            "regenerated_from": run["regenerated_from"], "created_at": run["created_at"],
+            "forked": plan.fork, "message_index": plan.message_index,
+            "source_run_id": plan.run_id}
 
 
 async def continue_run_to_end(braid: Services, user_id: str, session_id: str, run_id: str,
-                              **params: Any) -> dict[str, Any]:
+                              **params: Any) -> ContinuedRun:
     """`continue_run` and wait for it: the HTTP API's `POST /api/runs/{run_id}/continue`."""
     from server.features.sessions import get_run
 
@@ -245,12 +255,12 @@ async def continue_run_to_end(braid: Services, user_id: str, session_id: str, ru
     if active is not None:
         await active.done.wait()
     run = await get_run(braid, user_id, session_id, started["run_id"])
-    run.update({k: started[k] for k in ("forked", "message_index", "source_run_id")})
-    return run
+    return {**run, "forked": started["forked"], "message_index": started["message_index"],
+            "source_run_id": started["source_run_id"]}
 
 
 async def list_checkpoints(braid: Services, user_id: str, session_id: str,
-                           run_id: str) -> dict[str, Any]:
+                           run_id: str) -> CheckpointList:
     handle = braid.store.get_owned(user_id, session_id)
     checkpoints = await handle.call(lambda git: checkpoint_timeline(git, run_id))
     return {"run_id": run_id, "checkpoints": checkpoints}

@@ -29,7 +29,7 @@ import stat
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from python_multipart.multipart import MultipartParser, parse_options_header
 
@@ -37,9 +37,15 @@ from server.agent.turn_changes import files_of
 from server.base import crash, names
 from server.base.errors import BadRequest, BraidError, Busy, Conflict, Forbidden, TooLarge
 from server.base.ids import new_message_id, now_iso
-from server.base.records import RunRecord, to_json_bytes
+from server.base.records import (
+    MessageRecord,
+    UploadMade,
+    UploadResult,
+    new_run,
+    to_json_bytes,
+)
 from server.features.files import path_param
-from server.git.session import GitSession
+from server.git.session import Change, GitSession
 from server.git.workdir.scan import WORKDIR
 from server.git.workdir.staging import DISK
 from server.store import journal, layout
@@ -308,7 +314,7 @@ def _move_in(git: GitSession, folder: Path, targets: dict[str, str]) -> None:
 
 
 def commit_upload(git: GitSession, session_id: str, folder: Path,
-                  targets: dict[str, str]) -> dict[str, Any]:
+                  targets: dict[str, str]) -> UploadMade:
     """On the session thread, holding the branch: the staged files enter workdir/ whole
     with one `user-edit` commit, an upload run record and the message the transcript (and
     the model) reads."""
@@ -323,19 +329,20 @@ def commit_upload(git: GitSession, session_id: str, folder: Path,
     listed = sorted(targets)
     shown = ", ".join(listed[:8]) + (f" and {len(listed) - 8} more" if len(listed) > 8 else "")
     now = now_iso()
-    message: dict[str, Any] = {"id": new_message_id(), "role": "user", "run_id": run_id,
-                               "created_at": now,
-               "content": f"I uploaded {len(listed)} file{'s' if len(listed) != 1 else ''} "
-                          f"into the workdir: {shown}", "upload": listed}
-    run = RunRecord(run_id, session_id, git.branch, status="COMPLETED", created_at=now,
-                    message_count=1, extra={"kind": "upload"}).as_dict()
+    message: MessageRecord = {
+        "id": new_message_id(), "role": "user", "run_id": run_id, "created_at": now,
+        "content": f"I uploaded {len(listed)} file{'s' if len(listed) != 1 else ''} "
+                   f"into the workdir: {shown}", "upload": listed}
+    run = new_run(run_id, session_id, git.branch, status="COMPLETED", created_at=now,
+                  message_count=1)
+    run["kind"] = "upload"
     paths = [f"{WORKDIR}/{rel}" for rel in listed]
     try:
         with journal.intent(git, "upload", paths, kind="user-edit"):
             crash.at("upload.after_intent")
             _move_in(git, folder, targets)
             crash.at("upload.after_renames")
-            changes: dict[str, Any] = {p: DISK for p in paths}
+            changes: dict[str, Change] = {p: DISK for p in paths}
             changes[layout.next_message_path(git, "user", message["id"])] = \
                 to_json_bytes(message)
             changes[layout.new_run_path(git, run_id)] = to_json_bytes(run)
@@ -350,7 +357,7 @@ def commit_upload(git: GitSession, session_id: str, folder: Path,
 
 
 async def upload(braid: Services, user_id: str, session_id: str, body: AsyncIterator[bytes],
-                 content_type: str) -> dict[str, Any]:
+                 content_type: str) -> UploadResult:
     """Stream a multipart body into the session's staging folder, then put its files into
     workdir/ (under its `dir` field) as one revertable `user-edit` commit."""
     handle = braid.store.get_owned(user_id, session_id)
@@ -369,7 +376,7 @@ async def upload(braid: Services, user_id: str, session_id: str, body: AsyncIter
         targets = received.targets()
         branch = await handle.call(lambda git: git.branch)
 
-        def work(git: GitSession) -> dict[str, Any]:
+        def work(git: GitSession) -> UploadMade:
             if git.branch != branch:
                 raise Busy(f"the session switched from branch {branch} to {git.branch}")
             return commit_upload(git, handle.session_id, folder, targets)
@@ -380,8 +387,10 @@ async def upload(braid: Services, user_id: str, session_id: str, body: AsyncIter
         await asyncio.to_thread(shutil.rmtree, folder, True)
     await braid.index.upsert_run(handle.session_id, made["run"])
     # Its chips go out with the event, read once rather than by every tab.
-    made["files"] = await handle.call(
+    files = await handle.call(
         lambda git: files_of(git, made["run_id"], made["run"].get("branch")))
-    braid.bus.publish(handle.session_id, "files_uploaded", made)
+    braid.bus.publish(handle.session_id, "files_uploaded", {
+        "run_id": made["run_id"], "run": made["run"], "messages": made["messages"],
+        "paths": made["paths"], "commit_id": made["commit_id"], "files": files})
     braid.bus.publish(handle.session_id, "dag_changed", {"run_id": made["run_id"]})
     return {"run_id": made["run_id"], "commit_id": made["commit_id"], "paths": made["paths"]}

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pygit2
+
+from server.base.records import CommitNode, Skipped
 
 TRAILER_KIND = "Braid-Kind"
 TRAILER_RUN = "Braid-Run"
@@ -36,7 +37,7 @@ class CommitInfo:
     def parent_id(self) -> str | None:
         return self.parent_ids[0] if self.parent_ids else None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> CommitNode:
         return {
             "id": self.id,
             "parent_ids": self.parent_ids,
@@ -50,7 +51,7 @@ class CommitInfo:
 
 
 def commit_message(summary: str, kind: str, run_id: str | None, message_index: int | None,
-                   skipped: Sequence[dict[str, str]] = ()) -> str:
+                   skipped: Sequence[Skipped] = ()) -> str:
     lines = [summary.splitlines()[0][:200] if summary else kind, ""]
     if skipped:  # names git cannot hold, left out (DESIGN §4 "Boundaries"): before the trailers
         lines.append(f"{SKIPPED_HEAD} ({len(skipped)}):")

@@ -20,7 +20,7 @@ from pygit2.enums import FileMode
 
 from server.base import crash, names
 from server.base.errors import Conflict, NotFound
-from server.base.records import to_json_bytes
+from server.base.records import SessionMeta, to_json_bytes
 from server.git import lookup as gitnames
 from server.git import objects as rawobjects
 from server.git.commits import (
@@ -83,7 +83,7 @@ class GitSession(WorkdirScan, IndexedSession):
     # -- creation -------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, path: Path, meta: Mapping[str, Any]) -> GitSession:
+    def create(cls, path: Path, meta: SessionMeta) -> GitSession:
         path.mkdir(parents=True, exist_ok=False)
         init_repository(path, "main")  # pygit2's leaks a repository (git/init_repo.py)
         (path / WORKDIR).mkdir()

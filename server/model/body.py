@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from server.base.memo import IdentityMemo
+from server.base.records import ModelMessage
 
 
 def _dumps(value: Any) -> bytes:
@@ -25,7 +26,7 @@ ENCODED: IdentityMemo[bytes] = IdentityMemo(_dumps)
 encoded = ENCODED.get  # one message's JSON, made once per message object
 
 
-def body(fields: dict[str, Any], messages: list[dict[str, Any]]) -> bytes:
+def body(fields: dict[str, Any], messages: list[ModelMessage]) -> bytes:
     """`fields` plus `"messages": messages` as one JSON object."""
     head = _dumps(fields)
     parts = b",".join(ENCODED.many(messages))

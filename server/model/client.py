@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from server.base.errors import BadRequest, BraidError
+from server.base.records import ModelEntry, ModelMessage, ToolSchema
 from server.base.settings import Settings
 from server.model import body as model_body
 from server.model.endpoints import (
@@ -162,7 +163,7 @@ class ModelClient:
         ep = self.endpoints.get(self.default_endpoint) or self.endpoints[DEMO]
         return ep, (model or self.model) if not ep.is_demo else DEMO
 
-    def _request(self, ep: Endpoint, model: str, tools: list[dict[str, Any]],
+    def _request(self, ep: Endpoint, model: str, tools: list[ToolSchema],
                  tool_choice: str | None) -> dict[str, Any]:
         """The request's fields other than `messages` (model/body.py joins those in)."""
         if ep.tools is not None:
@@ -189,7 +190,7 @@ class ModelClient:
         return fields
 
     async def _open(self, client: Any, fields: dict[str, Any],
-                    messages: list[dict[str, Any]], timeout: float) -> Any:
+                    messages: list[ModelMessage], timeout: float) -> Any:
         """Send the request and return the stream of chunks. The body goes as bytes the
         client sends as they are (`post` with `content`): each message's JSON is made
         once for all the calls that send it (model/body.py), and the client's own walk of
@@ -207,7 +208,7 @@ class ModelClient:
                                      stream_cls=AsyncStream[ChatCompletionChunk])
 
     async def stream(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
+        self, messages: list[ModelMessage], tools: list[ToolSchema], *,
         model: str | None = None, endpoint: str | None = None, tool_choice: str | None = None,
     ) -> AsyncGenerator[tuple[str, Any], None]:
         """Yields ("delta", text) and ("reasoning", text) while the reply streams, then
@@ -243,9 +244,9 @@ class ModelClient:
             reply.usage = estimate_usage(messages, reply)
         yield "reply", reply
 
-    async def list_models(self) -> list[dict[str, Any]]:
+    async def list_models(self) -> list[ModelEntry]:
         """Every endpoint's models: the configured ones and what GET /v1/models lists."""
-        out: list[dict[str, Any]] = []
+        out: list[ModelEntry] = []
         for ep in self.endpoints.values():
             ids, error = await self._models_of(ep)
             for model_id in ids:

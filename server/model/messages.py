@@ -17,9 +17,9 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable
-from typing import Any
 
 from server.base.memo import IdentityMemo, forget_with_memos
+from server.base.records import MessageRecord, ModelMessage, ToolCall
 
 INVALID_ARGS_KEY = "invalid_json_arguments"
 
@@ -60,19 +60,19 @@ def arguments_error(raw: object) -> str | None:
     return None
 
 
-def _call(call: dict[str, Any]) -> dict[str, Any]:
+def _call(call: ToolCall) -> ToolCall:
     fn = call.get("function") or {}
     return {"id": str(call.get("id") or ""), "type": "function",
             "function": {"name": str(fn.get("name") or ""),
                          "arguments": valid_arguments(fn.get("arguments"))}}
 
 
-def shape(msg: dict[str, Any], send_reasoning: bool = False) -> dict[str, Any] | None:
+def shape(msg: MessageRecord, send_reasoning: bool = False) -> ModelMessage | None:
     """One message as the request carries it (None: not sent)."""
     role = msg["role"]
     if role == "assistant" and msg.get("partial"):
         return None
-    item: dict[str, Any] = {"role": role, "content": msg.get("content") or ""}
+    item: ModelMessage = {"role": role, "content": msg.get("content") or ""}
     if role == "assistant" and msg.get("tool_calls"):
         item["tool_calls"] = [_call(c) for c in msg["tool_calls"]]
     if role == "assistant" and send_reasoning and msg.get("reasoning"):
@@ -83,14 +83,14 @@ def shape(msg: dict[str, Any], send_reasoning: bool = False) -> dict[str, Any] |
 
 
 # `shape` made once per message (base/memo.py), by `send_reasoning`. Shared: do not change.
-SHAPED: dict[bool, IdentityMemo[dict[str, Any] | None]] = {
+SHAPED: dict[bool, IdentityMemo[ModelMessage | None]] = {
     False: IdentityMemo(lambda m: shape(m, False)), True: IdentityMemo(lambda m: shape(m, True))}
 
 
-def to_model(messages: Iterable[dict[str, Any]], system_prompt: str,
-             send_reasoning: bool = False) -> list[dict[str, Any]]:
+def to_model(messages: Iterable[MessageRecord], system_prompt: str,
+             send_reasoning: bool = False) -> list[ModelMessage]:
     """The request's `messages`: the base prompt, then the given messages, shaped (the
     items are shared between calls: do not change them)."""
-    out: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}]
+    out: list[ModelMessage] = [{"role": "system", "content": system_prompt}]
     out.extend(filter(None, SHAPED[send_reasoning].many(messages)))
     return out

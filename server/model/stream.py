@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from server.base.records import ModelMessage, ToolCall, Usage
 from server.model.body import encoded
 
 
@@ -24,9 +25,9 @@ class Reply:
 
     content: str = ""
     reasoning: str = ""
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str | None = None
-    usage: dict[str, Any] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
     chunks: int = 0
 
 
@@ -53,7 +54,7 @@ class StreamAssembler:
 
     def __init__(self) -> None:
         self.reply = Reply()
-        self._calls: dict[int, dict[str, Any]] = {}
+        self._calls: dict[int, ToolCall] = {}
 
     def add(self, chunk: Any) -> list[tuple[str, str]]:
         data = _as_dict(chunk)
@@ -138,7 +139,7 @@ def estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
-def estimate_usage(messages: list[dict[str, Any]], reply: Reply) -> dict[str, Any]:
+def estimate_usage(messages: list[ModelMessage], reply: Reply) -> Usage:
     # From each message's JSON as the request carried it (made once per message).
     prompt = sum((len(encoded(m)) + 3) // 4 for m in messages)
     out = reply.content + reply.reasoning + "".join(

@@ -5,14 +5,12 @@ and covered by an intent record, so a kill in the middle is finished or undone a
 
 from __future__ import annotations
 
-from typing import Any
-
 import pygit2
 
 from server.base import crash
 from server.git import lookup as gitnames
 from server.git.history import HISTORY, RUNS
-from server.git.session import GitSession
+from server.git.session import Change, GitSession
 from server.git.trees import tree_delta
 from server.git.workdir import guarded
 from server.git.workdir.scan import WORKDIR
@@ -110,12 +108,12 @@ def merge_paths(git: GitSession, old_oid: pygit2.Oid, new_oid: pygit2.Oid
 
 
 def write_workdir(git: GitSession, new_oid: pygit2.Oid, written: list[str],
-                  deleted: list[str]) -> dict[str, Any]:
+                  deleted: list[str]) -> dict[str, Change]:
     """Write a merge's workdir paths (inside its intent); returns the checkpoint changes."""
     new_tree = _as_repo_tree(git, new_oid)
     journal.apply_tree(git, new_tree, deleted)
     journal.apply_tree(git, new_tree, written)
-    changes: dict[str, Any] = {rel: None for rel in deleted}
+    changes: dict[str, Change] = {rel: None for rel in deleted}
     changes.update({rel: DISK for rel in written})
     return changes
 

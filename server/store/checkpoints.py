@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 import pygit2
 
 from server.base.errors import BadRequest, NotFound
+from server.base.records import CheckpointRow, MessageRecord, RunRecord
 from server.git.commits import commit_info
 from server.git.session import GitSession
 from server.store import layout
@@ -35,7 +35,7 @@ class RunOnBranch:
     """A run as the branch it lives on holds it."""
 
     run_id: str
-    record: dict[str, Any]
+    record: RunRecord
     record_path: str
     branch: str
     tip: pygit2.Commit
@@ -46,7 +46,7 @@ class RunOnBranch:
         default=None, repr=False, compare=False)
 
     @property
-    def messages(self) -> list[dict[str, Any]]:
+    def messages(self) -> list[MessageRecord]:
         return [e.message for e in self.entries]
 
 
@@ -54,7 +54,7 @@ def locate_run(git: GitSession, run_id: str) -> RunOnBranch:
     """Find the run on its own branch (the one its record names), else on any branch."""
     current = git.branch
     names = sorted(git.branches(), key=lambda n: (n != current, n != "main", n))
-    fallback: tuple[str, pygit2.Commit, str, dict[str, Any]] | None = None
+    fallback: tuple[str, pygit2.Commit, str, RunRecord] | None = None
     for name in names:
         tip = git.commit(git.branch_tip(name))
         path = layout.find_run_path(git, run_id, tip)
@@ -68,11 +68,11 @@ def locate_run(git: GitSession, run_id: str) -> RunOnBranch:
     if fallback is None:
         raise NotFound(f"no run {run_id}")
     name, tip, path, record = fallback
-    return RunOnBranch(run_id, dict(record), path, name, tip, run_entries(git, tip, run_id),
+    return RunOnBranch(run_id, record.copy(), path, name, tip, run_entries(git, tip, run_id),
                        git=git)
 
 
-def safe_indexes(messages: list[dict[str, Any]]) -> list[int]:
+def safe_indexes(messages: list[MessageRecord]) -> list[int]:
     """Every index K whose first K messages hold no tool call without its result."""
     out = [0]
     open_calls: set[str] = set()
@@ -86,7 +86,7 @@ def safe_indexes(messages: list[dict[str, Any]]) -> list[int]:
     return out
 
 
-def resolve_index(messages: list[dict[str, Any]], continue_from: str | int,
+def resolve_index(messages: list[MessageRecord], continue_from: str | int,
                   regenerate: bool) -> int:
     count = len(messages)
     if continue_from == "end":
@@ -183,7 +183,7 @@ def find_checkpoint(git: GitSession, view: RunOnBranch, k: int
     return before, None
 
 
-def _preview(messages: list[dict[str, Any]], k: int) -> str:
+def _preview(messages: list[MessageRecord], k: int) -> str:
     if k == 0:
         return "Before the run"
     msg = messages[k - 1]
@@ -197,9 +197,9 @@ def _preview(messages: list[dict[str, Any]], k: int) -> str:
     return f"{msg.get('role')}: {text[:PREVIEW_CHARS]}"
 
 
-def checkpoint_timeline(git: GitSession, run_id: str) -> list[dict[str, Any]]:
+def checkpoint_timeline(git: GitSession, run_id: str) -> list[CheckpointRow]:
     view = locate_run(git, run_id)
-    out = []
+    out: list[CheckpointRow] = []
     for k in safe_indexes(view.messages):
         commit, owner = find_checkpoint(git, view, k)
         info = commit_info(commit)

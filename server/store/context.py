@@ -12,16 +12,21 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 from itertools import chain
-from typing import Any
 
 from server.base.memo import IdentityMemo
+from server.base.records import ContextUse, MessageRecord
 
 CHARS_PER_TOKEN = 4
 PER_MESSAGE = 4  # role and framing tokens of each message
 CALL_OVERHEAD = 40  # a tool call's id, type and JSON framing, in characters
 
 
-def estimate(msg: dict[str, Any]) -> int:
+def text_cost(text: str) -> int:
+    """What a message holding only `text` costs (the system prompt, the budget's note)."""
+    return PER_MESSAGE + (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+
+
+def estimate(msg: MessageRecord) -> int:
     chars = len(msg.get("content") or "")
     for call in msg.get("tool_calls") or ():
         fn = call.get("function") or {}
@@ -40,15 +45,15 @@ def note_text(omitted: int) -> str:
             "are not shown here (the full history is kept in git).")
 
 
-def fit(parts: Sequence[Sequence[dict[str, Any]]], budget: int, system_tokens: int,
-        sums: Sequence[int] | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
+def fit(parts: Sequence[Sequence[MessageRecord]], budget: int, system_tokens: int,
+        sums: Sequence[int] | None = None) -> tuple[list[MessageRecord], ContextUse]:
     """The newest messages of `parts` (the branch's messages in order, as a few lists, so
     none is copied whole) that fit `budget` tokens with the system prompt, oldest first, and
     what the call uses: `{tokens, sent_messages, omitted_messages}`. With `sums`, the running
     totals of the first part's estimates (`[0, c0, c0+c1, ...]`, layout.message_sums), that
     part is cut by bisection: the cost follows the turn's new messages, not the window."""
     total = sum(len(p) for p in parts)
-    state = _Fit(budget, system_tokens + estimate({"content": note_text(total)}))
+    state = _Fit(budget, system_tokens + text_cost(note_text(total)))
     for i in range(len(parts) - 1, -1, -1):
         part = parts[i]
         usable = sums is not None and i == 0 and len(sums) == len(part) + 1
@@ -66,7 +71,7 @@ def fit(parts: Sequence[Sequence[dict[str, Any]]], budget: int, system_tokens: i
     kept = kept[drop:]
     omitted = total - len(kept)
     if not omitted:
-        state.used -= estimate({"content": note_text(total)})
+        state.used -= text_cost(note_text(total))
     return kept, {"tokens": state.used, "sent_messages": len(kept), "omitted_messages": omitted}
 
 
@@ -75,11 +80,11 @@ class _Fit:
 
     def __init__(self, budget: int, used: int) -> None:
         self.budget, self.used = budget, used
-        self.chunks: list[Sequence[dict[str, Any]]] = []
+        self.chunks: list[Sequence[MessageRecord]] = []
         self.last_user_seen = False
         self.full = False
 
-    def walk(self, part: Sequence[dict[str, Any]], stop_at_user: bool) -> int:
+    def walk(self, part: Sequence[MessageRecord], stop_at_user: bool) -> int:
         """Keep `part`'s messages from its end while they fit (the newest user message
         always goes: the model must see what it answers); `stop_at_user`: only until the
         newest user message is kept. Returns where it stopped (0: the whole part kept)."""
@@ -96,7 +101,7 @@ class _Fit:
         self.chunks.append(part[end:])
         return end
 
-    def bisect(self, part: Sequence[dict[str, Any]], sums: Sequence[int], end: int) -> int:
+    def bisect(self, part: Sequence[MessageRecord], sums: Sequence[int], end: int) -> int:
         """Keep the longest run of messages ending at `end` that fits what is left."""
         room = self.budget - self.used
         start = bisect_left(sums, sums[end] - room, 0, end)

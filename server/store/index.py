@@ -6,9 +6,11 @@ running `braid reindex` rebuilds it from git alone."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import aiosqlite
+
+from server.base.records import RunRecord, RunRow, SessionMeta, SessionRow
 
 # One schema for both backends; only the type of a flag differs between the dialects.
 SCHEMA_TEMPLATE = """
@@ -94,15 +96,15 @@ class Index:
         assert self._db is not None, "index not open"
         return self._db
 
-    async def upsert_session(self, meta: dict[str, Any], updated_at: str | None = None) -> None:
-        row = {c: meta.get(c) for c in SESSION_COLUMNS}
+    async def upsert_session(self, meta: SessionMeta, updated_at: str | None = None) -> None:
+        row: dict[str, object] = {c: meta.get(c) for c in SESSION_COLUMNS}
         row["title"] = row["title"] or ""
         row["archived"] = 1 if row["archived"] else 0
         row["updated_at"] = updated_at or meta.get("updated_at") or meta["created_at"]
         await self._upsert("sessions", SESSION_COLUMNS, row)
 
-    async def upsert_run(self, session_id: str, run: dict[str, Any]) -> None:
-        row = {c: run.get(c) for c in RUN_COLUMNS}
+    async def upsert_run(self, session_id: str, run: RunRecord | RunRow) -> None:
+        row: dict[str, object] = {c: run.get(c) for c in RUN_COLUMNS}
         row["session_id"] = session_id
         await self._upsert("runs", RUN_COLUMNS, row)
         await self.db.execute(
@@ -111,7 +113,7 @@ class Index:
         )
         await self.db.commit()
 
-    async def _upsert(self, table: str, columns: tuple[str, ...], row: dict[str, Any]) -> None:
+    async def _upsert(self, table: str, columns: tuple[str, ...], row: dict[str, object]) -> None:
         cols = ", ".join(columns)
         marks = ", ".join("?" for _ in columns)
         await self.db.execute(
@@ -121,7 +123,7 @@ class Index:
         await self.db.commit()
 
     async def list_sessions(self, user_id: str, query: str = "",
-                            archived: bool = False) -> list[dict[str, Any]]:
+                            archived: bool = False) -> list[SessionRow]:
         """The user's sessions, archived ones only when `archived`, else the others."""
         sql = "SELECT * FROM sessions WHERE user_id = ? AND archived = ?"
         args: list[Any] = [user_id, 1 if archived else 0]
@@ -131,9 +133,9 @@ class Index:
             args.append(f"%{escaped}%")
         sql += " ORDER BY created_at DESC"
         async with self.db.execute(sql, args) as cur:
-            rows = [dict(r) for r in await cur.fetchall()]
+            rows = cast(list[SessionRow], [dict(r) for r in await cur.fetchall()])
         for row in rows:
-            row["archived"] = bool(row["archived"])
+            row["archived"] = bool(row["archived"])  # 0 or 1 in SQLite
         return rows
 
     async def delete_session(self, session_id: str) -> None:
@@ -141,26 +143,26 @@ class Index:
         await self.db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
         await self.db.commit()
 
-    async def list_runs(self, session_id: str) -> list[dict[str, Any]]:
+    async def list_runs(self, session_id: str) -> list[RunRow]:
         async with self.db.execute(
             "SELECT * FROM runs WHERE session_id = ? ORDER BY created_at", (session_id,)
         ) as cur:
-            return [dict(r) for r in await cur.fetchall()]
+            return cast(list[RunRow], [dict(r) for r in await cur.fetchall()])
 
-    async def lineage_runs(self, session_id: str) -> list[dict[str, Any]]:
+    async def lineage_runs(self, session_id: str) -> list[RunRow]:
         """The runs that have siblings or may have (forked runs and the runs they fork
         from), by `created_at`: what `lineage.sibling_map` needs, costing the forks, not
         the session's runs."""
         async with self.db.execute(LINEAGE_SQL, (session_id,) * 3) as cur:
-            return [dict(r) for r in await cur.fetchall()]
+            return cast(list[RunRow], [dict(r) for r in await cur.fetchall()])
 
-    async def runs_since(self, session_id: str, created_at: str) -> list[dict[str, Any]]:
+    async def runs_since(self, session_id: str, created_at: str) -> list[RunRow]:
         """The runs created at or after `created_at`, oldest first."""
         async with self.db.execute(
             "SELECT * FROM runs WHERE session_id = ? AND created_at >= ? "
             "ORDER BY created_at, run_id", (session_id, created_at)
         ) as cur:
-            return [dict(r) for r in await cur.fetchall()]
+            return cast(list[RunRow], [dict(r) for r in await cur.fetchall()])
 
     async def count_runs(self, session_id: str) -> int:
         async with self.db.execute(
@@ -169,9 +171,9 @@ class Index:
             row = await cur.fetchone()
         return int(row[0]) if row else 0
 
-    async def runs_with_status(self, status: str) -> list[dict[str, Any]]:
+    async def runs_with_status(self, status: str) -> list[RunRow]:
         async with self.db.execute("SELECT * FROM runs WHERE status = ?", (status,)) as cur:
-            return [dict(r) for r in await cur.fetchall()]
+            return cast(list[RunRow], [dict(r) for r in await cur.fetchall()])
 
     async def copy_runs(self, from_session_id: str, to_session_id: str) -> None:
         """A forked session shares its source's runs: one statement, however many."""
@@ -195,16 +197,16 @@ class SessionIndex(Protocol):
 
     async def open(self) -> bool: ...
     async def close(self) -> None: ...
-    async def upsert_session(self, meta: dict[str, Any],
+    async def upsert_session(self, meta: SessionMeta,
                              updated_at: str | None = None) -> None: ...
-    async def upsert_run(self, session_id: str, run: dict[str, Any]) -> None: ...
+    async def upsert_run(self, session_id: str, run: RunRecord | RunRow) -> None: ...
     async def list_sessions(self, user_id: str, query: str = "",
-                            archived: bool = False) -> list[dict[str, Any]]: ...
+                            archived: bool = False) -> list[SessionRow]: ...
     async def delete_session(self, session_id: str) -> None: ...
-    async def list_runs(self, session_id: str) -> list[dict[str, Any]]: ...
-    async def lineage_runs(self, session_id: str) -> list[dict[str, Any]]: ...
-    async def runs_since(self, session_id: str, created_at: str) -> list[dict[str, Any]]: ...
+    async def list_runs(self, session_id: str) -> list[RunRow]: ...
+    async def lineage_runs(self, session_id: str) -> list[RunRow]: ...
+    async def runs_since(self, session_id: str, created_at: str) -> list[RunRow]: ...
     async def count_runs(self, session_id: str) -> int: ...
-    async def runs_with_status(self, status: str) -> list[dict[str, Any]]: ...
+    async def runs_with_status(self, status: str) -> list[RunRow]: ...
     async def copy_runs(self, from_session_id: str, to_session_id: str) -> None: ...
     async def clear(self) -> None: ...

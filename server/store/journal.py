@@ -28,13 +28,14 @@ import os
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Unpack, cast
 
 import pygit2
 from pygit2.enums import FileMode
 
 from server.base import crash
 from server.base.ids import is_session_id
+from server.base.records import IntentExtras, IntentRecord
 from server.git import lookup as gitnames
 from server.git.commits import commit_info
 from server.git.session import GitSession
@@ -63,9 +64,9 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def begin(git: GitSession, op: str, paths: Iterable[str], *, kind: str | None = None,
-          **extra: Any) -> dict[str, Any]:
+          **extra: Unpack[IntentExtras]) -> IntentRecord:
     head = None if git.repo.head_is_unborn else str(git.head_oid())
-    record = {"op": op, "kind": kind or op, "branch": git.branch, "head": head,
+    record: IntentRecord = {"op": op, "kind": kind or op, "branch": git.branch, "head": head,
               "paths": sorted(set(paths)), **extra}
     _write_atomic(intent_path(git), json.dumps(record).encode())
     return record
@@ -75,9 +76,9 @@ def end(git: GitSession) -> None:
     intent_path(git).unlink(missing_ok=True)
 
 
-def load(git: GitSession) -> dict[str, Any] | None:
+def load(git: GitSession) -> IntentRecord | None:
     try:
-        return dict(json.loads(intent_path(git).read_bytes()))
+        return cast(IntentRecord, dict(json.loads(intent_path(git).read_bytes())))
     except FileNotFoundError:
         return None
     except (ValueError, TypeError):
@@ -88,7 +89,7 @@ def load(git: GitSession) -> dict[str, Any] | None:
 
 @contextlib.contextmanager
 def intent(git: GitSession, op: str, paths: Iterable[str], *, kind: str | None = None,
-           **extra: Any) -> Iterator[dict[str, Any]]:
+           **extra: Unpack[IntentExtras]) -> Iterator[IntentRecord]:
     """Hold an intent record around an operation; an exception rolls its files back."""
     record = begin(git, op, paths, kind=kind, **extra)
     try:
@@ -171,7 +172,7 @@ def _on_disk_is(git: GitSession, rel: str, entry: tuple[pygit2.Oid, int]) -> boo
         return False
 
 
-def finish_checkout(git: GitSession, record: dict[str, Any]) -> None:
+def finish_checkout(git: GitSession, record: IntentRecord) -> None:
     """Roll an interrupted checkout forward: the target branch's files, then HEAD."""
     name = str(record.get("to"))
     ref = git.repo.references.get(f"refs/heads/{name}")
@@ -188,7 +189,7 @@ def finish_checkout(git: GitSession, record: dict[str, Any]) -> None:
     git.reset_index()  # the history entries follow the new HEAD
 
 
-def settle(git: GitSession, record: dict[str, Any]) -> str:
+def settle(git: GitSession, record: IntentRecord) -> str:
     """Finish or roll back the operation `record` describes. Returns what was done."""
     branch = str(record.get("branch") or "main")
     paths = [str(p) for p in record.get("paths") or ()]

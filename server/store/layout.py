@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pygit2
 
+from server.base.records import MessageRecord, RunRecord, Usage
 from server.git.history import HISTORY, RUNS, Entry, history_path, run_path
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ class StoredMessage:
 
     path: str
     seq: int
-    message: dict[str, Any]
+    message: MessageRecord
 
 
 def _tree(git: GitSession, commit: pygit2.Commit | None, top: str) -> pygit2.Tree | None:
@@ -47,7 +48,7 @@ def _tree(git: GitSession, commit: pygit2.Commit | None, top: str) -> pygit2.Tre
 # -- history/ -------------------------------------------------------------------------------
 
 
-def messages(git: GitSession, commit: pygit2.Commit | None = None) -> list[dict[str, Any]]:
+def messages(git: GitSession, commit: pygit2.Commit | None = None) -> list[MessageRecord]:
     """Every message of the branch at `commit` (default HEAD), oldest first, kept in memory
     and moved by what changed. The list and its dicts are shared: copy to change."""
     return git.listings.messages(_tree(git, commit, HISTORY), git.blob_json)
@@ -90,7 +91,7 @@ def run_entries(git: GitSession, commit: pygit2.Commit, run_id: str) -> list[Sto
     return [StoredMessage(files[i].path, files[i].seq, parsed[i]) for i in range(start, end)]
 
 
-def answer_of(msgs: list[dict[str, Any]]) -> str:
+def answer_of(msgs: list[MessageRecord]) -> str:
     """The last final answer (an assistant message without tool calls) of `msgs`."""
     for msg in reversed(msgs):
         if msg.get("role") == "assistant" and msg.get("content") and not msg.get("tool_calls"):
@@ -129,17 +130,17 @@ def next_message_path(git: GitSession, role: str, message_id: str,
 # -- runs/ ----------------------------------------------------------------------------------
 
 
-def runs(git: GitSession, commit: pygit2.Commit | None = None) -> Iterator[dict[str, Any]]:
+def runs(git: GitSession, commit: pygit2.Commit | None = None) -> Iterator[RunRecord]:
     """Every run record on the branch at `commit`, by ordinal."""
     for entry in git.listings.get(RUNS, _tree(git, commit, RUNS)).entries:
         yield git.blob_json(entry.blob)
 
 
-def run_usages(git: GitSession, commit: pygit2.Commit | None = None) -> list[dict[str, Any]]:
+def run_usages(git: GitSession, commit: pygit2.Commit | None = None) -> list[Usage]:
     """Every run record's `usage` on the branch at `commit`, by ordinal. A record's usage is
     read once per blob (kept with the session: blobs never change), so a turn's footer
     re-reads only the records that changed, not every run's."""
-    kept: dict[pygit2.Oid, dict[str, Any]] = git.caches.setdefault("run_usage", {})
+    kept: dict[pygit2.Oid, Usage] = git.caches.setdefault("run_usage", {})
     entries = git.listings.get(RUNS, _tree(git, commit, RUNS)).entries
     if len(kept) > 4 * len(entries) + 1000:
         kept.clear()
@@ -147,7 +148,8 @@ def run_usages(git: GitSession, commit: pygit2.Commit | None = None) -> list[dic
     for entry in entries:
         usage = kept.get(entry.blob)
         if usage is None:
-            usage = kept[entry.blob] = git.blob_json(entry.blob).get("usage") or {}
+            read: Usage = git.blob_json(entry.blob).get("usage") or Usage()
+            usage = kept[entry.blob] = read
         out.append(usage)
     return out
 

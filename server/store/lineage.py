@@ -4,10 +4,10 @@ or through other forks, are alternatives of one turn. Computed from the index's 
 
 from __future__ import annotations
 
-from typing import Any
+from server.base.records import RunRef, RunRow, Siblings, TranscriptItem
 
 
-def _origin(run_id: str, by_id: dict[str, dict[str, Any]]) -> str:
+def _origin(run_id: str, by_id: dict[str, RunRow]) -> str:
     seen = {run_id}
     while True:
         parent = by_id[run_id].get("forked_from_run_id")
@@ -17,19 +17,19 @@ def _origin(run_id: str, by_id: dict[str, dict[str, Any]]) -> str:
         run_id = parent
 
 
-def sibling_map(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def sibling_map(runs: list[RunRow]) -> dict[str, Siblings]:
     """run_id → {position, count, prev, next} for runs that have siblings; prev and next
     name the neighbour's run_id and the branch to check out to show it."""
     by_id = {r["run_id"]: r for r in runs}
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[RunRow]] = {}
     for run in runs:
         groups.setdefault(_origin(run["run_id"], by_id), []).append(run)
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Siblings] = {}
     for members in groups.values():
         if len(members) < 2:
             continue
         members.sort(key=lambda r: (r.get("created_at") or "", r["run_id"]))
-        refs = [{"run_id": r["run_id"], "branch": r.get("branch")} for r in members]
+        refs: list[RunRef] = [{"run_id": r["run_id"], "branch": r.get("branch")} for r in members]
         for i, run in enumerate(members):
             out[run["run_id"]] = {
                 "position": i + 1, "count": len(members),
@@ -39,7 +39,7 @@ def sibling_map(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def attach_siblings(turns: list[dict[str, Any]], runs: list[dict[str, Any]]) -> None:
+def attach_siblings(turns: list[TranscriptItem], runs: list[RunRow]) -> None:
     siblings = sibling_map(runs)
     for turn in turns:
         if turn.get("type") == "turn":

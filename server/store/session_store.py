@@ -14,11 +14,12 @@ import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from server.base.errors import NotFound
-from server.base.ids import is_session_id, new_session_id, now_iso
+from server.base.ids import is_session_id, new_session_id
 from server.base.pools import IdlingThreadPool, SerialLane
+from server.base.records import SessionMeta, new_session_meta
 from server.git.session import GitSession
 
 T = TypeVar("T")
@@ -44,7 +45,7 @@ class SessionHandle:
         self._open = False
         self._pending = 0
         self.last_used = time.monotonic()
-        self.meta: dict[str, Any] = json.loads((path / "session.json").read_text())
+        self.meta: SessionMeta = json.loads((path / "session.json").read_text())
 
     @property
     def user_id(self) -> str:
@@ -167,21 +168,17 @@ class SessionStore:
         *,
         forked_from_session_id: str | None = None,
         root_session_id: str | None = None,
-        extra_meta: dict[str, Any] | None = None,
-        build: Callable[[Path, dict[str, Any]], object] = GitSession.create,
+        model: str | None = None,
+        build: Callable[[Path, SessionMeta], object] = GitSession.create,
     ) -> SessionHandle:
         """A new session folder made by `build(path, meta)` (an import writes its own first
         commit); if `build` fails, nothing of the folder is left."""
         session_id = new_session_id()
-        meta = {
-            "session_id": session_id,
-            "title": title.strip()[:120],
-            "user_id": user_id,
-            "created_at": now_iso(),
-            "forked_from_session_id": forked_from_session_id,
-            "root_session_id": root_session_id or session_id,
-            **(extra_meta or {}),
-        }
+        meta = new_session_meta(session_id, title.strip()[:120], user_id,
+                                forked_from_session_id=forked_from_session_id,
+                                root_session_id=root_session_id)
+        if model is not None:  # an import's choice
+            meta["model"] = model
         path = self.path(session_id)
         loop = asyncio.get_running_loop()
         try:

@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from server.agent import turns
 from server.app.braid import Braid
+from server.base.records import ModelList, RunStarted, SessionList
 from server.features import (
     dag,
     files,
@@ -35,16 +36,16 @@ TURN = Param("turn_id", P.message_id("turn_id", "turn"), aliases=("assistant_msg
 RUN = Param("run_id", P.message_id("run_id", "run"), aliases=("assistant_msg_id",))
 
 
-async def started(braid: Braid, user_id: str, session_id: str, text: str) -> dict[str, Any]:
+async def started(braid: Braid, user_id: str, session_id: str, text: str) -> RunStarted:
     """`send_message` over the socket answers at once with the run's id; events follow."""
     return {"run_id": await turns.send_message(braid, user_id, session_id, text)}
 
 
-async def sessions_of(braid: Braid, user_id: str, query: str, archived: bool) -> dict[str, Any]:
+async def sessions_of(braid: Braid, user_id: str, query: str, archived: bool) -> SessionList:
     return {"sessions": await sessions.list_sessions(braid, user_id, query, archived)}
 
 
-async def models(braid: Braid, user_id: str) -> dict[str, Any]:
+async def models(braid: Braid, user_id: str) -> ModelList:
     return await model_choice.list_models(braid)
 
 

@@ -4,7 +4,7 @@ builds its error frames with `error_frame`; anything else is `internal`."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -15,11 +15,13 @@ from server.base.errors import (
     BraidError,
     Busy,
     Conflict,
+    ErrorInfo,
     Forbidden,
     NotFound,
     TooLarge,
     Unauthorized,
 )
+from server.base.records import EventFrame
 
 STATUS: dict[type[BraidError], int] = {
     BadRequest: 400,
@@ -46,7 +48,33 @@ def as_braid_error(error: BaseException) -> BraidError:
     return BraidError(f"internal error: {type(error).__name__}")
 
 
-def error_body(error: BraidError) -> dict[str, Any]:
+class ErrorBody(TypedDict):
+    error: ErrorInfo
+
+
+class ResultFrame(TypedDict):
+    """An action's answer on the socket."""
+
+    type: Literal["result"]
+    action: str
+    request_id: Any  # the client's own, echoed as it sent it
+    data: Any  # the action's result: its type is the one its action returns
+
+
+class ErrorFrame(TypedDict):
+    """An action's refusal on the socket (`action` None: no action was read)."""
+
+    type: Literal["error"]
+    action: str | None
+    request_id: Any
+    error: ErrorInfo
+
+
+# What a socket sends: an event of its session, or an answer to one of its actions.
+Frame = EventFrame | ResultFrame | ErrorFrame
+
+
+def error_body(error: BraidError) -> ErrorBody:
     return {"error": error.as_dict()}
 
 
@@ -54,12 +82,12 @@ def error_response(error: BraidError) -> JSONResponse:
     return JSONResponse(error_body(error), status_code=status_of(error))
 
 
-def error_frame(action: Any, request_id: Any, error: BaseException) -> dict[str, Any]:
+def error_frame(action: Any, request_id: Any, error: BaseException) -> ErrorFrame:
     return {"type": "error", "action": action, "request_id": request_id,
             "error": as_braid_error(error).as_dict()}
 
 
-def result_frame(action: str, request_id: Any, data: dict[str, Any]) -> dict[str, Any]:
+def result_frame(action: str, request_id: Any, data: Any) -> ResultFrame:
     return {"type": "result", "action": action, "request_id": request_id, "data": data}
 
 

@@ -29,7 +29,7 @@ def _attachment(name: str) -> str:
     return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}"
 
 
-def file_or_folder(got: dict[str, Any], status: int) -> Response:
+def file_or_folder(got: files.PathRead, status: int) -> Response:
     """`GET /api/sessions/{id}/files`: a folder's entries (JSON), or a file's bytes, as a
     download that never runs as a page of this site (an uploaded .html or .js stays inert)."""
     if got["type"] == "dir":

@@ -4,17 +4,19 @@ partial, in every case the same one the page includes)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from server.base.errors import BraidError
+from server.base.errors import BraidError, ErrorInfo
+from server.base.records import BranchExport, FolderExport, SyncResult
 from server.features import sessions
 from server.features.sources.sources import SourceRequest
 from server.web import params
 from server.web.auth import origin_allowed, user_of
-from server.web.render.fragments import Renderer
+from server.web.render.fragments import ErrorRenderer, Renderer, ResultRenderer
 from server.web.render.templating import render
 
 
@@ -82,18 +84,18 @@ def _skipped(items: Any) -> list[dict[str, str]]:
             for s in items if isinstance(s, dict) and isinstance(s.get("path"), str)]
 
 
-def _result(result: dict[str, Any]) -> str:
+def _result(result: Mapping[str, object]) -> str:  # the template's `result`
     return render("_export_result.html", result=result)
 
 
-def exported_html(data: dict[str, Any]) -> str:
+def exported_html(data: FolderExport | BranchExport) -> str:
     if "branch" in data:
         return _result({**data, "kind": "branch"})
     return _result({**data, "kind": "folder", "conflicts": _conflicts(data.get("conflicts")),
                     "skipped": _skipped(data.get("skipped"))})
 
 
-def failed_html(error: dict[str, Any]) -> str:
+def failed_html(error: ErrorInfo) -> str:
     """An error frame: its message, and for a clash (`conflict` with `details.conflicts`)
     each path and what is in its way: nothing was written (all or nothing)."""
     given = error.get("details")
@@ -102,17 +104,19 @@ def failed_html(error: dict[str, Any]) -> str:
     return _result({"error": error.get("message") or "failed", "clashes": clashes})
 
 
-async def _exported(r: Renderer, data: dict[str, Any]) -> str:
+async def _exported(r: Renderer, data: FolderExport | BranchExport) -> str:
     return exported_html(data)
 
 
-async def _updated(r: Renderer, data: dict[str, Any]) -> str:
+async def _updated(r: Renderer, data: SyncResult) -> str:
     return _result({**data, "kind": "update"})
 
 
-async def _failed(r: Renderer, error: dict[str, Any]) -> str:
+async def _failed(r: Renderer, error: ErrorInfo) -> str:
     return failed_html(error)
 
 
-IMPORT_RESULTS = {"export_session": _exported, "update_from_source": _updated}
-IMPORT_ERRORS = {"export_session": _failed, "update_from_source": _failed}
+IMPORT_RESULTS: dict[str, ResultRenderer] = {"export_session": _exported,
+                                             "update_from_source": _updated}
+IMPORT_ERRORS: dict[str, ErrorRenderer] = {"export_session": _failed,
+                                           "update_from_source": _failed}

@@ -8,10 +8,18 @@ queued event. Deltas after the snapshot follow it; none before it is sent twice.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from server.app.braid import Braid
 from server.base.errors import BraidError
+from server.base.records import (
+    EventData,
+    MessageRecord,
+    RunRecord,
+    RunRow,
+    Transcript,
+    TranscriptItem,
+)
 from server.features import sessions
 from server.web.render.events import files_for, siblings_for
 from server.web.render.fragments import turn_from_event
@@ -19,7 +27,15 @@ from server.web.render.frames import HtmlRenderer
 from server.web.render.names import load_names
 from server.web.render.templating import render
 
-LiveTurn = dict[str, Any]
+
+class LiveTurn(TypedDict):
+    """A foreground run as it is this instant: its record, its messages, the text so far."""
+
+    run_id: str
+    branch: str
+    run: RunRecord | RunRow
+    messages: list[MessageRecord]
+    partial: str
 
 
 def snapshot(braid: Braid, session_id: str) -> list[LiveTurn]:
@@ -29,19 +45,22 @@ def snapshot(braid: Braid, session_id: str) -> list[LiveTurn]:
         ctx = active.ctx
         if ctx is None:  # claimed, not started: its run_started event is still to come
             continue
-        run = dict(ctx.run, status="RUNNING")  # it may be committing its end right now
+        # It may be committing its end right now.
+        run = ctx.run.copy()
+        run["status"] = "RUNNING"
         out.append({"run_id": ctx.run_id, "branch": active.branch, "run": run,
-                    "messages": [dict(m) for m in ctx.messages], "partial": active.partial})
+                    "messages": [m.copy() for m in ctx.messages], "partial": active.partial})
     return out
 
 
-def live_turn(item: LiveTurn) -> dict[str, Any]:
-    turn = turn_from_event(item, streaming=True)
+def live_turn(item: LiveTurn) -> TranscriptItem:
+    turn = turn_from_event({"run_id": item["run_id"], "run": item["run"],
+                            "messages": item["messages"]}, streaming=True)
     turn["live_text"] = item["partial"]
     return turn
 
 
-def merge_live(view: dict[str, Any], live: list[LiveTurn], branch: str) -> dict[str, Any]:
+def merge_live(view: Transcript, live: list[LiveTurn], branch: str) -> Transcript:
     """A transcript view with each live run of `branch` shown as its live turn, at the end."""
     shown = [item for item in live if item["branch"] == branch]
     if not shown:
@@ -52,7 +71,7 @@ def merge_live(view: dict[str, Any], live: list[LiveTurn], branch: str) -> dict[
 
 
 async def page_transcript(braid: Braid, user_id: str, session_id: str,
-                          branch: str) -> dict[str, Any]:
+                          branch: str) -> Transcript:
     live = snapshot(braid, session_id)
     view = await sessions.transcript(braid, user_id, session_id)
     return merge_live(view, live, branch)
@@ -71,7 +90,7 @@ async def catch_up(r: HtmlRenderer, live: list[LiveTurn], full: bool,
         # Any turn drawn here that the snapshot did not hold may have started after it: its
         # queued run_started must redraw it in place (render_html.HtmlRenderer.drawn).
         live_ids = {item["run_id"] for item in live}
-        r.drawn = {t["run_id"] for t in view["turns"] if t.get("run_id")} - live_ids
+        r.drawn = {rid for t in view["turns"] if (rid := t.get("run_id"))} - live_ids
         info = r.ctx.braid.store.get(r.ctx.session_id).meta
         return (render("_transcript.html", transcript=merge_live(view, live, branch))
                 + await r.run_state() + render("_branch.html", branch=branch)
@@ -94,7 +113,7 @@ async def catch_up(r: HtmlRenderer, live: list[LiveTurn], full: bool,
             run = await sessions.get_run(r.ctx.braid, r.ctx.user_id, r.ctx.session_id, run_id)
         except BraidError:
             continue
-        data = {"run_id": run_id, "run": run, "messages": run.get("messages") or []}
+        data: EventData = {"run_id": run_id, "run": run, "messages": run.get("messages") or []}
         ended = await siblings_for(r.ctx, turn_from_event(data, streaming=False))
         ended["files"] = await files_for(r.ctx, data)
         html += render("_turn.html", turn=ended)

@@ -109,8 +109,8 @@ async def session_list(request: Request) -> Response:
     user_id = user_of(request)
     query = request.query_params.get("q", "")
     archived = request.query_params.get("archived") == "1"
-    rows = await sessions.list_sessions(request.app.state.braid, user_id, query, archived)
-    rows = order_by_lineage(rows) if not query and not archived else rows
+    found = await sessions.list_sessions(request.app.state.braid, user_id, query, archived)
+    rows = order_by_lineage(found) if not query and not archived else found
     return templates.TemplateResponse(
         request, "_archived_list.html" if archived else "_session_list.html",
         {"sessions": rows, "current_id": request.query_params.get("current", "")})

@@ -17,6 +17,7 @@ from server.agent.turns import MAX_TEXT
 from server.base.errors import BadRequest, NotFound
 from server.base.ids import is_message_id
 from server.base.names import is_utf8
+from server.base.records import SessionChanges
 from server.features.files import path_param, ref_param
 from server.features.merge import MAX_BRANCHES, STRATEGIES
 from server.features.session_meta import MAX_MODEL, MAX_TITLE
@@ -235,12 +236,12 @@ def one_line(value: object, name: str, limit: int) -> str:
     return cleaned
 
 
-def session_changes(raw: object) -> dict[str, Any]:
+def session_changes(raw: object) -> SessionChanges:
     """`update_session`'s fields: only those the client sent, each checked (no coercion).
     `raw`: all the input (a `whole` parameter), which the transports make a dict."""
     if not isinstance(raw, dict):
         raise BadRequest("the changes must be an object")
-    changes: dict[str, Any] = {}
+    changes: SessionChanges = {}
     if "title" in raw:
         changes["title"] = one_line(raw["title"], "title", MAX_TITLE)
     if "archived" in raw:

@@ -12,10 +12,11 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server.base.errors import BadRequest, BraidError, NotFound
+from server.base.records import EventFrame
 from server.web import hostile, live
 from server.web.actions import ACTIONS
 from server.web.auth import origin_allowed, signed_in, user_of
-from server.web.errors import error_frame, result_frame
+from server.web.errors import Frame, error_frame, result_frame
 from server.web.render.frames import HtmlRenderer
 from server.web.specs import ActionContext
 
@@ -78,14 +79,15 @@ class Connection:
         self.tasks: set[asyncio.Task[None]] = set()
         self.slots = asyncio.Semaphore(inflight)
 
-    async def emit(self, frame: dict[str, Any]) -> None:
+    async def emit(self, frame: Frame) -> None:
         if self.html is None:
             await self.send(json.dumps(frame))
             return
         try:
             text = await self.html.render(frame)
         except Exception:  # noqa: BLE001 - a render bug must not kill the socket
-            log.exception("rendering %s failed", frame.get("event") or frame.get("action"))
+            log.exception("rendering %s failed",
+                          frame["event"] if frame["type"] == "event" else frame["action"])
             return
         if text:
             await self.send(text)
@@ -122,7 +124,7 @@ class Connection:
             # receive loop reads on to the disconnect.
             self.close()
 
-    async def forward_events(self, queue: asyncio.Queue[dict[str, Any]]) -> None:
+    async def forward_events(self, queue: asyncio.Queue[EventFrame]) -> None:
         while True:
             await self.emit(await queue.get())
 

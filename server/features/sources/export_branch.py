@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 import pygit2
 
 from server.agent.turn_changes import trailers_of
 from server.base.errors import BadRequest
+from server.base.records import BranchExport, MessageRecord, RunRecord, SessionMeta
 from server.git import lookup as gitnames
 from server.git.session import GitSession
 from server.git.trees import apply_changes, copy_blobs, tree_changes, workdir_tree
@@ -56,9 +56,9 @@ class Replay:
     made: list[str] = field(default_factory=list)
 
     def run_texts(self, tip: pygit2.Commit
-                  ) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+                  ) -> tuple[dict[str, RunRecord], dict[str, list[MessageRecord]]]:
         runs = {r["run_id"]: r for r in layout.runs(self.session, tip)}
-        messages: dict[str, list[dict[str, Any]]] = {}
+        messages: dict[str, list[MessageRecord]] = {}
         for msg in layout.messages(self.session, tip):
             messages.setdefault(msg.get("run_id") or "", []).append(msg)
         return runs, messages
@@ -87,8 +87,8 @@ class Replay:
                 self.mapped[commit.id] = head
         return head
 
-    def commit_group(self, head: pygit2.Oid, group: Group, runs: dict[str, dict[str, Any]],
-                     messages: dict[str, list[dict[str, Any]]]) -> pygit2.Oid:
+    def commit_group(self, head: pygit2.Oid, group: Group, runs: dict[str, RunRecord],
+                     messages: dict[str, list[MessageRecord]]) -> pygit2.Oid:
         first, last = group.commits[0], group.commits[-1]
         before = first.parents[0] if first.parents else None
         changes = tree_changes(workdir_tree(before), workdir_tree(last))
@@ -116,8 +116,8 @@ class Replay:
                 return [pygit2.Oid(hex=moved)]
         return []
 
-    def message(self, group: Group, runs: dict[str, dict[str, Any]],
-                messages: dict[str, list[dict[str, Any]]]) -> str:
+    def message(self, group: Group, runs: dict[str, RunRecord],
+                messages: dict[str, list[MessageRecord]]) -> str:
         kind, run_id = group.key
         summary = group.commits[-1].message.splitlines()[0] if group.commits[-1].message else kind
         body: list[str] = []
@@ -200,8 +200,8 @@ def pick_branch(src: pygit2.Repository, base_name: str, tip: pygit2.Oid) -> tupl
         n += 1
 
 
-def export_to_branch(git: GitSession, src: pygit2.Repository, meta: dict[str, Any]
-                     ) -> dict[str, Any]:
+def export_to_branch(git: GitSession, src: pygit2.Repository, meta: SessionMeta
+                     ) -> BranchExport:
     head = git.head_commit()
     root = import_root(git, head)
     # The import's base, not the current one: an "Update from source" since then is replayed

@@ -23,7 +23,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import pygit2
 from pygit2.enums import FileMode
@@ -32,6 +32,15 @@ from server.agent.turn_context import snapshot_user_edits
 from server.base import crash, names
 from server.base.dirhandles import Blocked, Disk, Folder, put_file
 from server.base.errors import BadRequest, Busy, Conflict, Forbidden
+from server.base.records import (
+    BranchExport,
+    ExportRecord,
+    FolderExport,
+    PathConflict,
+    SessionMeta,
+    Skipped,
+    SourceMeta,
+)
 from server.features.roots import Roots, roots_of
 from server.features.sources.export_branch import export_to_branch
 from server.features.sources.importing import SOURCE_BASE_REF
@@ -85,9 +94,9 @@ class Plan:
     writes: list[tuple[str, Entry]] = field(default_factory=list)
     deletes: list[str] = field(default_factory=list)
     given: Changes = field(default_factory=dict)  # what the folder holds from us after it
-    conflicts: list[dict[str, str]] = field(default_factory=list)
+    conflicts: list[PathConflict] = field(default_factory=list)
     clashes: int = 0
-    skipped: list[dict[str, str]] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 def _plan(target: Folder, base: dict[str, Entry], ours: dict[str, Entry], force: bool) -> Plan:
@@ -130,7 +139,7 @@ def _record_path(git: GitSession) -> Path:
     return Path(git.repo.path) / RECORD
 
 
-def _save(git: GitSession, record: dict[str, Any]) -> None:
+def _save(git: GitSession, record: ExportRecord) -> None:
     path = _record_path(git)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.new")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -142,7 +151,7 @@ def _save(git: GitSession, record: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _stage(git: GitSession, target: Folder, plan: Plan, record: dict[str, Any]) -> None:
+def _stage(git: GitSession, target: Folder, plan: Plan, record: ExportRecord) -> None:
     """Every file of the export into the private folder, under names only we know. A
     failure (a full disk...) removes it, and the record: nothing was changed."""
     try:
@@ -163,7 +172,7 @@ def _stage(git: GitSession, target: Folder, plan: Plan, record: dict[str, Any]) 
         os.close(tmp_fd)
 
 
-def _finish(git: GitSession, target: Folder, record: dict[str, Any]) -> list[str]:
+def _finish(git: GitSession, target: Folder, record: ExportRecord) -> list[str]:
     """The renames (each done once: a retry skips what moved), then the folder's state, then
     the private folder and the record go. Idempotent: a kill anywhere is finished by it.
     Returns the paths it could not put in place (changed under it: never followed)."""
@@ -192,12 +201,12 @@ def _finish(git: GitSession, target: Folder, record: dict[str, Any]) -> list[str
     return left_out
 
 
-def finish_pending(git: GitSession) -> dict[str, Any] | None:
+def finish_pending(git: GitSession) -> ExportRecord | None:
     """Finish an export a killed process left (at start-up, and before the next export):
     its renames done, or, if its files were not all staged, its private folder removed.
     Returns the record of an export so finished."""
     try:
-        record = dict(json.loads(_record_path(git).read_bytes()))
+        record = cast(ExportRecord, dict(json.loads(_record_path(git).read_bytes())))
     except FileNotFoundError:
         return None
     except (ValueError, TypeError):
@@ -250,7 +259,7 @@ def _state(repo: pygit2.Repository, folder: Path, base: pygit2.Tree | None,
 
 
 def export_to_folder(git: GitSession, folder: Path, force: bool,
-                     source: Path | None = None) -> dict[str, Any]:
+                     source: Path | None = None) -> FolderExport:
     """Export the session's files to `folder` (`source`: the folder it was imported from),
     all-or-nothing: staged in a private folder, then renamed into place under a record."""
     finished = finish_pending(git)
@@ -270,13 +279,13 @@ def export_to_folder(git: GitSession, folder: Path, force: bool,
         if plan.clashes:
             raise Conflict(f"{plan.clashes} file(s) clash with a folder, a file or a symlink "
                            f"in {folder}: nothing was written", {"conflicts": plan.conflicts})
-        result: dict[str, Any] = {"path": str(folder), "written": [rel for rel, _ in plan.writes],
-                  "deleted": plan.deletes, "conflicts": plan.conflicts,
-                  "skipped": plan.skipped}
+        result: FolderExport = {
+            "path": str(folder), "written": [rel for rel, _ in plan.writes],
+            "deleted": plan.deletes, "conflicts": plan.conflicts, "skipped": plan.skipped}
         state = _state(repo, folder, base_tree, plan.given)
         if plan.writes or plan.deletes:
             assert state is not None  # the files it writes or deletes change the state
-            record = {"folder": str(folder), "tmp": Folder.private_name(),
+            record: ExportRecord = {"folder": str(folder), "tmp": Folder.private_name(),
                       "ref": _ref_for(folder), "state": str(state), "phase": "staging",
                       "written": result["written"], "deleted": plan.deletes}
             _save(git, record)
@@ -308,9 +317,9 @@ def check_target(folder: Path) -> None:
             raise Forbidden(f"cannot export to {folder}: '{names.shown(part)}' {reason}")
 
 
-def _folder_of(roots: Roots, value: str | None, meta: dict[str, Any]) -> Path:
+def _folder_of(roots: Roots, value: str | None, meta: SessionMeta) -> Path:
     """The folder to export to: `value`, or the folder the session was imported from."""
-    source = meta.get("source") or {}
+    source = meta.get("source") or SourceMeta()
     if value is None:
         if source.get("kind") != "folder":
             raise BadRequest("path is required: this session was not imported from a folder")
@@ -323,9 +332,9 @@ def _folder_of(roots: Roots, value: str | None, meta: dict[str, Any]) -> Path:
     return folder
 
 
-def _branch_export(git: GitSession, settings: Settings, roots: Roots, meta: dict[str, Any]
-                   ) -> dict[str, Any]:
-    source = meta.get("source") or {}
+def _branch_export(git: GitSession, settings: Settings, roots: Roots, meta: SessionMeta
+                   ) -> BranchExport:
+    source = meta.get("source") or SourceMeta()
     if not source.get("base_commit"):
         raise BadRequest("export to a branch needs a session imported from a git repository; "
                          "export to a folder instead")
@@ -343,12 +352,13 @@ def _branch_export(git: GitSession, settings: Settings, roots: Roots, meta: dict
 
 
 async def export_session(braid: Services, user_id: str, session_id: str, to: str,
-                         path: str | None = None, force: bool = False) -> dict[str, Any]:
+                         path: str | None = None, force: bool = False
+                         ) -> FolderExport | BranchExport:
     handle = braid.store.get_owned(user_id, session_id)
     target, force_flag = to, force
     if await braid.locks.held(handle.session_id):
         raise Busy("a run is going on in this session: export when it ends")
-    meta = dict(handle.meta)
+    meta = handle.meta.copy()
     roots = await roots_of(braid, user_id)  # the caller's, checked on every export
     if target == "branch":
         if path is not None:
@@ -356,7 +366,7 @@ async def export_session(braid: Services, user_id: str, session_id: str, to: str
         return await handle.call(lambda git: _branch_export(git, braid.settings, roots, meta))
     folder = _folder_of(roots, path, meta)
     check_target(folder)
-    source = meta.get("source") or {}
+    source = meta.get("source") or SourceMeta()
     where = source.get("path_or_url")
     local = Path(os.path.realpath(where)) if isinstance(where, str) and where.startswith(
         "/") else None  # a URL is no folder

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pygit2
 from pygit2.enums import FileMode
@@ -22,7 +22,7 @@ from server.base import crash
 from server.base.budget import Budget
 from server.base.errors import BadRequest
 from server.base.ids import is_session_id
-from server.base.records import to_json_bytes
+from server.base.records import CreatedSession, SessionMeta, to_json_bytes
 from server.features.roots import Roots, roots_of
 from server.features.sources.sources import (
     OpenedRepo,
@@ -117,8 +117,8 @@ def refresh_index(repo: pygit2.Repository, path: Path, tree: pygit2.Oid) -> None
     run_git(["-C", str(path), "update-index", "-q", "--refresh"])
 
 
-def build_import(path: Path, meta: dict[str, Any], source: Source, settings: Settings,
-                 roots: Roots) -> dict[str, Any]:
+def build_import(path: Path, meta: SessionMeta, source: Source, settings: Settings,
+                 roots: Roots) -> SessionMeta:
     """Make the session folder at `path` with the import as its first (root) commit."""
     check_source_readable(source, settings, roots)
     path.mkdir(parents=True, exist_ok=False)
@@ -194,10 +194,9 @@ def import_title(where: str, taken: set[str]) -> str:
 
 
 async def import_session(braid: Services, user_id: str, asked: SourceRequest | None,
-                         title: str, model: str | None = None) -> dict[str, Any]:
-    extra: dict[str, Any] = {} if model is None else {"model": model}
+                         title: str, model: str | None = None) -> CreatedSession:
     if asked is None:  # a plain new session with its model chosen
-        handle = await braid.store.create(user_id, title, extra_meta=extra)
+        handle = await braid.store.create(user_id, title, model=model)
         await braid.index.upsert_session(handle.meta)
         return {"session_id": handle.session_id, "title": handle.meta["title"]}
     roots = await roots_of(braid, user_id)  # the caller's own, never the server's
@@ -206,7 +205,7 @@ async def import_session(braid: Services, user_id: str, asked: SourceRequest | N
 
     root = braid.store.root
 
-    def build(path: Path, meta: dict[str, Any]) -> None:
+    def build(path: Path, meta: SessionMeta) -> None:
         root.mkdir(parents=True, exist_ok=True)
         journal.begin_folder(root, path.name, "import")
         try:
@@ -220,7 +219,7 @@ async def import_session(braid: Services, user_id: str, asked: SourceRequest | N
         taken = {str(row.get("title") or "") for archived in (False, True)
                  for row in await braid.index.list_sessions(user_id, archived=archived)}
         title = import_title(source.path_or_url, taken)
-    handle = await braid.store.create(user_id, title, extra_meta=extra, build=build)
+    handle = await braid.store.create(user_id, title, model=model, build=build)
     crash.at("import.after_build")
     await braid.index.upsert_session(handle.meta)
     crash.at("import.after_index")

@@ -29,6 +29,7 @@ from pygit2.enums import FileMode, RepositoryOpenFlag
 from server.base.budget import Budget
 from server.base.errors import BadRequest
 from server.base.names import skipped_entry
+from server.base.records import ImportSummary, SkippedFile, SourceMeta
 from server.base.settings import Settings
 from server.features.roots import Roots
 from server.features.sources.git_urls import FETCH_FAILED, clone_plan, parse_url
@@ -59,8 +60,8 @@ class Source:
     ref: str | None = None
     local: Path | None = None  # the folder, or a local repository (None for a remote URL)
 
-    def meta(self, base_commit: str | None) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "path_or_url": self.path_or_url}
+    def meta(self, base_commit: str | None) -> SourceMeta:
+        out: SourceMeta = {"kind": self.kind, "path_or_url": self.path_or_url}
         if self.kind == "git":
             out["ref"] = self.ref
         if self.kind == "git" or base_commit:
@@ -68,7 +69,7 @@ class Source:
         return out
 
     @classmethod
-    def from_meta(cls, meta: dict[str, Any]) -> Source:
+    def from_meta(cls, meta: SourceMeta) -> Source:
         kind, where = meta.get("kind"), str(meta.get("path_or_url") or "")
         local = None if kind == "git" and is_url(where) else Path(where)
         return cls(str(kind), where, meta.get("ref"), local)
@@ -81,10 +82,10 @@ class Snapshot:
     tree: pygit2.Oid | None  # None: no file at all
     files: int = 0
     bytes: int = 0
-    skipped: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[SkippedFile] = field(default_factory=list)
     base_commit: str | None = None
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> ImportSummary:
         return {"files": self.files, "bytes": self.bytes, "skipped": self.skipped[:200],
                 "skipped_count": len(self.skipped)}
 
@@ -131,7 +132,7 @@ class Listing:
     """A folder's files to import, what was left out of it, and its repository's HEAD."""
 
     files: list[str]
-    skipped: list[dict[str, Any]]
+    skipped: list[SkippedFile]
     head: str | None
 
 
@@ -158,7 +159,7 @@ def list_folder(folder: Path, roots: Roots) -> Listing:
     throwaway git dir when the folder is in none), git made harmless (gitsafe.run_git).
     Left out, and said so: Braid's data dir inside the folder, nested repositories."""
     dirs = find_repo(folder, roots, str(folder))
-    skipped: list[dict[str, Any]] = []
+    skipped: list[SkippedFile] = []
     pathspec = ["--", "."]
     inner = roots.data_dir_in(folder)
     if inner is not None:

@@ -14,14 +14,14 @@ sides) merges cleanly and moves it."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import pygit2
 
 from server.agent.turn_context import snapshot_user_edits
 from server.base import crash
 from server.base.errors import BadRequest, Busy
-from server.base.records import to_json_bytes
+from server.base.records import PathConflict, SessionMeta, SyncResult, to_json_bytes
 from server.features.roots import Roots, roots_of
 from server.features.sources.importing import SOURCE_BASE_REF, set_source_base, take_snapshot
 from server.features.sources.sources import Source, allowed_path
@@ -37,9 +37,9 @@ if TYPE_CHECKING:
 
 
 def _merged(repo: pygit2.Repository, base: pygit2.Tree, ours: pygit2.Tree,
-            theirs: pygit2.Tree) -> tuple[pygit2.Tree, list[dict[str, str]]]:
+            theirs: pygit2.Tree) -> tuple[pygit2.Tree, list[PathConflict]]:
     index = repo.merge_trees(base, ours, theirs)
-    conflicts: list[dict[str, str]] = []
+    conflicts: list[PathConflict] = []
     if index.conflicts is not None:
         for ancestor, mine, other in list(index.conflicts):
             path = (mine or other or ancestor).path
@@ -52,8 +52,10 @@ def _merged(repo: pygit2.Repository, base: pygit2.Tree, ours: pygit2.Tree,
     return gitnames.tree_at(repo, index.write_tree(repo)), conflicts
 
 
-def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: dict[str, Any]
-                     ) -> dict[str, Any]:
+def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: SessionMeta
+                     ) -> tuple[SyncResult, SessionMeta | None]:
+    """Merge the source's files as they are now into the branch shown. Returns what it did,
+    and the new session.json when it committed one."""
     raw = meta.get("source")
     if not raw:
         raise BadRequest("this session was not imported: it has no source to update from")
@@ -66,11 +68,11 @@ def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: di
     theirs = gitnames.tree_at(repo, snap.tree) if snap.tree is not None else empty_tree(repo)
     base_ref = repo.references.get(SOURCE_BASE_REF)
     base = repo[base_ref.target].peel(pygit2.Commit).tree if base_ref else empty_tree(repo)
-    result: dict[str, Any] = {"changed": False, "updated_paths": [], "conflicts": [],
-                              "commit_id": None, "base_commit": snap.base_commit,
-                              "skipped": snap.skipped[:200]}
+    result: SyncResult = {"changed": False, "updated_paths": [], "conflicts": [],
+                          "commit_id": None, "base_commit": snap.base_commit,
+                          "skipped": snap.skipped[:200]}
     if theirs.id == base.id:
-        return result
+        return result, None
     snapshot_user_edits(git)
     ours = workdir_tree(git.head_commit()) or empty_tree(repo)
     merged, conflicts = _merged(repo, base, ours, theirs)
@@ -81,9 +83,9 @@ def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: di
     if not changes and not conflicts:
         # The source moved, but only to what the session holds already: nothing to bring in,
         # so no commit. The base stays; the next update merges from it to the same result.
-        return result
-    new_meta = dict(json.loads(gitnames.blob_data(
-        repo, git.head_commit().tree["session.json"].id)))
+        return result, None
+    new_meta = cast(SessionMeta, dict(json.loads(gitnames.blob_data(
+        repo, git.head_commit().tree["session.json"].id))))
     new_meta["source"] = source.meta(snap.base_commit)
     changes["session.json"] = to_json_bytes(new_meta)
     where = f" at {snap.base_commit[:10]}" if snap.base_commit else ""
@@ -92,24 +94,23 @@ def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: di
                                    kind="user-edit")
         set_source_base(repo, snap.tree, f"Source files at update ({source.path_or_url})")
         crash.at("update.after_commit")
-    result.update(changed=True, commit_id=str(oid), conflicts=conflicts,
-                  updated_paths=sorted(p[len(WORKDIR) + 1:] for p in changes
-                                       if p.startswith(f"{WORKDIR}/")),
-                  meta=new_meta)
-    return result
+    result.update({"changed": True, "commit_id": str(oid), "conflicts": conflicts,
+                   "updated_paths": sorted(p[len(WORKDIR) + 1:] for p in changes
+                                           if p.startswith(f"{WORKDIR}/"))})
+    return result, new_meta
 
 
-async def update_from_source(braid: Services, user_id: str, session_id: str) -> dict[str, Any]:
+async def update_from_source(braid: Services, user_id: str, session_id: str) -> SyncResult:
     handle = braid.store.get_owned(user_id, session_id)
     if await braid.locks.held(handle.session_id):
         raise Busy("a run is going on in this session: update when it ends")
-    meta = dict(handle.meta)
+    meta = handle.meta.copy()
     roots = await roots_of(braid, user_id)
-    result = await handle.call(lambda git: sync_from_source(git, braid.settings, roots, meta))
-    new_meta = result.pop("meta", None)
+    result, new_meta = await handle.call(
+        lambda git: sync_from_source(git, braid.settings, roots, meta))
     if new_meta is not None:
         handle.meta["source"] = new_meta["source"]
         braid.bus.publish(handle.session_id, "session_changed",
                           {"branch": await handle.call(lambda git: git.branch),
-                           "head": result["commit_id"]})
+                           "head": str(result["commit_id"])})
     return result

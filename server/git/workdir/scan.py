@@ -24,6 +24,7 @@ import pygit2
 from pygit2.enums import FileMode
 
 from server.base import names
+from server.base.records import Skipped
 from server.git.packwriter import PackWriter
 from server.git.workdir import guarded
 from server.git.workdir.staging import DISK, Staged, off_disk, porcelain
@@ -97,7 +98,7 @@ class WorkdirScan:
         # Names git cannot hold that a commit listed as left out, with their lstat then: a
         # look names one again only once it changed, so each is listed once, not every turn.
         self._listed_bad: dict[str, tuple[int, ...] | None] = {}
-        self.last_skipped: list[dict[str, str]] = []  # what the last checkpoint left out
+        self.last_skipped: list[Skipped] = []  # what the last checkpoint left out
 
     def dirty_workdir_paths(self) -> list[str]:
         """Repo-relative paths under workdir/ that differ from HEAD (user edits, shell

@@ -3,19 +3,19 @@ accepted it (`send_message`'s result), so a refused send (a run already going) l
 
 from __future__ import annotations
 
-from typing import Any
-
 from markupsafe import escape
 
-from server.web.render.fragments import Renderer, ResultRenderer
+from server.base.errors import ErrorInfo
+from server.base.records import RunStarted
+from server.web.render.fragments import ErrorRenderer, Renderer, ResultRenderer
 
 
-async def _sent(r: Renderer, data: dict[str, Any]) -> str:
+async def _sent(r: Renderer, data: RunStarted) -> str:
     run_id = escape(str(data.get("run_id") or ""))
     return f'<span id="composer-ack" hidden data-state="accepted" data-run-id="{run_id}"></span>'
 
 
-async def _refused(r: Renderer, error: dict[str, Any]) -> str:
+async def _refused(r: Renderer, error: ErrorInfo) -> str:
     message = str(error.get("message") or "not sent")
     text = f"Not sent, your text is kept: {message}"
     if error.get("code") == "busy":
@@ -24,4 +24,4 @@ async def _refused(r: Renderer, error: dict[str, Any]) -> str:
 
 
 COMPOSER_RESULTS: dict[str, ResultRenderer] = {"send_message": _sent}
-COMPOSER_ERRORS: dict[str, ResultRenderer] = {"send_message": _refused}
+COMPOSER_ERRORS: dict[str, ErrorRenderer] = {"send_message": _refused}

@@ -9,14 +9,22 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from server.base.errors import BraidError
+from server.base.errors import BraidError, ErrorInfo
+from server.base.records import MergeResult, TranscriptItem
 from server.features import dag, sessions
 from server.features.subagents import PREFIX
 from server.web import params
 from server.web.auth import user_of
 from server.web.render import dag_layout
 from server.web.render.dag_layout import node_kind
-from server.web.render.fragments import Renderer, View, run_state
+from server.web.render.fragments import (
+    ErrorRenderer,
+    EventRenderer,
+    Renderer,
+    ResultRenderer,
+    View,
+    run_state,
+)
 from server.web.render.names import branch_label, load_names
 from server.web.render.templating import env, render
 
@@ -86,8 +94,8 @@ async def node_fragment(request: Request) -> Response:
                             status_code=404 if e.code == "not_found" else 400)
     # Without continue_run, "Continue from here" shows the commit's branch.
     hint = request.query_params.get("branch")
-    checkout = hint if hint in node["branches"] else (node["tips"] or node["branches"] or
-                                                        [None])[0]
+    checkout = hint if hint in node["branches"] else \
+        next(iter(node["tips"] or node["branches"]), None)
     return HTMLResponse(render("_dag_node.html", node=node, checkout_branch=checkout,
                                can_continue="continue_run" in ACTIONS))
 
@@ -117,7 +125,8 @@ def sub_agent_done(v: View) -> str:
     if summary and data.get("shown_branch") == data.get("parent_branch"):
         turns = sessions.build_turns([summary["message"]], {summary["run_id"]: summary["run"]})
         # Its chips: the files the child changed (as the transcript gives them).
-        turn = dict(turns[0], streaming=False, files=list(data.get("files") or []))
+        turn: TranscriptItem = {**turns[0], "streaming": False,
+                                "files": list(data.get("files") or [])}
         html += f'<div id="transcript" hx-swap-oob="beforeend">{render("_turn.html", turn=turn)}' \
                 f'</div>'
     return html + run_state(v.running)
@@ -127,11 +136,11 @@ def merged(v: View) -> str:
     return '<div id="dag-conflicts" hx-swap-oob="true"></div>'
 
 
-async def no_html(r: Renderer, data: dict[str, Any]) -> str:
+async def no_html(r: Renderer, data: object) -> str:
     return ""  # the events already drew it
 
 
-async def merge_error(r: Renderer, error: dict[str, Any]) -> str:
+async def merge_error(r: Renderer, error: ErrorInfo) -> str:
     conflicts = (error.get("details") or {}).get("conflicts")
     if error.get("code") != "conflict" or not conflicts:
         return r.toast(error["message"])
@@ -142,7 +151,7 @@ async def merge_error(r: Renderer, error: dict[str, Any]) -> str:
         r.toast(error["message"])
 
 
-DAG_EVENTS: dict[str, Any] = {
+DAG_EVENTS: dict[str, EventRenderer] = {
     "dag_changed": dag_changed,
     "sub_agent_started": sub_agent_started,
     "sub_agent_done": sub_agent_done,
@@ -150,11 +159,11 @@ DAG_EVENTS: dict[str, Any] = {
 }
 
 
-async def merge_done(r: Renderer, data: dict[str, Any]) -> str:
+async def merge_done(r: Renderer, data: MergeResult) -> str:
     # Tells this tab's merge form to clear its ticks and message (kept while refused).
     return '<span id="merge-ack" hidden data-state="merged"></span>'
 
 
-DAG_RESULTS: dict[str, Any] = {"spawn_sub_agent": no_html, "merge_branches": merge_done}
+DAG_RESULTS: dict[str, ResultRenderer] = {"spawn_sub_agent": no_html, "merge_branches": merge_done}
 # Error renderers take the frame's `error` object: {code, message, details?}.
-DAG_ERRORS: dict[str, Any] = {"merge_branches": merge_error}
+DAG_ERRORS: dict[str, ErrorRenderer] = {"merge_branches": merge_error}

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
 
 from server.base.errors import BadRequest
+from server.base.records import DagBranch, DagGraph, DagNode
 from server.features.dag import DAG_LIMIT
 from server.features.subagents import is_sub_branch
 
@@ -31,7 +31,7 @@ PALETTE = ("#0e9f6e", "#d97706", "#db2777", "#0891b2", "#7c3aed", "#65a30d", "#d
 
 @dataclass
 class Dot:
-    node: dict[str, Any]
+    node: DagNode
     row: int
     lane: int
     x: int
@@ -57,11 +57,19 @@ class Edge:
     color: str
 
 
+class LaneBranch(DagBranch):
+    """A branch as the panel draws it: its colour and lane, and whether it is shown."""
+
+    color: str
+    lane: int | None
+    current: bool
+
+
 @dataclass
 class Layout:
     dots: list[Dot]
     edges: list[Edge]
-    branches: list[dict[str, Any]]
+    branches: list[LaneBranch]
     width: int
     height: int
     rows: int
@@ -73,7 +81,7 @@ class Layout:
     colors: dict[str, str] = field(default_factory=dict)
 
 
-def _fold(nodes: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, int]]:
+def _fold(nodes: list[DagNode]) -> tuple[dict[str, str], dict[str, int]]:
     """Each node's representative: a tool-batch checkpoint folds into the next commit of the
     same run on the same lane when nothing else hangs off it."""
     by_id = {n["id"]: n for n in nodes}
@@ -100,7 +108,7 @@ def _fold(nodes: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, int]]:
 Links = dict[tuple[str, str], bool]  # (child, parent) -> is the child's first parent
 
 
-def _links(nodes: list[dict[str, Any]], rep: dict[str, str], row_of: dict[str, int]) -> Links:
+def _links(nodes: list[DagNode], rep: dict[str, str], row_of: dict[str, int]) -> Links:
     """Edges between representatives of the rows shown."""
     links: Links = {}
     for n in nodes:
@@ -114,7 +122,7 @@ def _links(nodes: list[dict[str, Any]], rep: dict[str, str], row_of: dict[str, i
     return links
 
 
-def _spans(shown: list[dict[str, Any]], links: Links, row_of: dict[str, int],
+def _spans(shown: list[DagNode], links: Links, row_of: dict[str, int],
            branch_of: dict[str, str], bottom: int
            ) -> tuple[dict[str, list[int]], dict[str, int]]:
     """Each branch's rows, top to bottom (its dots and the edges it carries), and the row
@@ -156,7 +164,7 @@ def _lanes(spans: dict[str, list[int]], last_dot: dict[str, int]) -> tuple[dict[
     return lane_of, max(1, len(ends))
 
 
-def _colors(lane_of: dict[str, int], branches: list[dict[str, Any]]) -> dict[str, str]:
+def _colors(lane_of: dict[str, int], branches: list[DagBranch]) -> dict[str, str]:
     """Colours in lane order, so branches drawn side by side never share one."""
     colors = {"main": MAIN_COLOR}
     for name in [*lane_of, *(b["name"] for b in branches)]:
@@ -169,7 +177,7 @@ def _xy(row: int, lane: int) -> tuple[int, int]:
     return PAD + lane * LANE_W, row * ROW_H + ROW_H // 2
 
 
-def _dots(shown: list[dict[str, Any]], row_of: dict[str, int], branch_of: dict[str, str],
+def _dots(shown: list[DagNode], row_of: dict[str, int], branch_of: dict[str, str],
           lane_of: dict[str, int], colors: dict[str, str], folded: dict[str, int]
           ) -> list[Dot]:
     dots = []
@@ -202,7 +210,7 @@ def _edges(links: Links, dots: list[Dot], branch_of: dict[str, str],
     return edges
 
 
-def layout(data: dict[str, Any], rows: int = ROWS) -> Layout:
+def layout(data: DagGraph, rows: int = ROWS) -> Layout:
     nodes = data["nodes"]
     rep, folded = _fold(nodes)
     visible = [n for n in nodes if rep[n["id"]] == n["id"]]
@@ -217,7 +225,7 @@ def layout(data: dict[str, Any], rows: int = ROWS) -> Layout:
     edges = _edges(links, dots, branch_of, lane_of, bottom)
 
     current = data.get("current_branch") or "main"
-    branches = []
+    branches: list[LaneBranch] = []
     for b in data["branches"]:
         branches.append({**b, "color": colors[b["name"]], "lane": lane_of.get(b["name"]),
                          "current": b["name"] == current})
@@ -255,7 +263,7 @@ def clamp_rows(rows: object) -> int:
 KIND_LABELS = {"tool-batch": "tools", "user-edit": "edit", "unrevert": "redo"}
 
 
-def node_kind(node: dict[str, Any], branch: str) -> str:
+def node_kind(node: DagNode, branch: str) -> str:
     """A node's kind in a word; a `sub-agent` commit starts a child's branch or carries its
     result back to the parent."""
     kind = str(node.get("kind") or "")
@@ -264,5 +272,5 @@ def node_kind(node: dict[str, Any], branch: str) -> str:
     return KIND_LABELS.get(kind, kind)
 
 
-def _starts_child(node: dict[str, Any]) -> bool:
+def _starts_child(node: DagNode) -> bool:
     return node.get("kind") == "sub-agent" and is_sub_branch(str(node.get("branch") or ""))

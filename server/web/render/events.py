@@ -12,14 +12,21 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
 
 from server.base.errors import BraidError
+from server.base.records import (
+    EventData,
+    EventFrame,
+    FileChip,
+    RunSummary,
+    TranscriptItem,
+)
 from server.features import model_choice, sessions
 from server.features.revert import files_of_run
 from server.store.lineage import sibling_map
-from server.web.render.fragments import View
+from server.web.render.fragments import EventReads, SessionRowView, View
 from server.web.render.names import names_of
 
 if TYPE_CHECKING:
@@ -28,55 +35,56 @@ if TYPE_CHECKING:
 
 
 
-Load = Callable[["ActionContext", dict[str, Any]], Awaitable[dict[str, Any]]]
+Load = Callable[["ActionContext", EventData], Awaitable[EventReads]]
 
 
-def is_sub_agent_run(data: dict[str, Any]) -> bool:
+def is_sub_agent_run(data: EventData) -> bool:
     from server.features.subagents import PREFIX
 
-    run = data.get("run") or {}
+    run: Mapping[str, object] = data.get("run") or {}  # a record, or an index row
     return bool(run.get("sub_agent")) or str(run.get("branch") or "").startswith(PREFIX)
 
 
-async def _nothing(ctx: ActionContext, data: dict[str, Any]) -> dict[str, Any]:
+async def _nothing(ctx: ActionContext, data: EventData) -> EventReads:
     return {}
 
 
-async def _run_started(ctx: ActionContext, data: dict[str, Any]) -> dict[str, Any]:
+async def _run_started(ctx: ActionContext, data: EventData) -> EventReads:
     if is_sub_agent_run(data):
         return {}
     meta = ctx.braid.store.get(ctx.session_id).meta
-    out: dict[str, Any] = {"title": meta.get("title")}
+    out: EventReads = {"title": meta.get("title")}
     if data.get("titled"):  # the first turn names the session: the sidebar is redrawn
         out["sessions"] = await session_rows(ctx)
     return out
 
 
-async def _run_done(ctx: ActionContext, data: dict[str, Any]) -> dict[str, Any]:
+async def _run_done(ctx: ActionContext, data: EventData) -> EventReads:
     if is_sub_agent_run(data):
         return {}
     return {"usage": await model_choice.session_usage(ctx.braid, ctx.user_id,
                                                       ctx.session_id)}
 
 
-async def _transcript(ctx: ActionContext, data: dict[str, Any]) -> dict[str, Any]:
+async def _transcript(ctx: ActionContext, data: EventData) -> EventReads:
     return {"transcript": await sessions.transcript(ctx.braid, ctx.user_id, ctx.session_id)}
 
 
-async def _layout(ctx: ActionContext, data: dict[str, Any]) -> dict[str, Any]:
+async def _layout(ctx: ActionContext, data: EventData) -> EventReads:
     from server.web.render.dag import load_layout
 
     return {"layout": await load_layout(ctx.braid, ctx.user_id, ctx.session_id)}
 
 
-async def _session_changed(ctx: ActionContext, data: dict[str, Any]) -> dict[str, Any]:
-    return {**await _transcript(ctx, data), **await _layout(ctx, data)}
+async def _session_changed(ctx: ActionContext, data: EventData) -> EventReads:
+    transcript = await sessions.transcript(ctx.braid, ctx.user_id, ctx.session_id)
+    return {"transcript": transcript, **await _layout(ctx, data)}
 
 
-async def _session_updated(ctx: ActionContext, data: dict[str, Any]) -> dict[str, Any]:
+async def _session_updated(ctx: ActionContext, data: EventData) -> EventReads:
     from server.web.model_actions import picker_html
 
-    out = {"info": await sessions.session_info(ctx.braid, ctx.user_id, ctx.session_id,
+    out: EventReads = {"info": await sessions.session_info(ctx.braid, ctx.user_id, ctx.session_id,
                                                runs=False),
            "sessions": await session_rows(ctx),
            "archived": await sessions.list_sessions(ctx.braid, ctx.user_id, archived=True)}
@@ -85,7 +93,7 @@ async def _session_updated(ctx: ActionContext, data: dict[str, Any]) -> dict[str
     return out
 
 
-async def session_rows(ctx: ActionContext) -> list[dict[str, Any]]:
+async def session_rows(ctx: ActionContext) -> list[SessionRowView]:
     from server.web.render.session_rows import order_by_lineage
 
     return order_by_lineage(await sessions.list_sessions(ctx.braid, ctx.user_id))
@@ -104,8 +112,8 @@ LOADS: dict[str, Load] = {
 }
 
 
-async def build(ctx: ActionContext, frame: dict[str, Any]) -> View:
-    data = frame.get("data") or {}
+async def build(ctx: ActionContext, frame: EventFrame) -> View:
+    data = frame.get("data") or EventData()
     names = await names_of(ctx.braid.index, ctx.session_id)
     reads = await LOADS.get(frame.get("event") or "", _nothing)(ctx, data)
     running = [a.run_id for a in ctx.braid.runs.foreground(ctx.session_id)]
@@ -121,9 +129,9 @@ class SharedViews:
         # Keyed by id(frame); the frame is kept alongside, so an id is never reused while
         # its entry lives.
         self._views: OrderedDict[tuple[int, str, str],
-                                 tuple[dict[str, Any], asyncio.Future[View]]] = OrderedDict()
+                                 tuple[EventFrame, asyncio.Future[View]]] = OrderedDict()
 
-    async def get(self, ctx: ActionContext, frame: dict[str, Any]) -> View:
+    async def get(self, ctx: ActionContext, frame: EventFrame) -> View:
         key = (id(frame), ctx.user_id, ctx.session_id)
         hit = self._views.get(key)
         if hit is None or hit[0] is not frame:
@@ -141,15 +149,15 @@ VIEWS = SharedViews()
 # -- reads for one connection: its catch-up frame, a result ---------------------------------
 
 
-async def siblings_for(ctx: ActionContext, turn: dict[str, Any]) -> dict[str, Any]:
+async def siblings_for(ctx: ActionContext, turn: TranscriptItem) -> TranscriptItem:
     rows = await ctx.braid.index.lineage_runs(ctx.session_id)
     turn["siblings"] = sibling_map(rows).get(turn.get("run_id") or "")
     return turn
 
 
-async def files_for(ctx: ActionContext, data: dict[str, Any]) -> list[dict[str, str]]:
+async def files_for(ctx: ActionContext, data: EventData) -> list[FileChip]:
     """The chips of a turn that ended (a catch-up redraws it from its record)."""
-    run = data.get("run") or {}
+    run = data.get("run") or RunSummary()
     try:
         return await files_of_run(ctx.braid, ctx.user_id, ctx.session_id, data["run_id"],
                                   run.get("branch"))

@@ -7,9 +7,20 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
+from server.base.errors import ErrorInfo
+from server.base.records import (
+    EventData,
+    RunSummary,
+    SessionInfo,
+    SessionRow,
+    Transcript,
+    TranscriptItem,
+    UsageTotal,
+)
 from server.features import sessions
+from server.web.render.dag_layout import Layout
 from server.web.render.names import Names
 from server.web.render.templating import render
 
@@ -18,10 +29,29 @@ from server.web.render.templating import render
 class View:
     """One event as its frames render it."""
 
-    data: dict[str, Any]  # the payload
+    data: EventData  # the payload
     names: Names  # readable names of the session's branches and runs
     running: list[str]  # the live runs the user watches (the Stop button)
-    reads: dict[str, Any] = field(default_factory=dict)  # what LOADS read for this event
+    reads: EventReads = field(default_factory=lambda: EventReads())  # what LOADS read for it
+
+
+class EventReads(TypedDict, total=False):
+    """What an event's frame needs beyond its payload, read once (events.LOADS)."""
+
+    title: str | None
+    sessions: list[SessionRowView]
+    usage: UsageTotal
+    transcript: Transcript
+    layout: Layout
+    info: SessionInfo
+    archived: list[SessionRow]
+    picker: str
+
+
+class SessionRowView(SessionRow):
+    """A sidebar row: its depth under the session it was forked from."""
+
+    depth: int
 
 
 class Renderer(Protocol):
@@ -31,7 +61,10 @@ class Renderer(Protocol):
 
 
 EventRenderer = Callable[[View], str]
-ResultRenderer = Callable[[Renderer, dict[str, Any]], Awaitable[str]]
+# A result renderer takes the result of the action it is listed under: the table maps each
+# action to its own renderer, so the result's type is the one that action returns.
+ResultRenderer = Callable[[Renderer, Any], Awaitable[str]]
+ErrorRenderer = Callable[[Renderer, ErrorInfo], Awaitable[str]]
 
 
 def oob_append(target_id: str, inner: str) -> str:
@@ -48,21 +81,22 @@ def run_state(running: list[str]) -> str:
     return render("_runstate.html", running=running)
 
 
-def session_list(rows: list[dict[str, Any]], current_id: str) -> str:
+def session_list(rows: list[SessionRowView], current_id: str) -> str:
     return render("_session_list.html", sessions=rows, current_id=current_id)
 
 
-def turn_from_event(data: dict[str, Any], streaming: bool) -> dict[str, Any]:
+def turn_from_event(data: EventData, streaming: bool) -> TranscriptItem:
     """The turn an event's payload describes, with the chips (`files`) and the `‹ 2/3 ›`
     place (`siblings`) the core published with it."""
     messages = data.get("messages") or []
-    turns = sessions.build_turns(messages, {data["run_id"]: data.get("run") or {}})
-    turn = next((t for t in turns if t["type"] == "turn"), None)
-    if turn is None:
-        turn = {"type": "turn", "run_id": data["run_id"], "user": None, "parts": [],
-                "run": data.get("run") or {}}
+    run = data.get("run") or RunSummary()
+    turns = sessions.build_turns(messages, {data["run_id"]: run})
+    found = next((t for t in turns if t["type"] == "turn"), None)
+    turn: TranscriptItem = found if found is not None else {
+        "type": "turn", "run_id": data["run_id"], "user": None, "parts": [], "run": run}
     turn["streaming"] = streaming
-    for key in ("siblings", "files"):
-        if key in data:
-            turn[key] = data[key]
+    if "siblings" in data:
+        turn["siblings"] = data["siblings"]
+    if "files" in data:
+        turn["files"] = data["files"]
     return turn

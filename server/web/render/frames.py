@@ -7,15 +7,18 @@ Event renderers are pure: `(view) -> str`, the view being the event's payload pl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from markupsafe import escape
 
+from server.base.records import EventData
+from server.web.errors import Frame
 from server.web.import_views import IMPORT_ERRORS, IMPORT_RESULTS
 from server.web.render.composer import COMPOSER_ERRORS, COMPOSER_RESULTS
 from server.web.render.dag import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, dag_html
 from server.web.render.events import VIEWS, is_sub_agent_run
 from server.web.render.fragments import (
+    ErrorRenderer,
     EventRenderer,
     ResultRenderer,
     View,
@@ -50,9 +53,8 @@ class HtmlRenderer:
 
     toast = staticmethod(toast)
 
-    async def render(self, frame: dict[str, Any]) -> str:
-        kind = frame.get("type")
-        if kind == "event":
+    async def render(self, frame: Frame) -> str:
+        if frame["type"] == "event":
             name = frame.get("event") or ""
             if name == "message_delta":  # deltas name nothing; they come often
                 return _delta(frame["data"])
@@ -68,14 +70,12 @@ class HtmlRenderer:
                 return _run_restarted(view)
             return event(view)
         await load_names(self.ctx.braid, self.ctx.session_id)
-        if kind == "error":
+        if frame["type"] == "error":
             on_error = ERRORS.get(frame.get("action") or "")
             return await on_error(self, frame["error"]) if on_error else \
                 self.toast(frame["error"]["message"])
-        if kind == "result":
-            fn = RESULTS.get(frame.get("action") or "")
-            return await fn(self, frame["data"]) if fn else ""
-        return ""
+        fn = RESULTS.get(frame.get("action") or "")
+        return await fn(self, frame["data"]) if fn else ""
 
     async def run_state(self) -> str:
         """For one connection's catch-up frame: the live runs as they are now."""
@@ -101,7 +101,7 @@ def _run_restarted(v: View) -> str:
     return render("_turn.html", turn=turn_from_event(v.data, streaming=True)) + run_state(v.running)
 
 
-def _delta(data: dict[str, Any]) -> str:
+def _delta(data: EventData) -> str:
     return oob_append(f"live-{dom_id(data['run_id'])}", f"<span>{escape(data['delta'])}</span>")
 
 
@@ -153,7 +153,7 @@ RESULTS: dict[str, ResultRenderer] = {**REVERT_RESULTS, **DAG_RESULTS, **SESSION
                                  **COMPOSER_RESULTS, **IMPORT_RESULTS}
 
 # Per-action error frames (`error` = {code, message, details?}); the default is a toast.
-ERRORS: dict[str, ResultRenderer] = {
+ERRORS: dict[str, ErrorRenderer] = {
     **REVERT_ERRORS,
     **DAG_ERRORS,
     **IMPORT_ERRORS,  # export_session, update_from_source: shown in #export-result

@@ -12,6 +12,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from server.base.records import RunRow
 from server.features.merge import MODEL_LINES, NOTE_HEAD
 from server.features.subagents import PREFIX
 
@@ -28,20 +29,20 @@ def sub_label(branch: str) -> str | None:
     return f"sub-agent {match.group(1)}" if match else None
 
 
-def _order(run: dict[str, Any]) -> tuple[str, str]:
+def _order(run: RunRow) -> tuple[str, str]:
     return (run.get("created_at") or "", run["run_id"])
 
 
 class Names:
-    def __init__(self, runs: list[dict[str, Any]]) -> None:
-        self.runs: dict[str, dict[str, Any]] = {}
+    def __init__(self, runs: list[RunRow]) -> None:
+        self.runs: dict[str, RunRow] = {}
         self.turn_no: dict[str, int] = {}
         self.branch_names: dict[str, str] = {}
         self._seen: dict[str, int] = {}
         self._last: tuple[str, str] | None = None
         self.extend(sorted(runs, key=_order))
 
-    def extend(self, runs: list[dict[str, Any]]) -> bool:
+    def extend(self, runs: list[RunRow]) -> bool:
         """Name runs newer than every run named so far (oldest first); False, changing
         nothing, when one of them is not newer (then the names must be made afresh)."""
         fresh = [r for r in sorted(runs, key=_order) if r["run_id"] not in self.runs]
@@ -65,7 +66,7 @@ class Names:
     def last_created(self) -> str | None:
         return self._last[0] if self._last else None
 
-    def _fork_name(self, run: dict[str, Any]) -> str | None:
+    def _fork_name(self, run: RunRow) -> str | None:
         """"Edit of turn 2" (its message edited), "Fork of turn 2 at message 3" (continued
         from a later message of that run's): the turn as the page numbers it, 1-based."""
         if run.get("regenerated_from"):

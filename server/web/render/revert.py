@@ -4,11 +4,11 @@ diff panel; a refused revert becomes a toast listing the files with a force butt
 
 from __future__ import annotations
 
-from typing import Any
-
 from markupsafe import Markup, escape
 
-from server.web.render.fragments import EventRenderer, Renderer, ResultRenderer, View
+from server.base.errors import ErrorInfo
+from server.base.records import RevertResult, RunSummary, TranscriptItem, TurnDiff
+from server.web.render.fragments import ErrorRenderer, EventRenderer, Renderer, ResultRenderer, View
 from server.web.render.highlight import highlight_diff_line
 from server.web.render.templating import dom_id, render
 
@@ -43,7 +43,7 @@ def diff_lines(diff: str) -> list[tuple[str, Markup]]:
     return out
 
 
-def footer(turn: dict[str, Any]) -> str:
+def footer(turn: TranscriptItem) -> str:
     """The footer's inner HTML swapped into `#footer-<run>`, from the same partial the page
     renders, so a live update and a reload show the same thing."""
     run = turn.get("run") or {}
@@ -55,8 +55,9 @@ def footer(turn: dict[str, Any]) -> str:
 
 def _reverted(v: View) -> str:
     data = v.data
-    turn = {"type": "turn", "run_id": data["run_id"], "run": data.get("run") or {},
-            "files": data.get("files") or []}
+    turn: TranscriptItem = {"type": "turn", "run_id": data["run_id"],
+                            "run": data.get("run") or RunSummary(),
+                            "files": data.get("files") or []}
     html = footer(turn)
     if data.get("note"):
         note = render("_note.html", item={"message": data["note"]})
@@ -64,12 +65,12 @@ def _reverted(v: View) -> str:
     return html
 
 
-async def _turn_diff(r: Renderer, data: dict[str, Any]) -> str:
+async def _turn_diff(r: Renderer, data: TurnDiff) -> str:
     return render("_diff.html", rid=dom_id(data["turn_id"]), path=data.get("path"),
                   lines=diff_lines(data.get("diff") or ""), paths=data.get("paths") or [])
 
 
-async def _reverted_result(r: Renderer, data: dict[str, Any]) -> str:
+async def _reverted_result(r: Renderer, data: RevertResult) -> str:
     paths = data.get("restored_paths") or []
     names = ", ".join(paths[:6]) + (f" and {len(paths) - 6} more" if len(paths) > 6 else "")
     if data.get("reverted"):
@@ -79,8 +80,8 @@ async def _reverted_result(r: Renderer, data: dict[str, Any]) -> str:
     return r.toast(text, level="info")
 
 
-def _refused(action: str) -> Any:
-    async def render_error(r: Renderer, error: dict[str, Any]) -> str:
+def _refused(action: str) -> ErrorRenderer:
+    async def render_error(r: Renderer, error: ErrorInfo) -> str:
         details = error.get("details") or {}
         conflicts = details.get("conflicts") or []
         turn_id = details.get("turn_id")
@@ -105,7 +106,7 @@ REVERT_RESULTS: dict[str, ResultRenderer] = {
     "unrevert_turn": _reverted_result,
 }
 # Error renderers take the frame's `error` object: {code, message, details?}.
-REVERT_ERRORS: dict[str, ResultRenderer] = {
+REVERT_ERRORS: dict[str, ErrorRenderer] = {
     "revert_turn": _refused("revert_turn"),
     "unrevert_turn": _refused("unrevert_turn"),
 }

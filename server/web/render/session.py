@@ -4,8 +4,7 @@ and both sidebar lists in every tab; `session_deleted` tells other tabs; the res
 
 from __future__ import annotations
 
-from typing import Any
-
+from server.base.records import SessionInfo
 from server.web.render.fragments import (
     EventRenderer,
     Renderer,
@@ -33,7 +32,7 @@ def _session_deleted(v: View) -> str:
     return toast("This session was deleted in another tab.")
 
 
-async def _updated_result(r: Renderer, data: dict[str, Any]) -> str:
+async def _updated_result(r: Renderer, data: SessionInfo) -> str:
     if data.get("archived"):
         return r.toast("Archived: it is listed under “Archived sessions” in the sidebar.",
                        level="info")

@@ -6,10 +6,11 @@ import json
 import re
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from starlette.templating import Jinja2Templates
 
+from server.base.records import MessageRecord, ToolCall, TranscriptItem
 from server.web.render.markdown import render_markdown
 from server.web.render.names import branch_label, humanize, note_for_people, readable
 from server.web.render.turn_view import turn_flags
@@ -27,8 +28,29 @@ def dom_id(value: object) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "-", str(value))
 
 
-def tool_args(call: dict[str, Any]) -> dict[str, Any]:
-    raw = (call.get("function") or {}).get("arguments") or "{}"
+class Block(TypedDict, total=False):
+    """A piece of an answer's bubble: a user message, thinking, text, or a tool card."""
+
+    kind: str  # "user" | "reasoning" | "text" | "tool"
+    message: MessageRecord
+    index: int
+    text: str | None
+    partial: bool | None
+    superseded: bool
+    call: ToolCall
+    result: MessageRecord | None
+
+
+class Segment(TypedDict):
+    """A bubble of a turn: a user message and the answer's messages up to the next one."""
+
+    user: MessageRecord | None
+    index: int
+    parts: list[MessageRecord]
+
+
+def tool_args(call: ToolCall) -> dict[str, Any]:  # free-form: what the model sent
+    raw: object = (call.get("function") or {}).get("arguments") or "{}"  # a str, or not
     try:
         args = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError:
@@ -36,7 +58,7 @@ def tool_args(call: dict[str, Any]) -> dict[str, Any]:
     return args if isinstance(args, dict) else {"value": args}
 
 
-def tool_target(call: dict[str, Any]) -> str:
+def tool_target(call: ToolCall) -> str:
     args = tool_args(call)
     return str(args.get("path") or args.get("command") or "")[:120]
 
@@ -45,11 +67,11 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
-def blocks(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def blocks(parts: list[MessageRecord]) -> list[Block]:
     """An answer's messages as what the bubble shows, in order: text, and tool cards with
     each call paired with its result."""
     results = {m.get("tool_call_id"): m for m in parts if m["role"] == "tool"}
-    out: list[dict[str, Any]] = []
+    out: list[Block] = []
     for i, msg in enumerate(parts):
         if msg["role"] == "user":  # a continued run's later input, where it came; `index` is
             out.append({"kind": "user", "message": msg, "index": i + 1})  # its place in the run
@@ -69,11 +91,11 @@ def blocks(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def segments(turn: dict[str, Any]) -> list[dict[str, Any]]:
+def segments(turn: TranscriptItem) -> list[Segment]:
     """A turn as the bubbles it shows: each user message opens a segment (its own bubble),
     followed by the answer's messages up to the next one. A continued run holds several user
     messages; `index` is each one's place in the run (for Edit & rerun)."""
-    out: list[dict[str, Any]] = [{"user": turn.get("user"), "index": 0, "parts": []}]
+    out: list[Segment] = [{"user": turn.get("user"), "index": 0, "parts": []}]
     for i, msg in enumerate(turn.get("parts") or ()):
         if msg["role"] == "user":
             out.append({"user": msg, "index": i + 1, "parts": []})

@@ -5,13 +5,15 @@ events get their `‹ 2/3 ›` switcher data from the payload (`siblings`)."""
 
 from __future__ import annotations
 
+from server.base.records import Transcript
 from server.web.render.fragments import EventRenderer, View, run_state
 from server.web.render.templating import render
 
 
 def _run_continued(v: View) -> str:
-    view = dict(v.reads["transcript"])
-    view["turns"] = [t for t in view["turns"] if t.get("run_id") != v.data["run_id"]]
+    shown = v.reads["transcript"]
+    view: Transcript = {**shown, "turns": [t for t in shown["turns"]
+                                           if t.get("run_id") != v.data["run_id"]]}
     return (render("_transcript.html", transcript=view)
             + render("_branch.html", branch=v.data.get("branch"))
             + run_state(v.running))

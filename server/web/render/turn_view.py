@@ -7,8 +7,10 @@ A turn item is what `sessions.build_turns` makes (`run_id`, `user`, `parts`, `ru
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from server.base.records import TranscriptItem
 
 RESUMABLE = ("ERROR", "INTERRUPTED")  # resumed in place by a continue_run without options
 
@@ -31,15 +33,15 @@ class TurnFlags:
     show_nav: bool  # the row holding the switcher, Regenerate and Resume
 
 
-def turn_flags(turn: dict[str, Any]) -> TurnFlags:
-    run = turn.get("run") or {}
+def turn_flags(turn: TranscriptItem) -> TurnFlags:
+    run: Mapping[str, object] = turn.get("run") or {}  # a record, an index row, or a part
     status = str(run.get("status") or "")
     settled = status != "RUNNING" and not turn.get("streaming")
     finished = settled and bool(status)
     has_run = bool(turn.get("run_id"))
     answered = finished and has_run and bool(turn.get("user"))
-    budget = (run.get("context") or {}).get("budget") if isinstance(run.get("context"),
-                                                                      dict) else None
+    context = run.get("context")
+    budget = context.get("budget") if isinstance(context, dict) else None
     return TurnFlags(
         status=status,
         settled=settled,
