@@ -256,7 +256,7 @@ def _done_event(result: SubAgentResult, summary: SubAgentSummary, shown: str) ->
             "parent_branch": result["parent_branch"],
             "parent_turn_id": result["parent_turn_id"],
             "summary_run_id": summary["run_id"], "summary_commit_id": summary["commit_id"],
-            "summary": summary, "shown_branch": shown}
+            "summary": summary, "shown_branch": shown, "files": result.get("files") or []}
 
 
 def _close_worktree(git: GitSession, branch: str) -> str:
