@@ -159,11 +159,13 @@ def test_a_conflict_is_resolved_by_hand_in_the_merge_panel(
     editor = conflicts.locator("textarea.conflict-result")
     expect(editor).to_have_count(1, timeout=TIMEOUT)
     # Both sides, named in words: the branch merged into and the incoming one.
-    expect(conflicts).to_contain_text("main (this branch)")
+    expect(conflicts).to_contain_text(re.compile(
+        r"main \+ sub-agent (red|blue) \(this branch, merged so far\)", re.I))
     expect(conflicts.locator(".tool-label").nth(1)).to_have_text(
         re.compile(r"^sub-agent (red|blue) \(incoming\)$"))
-    expect(editor).to_have_value(re.compile(
-        r"^<<<<<<< main\n(red|blue)\n=======\n(red|blue)\n>>>>>>> sub_\w+\n?$"))
+    expect(editor).to_have_value(re.compile(  # markers in words, no branch id
+        r"^<<<<<<< main \+ sub-agent (red|blue)\n(red|blue)\n=======\n(red|blue)\n"
+        r">>>>>>> sub-agent (red|blue)\n?$"))
     editor.fill("red and blue\n")
     page.click("#merge-resolved-btn")
     expect(page.locator("#dag .dag-node[data-kind=merge]")).to_have_count(1, timeout=TIMEOUT)

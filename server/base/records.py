@@ -604,7 +604,8 @@ class Conflicted(TypedDict):
     ours: str | None
     theirs: str | None
     branch: NotRequired[str]  # a merge's: the branch merged in (`theirs`)
-    into: NotRequired[str]  # a merge's: the branch merged into (`ours`, earlier merges in it)
+    into: NotRequired[str]  # a merge's: the branch merged into (`ours`)
+    before: NotRequired[list[str]]  # a merge's: branches merged into `ours` ahead of `branch`
     editable: NotRequired[bool]  # a merge's: UTF-8 text shown whole, to edit by hand
     merged: NotRequired[str | None]  # a merge's: the file with conflict markers
     resolved: NotRequired[bool]  # a merge's: settled by the user's own text

@@ -88,7 +88,7 @@ def _editable(git: GitSession, entries: tuple[Any, Any, Any]) -> bool:
 
 
 def _conflict(git: GitSession, entries: tuple[Any, Any, Any], into: str, branch: str,
-              resolutions: dict[str, str]) -> Conflicted:
+              resolutions: dict[str, str], before: list[str]) -> Conflicted:
     """One conflicted file as the page and the API show it: both sides (`ours`: the branch
     merged into, with the branches merged before this one; `theirs`: `branch`), the file with
     conflict markers to edit by hand, and whether the user's resolution settles it."""
@@ -97,7 +97,10 @@ def _conflict(git: GitSession, entries: tuple[Any, Any, Any], into: str, branch:
     editable = _editable(git, entries)
     return {"path": path, "ours": _side(git, ours), "theirs": _side(git, theirs),
             "branch": branch, "into": into, "editable": editable,
-            "merged": _markers(git, entries, into, branch).decode("utf-8", "replace")
+            "before": before,
+            # The editor's start: git's markers, labelled in words for the person editing.
+            "merged": _markers(git, entries, " + ".join(map(branch_words, [into, *before])),
+                               branch_words(branch)).decode("utf-8", "replace")
             if editable else None,
             "resolved": path in resolutions, "resolution": resolutions.get(path)}
 
@@ -199,7 +202,9 @@ def plan_merge(git: GitSession, branches: list[str], strategy: str,
         # No rename detection: each conflict is then about one path, on both sides.
         index = repo.merge_trees(base, ours_oid, theirs, flags=NO_RENAMES)
         found = list(index.conflicts) if index.conflicts is not None else []
-        plan.conflicts += [_conflict(git, entries, into, name, resolutions) for entries in found]
+        before = branches[:branches.index(name)]  # merged into `ours` ahead of this one
+        plan.conflicts += [_conflict(git, entries, into, name, resolutions, before)
+                           for entries in found]
         by_hand = [e for e in found if _path(e) in resolutions]
         if found and favor is not None:
             # Conflicting hunks take one side, the other hunks still merge (git's -X ours).

@@ -140,8 +140,9 @@ async def test_a_file_resolved_by_hand_settles_its_conflict(braid: Braid) -> Non
     [conflict] = err.value.details["conflicts"]
     # What the editor starts from: the file with git's markers, named by branch.
     assert conflict["editable"] and not conflict["resolved"]
-    assert conflict["merged"].splitlines() == [
-        "<<<<<<< main", "red", "=======", "blue", f">>>>>>> {branches[1]}"]
+    assert conflict["merged"].splitlines() == [  # labelled in words for a person
+        "<<<<<<< main + sub-agent red", "red", "=======", "blue", ">>>>>>> sub-agent blue"]
+    assert conflict["before"] == [branches[0]] and conflict["into"] == "main"
     # One multi-parent merge commit as ever, with the user's text for the file.
     result = await s.merge(branches, resolutions={"same.txt": "purple\n"})
     assert result["status"] == "COMPLETED" and len(result["parent_ids"]) == 3
