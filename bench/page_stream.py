@@ -71,7 +71,8 @@ def in_chromium(page: Page, srv: Server, words: int) -> float:
     # The last word shown in the turn (its end: nothing else in the page says "fin").
     page.wait_for_function("""() => {
         const t = document.querySelector('#transcript section.turn:last-of-type .bubble-assistant');
-        const text = t ? Array.from(t.querySelectorAll('.live, .md'), e => e.textContent).join('') : '';
+        const text = t ? Array.from(t.querySelectorAll('.live, .md'), e => e.textContent)
+            .join('') : '';
         return /\\bfin\\s*$/.test(text);
     }""", polling=50, timeout=TIMEOUT)
     return time.perf_counter() - start
