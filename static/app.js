@@ -207,6 +207,15 @@
     }
   });
 
+  // An error toast goes once a later turn succeeds (its frame starts with the completed turn):
+  // it no longer says how things stand. Toasts that offer an action stay until dismissed.
+  const COMPLETED = /^\s*<section class="turn[^>]*data-status="COMPLETED"/;
+  document.addEventListener("htmx:wsAfterMessage", function (e) {
+    const message = e.detail && e.detail.message;
+    if (typeof message !== "string" || !COMPLETED.test(message)) return;
+    document.querySelectorAll("#toasts .toast-error:not(.toast-sticky)").forEach(function (t) { t.remove(); });
+  });
+
   function watch() {
     const toasts = $("#toasts");
     if (toasts) {
@@ -220,6 +229,13 @@
           });
         });
       }).observe(toasts, {childList: true});
+      // Their height, for the History sheet on a phone to keep room for them (layout.css).
+      if (window.ResizeObserver) {
+        new ResizeObserver(function () {
+          const h = toasts.childElementCount ? toasts.getBoundingClientRect().height + 8 : 0;
+          document.documentElement.style.setProperty("--toasts-h", h + "px");
+        }).observe(toasts);
+      }
     }
     const t = $("#transcript");
     if (t) {
