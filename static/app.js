@@ -21,6 +21,8 @@
 
   function scrollToEnd(force) {
     const t = $("#transcript");
+    // An empty session has nothing to follow: its start (the demo model's help) stays in view.
+    if (t && !t.querySelector("section.turn") && $("#empty-state", t)) return;
     if (t && (force || t.dataset.follow !== "0")) t.scrollTop = t.scrollHeight;
   }
 
@@ -200,6 +202,16 @@
   });
 
   document.addEventListener("click", function (e) {
+    // The demo model's help: an example goes into the message box, ready to send.
+    const example = e.target.closest("[data-example]");
+    const ta = $("#composer-text");
+    if (example && ta) {
+      ta.value = example.dataset.example;
+      autosize(ta);
+      saveDraft(ta.value);
+      ta.focus();
+      return;
+    }
     const close = e.target.closest(".toast-close");
     if (close) { close.closest(".toast").remove(); return; }
     if (e.target.closest("[data-toggle-sidebar]")) {
