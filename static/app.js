@@ -252,9 +252,18 @@
     const t = $("#transcript");
     if (t) {
       // Delegated: a redraw replaces the transcript element (and would drop its listener).
+      // The reader leaves the end by scrolling up; back near the end, it follows again. A
+      // scroll that is not upwards (the page's own, or the browser keeping the view in place
+      // as old turns above get their real height once laid out) never stops the following.
+      const lastTop = new WeakMap();
       document.addEventListener("scroll", function (e) {
         const el = e.target;
-        if (el && el.id === "transcript") el.dataset.follow = nearBottom(el) ? "1" : "0";
+        if (!el || el.id !== "transcript") return;
+        const top = el.scrollTop;
+        const before = lastTop.has(el) ? lastTop.get(el) : top;
+        lastTop.set(el, top);
+        if (nearBottom(el)) el.dataset.follow = "1";
+        else if (top < before - 1) el.dataset.follow = "0";
       }, true);
       new MutationObserver(askScroll)
         .observe(document.querySelector(".main") || t, {childList: true, subtree: true});
