@@ -44,7 +44,7 @@ def test_escape_stops_the_run(page: Page, login: Any, shared_server: Server) -> 
     sid = shared_server.new_session()
     login(page, sid)
     run_id = send_from_page(page, SLOW)
-    expect(page.locator(f"#live-{run_id} span").first).to_be_attached(timeout=TIMEOUT)
+    expect(page.locator(f"#live-{run_id} .live-block").first).to_be_attached(timeout=TIMEOUT)
     page.keyboard.press("Escape")
     turn = page.locator(f"#turn-{run_id}")
     expect(turn).to_have_attribute("data-status", "CANCELLED", timeout=TIMEOUT)

@@ -29,7 +29,7 @@ def test_a_restart_mid_run_leaves_no_stale_stop_button(page: Page, server_factor
     page.fill("#composer-text", "slow 400\nsay " + " ".join(["word"] * 24))
     page.press("#composer-text", "Enter")
     turn = page.locator("#transcript > section.turn").last
-    expect(turn.locator(".live span").first).to_be_attached(timeout=TIMEOUT)  # streaming
+    expect(turn.locator(".live .live-block").first).to_be_attached(timeout=TIMEOUT)  # streaming
     expect(page.locator("#stop-btn")).to_be_visible()
     run_id = turn.get_attribute("data-run-id")
 

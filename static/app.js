@@ -21,8 +21,93 @@
 
   function scrollToEnd(force) {
     const t = $("#transcript");
+    // An empty session has nothing to follow: its start (the demo model's help) stays in view.
+    if (t && !t.querySelector("section.turn") && $("#empty-state", t)) return;
     if (t && (force || t.dataset.follow !== "0")) t.scrollTop = t.scrollHeight;
   }
+
+  // Following the end costs one layout a frame, not one per change: changes (a streamed
+  // chunk, a swapped turn) only ask for it, and it happens once before the next paint, and
+  // only while the reader is at the bottom (data-follow, kept by the scroll handler).
+  let scrollAsked = false;
+  function askScroll() {
+    if (scrollAsked) return;
+    scrollAsked = true;
+    requestAnimationFrame(function () { scrollAsked = false; scrollToEnd(false); });
+  }
+
+  // Streaming: a message_delta frame is `<div id="live-RUN" hx-swap-oob="beforeend"><span>
+  // escaped text</span></div>`. Handing each to htmx (parse, swap an element in, settle, the
+  // wsAfterMessage handlers) and laying the page out for it made every word cost more than
+  // the one before. Here the deltas of a frame's worth of time are joined and appended as
+  // text (never parsed as HTML) to the live block once per animation frame; the server's
+  // Markdown replaces the block when the answer is complete (run_completed). The live text is
+  // cut into blocks at line ends (or, on one very long line, at a space) so that appending
+  // lays out only the last block, not the whole answer so far.
+  const DELTA = /^<div id="(live-[\w-]+)" hx-swap-oob="beforeend"><span>([^<]*)<\/span><\/div>$/;
+  const ENTITIES = {"&amp;": "&", "&lt;": "<", "&gt;": ">", "&#34;": '"', "&#39;": "'", "&quot;": '"'};
+  const BLOCK_CHARS = 2000;
+  let pending = new Map();  // live element id -> text not yet shown
+  let flushAsked = false;
+
+  function unescapeText(s) {
+    return s.indexOf("&") === -1 ? s : s.replace(/&(?:amp|lt|gt|quot|#34|#39);/g, function (e) { return ENTITIES[e]; });
+  }
+
+  function appendLive(live, text) {
+    let block = live.lastElementChild;
+    if (!block || !block.classList.contains("live-block")) {
+      // The page drew the text so far (a reload mid-stream): it becomes the first block.
+      block = document.createElement("div");
+      block.className = "live-block";
+      block.append(document.createTextNode(live.textContent));
+      live.replaceChildren(block);
+    }
+    let node = block.lastChild;
+    if (!node || node.nodeType !== 3) { node = document.createTextNode(""); block.append(node); }
+    node.appendData(text);
+    if (node.length > BLOCK_CHARS) {
+      // Start a new block after the last line end (else the last space) of this one.
+      const data = node.data;
+      let cut = data.lastIndexOf("\n");
+      if (cut < BLOCK_CHARS / 2) cut = data.lastIndexOf(" ");
+      if (cut > 0 && cut < data.length - 1) {
+        const next = document.createElement("div");
+        next.className = "live-block";
+        next.append(document.createTextNode(data.slice(cut + 1)));
+        node.deleteData(cut + 1, data.length - cut - 1);
+        live.append(next);
+      }
+    }
+  }
+
+  function flushDeltas() {
+    flushAsked = false;
+    if (!pending.size) return;
+    const batch = pending;
+    pending = new Map();
+    batch.forEach(function (text, id) {
+      const live = document.getElementById(id);
+      if (live) appendLive(live, text);  // a turn the page does not show: nothing to do
+    });
+    askScroll();
+  }
+
+  document.addEventListener("htmx:wsBeforeMessage", function (e) {
+    const message = e.detail && e.detail.message;
+    const m = typeof message === "string" && message.length < 200000 ? DELTA.exec(message) : null;
+    if (!m) {
+      flushDeltas();  // what came before this frame is shown before it is swapped in
+      return;
+    }
+    e.preventDefault();
+    pending.set(m[1], (pending.get(m[1]) || "") + unescapeText(m[2]));
+    if (!flushAsked) {
+      flushAsked = true;
+      requestAnimationFrame(flushDeltas);
+      setTimeout(flushDeltas, 100);  // a tab in the background gets no animation frames
+    }
+  });
 
   // The server's first frame on a socket is a catch-up, in order with the events after it
   // (a fetch of the page would race with them). The first socket names the runs the page
@@ -117,11 +202,30 @@
   });
 
   document.addEventListener("click", function (e) {
+    // The demo model's help: an example goes into the message box, ready to send.
+    const example = e.target.closest("[data-example]");
+    const ta = $("#composer-text");
+    if (example && ta) {
+      ta.value = example.dataset.example;
+      autosize(ta);
+      saveDraft(ta.value);
+      ta.focus();
+      return;
+    }
     const close = e.target.closest(".toast-close");
     if (close) { close.closest(".toast").remove(); return; }
     if (e.target.closest("[data-toggle-sidebar]")) {
       document.body.classList.toggle("sidebar-open");
     }
+  });
+
+  // An error toast goes once a later turn succeeds (its frame starts with the completed turn):
+  // it no longer says how things stand. Toasts that offer an action stay until dismissed.
+  const COMPLETED = /^\s*<section class="turn[^>]*data-status="COMPLETED"/;
+  document.addEventListener("htmx:wsAfterMessage", function (e) {
+    const message = e.detail && e.detail.message;
+    if (typeof message !== "string" || !COMPLETED.test(message)) return;
+    document.querySelectorAll("#toasts .toast-error:not(.toast-sticky)").forEach(function (t) { t.remove(); });
   });
 
   function watch() {
@@ -137,16 +241,32 @@
           });
         });
       }).observe(toasts, {childList: true});
+      // Their height, for the History sheet on a phone to keep room for them (layout.css).
+      if (window.ResizeObserver) {
+        new ResizeObserver(function () {
+          const h = toasts.childElementCount ? toasts.getBoundingClientRect().height + 8 : 0;
+          document.documentElement.style.setProperty("--toasts-h", h + "px");
+        }).observe(toasts);
+      }
     }
     const t = $("#transcript");
     if (t) {
       // Delegated: a redraw replaces the transcript element (and would drop its listener).
+      // The reader leaves the end by scrolling up; back near the end, it follows again. A
+      // scroll that is not upwards (the page's own, or the browser keeping the view in place
+      // as old turns above get their real height once laid out) never stops the following.
+      const lastTop = new WeakMap();
       document.addEventListener("scroll", function (e) {
         const el = e.target;
-        if (el && el.id === "transcript") el.dataset.follow = nearBottom(el) ? "1" : "0";
+        if (!el || el.id !== "transcript") return;
+        const top = el.scrollTop;
+        const before = lastTop.has(el) ? lastTop.get(el) : top;
+        lastTop.set(el, top);
+        if (nearBottom(el)) el.dataset.follow = "1";
+        else if (top < before - 1) el.dataset.follow = "0";
       }, true);
-      new MutationObserver(function () { scrollToEnd(false); })
-        .observe(document.querySelector(".main") || t, {childList: true, subtree: true, characterData: true});
+      new MutationObserver(askScroll)
+        .observe(document.querySelector(".main") || t, {childList: true, subtree: true});
       scrollToEnd(true);
     }
   }

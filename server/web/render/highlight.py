@@ -17,6 +17,7 @@ from starlette.responses import Response
 
 MAX_HIGHLIGHT = 400_000  # bytes: bigger files are shown as plain text
 STYLE = "friendly"
+DARK_STYLE = "github-dark"
 _INLINE = HtmlFormatter(nowrap=True, style=STYLE)
 
 
@@ -106,8 +107,11 @@ def highlight_diff_line(path: str | None, line: str) -> Markup:
 
 @lru_cache(maxsize=1)
 def stylesheet() -> str:
-    css: str = HtmlFormatter(style=STYLE).get_style_defs([".hl", ".md pre.hl", ".diff"])
-    return css
+    where = [".hl", ".md pre.hl", ".diff"]
+    css: str = HtmlFormatter(style=STYLE).get_style_defs(where)
+    # The dark theme (static/theme.css) follows the system: so do the code's colours.
+    dark: str = HtmlFormatter(style=DARK_STYLE).get_style_defs(where)
+    return css + "\n@media (prefers-color-scheme: dark) {\n" + dark + "\n}\n"
 
 
 async def stylesheet_route(request: Request) -> Response:
