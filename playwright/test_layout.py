@@ -212,8 +212,14 @@ def test_merge_conflicts_and_toasts(page: Page, login: Any, shared_server: Serve
         lanes.nth(i).check()
     page.click("#merge-btn")
     expect(page.locator("#dag-conflicts .conflict")).to_have_count(1, timeout=TIMEOUT)
-    check(page, history + ["#dag-conflicts"] + (HEADER if wide else []), "conflicts",
-          header=wide)
+    # The panel scrolls to the conflicts (the branch list above may leave the view): their
+    # head, the Merge bar and the toasts in view; then each part of the editor, scrolled to.
+    check(page, ["#dag-conflicts .dag-detail-head", ".merge-controls", "#toasts"]
+          + (HEADER if wide else []), "conflicts", header=wide)
+    for part in ("#dag-conflicts .conflict-sides", "#dag-conflicts .conflict-result",
+                 "#merge-resolved-btn"):
+        page.locator(part).scroll_into_view_if_needed()
+        check(page, [part, ".merge-controls", "#toasts"], "conflicts-editor", header=False)
 
 
 @pytest.mark.parametrize("size", SIZES)
