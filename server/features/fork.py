@@ -87,7 +87,7 @@ def _with_file(repo: pygit2.Repository, tree: pygit2.Tree, name: str,
 def clone_session(git: GitSession, target: Path, meta: dict[str, Any]) -> dict[str, str]:
     """On the source's thread: build the fork at `target`. Returns its branches' tips."""
     snapshot_user_edits(git)  # the user's unsaved edits go along, committed in the source
-    git.flush_index()
+    git.index.flush()
     head = git.branch if git.branch != "HEAD" else "main"
     init_repository(target, head)  # pygit2's leaks a repository (git_init.py)
     repo = pygit2.Repository(str(target))
@@ -131,7 +131,7 @@ def copy_worktree(git: GitSession, repo: pygit2.Repository, target: Path, meta: 
     (its edits were just committed): the files the index names on disk copied (history/ and
     runs/ are skip-worktree, on disk in neither), and the index copied with `session.json`
     updated. A checkout would read every blob back out of the packs instead."""
-    source = git.git_index()
+    source = git.index.load()
     index = source.copy(target / ".git" / "index", target)
     made: set[Path] = set()
     for rel, oid, mode, words in source.on_disk():

@@ -38,7 +38,15 @@ from server.git.loose import LooseWriter
 from server.git.objects import TREE_MODE, BranchMoved, TreeCache, common_dir
 from server.git.workdir import guarded
 from server.git.workdir.scan import WORKDIR, WorkdirScan, holdable, walk_tree
-from server.git.workdir.staging import DISK, IndexedSession, Staged, off_disk, staged
+from server.git.workdir.staging import (
+    DISK,
+    Pending,
+    Staged,
+    StagingIndex,
+    convert,
+    off_disk,
+    staged,
+)
 
 SIGNATURE_NAME = "Braid"
 SIGNATURE_EMAIL = "braid@localhost"
@@ -54,9 +62,14 @@ __all__ = [
 ]
 
 
-class GitSession(WorkdirScan, IndexedSession):
+class GitSession:
     """One session repository: reading commits and trees, checkpoints (write_checkpoint,
-    commit_on_branch), the index, branches and worktrees. The plumbing under layout.py."""
+    commit_on_branch), branches and worktrees. The plumbing under layout.py.
+
+    Made of parts, each with its own state, called through: `index` (the index file, kept
+    by the one writer: `git.index.flush()`), `pending` (what a live turn has not committed
+    yet), `scan` (what changed in workdir/, through the watcher), `loose` and `trees` (the
+    objects written from bytes, and the trees recently written)."""
 
     def __init__(self, path: Path, watch: bool = False) -> None:
         self.path = Path(path)
@@ -64,8 +77,6 @@ class GitSession(WorkdirScan, IndexedSession):
         self.signature = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL)
         # Blobs never change, so parsed messages can be cached by blob id.
         self._json_cache: dict[pygit2.Oid, Any] = {}
-        self.init_index()  # the index, kept by the one writer (staging.py, gitindex.py)
-        self.convert()  # a session written with its history on disk: moved off it
         # The history and run listings of recently used trees (see history.py).
         self.listings = Listings(self.repo)
         self.lines = Lines(self.repo)
@@ -78,7 +89,11 @@ class GitSession(WorkdirScan, IndexedSession):
         self.loose = LooseWriter(self.common / "objects")
         self.trees = TreeCache(self.repo, before_read=self.loose.settle)
         self._last_commit: tuple[pygit2.Oid, pygit2.Oid] | None = None
-        self.init_scan(watch)  # user edits found by the watcher (workdir_scan.py)
+        self.index = StagingIndex(self.path, self.repo, self.trees)  # the one writer's
+        self.pending = Pending(self.path, self.repo)
+        convert(self.pending, self.index)  # a session with its history on disk: moved off it
+        self.scan = WorkdirScan(self.path, self.repo, self.index, watch)  # user edits
+        self.last_skipped: list[dict[str, str]] = []  # what the last checkpoint left out
 
     # -- creation -------------------------------------------------------------------------
 
@@ -180,7 +195,7 @@ class GitSession(WorkdirScan, IndexedSession):
         touched, so the cost follows the change. The branch moves by compare-and-swap on its
         old tip: a concurrent writer makes this raise `Conflict` rather than lose a commit.
         With `sync_index=False` the index update (O(files in the repo))
-        waits for the next `flush_index()`; every status scan and checkout flushes first.
+        waits for the next `index.flush()`; every status scan and checkout flushes first.
 
         A file on disk whose name git cannot hold (names.py) is left out, and listed in the
         commit's message and in `self.last_skipped` (until the next call)."""
@@ -200,24 +215,33 @@ class GitSession(WorkdirScan, IndexedSession):
             entries: dict[str, Staged | None] = {}
             for rel, content in changes.items():
                 if content is DISK and guarded.left_out(self.path, rel):
-                    self.queue_index(rel, None)  # not in the tree: not in the index either
+                    self.index.queue(rel, None)  # not in the tree: not in the index either
                     continue
                 entries[rel] = self._stage_one(rel, content)
             base = self._tree_id(parent) if parent is not None else None
             tree = self._root(base, rawobjects.nest(entries))
-            self.queue_commit(entries, base.raw if base is not None else None, tree.raw)
+            self.index.queue_commit(entries, base.raw if base is not None else None, tree.raw)
             written = self._commit_object(ref, tree, parents, message)
         finally:
             self.loose.finish()
         if sync_index:
-            self.flush_index()
+            self.index.flush()
         crash.commit_point(kind, "before_commit")
         oid = self._commit(ref, tree, parents, message, head_log=True, written=written)
         crash.commit_point(kind, "after_commit")
-        self.drop_uncommitted(changes)  # the live turn's pending files are committed now
+        self.pending.drop(changes)  # the live turn's pending files are committed now
         self.last_skipped = skipped
-        self.note_listed(rel for rel, _ in left_out)
+        self.scan.note_listed(rel for rel, _ in left_out)
         return oid
+
+    def commit_workdir(self, paths: list[str], *, summary: str, kind: str) -> pygit2.Oid:
+        """Commit `paths` (repo-relative, under workdir/) as they are on disk, their blobs
+        written as one pack (WorkdirScan.pack)."""
+        return self.write_checkpoint(self.scan.pack(paths), summary=summary, kind=kind)
+
+    def close(self) -> None:
+        """Let the session go: its watcher is closed."""
+        self.scan.close()
 
     def _commit_object(self, ref: str, tree: pygit2.Oid, parents: list[pygit2.Oid],
                        message: str) -> bytes | None:
@@ -270,7 +294,7 @@ class GitSession(WorkdirScan, IndexedSession):
         is read, or after it is written: a later change shows as a stat mismatch)."""
         if off_disk(rel):
             return self._stage_off_disk(rel, content)
-        if isinstance(content, Staged):  # its blob is written (workdir_scan.commit_workdir)
+        if isinstance(content, Staged):  # its blob is written (commit_workdir)
             return content
         abs_path = self.path / rel
         if content is DISK:
@@ -297,7 +321,7 @@ class GitSession(WorkdirScan, IndexedSession):
         """A history/ or runs/ file: a blob only, never written to disk (DISK: the pending
         file a killed turn left)."""
         if content is DISK:
-            content = self.read_uncommitted(rel)
+            content = self.pending.read(rel)
         if content is None:
             return None
         assert isinstance(content, bytes)

@@ -73,7 +73,7 @@ def checkout(git: GitSession, name: str) -> None:
         from server.base.errors import NotFound
 
         raise NotFound(f"no branch {name}")
-    git.flush_index()
+    git.index.flush()
     old = git.head_commit().tree
     new = ref.peel(pygit2.Commit).tree
     written, deleted = disk_paths(git.repo, old, new)
@@ -82,9 +82,9 @@ def checkout(git: GitSession, name: str) -> None:
     record = journal.begin(git, "checkout", paths, to=name)
     try:
         journal.apply_tree(git, new, deleted)
-        git.sync_off_disk(new)
+        git.index.sync_off_disk(new)
         journal.apply_tree(git, new, written)
-        git.flush_index()
+        git.index.flush()
         crash.at("checkout.after_files")
         git.repo.set_head(f"refs/heads/{name}")
         crash.at("checkout.after_head")
@@ -92,7 +92,7 @@ def checkout(git: GitSession, name: str) -> None:
         # Back to where it was: the old branch's files on the changed paths.
         git.repo.set_head(f"refs/heads/{record['branch']}")
         journal.apply_tree(git, old, paths)
-        git.reset_index()
+        git.index.reset()
         journal.end(git)
         raise
     journal.end(git)

@@ -121,11 +121,11 @@ def apply_tree(git: GitSession, tree: pygit2.Tree | None, paths: Iterable[str],
     the guarded writer, and the index entries of those paths with it. Not `strict`
     (recovery): a path the writer refuses (a folder swapped for a symlink since) is skipped
     and left for the next user-edit snapshot, rather than stopping the start."""
-    git.flush_index()
+    git.index.flush()
     wanted = {rel: _entry(tree, rel) for rel in paths}
     for rel in [r for r in wanted if off_disk(r)]:  # in the index only, never on disk
         entry = wanted.pop(rel)
-        git.queue_index(rel, Staged(*entry) if entry is not None else None)
+        git.index.queue(rel, Staged(*entry) if entry is not None else None)
     refused: set[str] = set()
     unwritten: set[str] = set()  # already right on disk, maybe seen through a symlink
     # Deletions first, so a file can replace a folder that empties (and the other way).
@@ -151,10 +151,10 @@ def apply_tree(git: GitSession, tree: pygit2.Tree | None, paths: Iterable[str],
         if rel in refused:
             continue  # left as it is on disk: the next user-edit snapshot looks at it
         if entry is None:
-            git.queue_index(rel, None)
+            git.index.queue(rel, None)
         elif rel not in unwritten or not guarded.left_out(git.path, rel):
-            git.queue_index(rel, staged(entry[0], entry[1], git.path / rel))
-    git.flush_index()
+            git.index.queue(rel, staged(entry[0], entry[1], git.path / rel))
+    git.index.flush()
 
 
 def _on_disk_is(git: GitSession, rel: str, entry: tuple[pygit2.Oid, int]) -> bool:
@@ -185,7 +185,7 @@ def finish_checkout(git: GitSession, record: dict[str, Any]) -> None:
     apply_tree(git, tree, [p for p in paths if _entry(tree, p) is not None],
                        strict=False)
     git.repo.set_head(f"refs/heads/{name}")
-    git.reset_index()  # the history entries follow the new HEAD
+    git.index.reset()  # the history entries follow the new HEAD
 
 
 def settle(git: GitSession, record: dict[str, Any]) -> str:
@@ -210,8 +210,8 @@ def settle(git: GitSession, record: dict[str, Any]) -> str:
             _remove_untracked(git, [str(p) for p in record.get("untracked") or ()])
     # Entries a checkpoint wrote before a commit that never came (or the other way round),
     # and pending files the commit took.
-    git.reset_index()
-    git.drop_committed()
+    git.index.reset()
+    git.pending.drop_committed()
     crash.at("recovery.after_rollback")
     return "completed" if done else "rolled back"
 
@@ -222,7 +222,7 @@ def _remove_untracked(git: GitSession, folders: list[str]) -> None:
     if not folders:
         return
     prefixes = tuple(f"{f}/" for f in folders)
-    git.drop_uncommitted([rel for rel in git.uncommitted() if rel.startswith(prefixes)])
+    git.pending.drop([rel for rel in git.pending.paths() if rel.startswith(prefixes)])
 
 
 def recover(git: GitSession) -> str | None:

@@ -148,7 +148,7 @@ def test_a_turns_git_work_leaves_nothing_behind(tmp_path: Path) -> None:
         before = tracemalloc.take_snapshot()
         for n in range(1, 31):
             one_turn(git, n)
-        git.flush_index()
+        git.index.flush()
         git.close()
         git.repo.free()
         del git
