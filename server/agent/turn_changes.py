@@ -21,9 +21,10 @@ import pygit2
 from server.git import lookup as gitnames
 from server.git.commits import TRAILER_KIND, TRAILER_RUN, parse_trailers
 from server.git.session import GitSession
-from server.git.trees import tree_delta, workdir_tree
+from server.git.trees import file_at, tree_delta
+from server.git.workdir.scan import workdir_tree
 from server.store import layout
-from server.store.backups import BackupStore, Entry, tree_entry
+from server.store.backups import BackupStore, Entry
 
 # A turn's own commits. A merge turn begins with its `merge` commit (so reverting it takes the
 # merged files out, like `git revert -m 1`); a sub-agent's result is a `sub-agent` commit.
@@ -135,7 +136,7 @@ def changes_of(git: GitSession, span: TurnSpan,
     for rel, entry in backups.items():
         before[rel] = entry
         if rel not in after:
-            after[rel] = tree_entry(after_tree, rel)
+            after[rel] = file_at(after_tree, rel)
     out = []
     for rel in sorted(before.keys() | after.keys()):
         b, a = before.get(rel), after.get(rel)

@@ -31,6 +31,7 @@ from server.base.records import SessionMeta, to_json_bytes
 from server.git.commits import commit_message
 from server.git.init_repo import init_repository
 from server.git.session import GitSession
+from server.git.trees import apply_changes
 from server.git.workdir.index_format import stat_words
 from server.git.workdir.scan import WORKDIR
 from server.store import journal
@@ -79,9 +80,9 @@ def link_objects(src: Path, dst: Path) -> int:
 
 def _with_file(repo: pygit2.Repository, tree: pygit2.Tree, name: str,
                blob: pygit2.Oid) -> pygit2.Oid:
-    builder = repo.TreeBuilder(tree)
-    builder.insert(name, blob, pygit2.enums.FileMode.BLOB)
-    return builder.write()
+    written = apply_changes(repo, tree, {name: (blob, pygit2.enums.FileMode.BLOB)})
+    assert written is not None  # it holds the file
+    return written.id
 
 
 def clone_session(git: GitSession, target: Path, meta: dict[str, Any]) -> dict[str, str]:
@@ -97,8 +98,8 @@ def clone_session(git: GitSession, target: Path, meta: dict[str, Any]) -> dict[s
     if exclude.exists():
         (target / ".git" / "info").mkdir(parents=True, exist_ok=True)
         shutil.copy2(exclude, target / ".git" / "info" / "exclude")
-    for name in git.repo.references:
-        ref = git.repo.references[name]
+    for ref in git.repo.references.iterator():  # not `references[name]`: it leaks `name`
+        name = ref.name
         if name.startswith(CARRIED_REFS) and ref.type == pygit2.enums.ReferenceType.DIRECT:
             repo.references.create(name, ref.target)
     blob = repo.create_blob(to_json_bytes(meta))

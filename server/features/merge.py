@@ -25,7 +25,7 @@ from server.base.records import to_json_bytes
 from server.git import lookup as gitnames
 from server.git.history import HISTORY, RUNS
 from server.git.session import GitSession
-from server.git.workdir.scan import WORKDIR
+from server.git.workdir.scan import workdir_tree
 from server.store import atomic, journal
 from server.store.layout import answer_of, last_answer
 
@@ -52,9 +52,7 @@ class MergePlan:
 
 
 def _workdir_tree(git: GitSession, commit: pygit2.Commit | None, empty: pygit2.Oid) -> pygit2.Oid:
-    if commit is None:
-        return empty
-    tree = git.subtree(commit.tree, WORKDIR)
+    tree = workdir_tree(commit)
     return tree.id if tree is not None else empty
 
 

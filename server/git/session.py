@@ -36,8 +36,9 @@ from server.git.history import HISTORY, RUNS, Entry, Lines, Listings, history_pa
 from server.git.init_repo import init_repository
 from server.git.loose import LooseWriter
 from server.git.objects import TREE_MODE, BranchMoved, TreeCache, common_dir
+from server.git.trees import files
 from server.git.workdir import guarded
-from server.git.workdir.scan import WORKDIR, WorkdirScan, holdable, walk_tree
+from server.git.workdir.scan import WORKDIR, WorkdirScan, holdable, workdir_tree
 from server.git.workdir.staging import (
     DISK,
     Pending,
@@ -161,17 +162,10 @@ class GitSession:
             self._json_cache[oid] = cached
         return cached
 
-    def subtree(self, tree: pygit2.Tree, name: str) -> pygit2.Tree | None:
-        return gitnames.subtree(tree, name)  # not `tree[name]`: it leaks `name`
-
     def workdir_files(self, commit: pygit2.Commit | None = None) -> dict[str, pygit2.Oid]:
         """Workdir-relative path → blob id for every file of `workdir/` at `commit`."""
-        commit = commit or self.head_commit()
-        out: dict[str, pygit2.Oid] = {}
-        tree = self.subtree(commit.tree, WORKDIR)
-        if tree is not None:
-            walk_tree(tree, "", out)
-        return out
+        tree = workdir_tree(commit or self.head_commit())
+        return {path: entry[0] for path, entry in files(tree).items()}
 
     def commit_info(self, rev: str | pygit2.Oid) -> CommitInfo:
         return commit_info(self.commit(rev))

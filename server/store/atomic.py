@@ -13,7 +13,7 @@ from server.base import crash
 from server.git import lookup as gitnames
 from server.git.history import HISTORY, RUNS
 from server.git.session import GitSession
-from server.git.trees import tree_delta
+from server.git.trees import apply_changes, tree_delta
 from server.git.workdir import guarded
 from server.git.workdir.scan import WORKDIR
 from server.git.workdir.staging import DISK
@@ -68,7 +68,7 @@ def check_all(git: GitSession, written: list[str], deleted: list[str]) -> None:
 def checkout(git: GitSession, name: str) -> None:
     """Switch the session to branch `name`: only the paths that differ are written (deletions
     first), then HEAD moves and those index entries follow."""
-    ref = git.repo.references.get(f"refs/heads/{name}")
+    ref = gitnames.reference(git.repo, f"refs/heads/{name}")
     if ref is None:
         from server.base.errors import NotFound
 
@@ -122,6 +122,6 @@ def write_workdir(git: GitSession, new_oid: pygit2.Oid, written: list[str],
 
 def _as_repo_tree(git: GitSession, workdir_oid: pygit2.Oid) -> pygit2.Tree:
     """A tree holding `workdir_oid` at `workdir/`, so repo-relative paths resolve in it."""
-    builder = git.repo.TreeBuilder()
-    builder.insert(WORKDIR, workdir_oid, pygit2.enums.FileMode.TREE)
-    return gitnames.tree_at(git.repo, builder.write())
+    tree = apply_changes(git.repo, None, {WORKDIR: (workdir_oid, pygit2.enums.FileMode.TREE)})
+    assert tree is not None  # it holds workdir/
+    return tree

@@ -20,6 +20,7 @@ from typing import Any
 import pygit2
 
 from server.base.errors import BadRequest, NotFound
+from server.git import lookup as gitnames
 from server.git.commits import commit_info
 from server.git.session import GitSession
 from server.store import layout
@@ -129,7 +130,8 @@ def run_checkpoints(view: RunOnBranch) -> tuple[list[tuple[int, pygit2.Commit]],
     lo, hi = 0, end
     while lo < hi:
         mid = (lo + hi) // 2
-        if view.record_path in repo[oids[mid]].peel(pygit2.Commit).tree:
+        if gitnames.at_path(repo[oids[mid]].peel(pygit2.Commit).tree,
+                            view.record_path) is not None:  # not `in`: it leaks the path
             hi = mid
         else:
             lo = mid + 1
@@ -154,7 +156,7 @@ def _walk_checkpoints(view: RunOnBranch
     before = view.tip
     for commit in _first_parent_line(view.tip):
         before = commit
-        if view.record_path not in commit.tree:
+        if gitnames.at_path(commit.tree, view.record_path) is None:
             break
         info = commit_info(commit)
         if info.run_id == view.run_id and info.kind in CHECKPOINT_KINDS \

@@ -38,6 +38,7 @@ from server.base.ids import is_session_id
 from server.git import lookup as gitnames
 from server.git.commits import commit_info
 from server.git.session import GitSession
+from server.git.trees import file_at
 from server.git.workdir import guarded
 from server.git.workdir.staging import Staged, off_disk, porcelain, staged
 
@@ -105,16 +106,6 @@ def intent(git: GitSession, op: str, paths: Iterable[str], *, kind: str | None =
 # -- putting paths in line with a tree ------------------------------------------------------
 
 
-def _entry(tree: pygit2.Tree | None, rel: str) -> tuple[pygit2.Oid, int] | None:
-    if tree is None:
-        return None
-    try:
-        obj = tree[rel]
-    except KeyError:
-        return None
-    return None if isinstance(obj, pygit2.Tree) else (obj.id, int(obj.filemode))
-
-
 def apply_tree(git: GitSession, tree: pygit2.Tree | None, paths: Iterable[str],
                strict: bool = True) -> None:
     """Make each repo-relative path on disk be what `tree` holds (absent: deleted), through
@@ -122,7 +113,7 @@ def apply_tree(git: GitSession, tree: pygit2.Tree | None, paths: Iterable[str],
     (recovery): a path the writer refuses (a folder swapped for a symlink since) is skipped
     and left for the next user-edit snapshot, rather than stopping the start."""
     git.index.flush()
-    wanted = {rel: _entry(tree, rel) for rel in paths}
+    wanted = {rel: file_at(tree, rel) for rel in paths}
     for rel in [r for r in wanted if off_disk(r)]:  # in the index only, never on disk
         entry = wanted.pop(rel)
         git.index.queue(rel, Staged(*entry) if entry is not None else None)
@@ -174,15 +165,17 @@ def _on_disk_is(git: GitSession, rel: str, entry: tuple[pygit2.Oid, int]) -> boo
 def finish_checkout(git: GitSession, record: dict[str, Any]) -> None:
     """Roll an interrupted checkout forward: the target branch's files, then HEAD."""
     name = str(record.get("to"))
-    ref = git.repo.references.get(f"refs/heads/{name}")
+    ref = gitnames.reference(git.repo, f"refs/heads/{name}")
     if ref is None:  # the target vanished: go back instead
         name = str(record.get("branch"))
-        ref = git.repo.references[f"refs/heads/{name}"]
+        ref = gitnames.reference(git.repo, f"refs/heads/{name}")
+        if ref is None:
+            raise KeyError(f"refs/heads/{name}")
     tree = ref.peel(pygit2.Commit).tree
     paths = [str(p) for p in record.get("paths") or ()]
-    apply_tree(git, tree, [p for p in paths if _entry(tree, p) is None],
+    apply_tree(git, tree, [p for p in paths if file_at(tree, p) is None],
                        strict=False)
-    apply_tree(git, tree, [p for p in paths if _entry(tree, p) is not None],
+    apply_tree(git, tree, [p for p in paths if file_at(tree, p) is not None],
                        strict=False)
     git.repo.set_head(f"refs/heads/{name}")
     git.index.reset()  # the history entries follow the new HEAD
@@ -195,7 +188,7 @@ def settle(git: GitSession, record: dict[str, Any]) -> str:
     if record.get("op") == "checkout":
         finish_checkout(git, record)
         return "completed"
-    ref = git.repo.references.get(f"refs/heads/{branch}")
+    ref = gitnames.reference(git.repo, f"refs/heads/{branch}")
     tip = gitnames.ref_oid(ref) if ref is not None else None
     done = tip is not None and str(tip) != record.get("head")
     if done and tip is not None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
+from server.git import lookup as gitnames
 from server.git.history import HISTORY, RUNS, Entry, history_path, run_path
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ class StoredMessage:
 
 
 def _tree(git: GitSession, commit: pygit2.Commit | None, top: str) -> pygit2.Tree | None:
-    return git.subtree((commit or git.head_commit()).tree, top)
+    return gitnames.subtree((commit or git.head_commit()).tree, top)
 
 
 # -- history/ -------------------------------------------------------------------------------

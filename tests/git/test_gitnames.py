@@ -20,8 +20,9 @@ from server.base.records import to_json_bytes
 from server.git import lookup as gitnames
 from server.git.history import history_path, run_path
 from server.git.session import GitSession
+from server.git.trees import file_at
 from server.git.workdir.staging import DISK
-from server.store.backups import BackupStore, tree_entry
+from server.store.backups import BackupStore
 
 META = {"session_id": "0" * 32, "title": "t", "user_id": "local", "created_at": "now",
         "forked_from_session_id": None, "root_session_id": "0" * 32}
@@ -133,7 +134,7 @@ def one_turn(git: GitSession, n: int) -> None:
                          summary="turn", kind="turn", run_id=run_id)
     assert git.read_json(git.head_commit(), fresh(hist)) == {"n": n}
     assert sorted(backups.manifest(run_id)) == [f"dir{n}/f{n}.txt"]
-    assert tree_entry(git.head_commit().tree, fresh(f"workdir/dir{n}/f{n}.txt")) is not None
+    assert file_at(git.head_commit().tree, fresh(f"workdir/dir{n}/f{n}.txt")) is not None
     git.branch_tip(fresh("main"))
     if n % 2:
         git.write_checkpoint({fresh(f"workdir/dir{n}/f{n}.txt"): None}, summary="rm",

@@ -26,7 +26,8 @@ from server.agent.turn_changes import trailers_of
 from server.base.errors import BadRequest
 from server.git import lookup as gitnames
 from server.git.session import GitSession
-from server.git.trees import apply_changes, copy_blobs, tree_changes, workdir_tree
+from server.git.trees import apply_changes, copy_blobs, tree_changes
+from server.git.workdir.scan import workdir_tree
 from server.store import layout
 
 SKIPPED_KINDS = frozenset({"revert", "unrevert"})
@@ -162,9 +163,12 @@ def _source_moved(git: GitSession, before: pygit2.Commit | None,
     def base(commit: pygit2.Commit | None) -> str | None:
         if commit is None:
             return None
+        found = gitnames.entry(commit.tree, "session.json")  # not `tree[name]`: it leaks
         try:
-            meta = json.loads(gitnames.blob_data(git.repo, commit.tree["session.json"].id))
-        except (KeyError, ValueError):
+            meta = json.loads(gitnames.blob_data(git.repo, found.id)) if found else None
+        except (TypeError, ValueError):
+            return None
+        if meta is None:
             return None
         return (meta.get("source") or {}).get("base_commit")
 
@@ -189,7 +193,7 @@ def pick_branch(src: pygit2.Repository, base_name: str, tip: pygit2.Oid) -> tupl
     while True:
         name = base_name if n == 1 else f"{base_name}-{n}"
         ref_name = f"refs/heads/{name}"
-        ref = src.references.get(ref_name)
+        ref = gitnames.reference(src, ref_name)
         if ref_name != checked_out:
             if ref is None:
                 return name, "created"
@@ -218,7 +222,7 @@ def export_to_branch(git: GitSession, src: pygit2.Repository, meta: dict[str, An
     name, how = pick_branch(src, f"braid/{slug(meta.get('title') or '', meta['session_id'])}",
                             tip)
     ref_name = f"refs/heads/{name}"
-    old = src.references.get(ref_name)
+    old = gitnames.reference(src, ref_name)
     if old is None:
         src.references.create(ref_name, tip)
     elif old.target != tip:

@@ -13,7 +13,6 @@ sides) merges cleanly and moves it."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 import pygit2
@@ -27,8 +26,8 @@ from server.features.sources.importing import SOURCE_BASE_REF, set_source_base, 
 from server.features.sources.sources import Source, allowed_path
 from server.git import lookup as gitnames
 from server.git.session import GitSession
-from server.git.trees import empty_tree, tree_changes, workdir_tree
-from server.git.workdir.scan import WORKDIR
+from server.git.trees import empty_tree, tree_changes
+from server.git.workdir.scan import WORKDIR, workdir_tree
 from server.store import journal
 
 if TYPE_CHECKING:
@@ -64,7 +63,7 @@ def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: di
     snap = take_snapshot(repo, source, settings, roots)  # TooLarge here: nothing written yet
     crash.at("update.after_snapshot")
     theirs = gitnames.tree_at(repo, snap.tree) if snap.tree is not None else empty_tree(repo)
-    base_ref = repo.references.get(SOURCE_BASE_REF)
+    base_ref = gitnames.reference(repo, SOURCE_BASE_REF)
     base = repo[base_ref.target].peel(pygit2.Commit).tree if base_ref else empty_tree(repo)
     result: dict[str, Any] = {"changed": False, "updated_paths": [], "conflicts": [],
                               "commit_id": None, "base_commit": snap.base_commit,
@@ -78,8 +77,7 @@ def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: di
     for rel, entry in tree_changes(ours, merged).items():
         changes[f"{WORKDIR}/{rel}"] = (gitnames.blob_data(repo, entry[0]) if entry is not None
                                        else None)
-    new_meta = dict(json.loads(gitnames.blob_data(
-        repo, git.head_commit().tree["session.json"].id)))
+    new_meta = dict(git.read_json(git.head_commit(), "session.json"))
     new_meta["source"] = source.meta(snap.base_commit)
     changes["session.json"] = to_json_bytes(new_meta)
     where = f" at {snap.base_commit[:10]}" if snap.base_commit else ""

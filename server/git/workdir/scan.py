@@ -26,6 +26,7 @@ from pygit2.enums import FileMode
 from server.base import names
 from server.git import lookup as gitnames
 from server.git.packwriter import PackWriter
+from server.git.trees import walk
 from server.git.workdir import guarded
 from server.git.workdir.staging import DISK, Staged, StagingIndex, off_disk, porcelain
 from server.git.workdir.watch import WATCHERS, Watcher
@@ -33,13 +34,9 @@ from server.git.workdir.watch import WATCHERS, Watcher
 WORKDIR = "workdir"  # the agent's files (DESIGN §3)
 
 
-def walk_tree(tree: pygit2.Tree, prefix: str, out: dict[str, pygit2.Oid]) -> None:
-    """Every file of `tree` as `prefix + path` → blob id, into `out`."""
-    for entry in tree:
-        if isinstance(entry, pygit2.Tree):
-            walk_tree(entry, f"{prefix}{entry.name}/", out)
-        else:
-            out[f"{prefix}{entry.name}"] = entry.id
+def workdir_tree(commit: pygit2.Commit | None) -> pygit2.Tree | None:
+    """The `workdir/` folder of `commit`, or None."""
+    return gitnames.subtree(commit.tree, WORKDIR) if commit is not None else None
 
 
 def holdable(changes: Mapping[str, Any], root: Path
@@ -141,7 +138,7 @@ class WorkdirScan:
         return (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def _differing(self, candidates: Iterable[str]) -> list[str]:
-        head = gitnames.subtree(self.repo.head.peel(pygit2.Commit).tree, WORKDIR)
+        head = workdir_tree(self.repo.head.peel(pygit2.Commit))
         work = self.path / WORKDIR
         out: set[str] = set()
         todo = list(candidates)
@@ -154,9 +151,7 @@ class WorkdirScan:
             # A name git cannot hold is in no tree. Not `head[rel]`: it leaks `rel`.
             entry = gitnames.at_path(head, rel) if names.is_utf8(rel) else None
             if isinstance(entry, pygit2.Tree):  # a folder in HEAD: look at what it held
-                files: dict[str, pygit2.Oid] = {}
-                walk_tree(entry, f"{rel}/", files)
-                todo.extend(files)
+                todo.extend(path for path, _ in walk(entry, f"{rel}/"))
                 entry = None
             try:
                 st = os.lstat(work / rel)
