@@ -26,7 +26,6 @@ from server.agent.turn_changes import (
     TurnSpan,
     changes_of,
     files_of,
-    first_parent_line,
     trailers_of,
     turn_spans,
     unified_diff,
@@ -37,6 +36,7 @@ from server.base.errors import Busy, Conflict, NotFound
 from server.base.ids import new_message_id, now_iso
 from server.base.records import to_json_bytes
 from server.git import lookup as gitnames
+from server.git.commits import first_parent_line
 from server.git.session import GitSession
 from server.git.trees import apply_changes, empty_tree, file_at
 from server.git.workdir.scan import WORKDIR

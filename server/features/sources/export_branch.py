@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ import pygit2
 from server.agent.turn_changes import trailers_of
 from server.base.errors import BadRequest
 from server.git import lookup as gitnames
+from server.git.commits import first_parent_line
 from server.git.session import GitSession
 from server.git.trees import apply_changes, copy_blobs, tree_changes
 from server.git.workdir.scan import workdir_tree
@@ -66,14 +68,12 @@ class Replay:
 
     def line(self, tip: pygit2.Commit) -> list[pygit2.Commit]:
         """`tip`'s first-parent commits after the first one already mapped (oldest first)."""
-        out = []
-        commit: pygit2.Commit | None = tip
-        while commit is not None and commit.id not in self.mapped:
+        out: list[pygit2.Commit] = []
+        for commit in first_parent_line(tip):
+            if commit.id in self.mapped:
+                return out[::-1]
             out.append(commit)
-            commit = commit.parents[0] if commit.parents else None
-        if commit is None:
-            raise BadRequest("this session's history does not start from its import")
-        return out[::-1]
+        raise BadRequest("this session's history does not start from its import")
 
     def replay(self, tip: pygit2.Commit) -> pygit2.Oid:
         runs, messages = self.run_texts(tip)
@@ -177,9 +177,7 @@ def _source_moved(git: GitSession, before: pygit2.Commit | None,
 
 
 def import_root(git: GitSession, tip: pygit2.Commit) -> pygit2.Commit:
-    commit = tip
-    while commit.parents:
-        commit = commit.parents[0]
+    commit = deque(first_parent_line(tip), maxlen=1)[0]  # the line's first commit
     if trailers_of(commit)[0] != "import":
         raise BadRequest("this session was not imported from a git repository")
     return commit
