@@ -25,6 +25,7 @@ from server.base.records import to_json_bytes
 from server.git import lookup as gitnames
 from server.git.history import HISTORY, RUNS
 from server.git.session import GitSession
+from server.git.trees import empty_tree
 from server.git.workdir.scan import workdir_tree
 from server.store import atomic, journal
 from server.store.layout import answer_of, last_answer
@@ -121,7 +122,7 @@ def plan_merge(git: GitSession, branches: list[str], strategy: str) -> MergePlan
     """Merge each branch's workdir/ into HEAD's, in order, in memory. Nothing is written but
     blobs and trees (unreferenced objects, harmless), so `fail` changes nothing."""
     repo = git.repo
-    empty = repo.TreeBuilder().write()
+    empty = empty_tree(repo).id
     head = git.head_commit()
     into = git.branch
     merged = [head.id]
@@ -194,7 +195,7 @@ def _start_merge(git: GitSession, handle: SessionHandle, into: str, branches: li
         raise Conflict(f"the merge conflicts in {paths}; nothing was changed",
                        {"conflicts": plan.conflicts})
     head = git.head_commit()
-    old_workdir = _workdir_tree(git, head, git.repo.TreeBuilder().write())
+    old_workdir = _workdir_tree(git, head, empty_tree(git.repo).id)
     fields = {"model": model, "merge": {"branches": branches, "strategy": strategy,
                                         "conflicts": sorted({c["path"] for c in plan.conflicts})}}
     written, deleted = atomic.merge_paths(git, old_workdir, plan.workdir_oid)

@@ -28,7 +28,7 @@ from server.base.errors import BadRequest
 from server.git import lookup as gitnames
 from server.git.commits import first_parent_line
 from server.git.session import GitSession
-from server.git.trees import apply_changes, copy_blobs, tree_changes
+from server.git.trees import apply_changes, copy_blobs, empty_tree, tree_changes
 from server.git.workdir.scan import workdir_tree
 from server.store import layout
 
@@ -99,7 +99,7 @@ class Replay:
         copy_blobs(self.src, self.session.repo, changes)
         base = self.src[head].peel(pygit2.Commit).tree
         tree = apply_changes(self.src, base, changes)
-        tree_id = tree.id if tree is not None else self.src.TreeBuilder().write()
+        tree_id = tree.id if tree is not None else empty_tree(self.src).id
         sig = pygit2.Signature(NAME, EMAIL, last.commit_time, last.commit_time_offset)
         message = self.message(group, runs, messages)
         oid = self.src.create_commit(None, sig, sig, message, tree_id, [head, *extra])

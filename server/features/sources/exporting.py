@@ -38,7 +38,7 @@ from server.features.sources.importing import SOURCE_BASE_REF
 from server.features.sources.sources import OpenedRepo, Source, allowed_path
 from server.git import lookup as gitnames
 from server.git.session import SIGNATURE_EMAIL, SIGNATURE_NAME, GitSession
-from server.git.trees import Changes, Entry, apply_changes, files
+from server.git.trees import Changes, Entry, apply_changes, empty_tree, files
 from server.git.workdir.scan import workdir_tree
 
 if TYPE_CHECKING:
@@ -242,7 +242,7 @@ def _state(repo: pygit2.Repository, folder: Path, base: pygit2.Tree | None,
            given: Changes) -> pygit2.Oid | None:
     """The commit of what the folder holds from us after this export (None: unchanged)."""
     state = apply_changes(repo, base, given)
-    tree_id = state.id if state is not None else repo.TreeBuilder().write()
+    tree_id = state.id if state is not None else empty_tree(repo).id
     ref = gitnames.reference(repo, _ref_for(folder))
     if ref is not None and repo[ref.target].peel(pygit2.Commit).tree_id == tree_id:
         return None

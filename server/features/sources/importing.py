@@ -39,7 +39,7 @@ from server.git.commits import TRAILER_KIND
 from server.git.init_repo import init_repository
 from server.git.safe import run_git
 from server.git.session import SIGNATURE_EMAIL, SIGNATURE_NAME, WORKTREES
-from server.git.trees import Entry, apply_changes
+from server.git.trees import Entry, apply_changes, empty_tree
 from server.git.workdir.index_file import GitIndex
 from server.git.workdir.index_format import tree_entries
 from server.git.workdir.scan import WORKDIR
@@ -103,7 +103,7 @@ def check_source_readable(source: Source, settings: Settings, roots: Roots) -> N
 
 
 def set_source_base(repo: pygit2.Repository, tree: pygit2.Oid | None, note: str) -> None:
-    tree = tree or repo.TreeBuilder().write()
+    tree = tree or empty_tree(repo).id
     sig = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL)
     oid = repo.create_commit(None, sig, sig, note + "\n", tree, [])
     repo.references.create(SOURCE_BASE_REF, oid, force=True)
