@@ -127,7 +127,7 @@ class StagingIndex:
         self.trees = trees  # the trees as checkpoints made them: not read back
         # Index entries not yet written: a turn's checkpoints queue theirs and the turn
         # writes them once at its end (or the next status scan or checkout does).
-        self._pending: dict[str, Staged | None] = {}
+        self._queued: dict[str, Staged | None] = {}
         self._index: GitIndex | None = None
         # Encoded skip-worktree entries of history/ and runs/ subtrees, by (tree id, path):
         # a checkout re-lists only the folders it has not seen (small ones are kept).
@@ -186,14 +186,14 @@ class StagingIndex:
     def queue(self, rel: str, entry: Staged | None) -> None:
         if off_disk(rel):  # not known as a tree's move: the flush checks the folder
             self._pending_trees[rel[:rel.index("/") + 1]] = None
-        self._pending[rel] = entry
+        self._queued[rel] = entry
 
     def queue_commit(self, entries: dict[str, Staged | None], base: bytes | None,
                      tree: bytes) -> None:
         """Queue a commit's entries: `tree` is `base` with them applied;
         history/ and runs/ move from `base`'s folders to `tree`'s (one sparse entry each).
         The trees as the checkpoint made them (rawobjects.TreeCache): not read back."""
-        self._pending.update(entries)
+        self._queued.update(entries)
         old = self.trees.entries(base, copy=False) if base is not None else None
         new = self.trees.entries(tree, copy=False)
         for prefix in OFF_DISK:
@@ -210,9 +210,9 @@ class StagingIndex:
 
     def flush(self) -> None:
         """Write the queued entries, so `git status` in the session folder tells the truth."""
-        if not self._pending and not self._dirty:
+        if not self._queued and not self._dirty:
             return
-        entries, self._pending = self._pending, {}
+        entries, self._queued = self._queued, {}
         trees, self._pending_trees = self._pending_trees, {}
         self._dirty = False
         index = self.load()
@@ -298,7 +298,7 @@ class StagingIndex:
     def reset(self) -> None:
         """The index = HEAD's tree (entries whose blob is unchanged keep their stat data),
         for when a dead process may have left entries unwritten."""
-        self._pending = {}
+        self._queued = {}
         self._pending_trees = {}
         index = self.load()
         self._reset_from_head(index)
