@@ -229,12 +229,12 @@ def _base_tree(repo: pygit2.Repository, folder: Path, target: Folder,
     """What the folder last got from this session: the last export's state; for the folder
     the session was imported from, the import base; otherwise nothing (a file already there
     is the user's: a conflict, never overwritten unless `force`)."""
-    ref = gitnames.reference(repo, _ref_for(folder))
-    if ref is not None:
-        return repo[ref.target].peel(pygit2.Commit).tree
+    last = gitnames.ref_commit(repo, _ref_for(folder))
+    if last is not None:
+        return last.tree
     if source == folder and not target.is_empty():
-        base_ref = gitnames.reference(repo, SOURCE_BASE_REF)
-        return repo[base_ref.target].peel(pygit2.Commit).tree if base_ref else None
+        base = gitnames.ref_commit(repo, SOURCE_BASE_REF)
+        return base.tree if base is not None else None
     return None
 
 
@@ -243,8 +243,8 @@ def _state(repo: pygit2.Repository, folder: Path, base: pygit2.Tree | None,
     """The commit of what the folder holds from us after this export (None: unchanged)."""
     state = apply_changes(repo, base, given)
     tree_id = state.id if state is not None else empty_tree(repo).id
-    ref = gitnames.reference(repo, _ref_for(folder))
-    if ref is not None and repo[ref.target].peel(pygit2.Commit).tree_id == tree_id:
+    last = gitnames.ref_commit(repo, _ref_for(folder))
+    if last is not None and last.tree_id == tree_id:
         return None
     sig = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL)
     return repo.create_commit(None, sig, sig, f"Exported to {folder}\n", tree_id, [])

@@ -63,8 +63,8 @@ def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: di
     snap = take_snapshot(repo, source, settings, roots)  # TooLarge here: nothing written yet
     crash.at("update.after_snapshot")
     theirs = gitnames.tree_at(repo, snap.tree) if snap.tree is not None else empty_tree(repo)
-    base_ref = gitnames.reference(repo, SOURCE_BASE_REF)
-    base = repo[base_ref.target].peel(pygit2.Commit).tree if base_ref else empty_tree(repo)
+    at_base = gitnames.ref_commit(repo, SOURCE_BASE_REF)
+    base = at_base.tree if at_base is not None else empty_tree(repo)
     result: dict[str, Any] = {"changed": False, "updated_paths": [], "conflicts": [],
                               "commit_id": None, "base_commit": snap.base_commit,
                               "skipped": snap.skipped[:200]}
