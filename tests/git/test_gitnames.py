@@ -87,6 +87,12 @@ def test_refs_and_blobs_agree_with_pygit2(tmp_path: Path) -> None:
     assert gitnames.branch_target(repo, "..bad..") is None
     assert gitnames.ref_commit(repo, "refs/braid/backups/x1").id == commit
     assert gitnames.ref_commit(repo, "refs/braid/backups/x2") is None
+    main = gitnames.reference(repo, "refs/heads/main")
+    assert main is not None and main.name == "refs/heads/main" and main.target == commit
+    other = gitnames.reference(repo, "refs/braid/backups/x1")
+    assert other is not None and other.target == commit
+    assert gitnames.reference(repo, "refs/heads/nope") is None
+    assert gitnames.reference(repo, "refs/braid/backups/x2") is None
     for data in (b"plain\n", b"crlf\r\n", b"$Id$\n", b"", bytes(range(256))):
         path = tmp_path / "r" / "f.bin"
         path.write_bytes(data)
@@ -105,6 +111,7 @@ def test_no_name_is_kept_alive(tmp_path: Path) -> None:
         lambda n: gitnames.at_path(tree, n + "/f"), lambda n: gitnames.without(repo, tree, [n]),
         lambda n: gitnames.branch_target(repo, "main" if n == "a" else n),
         lambda n: gitnames.ref_commit(repo, "refs/heads/" + n),
+        lambda n: gitnames.reference(repo, n),  # neither a branch nor another ref's name
     ]
     for call in calls:
         name = fresh("a")
