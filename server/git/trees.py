@@ -1,6 +1,7 @@
 """The tree toolkit, for any repository: changes applied to a tree (`apply_changes`), the
-files of a tree (`walk`, `files`), one file looked up (`file_at`; a folder or any entry:
-lookup.py), and the files that differ between two trees (`tree_delta`, `tree_changes`).
+files of a tree (`walk`, `files`), files looked up (`file_at`, many at once `files_at`; a
+folder or any entry: lookup.py), and the files that differ between two trees
+(`tree_delta`, `tree_changes`).
 Only the trees on changed paths are rebuilt or read; no call leaks a name (lookup.py).
 
 A session's own checkpoints write their trees from bytes through `GitSession` (objects.py's
@@ -10,7 +11,7 @@ exists now wins over the other side's deletion."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pygit2
@@ -22,6 +23,7 @@ from server.git.objects import nest
 Entry = tuple[pygit2.Oid, int]
 Changes = dict[str, Entry | None]
 Delta = tuple[str, Entry | None, Entry | None]
+SEARCH_COST = 16  # a name's binary search costs about as much as reading this many entries
 
 
 # -- walking and looking up -------------------------------------------------------------------
@@ -52,6 +54,46 @@ def file_at(tree: pygit2.Tree | None, path: str) -> Entry | None:
     if obj is None or isinstance(obj, pygit2.Tree):
         return None
     return obj.id, int(obj.filemode)
+
+
+def files_at(tree: pygit2.Tree | None, paths: Iterable[str]) -> dict[str, Entry | None]:
+    """`file_at` of each of `paths` at once. A path looked up alone binary-searches each
+    of its folders in Python (lookup.py: ~30 us, where `tree[path]` took 0.5 but leaks);
+    a checkout's thousands of paths read each folder on their way once instead, a folder
+    with few of them wanted still searched by name."""
+    out: dict[str, Entry | None] = {}
+    items = []
+    for path in paths:
+        out[path] = None
+        items.append((path, path.split("/")))
+    _fill(tree, items, 0, out)
+    return out
+
+
+def _fill(tree: pygit2.Tree | None, items: list[tuple[str, list[str]]], depth: int,
+          out: dict[str, Entry | None]) -> None:
+    if tree is None:
+        return
+    here: dict[str, list[str]] = {}  # a name in this folder -> the paths that end there
+    below: dict[str, list[tuple[str, list[str]]]] = {}  # a folder -> the paths under it
+    for path, parts in items:
+        if len(parts) == depth + 1:
+            here.setdefault(parts[depth], []).append(path)
+        else:
+            below.setdefault(parts[depth], []).append((path, parts))
+    if (len(here) + len(below)) * SEARCH_COST < len(tree):
+        found = ((name, gitnames.entry(tree, name)) for name in [*here, *below])
+    else:  # most of the folder is wanted: its entries, each read once
+        found = ((entry.name or "", entry) for entry in tree)
+    for name, entry in found:
+        if entry is None:
+            continue
+        if isinstance(entry, pygit2.Tree):
+            if name in below:
+                _fill(entry, below[name], depth + 1, out)
+        elif name in here:
+            for path in here[name]:
+                out[path] = (entry.id, int(entry.filemode))
 
 
 # -- two trees ----------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from server.base.ids import is_session_id
 from server.git import lookup as gitnames
 from server.git.commits import commit_info
 from server.git.session import GitSession
-from server.git.trees import file_at
+from server.git.trees import files_at
 from server.git.workdir import guarded
 from server.git.workdir.staging import Staged, off_disk, porcelain, staged
 
@@ -113,7 +113,7 @@ def apply_tree(git: GitSession, tree: pygit2.Tree | None, paths: Iterable[str],
     (recovery): a path the writer refuses (a folder swapped for a symlink since) is skipped
     and left for the next user-edit snapshot, rather than stopping the start."""
     git.index.flush()
-    wanted = {rel: file_at(tree, rel) for rel in paths}
+    wanted = files_at(tree, paths)
     for rel in [r for r in wanted if off_disk(r)]:  # in the index only, never on disk
         entry = wanted.pop(rel)
         git.index.queue(rel, Staged(*entry) if entry is not None else None)
@@ -173,9 +173,10 @@ def finish_checkout(git: GitSession, record: dict[str, Any]) -> None:
             raise KeyError(f"refs/heads/{name}")
     tree = ref.peel(pygit2.Commit).tree
     paths = [str(p) for p in record.get("paths") or ()]
-    apply_tree(git, tree, [p for p in paths if file_at(tree, p) is None],
+    there = files_at(tree, paths)
+    apply_tree(git, tree, [p for p in paths if there[p] is None],
                        strict=False)
-    apply_tree(git, tree, [p for p in paths if file_at(tree, p) is not None],
+    apply_tree(git, tree, [p for p in paths if there[p] is not None],
                        strict=False)
     git.repo.set_head(f"refs/heads/{name}")
     git.index.reset()  # the history entries follow the new HEAD

@@ -14,7 +14,15 @@ import pygit2
 from pygit2.enums import FileMode
 
 from server.git.session import GitSession
-from server.git.trees import Entry, apply_changes, file_at, files, tree_changes, tree_delta
+from server.git.trees import (
+    Entry,
+    apply_changes,
+    file_at,
+    files,
+    files_at,
+    tree_changes,
+    tree_delta,
+)
 
 BLOB, EXE, LINK = int(FileMode.BLOB), int(FileMode.BLOB_EXECUTABLE), int(FileMode.LINK)
 
@@ -129,8 +137,11 @@ def test_apply_changes_walk_and_diff_round_trip_through_git(tmp_path: Path) -> N
         assert {p for p, _, _ in tree_delta(tree, new)} == set(diff_tree(repo, tree, new))
         remade = apply_changes(repo, tree, tree_changes(tree, new))
         assert remade is not None and remade.id == new.id
-        for path, entry in list(want.items())[:5]:
-            assert file_at(new, path) == entry
+        # Looked up one by one and all at once: the files, folders (None) and absent paths.
+        asked = [*want, *have, *{p.rsplit("/", 1)[0] for p in want}, "no/such", "top.txt/x"]
+        assert files_at(new, asked) == {p: file_at(new, p) for p in asked} == \
+            {p: want.get(p) for p in asked}
+        assert files_at(new, asked[:3]) == {p: want.get(p) for p in asked[:3]}  # by name
         tree, have = new, want
 
 
