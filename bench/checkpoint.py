@@ -73,7 +73,7 @@ def simulated_turn(git: GitSession, turn: int) -> float:
     git.write_checkpoint(changes, summary=f"Turn {turn}", kind="turn", run_id=run_id,
                          message_index=2, sync_index=False)
     elapsed = time.perf_counter() - start
-    git.flush_index()  # what a turn does after its last checkpoint, off the checkpoint path
+    git.index.flush()  # what a turn does after its last checkpoint, off the checkpoint path
     return elapsed
 
 
@@ -124,7 +124,7 @@ def bench_workdir(root: Path, n_files: int) -> dict[str, float]:
 
         # After the turn's last checkpoint, the index is brought in step once.
         start = time.perf_counter()
-        git.flush_index()
+        git.index.flush()
         turn_end.append(time.perf_counter() - start)
 
         (path / "workdir/d00/file0.txt").write_text(f"cli {i}\n")
@@ -180,7 +180,7 @@ def braid_run(git: GitSession, n: int) -> list[float]:
     pending.append(msg("assistant", f"done: wrote {BATCHES} files"))
     times.append(_commit(git, pending, seq, {}, record_path, record, "turn"))
     start = time.perf_counter()
-    git.flush_index()
+    git.index.flush()
     times[-1] += time.perf_counter() - start
     return [t * 1000 for t in times]
 

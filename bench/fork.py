@@ -84,7 +84,7 @@ def build(root: Path) -> GitSession:
     git.write_checkpoint(seed, summary="seed files", kind="user-edit")
     for turn in range(TURNS):
         simulated_turn(git, turn)
-    git.flush_index()
+    git.index.flush()
     return git
 
 

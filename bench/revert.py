@@ -67,7 +67,7 @@ async def measure(braid: Braid, sid: str, tid: str) -> dict[str, float]:
         samples["revert"].append(await timed(revert.revert_turn, braid, USER, sid, tid))
         samples["unrevert"].append(await timed(revert.unrevert_turn, braid, USER, sid, tid))
         start = time.perf_counter()
-        await handle.call(lambda git: git.dirty_workdir_paths())
+        await handle.call(lambda git: git.scan.dirty_paths())
         samples["status"].append(time.perf_counter() - start)
     return {k: statistics.median(v) for k, v in samples.items()}
 

@@ -123,7 +123,7 @@ def build_session(data: Path, turns: int, title: str) -> str:
     for turn in range(turns):
         written_turn(git, sid, turn)
     # The index as HEAD has it, then refreshed by git (one pass, not an insert per file).
-    git.reset_index()
+    git.index.reset()
     subprocess.run(["git", "-C", str(git.path), "update-index", "-q", "--refresh"],
                    capture_output=True)
     pack_now(git.path)  # as the idle packer leaves a session at rest

@@ -61,16 +61,16 @@ def find_record(git: GitSession, run_id: str) -> tuple[str, RunRecord] | None:
     leave the pending record behind it)."""
     rel = layout.find_run_path(git, run_id) if not git.repo.head_is_unborn else None
     head: RunRecord | None = git.read_json(git.head_commit(), rel).copy() if rel else None
-    for path in sorted(git.uncommitted()):
+    for path in sorted(git.pending.paths()):
         if path.startswith(f"{RUNS}/") and path.rsplit("/", 1)[-1] == f"{run_id}.json":
             try:
-                pending = cast(RunRecord, dict(json.loads(git.read_uncommitted(path) or b"")))
+                pending = cast(RunRecord, dict(json.loads(git.pending.read(path) or b"")))
             except (ValueError, TypeError):  # written atomically: a foreign file
                 log.warning("run record %s does not parse", path)
                 continue
             if head is None or str(pending.get("updated_at")) > str(head.get("updated_at")):
                 return path, pending
-            git.drop_uncommitted([path])
+            git.pending.drop([path])
     return (rel, head) if rel and head is not None else None
 
 
@@ -96,7 +96,7 @@ def interrupt_on_disk(git: GitSession, run_id: str, since: float | None = None
     crash.at("recovery.after_commit")
     # The dead process may have left index entries unwritten: rebuild the index from HEAD
     # (entries whose blob is unchanged keep their stat data).
-    git.reset_index()
+    git.index.reset()
     return run
 
 
@@ -137,14 +137,14 @@ def recover_worktree(git: GitSession, name: str, run_id: str | None = None
         for rid in ids:
             run = interrupt_on_disk(child, rid) or run
         snapshot_user_edits(child)
-        child.flush_index()
+        child.index.flush()
     git.remove_worktree(name)
     return run
 
 
 def running_ids(git: GitSession) -> list[str]:
     """The runs a dead process may have left RUNNING: pending records and HEAD's."""
-    ids = [rel.rsplit("/", 1)[-1][:-5] for rel in sorted(git.uncommitted())
+    ids = [rel.rsplit("/", 1)[-1][:-5] for rel in sorted(git.pending.paths())
            if rel.startswith(f"{RUNS}/") and rel.endswith(".json")]
     if not git.repo.head_is_unborn:
         ids += [str(r["run_id"]) for r in layout.runs(git) if r.get("status") == "RUNNING"]
@@ -171,18 +171,18 @@ def turn_leftovers(git: GitSession, run_id: str, record_rel: str) -> dict[str, C
     """What a killed turn of `run_id` left uncommitted, as checkpoint changes: its pending
     history files (bytes), its workdir changes and session.json (DISK)."""
     journal.ensure_excludes(git)
-    guarded.remove_temp_files(git.pending_dir, [HISTORY, RUNS])
+    guarded.remove_temp_files(git.pending.dir, [HISTORY, RUNS])
     guarded.remove_temp_files(git.path, [WORKDIR])
     changes: dict[str, Change] = {}
     floor = layout.next_seq(git)  # every seq below it is given on the branch already
     taken: set[int] = set()
     head = git.head_commit().tree
-    for rel in sorted(git.uncommitted()):
-        data = git.read_uncommitted(rel)
+    for rel in sorted(git.pending.paths()):
+        data = git.pending.read(rel)
         if rel == record_rel or data is None:
             continue
         if rel in head and head[rel].id == pygit2.hash(data):
-            git.drop_uncommitted([rel])  # committed already; the dead process only left it
+            git.pending.drop([rel])  # committed already; the dead process only left it
         elif rel.startswith(f"{HISTORY}/") and not _own_message(rel, data, run_id, floor,
                                                                  taken):
             _set_aside(git, rel)
@@ -223,5 +223,5 @@ def _own_message(rel: str, data: bytes, run_id: str, floor: int, taken: set[int]
 def _set_aside(git: GitSession, rel: str) -> None:
     """Move a pending file recovery will not commit into .git/braid-set-aside/, so nothing
     is destroyed and no later commit takes it."""
-    git.set_aside_uncommitted(rel, Path(git.repo.path) / ASIDE)
+    git.pending.set_aside(rel, Path(git.repo.path) / ASIDE)
     log.warning("set aside %s of session %s (not committed)", rel, git.path.name)

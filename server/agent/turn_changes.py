@@ -1,11 +1,12 @@
 """What a turn changed in `workdir/`: its span of commits on a branch, each file's content
 before and after it, and the views the page and the API show (status chips, diffs).
 
-A turn's commits are its `tool-batch` and `turn` checkpoints (trailer `Braid-Run`). Walking the
-branch's first parents from its tip finds them; the turn began at the first of them, the one
-whose parent does not hold the turn's run record yet. Before = the file as the `BackupStore`
-recorded it before the turn's first edit, else as the commit before the turn held it (changes
-made some other way are caught by the checkpoints). After = the turn's last checkpoint.
+A turn's commits are its run's commits of `layout.TURN_KINDS` (the one definition of a run's
+commits is layout.py's). Walking the branch's first parents from its tip finds them; the turn
+began at the first of them, the one that adds the turn's run record (`layout.begins_run`).
+Before = the file as the `BackupStore` recorded it before the turn's first edit, else as the
+commit before the turn held it (changes made some other way are caught by the checkpoints).
+After = the turn's last checkpoint.
 
 Everything here reads git only, on the session's worker thread.
 """
@@ -20,18 +21,13 @@ import pygit2
 
 from server.base.records import FileChip, SubAgentInfo, TranscriptItem
 from server.git import lookup as gitnames
-from server.git.commits import TRAILER_KIND, TRAILER_RUN, parse_trailers
+from server.git.commits import TRAILER_KIND, TRAILER_RUN, first_parent_line, parse_trailers
 from server.git.session import GitSession
-from server.git.trees import tree_delta, workdir_tree
+from server.git.trees import file_at, tree_delta
+from server.git.workdir.scan import workdir_tree
 from server.store import layout
-from server.store.backups import BackupStore, Entry, tree_entry
+from server.store.backups import BackupStore, Entry
 
-# A turn's own commits. A merge turn begins with its `merge` commit (so reverting it takes the
-# merged files out, like `git revert -m 1`); a sub-agent's result is a `sub-agent` commit.
-# Not `fork`: a regenerate marks the *source* run with a record-only `fork` commit, which
-# must not stretch that run's span over later reverts. A `user-edit` counts only when it names
-# a run: an upload from the file panel (other user edits belong to no run).
-TURN_KINDS = frozenset({"tool-batch", "turn", "merge", "sub-agent", "user-edit"})
 MAX_DIFF_BYTES = 400_000
 
 
@@ -72,13 +68,6 @@ def trailers_of(commit: pygit2.Commit) -> tuple[str | None, str | None]:
     return trailers.get(TRAILER_KIND), trailers.get(TRAILER_RUN)
 
 
-def first_parent_line(tip: pygit2.Commit) -> Iterable[pygit2.Commit]:
-    commit: pygit2.Commit | None = tip
-    while commit is not None:
-        yield commit
-        commit = commit.parents[0] if commit.parents else None
-
-
 def turn_spans(git: GitSession, tip: pygit2.Commit,
                run_ids: Iterable[str] | None = None) -> dict[str, TurnSpan]:
     """The spans of the given runs (all runs when None) on `tip`'s first-parent line, in one
@@ -92,8 +81,9 @@ def turn_spans(git: GitSession, tip: pygit2.Commit,
     open_count = len(wanted) if wanted is not None else -1
     for commit in first_parent_line(tip):
         kind, run_id = trailers_of(commit)
-        if kind not in TURN_KINDS or not run_id:
+        if not layout.is_run_commit(kind, run_id, kinds=layout.TURN_KINDS):
             continue
+        assert run_id is not None  # a run's commit names it
         if wanted is not None and run_id not in wanted:
             continue
         span = spans.get(run_id)
@@ -104,20 +94,12 @@ def turn_spans(git: GitSession, tip: pygit2.Commit,
         elif span.complete:
             continue  # an older span of a run resumed in place; the newer one began later
         span.first = commit
-        if _began_here(commit, record_paths[run_id]):
+        if layout.begins_run(commit, record_paths[run_id]):
             span.complete = True
             open_count -= 1
             if open_count == 0:
                 break
     return spans
-
-
-def _began_here(commit: pygit2.Commit, record_path: str | None) -> bool:
-    """A turn's first commit is the one that adds its run record."""
-    if not commit.parents or record_path is None:
-        return True
-    # Not `tree[record_path]`: pygit2 leaks the path (git/lookup.py).
-    return gitnames.at_path(commit.parents[0].tree, record_path) is None
 
 
 def changes_of(git: GitSession, span: TurnSpan,
@@ -136,7 +118,7 @@ def changes_of(git: GitSession, span: TurnSpan,
     for rel, entry in backups.items():
         before[rel] = entry
         if rel not in after:
-            after[rel] = tree_entry(after_tree, rel)
+            after[rel] = file_at(after_tree, rel)
     out = []
     for rel in sorted(before.keys() | after.keys()):
         b, a = before.get(rel), after.get(rel)

@@ -76,7 +76,7 @@ def snapshot_user_edits(git: GitSession) -> str | None:
 def take_user_edits(git: GitSession) -> tuple[str | None, list[str]]:
     """`snapshot_user_edits`, and the workdir-relative names it found that git cannot hold:
     left out of the commit and listed in it (names.py), never a reason to fail."""
-    found = git.changed_workdir_paths()
+    found = git.scan.changed_paths()
     unholdable = {p for p in found if why_left_out(git.path, p)}
     dirty = [p for p in found if p not in unholdable]
     bad = sorted(p[len(WORKDIR) + 1:] for p in unholdable)
@@ -133,7 +133,7 @@ def write_pending_to_disk(git: GitSession, ctx: TurnContext) -> None:
     for rel, data in files.items():
         # Atomic (a kill leaves no half record); history/ and runs/ files go to the pending
         # folder (staging.py: they are never on disk in the working tree).
-        git.write_uncommitted(rel, data)
+        git.pending.write(rel, data)
 
 
 def checkpoint_changes(ctx: TurnContext) -> tuple[dict[str, Change], int]:

@@ -104,7 +104,7 @@ def _after_shell(braid: Services, git: GitSession, run_id: str, known: list[str]
     # A shell command may change anything: found by one status scan, after it ran. A name
     # git cannot hold joins the changes all the same: the checkpoint leaves it out and lists
     # it (`skipped`); the model is told, so it can rename it.
-    found = [rel[len(WORKDIR) + 1:] for rel in git.changed_workdir_paths()]
+    found = [rel[len(WORKDIR) + 1:] for rel in git.scan.changed_paths()]
     work = git.path / WORKDIR
     left = {rel: why for rel in found if (why := why_left_out(work, rel))}
     content, is_error = result.content, result.is_error

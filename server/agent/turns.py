@@ -243,7 +243,7 @@ async def _finish(
         await braid.index.upsert_run(sid, ctx.run)
         # Writing the index costs O(files in the repo), once per turn: before the end event,
         # so `git status` in the session folder is true when the client hears of it (D6).
-        await ctx.handle.call(lambda git: git.flush_index())
+        await ctx.handle.call(lambda git: git.index.flush())
         files, siblings = await _end_extras(braid, ctx)
     except Exception:  # noqa: BLE001 - the end event below is sent whatever failed
         log.exception("run %s ended without its last commit", ctx.run_id)

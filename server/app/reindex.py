@@ -31,11 +31,11 @@ def read_session(git: GitSession) -> tuple[SessionMeta, list[RunRecord]]:
                 runs[run["run_id"]] = run.copy()
     # A turn killed before its first checkpoint left its RUNNING record on disk only: listed
     # so that start-up recovery commits it as INTERRUPTED even when the index was lost too.
-    for rel in sorted(git.uncommitted()):  # pending records, either layout (staging.py)
+    for rel in sorted(git.pending.paths()):  # pending records, either layout (staging.py)
         if not rel.startswith(f"{RUNS}/") or rel.rsplit("/", 1)[-1][:-5] in runs:
             continue
         try:
-            run = json.loads(git.read_uncommitted(rel) or b"")
+            run = json.loads(git.pending.read(rel) or b"")
         except ValueError:
             continue
         if isinstance(run, dict) and run.get("status") == "RUNNING" and run.get("run_id"):

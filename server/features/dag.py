@@ -13,7 +13,7 @@ import pygit2
 from server.base.records import CommitNode, DagGraph, DagNode, NodeView
 from server.features.sessions import transcript_at
 from server.features.subagents import is_sub_branch, short_name
-from server.git.commits import commit_info
+from server.git.commits import commit_info, first_parent_line
 from server.git.session import GitSession
 from server.store import layout as repo_layout
 from server.store.layout import last_answer
@@ -72,14 +72,11 @@ def _owners(git: GitSession, branches: dict[str, str]) -> dict[str, str]:
     main_tip = pygit2.Oid(hex=branches["main"]) if "main" in branches else None
     owner: dict[str, str] = {}
     for name in sorted(n for n in branches if n != "main"):
-        commit = git.commit(branches[name])
-        while str(commit.id) not in owner:
-            if main_tip is not None and git.lines.holds(main_tip, commit.id):
+        for commit in first_parent_line(git.commit(branches[name])):
+            if str(commit.id) in owner or (
+                    main_tip is not None and git.lines.holds(main_tip, commit.id)):
                 break
             owner[str(commit.id)] = name
-            if not commit.parents:
-                break
-            commit = commit.parents[0]
     return owner
 
 

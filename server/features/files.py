@@ -28,6 +28,7 @@ from server.base.errors import BadRequest, BraidError, Forbidden, NotFound
 from server.features.subagents import branch_words
 from server.git import lookup as gitnames
 from server.git.session import GitSession
+from server.git.trees import walk
 from server.git.workdir.scan import WORKDIR
 
 if TYPE_CHECKING:
@@ -96,10 +97,7 @@ def resolve(git: GitSession, ref: str | None) -> tuple[pygit2.Commit, str]:
 
 def _node(commit: pygit2.Commit, path: str) -> pygit2.Object | None:
     rel = f"{WORKDIR}/{path}" if path else WORKDIR
-    try:
-        return commit.tree[rel]
-    except KeyError:
-        return None
+    return gitnames.at_path(commit.tree, rel)  # not `tree[rel]`: it leaks `rel`
 
 
 class PathEntry(TypedDict):
@@ -195,16 +193,11 @@ def write_zip(repo: pygit2.Repository, commit_id: str, out: Any) -> None:
     root = _node(commit, "")
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
         if isinstance(root, pygit2.Tree):
-            _zip_tree(repo, zf, root, "")
+            _zip_tree(repo, zf, root)
 
 
-def _zip_tree(repo: pygit2.Repository, zf: zipfile.ZipFile, tree: pygit2.Tree,
-              prefix: str) -> None:
-    for entry in tree:
-        rel = f"{prefix}{entry.name}"
-        if isinstance(entry, pygit2.Tree):
-            _zip_tree(repo, zf, entry, rel + "/")
-            continue
+def _zip_tree(repo: pygit2.Repository, zf: zipfile.ZipFile, tree: pygit2.Tree) -> None:
+    for rel, entry in walk(tree):
         info = zipfile.ZipInfo(rel, date_time=(1980, 1, 1, 0, 0, 0))
         mode = int(entry.filemode)
         kind = stat.S_IFLNK if mode == FileMode.LINK else stat.S_IFREG

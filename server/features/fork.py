@@ -31,6 +31,7 @@ from server.base.records import ForkedSession, SessionMeta, new_session_meta, to
 from server.git.commits import commit_message
 from server.git.init_repo import init_repository
 from server.git.session import GitSession
+from server.git.trees import apply_changes
 from server.git.workdir.index_format import stat_words
 from server.git.workdir.scan import WORKDIR
 from server.store import journal
@@ -79,15 +80,15 @@ def link_objects(src: Path, dst: Path) -> int:
 
 def _with_file(repo: pygit2.Repository, tree: pygit2.Tree, name: str,
                blob: pygit2.Oid) -> pygit2.Oid:
-    builder = repo.TreeBuilder(tree)
-    builder.insert(name, blob, pygit2.enums.FileMode.BLOB)
-    return builder.write()
+    written = apply_changes(repo, tree, {name: (blob, pygit2.enums.FileMode.BLOB)})
+    assert written is not None  # it holds the file
+    return written.id
 
 
 def clone_session(git: GitSession, target: Path, meta: SessionMeta) -> dict[str, str]:
     """On the source's thread: build the fork at `target`. Returns its branches' tips."""
     snapshot_user_edits(git)  # the user's unsaved edits go along, committed in the source
-    git.flush_index()
+    git.index.flush()
     head = git.branch if git.branch != "HEAD" else "main"
     init_repository(target, head)  # pygit2's leaks a repository (git/init_repo.py)
     repo = pygit2.Repository(str(target))
@@ -97,8 +98,8 @@ def clone_session(git: GitSession, target: Path, meta: SessionMeta) -> dict[str,
     if exclude.exists():
         (target / ".git" / "info").mkdir(parents=True, exist_ok=True)
         shutil.copy2(exclude, target / ".git" / "info" / "exclude")
-    for name in git.repo.references:
-        ref = git.repo.references[name]
+    for ref in git.repo.references.iterator():  # not `references[name]`: it leaks `name`
+        name = ref.name
         if name.startswith(CARRIED_REFS) and ref.type == pygit2.enums.ReferenceType.DIRECT:
             repo.references.create(name, ref.target)
     blob = repo.create_blob(to_json_bytes(meta))
@@ -131,7 +132,7 @@ def copy_worktree(git: GitSession, repo: pygit2.Repository, target: Path, meta: 
     (its edits were just committed): the files the index names on disk copied (history/ and
     runs/ are skip-worktree, on disk in neither), and the index copied with `session.json`
     updated. A checkout would read every blob back out of the packs instead."""
-    source = git.git_index()
+    source = git.index.load()
     index = source.copy(target / ".git" / "index", target)
     made: set[Path] = set()
     for rel, oid, mode, words in source.on_disk():

@@ -26,7 +26,8 @@ from server.features.subagents import branch_words
 from server.git import lookup as gitnames
 from server.git.history import HISTORY, RUNS
 from server.git.session import GitSession
-from server.git.workdir.scan import WORKDIR
+from server.git.trees import empty_tree
+from server.git.workdir.scan import workdir_tree
 from server.store import atomic, journal
 from server.store.layout import answer_of, last_answer
 
@@ -59,9 +60,7 @@ class MergePlan:
 
 
 def _workdir_tree(git: GitSession, commit: pygit2.Commit | None, empty: pygit2.Oid) -> pygit2.Oid:
-    if commit is None:
-        return empty
-    tree = git.subtree(commit.tree, WORKDIR)
+    tree = workdir_tree(commit)
     return tree.id if tree is not None else empty
 
 
@@ -185,7 +184,7 @@ def plan_merge(git: GitSession, branches: list[str], strategy: str,
     settles that file whatever the strategy (and so `fail` does not refuse for it)."""
     resolutions = resolutions or {}
     repo = git.repo
-    empty = repo.TreeBuilder().write()
+    empty = empty_tree(repo).id
     head = git.head_commit()
     into = git.branch
     merged = [head.id]
@@ -267,7 +266,7 @@ def _start_merge(git: GitSession, handle: SessionHandle, into: str, branches: li
         raise Conflict(f"the merge conflicts in {', '.join(open_paths)}; nothing was changed",
                        {"conflicts": plan.conflicts})
     head = git.head_commit()
-    old_workdir = _workdir_tree(git, head, git.repo.TreeBuilder().write())
+    old_workdir = _workdir_tree(git, head, empty_tree(git.repo).id)
     fields: RunFields = {"model": model, "merge": {
         "branches": branches, "strategy": strategy,
         "conflicts": sorted({c["path"] for c in plan.conflicts}),

@@ -16,10 +16,10 @@ call knows its old edits no longer stand.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pygit2
-from pygit2.enums import FileMode, MergeFlag
+from pygit2.enums import MergeFlag
 
 from server.agent.turn_changes import (
     FileChange,
@@ -27,7 +27,6 @@ from server.agent.turn_changes import (
     changes_of,
     child_of,
     files_of,
-    first_parent_line,
     trailers_of,
     turn_spans,
     unified_diff,
@@ -47,11 +46,13 @@ from server.base.records import (
     to_json_bytes,
 )
 from server.git import lookup as gitnames
+from server.git.commits import first_parent_line
 from server.git.session import Change, GitSession
+from server.git.trees import apply_changes, empty_tree, file_at
 from server.git.workdir.scan import WORKDIR
 from server.git.workdir.staging import DISK
 from server.store import journal, layout
-from server.store.backups import Entry, check_writable, tree_entry, write_entry
+from server.store.backups import Entry, check_writable, write_entry
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -127,28 +128,8 @@ def three_way(git: GitSession, base: dict[str, Entry | None], ours: dict[str, En
 
 
 def _tree_of(repo: pygit2.Repository, entries: dict[str, Entry | None]) -> pygit2.Tree:
-    nested: dict[str, Any] = {}
-    for path, entry in entries.items():
-        if entry is None:
-            continue
-        node = nested
-        parts = path.split("/")
-        for part in parts[:-1]:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
-        node[parts[-1]] = entry
-
-    def build(node: dict[str, Any]) -> pygit2.Oid:
-        builder = repo.TreeBuilder()
-        for name, value in node.items():
-            if isinstance(value, dict):
-                builder.insert(name, build(value), FileMode.TREE)
-            else:
-                builder.insert(name, value[0], value[1])
-        return builder.write()
-
-    return gitnames.tree_at(repo, build(nested))
+    tree = apply_changes(repo, None, {p: e for p, e in entries.items() if e is not None})
+    return tree if tree is not None else empty_tree(repo)
 
 
 def _text(git: GitSession, entry: Entry | None) -> str | None:
@@ -182,7 +163,7 @@ def _take_out(git: GitSession, head: pygit2.Commit, run_id: str, changes: list[F
     of the paths that change and the conflicts (forced to `before`, else `Conflict`)."""
     base = {c.path: c.after for c in changes}
     theirs = {c.path: c.before for c in changes}
-    ours = {c.path: tree_entry(head.tree, f"{WORKDIR}/{c.path}") for c in changes}
+    ours = {c.path: file_at(head.tree, f"{WORKDIR}/{c.path}") for c in changes}
     result, conflicts = three_way(git, base, ours, theirs)
     details = _conflict_details(git, conflicts, ours, theirs)
     if conflicts and not force:

@@ -45,11 +45,9 @@ def write_meta(git: GitSession, meta: SessionMeta, summary: str) -> None:
         if branch.startswith("sub_"):
             continue
         commit = git.commit(tip)
-        try:
-            if gitnames.blob_data(git.repo, commit.tree["session.json"].id) == data:
-                continue
-        except KeyError:
-            pass
+        found = gitnames.entry(commit.tree, "session.json")  # not `tree[name]`: it leaks
+        if found is not None and gitnames.blob_data(git.repo, found.id) == data:
+            continue
         git.commit_on_branch(branch, {"session.json": data}, summary=summary, kind="user-edit")
 
 

@@ -6,7 +6,7 @@ the view of one such commit (DESIGN §2 ContextCommit)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pygit2
@@ -91,3 +91,12 @@ def commit_info(commit: pygit2.Commit) -> CommitInfo:
         summary=commit.message.splitlines()[0] if commit.message else "",
         created_at=commit.commit_time,
     )
+
+
+def first_parent_line(tip: pygit2.Commit) -> Iterator[pygit2.Commit]:
+    """`tip` and its first parents, newest first: the line a branch's own history is read
+    along (a merge's other parents are the merged branches' work)."""
+    commit: pygit2.Commit | None = tip
+    while commit is not None:
+        yield commit
+        commit = commit.parents[0] if commit.parents else None

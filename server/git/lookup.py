@@ -11,7 +11,10 @@ So a turn's git work looks names up through here, by pygit2 calls that take no n
 a tree's entries by index (git keeps them sorted, so a binary search finds one in
 O(log entries)), a folder's entries removed by splicing its raw object, a branch by
 `lookup_branch` (which converts its name without the leak), any other reference by
-`revparse_single`, and a file's blob from its bytes.
+`revparse_single` or by listing them, and a file's blob from its bytes.
+
+tests/git/test_no_leaking_calls.py greps server/ for the leaking call forms: a new one
+fails there, so every such lookup goes through this module.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pygit2.enums import FileMode, ObjectType
 TREE_MODE = int(FileMode.TREE)
 OID_SIZE = 20  # sha1 repositories: a raw tree entry is "<mode> <name>\0" + 20 bytes
 WHOLE_FILE = 8 << 20  # a file up to this is read into memory to make its blob
+HEADS = "refs/heads/"
 
 
 def _key(name: str, is_tree: bool) -> bytes:
@@ -104,6 +108,22 @@ def branch_target(repo: pygit2.Repository, name: str) -> pygit2.Oid | None:
     except (KeyError, ValueError, pygit2.GitError, pygit2.InvalidSpecError):
         return None
     return None if branch is None else ref_oid(branch)
+
+
+def reference(repo: pygit2.Repository, name: str) -> pygit2.Reference | None:
+    """The reference `name` (a full name, refs/...), or None: `references.get(name)`. A
+    branch by `lookup_branch`; any other by listing the references (a handful: Braid's own
+    refs/braid/*, and a source repository's), whose iterator takes no name."""
+    if name.startswith(HEADS):
+        try:  # None when there is no such branch: pygit2's stub says it always finds one
+            branch: pygit2.Branch | None = repo.lookup_branch(name[len(HEADS):])
+        except (KeyError, ValueError, pygit2.GitError, pygit2.InvalidSpecError):
+            return None
+        return branch
+    for ref in repo.references.iterator():
+        if ref.name == name:
+            return ref
+    return None
 
 
 def ref_oid(ref: pygit2.Reference) -> pygit2.Oid:

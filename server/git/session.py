@@ -20,7 +20,7 @@ from pygit2.enums import FileMode
 
 from server.base import crash, names
 from server.base.errors import Conflict, NotFound
-from server.base.records import SessionMeta, to_json_bytes
+from server.base.records import SessionMeta, Skipped, to_json_bytes
 from server.git import lookup as gitnames
 from server.git import objects as rawobjects
 from server.git.commits import (
@@ -36,9 +36,18 @@ from server.git.history import HISTORY, RUNS, Entry, Lines, Listings, history_pa
 from server.git.init_repo import init_repository
 from server.git.loose import LooseWriter
 from server.git.objects import TREE_MODE, BranchMoved, TreeCache, common_dir
+from server.git.trees import files
 from server.git.workdir import guarded
-from server.git.workdir.scan import WORKDIR, WorkdirScan, holdable, walk_tree
-from server.git.workdir.staging import DISK, IndexedSession, Staged, off_disk, staged
+from server.git.workdir.scan import WORKDIR, WorkdirScan, holdable, workdir_tree
+from server.git.workdir.staging import (
+    DISK,
+    Pending,
+    Staged,
+    StagingIndex,
+    convert,
+    off_disk,
+    staged,
+)
 
 SIGNATURE_NAME = "Braid"
 SIGNATURE_EMAIL = "braid@localhost"
@@ -54,9 +63,14 @@ __all__ = [
 ]
 
 
-class GitSession(WorkdirScan, IndexedSession):
+class GitSession:
     """One session repository: reading commits and trees, checkpoints (write_checkpoint,
-    commit_on_branch), the index, branches and worktrees. The plumbing under layout.py."""
+    commit_on_branch), branches and worktrees. The plumbing under layout.py.
+
+    Made of parts, each with its own state, called through: `index` (the index file, kept
+    by the one writer: `git.index.flush()`), `pending` (what a live turn has not committed
+    yet), `scan` (what changed in workdir/, through the watcher), `loose` and `trees` (the
+    objects written from bytes, and the trees recently written)."""
 
     def __init__(self, path: Path, watch: bool = False) -> None:
         self.path = Path(path)
@@ -64,8 +78,6 @@ class GitSession(WorkdirScan, IndexedSession):
         self.signature = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL)
         # Blobs never change, so parsed messages can be cached by blob id.
         self._json_cache: dict[pygit2.Oid, Any] = {}
-        self.init_index()  # the index, kept by its one writer (workdir/staging.py)
-        self.convert()  # a session written with its history on disk: moved off it
         # The history and run listings of recently used trees (see history.py).
         self.listings = Listings(self.repo)
         self.lines = Lines(self.repo)
@@ -78,7 +90,11 @@ class GitSession(WorkdirScan, IndexedSession):
         self.loose = LooseWriter(self.common / "objects")
         self.trees = TreeCache(self.repo, before_read=self.loose.settle)
         self._last_commit: tuple[pygit2.Oid, pygit2.Oid] | None = None
-        self.init_scan(watch)  # user edits found by the watcher (git/workdir/scan.py)
+        self.index = StagingIndex(self.path, self.repo, self.trees)  # the one writer's
+        self.pending = Pending(self.path, self.repo)
+        convert(self.pending, self.index)  # a session with its history on disk: moved off it
+        self.scan = WorkdirScan(self.path, self.repo, self.index, watch)  # user edits
+        self.last_skipped: list[Skipped] = []  # what the last checkpoint left out
 
     # -- creation -------------------------------------------------------------------------
 
@@ -146,17 +162,10 @@ class GitSession(WorkdirScan, IndexedSession):
             self._json_cache[oid] = cached
         return cached
 
-    def subtree(self, tree: pygit2.Tree, name: str) -> pygit2.Tree | None:
-        return gitnames.subtree(tree, name)  # not `tree[name]`: it leaks `name`
-
     def workdir_files(self, commit: pygit2.Commit | None = None) -> dict[str, pygit2.Oid]:
         """Workdir-relative path → blob id for every file of `workdir/` at `commit`."""
-        commit = commit or self.head_commit()
-        out: dict[str, pygit2.Oid] = {}
-        tree = self.subtree(commit.tree, WORKDIR)
-        if tree is not None:
-            walk_tree(tree, "", out)
-        return out
+        tree = workdir_tree(commit or self.head_commit())
+        return {path: entry[0] for path, entry in files(tree).items()}
 
     def commit_info(self, rev: str | pygit2.Oid) -> CommitInfo:
         return commit_info(self.commit(rev))
@@ -180,7 +189,7 @@ class GitSession(WorkdirScan, IndexedSession):
         touched, so the cost follows the change. The branch moves by compare-and-swap on its
         old tip: a concurrent writer makes this raise `Conflict` rather than lose a commit.
         With `sync_index=False` the index update (O(files in the repo))
-        waits for the next `flush_index()`; every status scan and checkout flushes first.
+        waits for the next `index.flush()`; every status scan and checkout flushes first.
 
         A file on disk whose name git cannot hold (names.py) is left out, and listed in the
         commit's message and in `self.last_skipped` (until the next call)."""
@@ -200,24 +209,33 @@ class GitSession(WorkdirScan, IndexedSession):
             entries: dict[str, Staged | None] = {}
             for rel, content in changes.items():
                 if content is DISK and guarded.left_out(self.path, rel):
-                    self.queue_index(rel, None)  # not in the tree: not in the index either
+                    self.index.queue(rel, None)  # not in the tree: not in the index either
                     continue
                 entries[rel] = self._stage_one(rel, content)
             base = self._tree_id(parent) if parent is not None else None
             tree = self._root(base, rawobjects.nest(entries))
-            self.queue_commit(entries, base.raw if base is not None else None, tree.raw)
+            self.index.queue_commit(entries, base.raw if base is not None else None, tree.raw)
             written = self._commit_object(ref, tree, parents, message)
         finally:
             self.loose.finish()
         if sync_index:
-            self.flush_index()
+            self.index.flush()
         crash.commit_point(kind, "before_commit")
         oid = self._commit(ref, tree, parents, message, head_log=True, written=written)
         crash.commit_point(kind, "after_commit")
-        self.drop_uncommitted(changes)  # the live turn's pending files are committed now
+        self.pending.drop(changes)  # the live turn's pending files are committed now
         self.last_skipped = skipped
-        self.note_listed(rel for rel, _ in left_out)
+        self.scan.note_listed(rel for rel, _ in left_out)
         return oid
+
+    def commit_workdir(self, paths: list[str], *, summary: str, kind: str) -> pygit2.Oid:
+        """Commit `paths` (repo-relative, under workdir/) as they are on disk, their blobs
+        written as one pack (WorkdirScan.pack)."""
+        return self.write_checkpoint(self.scan.pack(paths), summary=summary, kind=kind)
+
+    def close(self) -> None:
+        """Let the session go: its watcher is closed."""
+        self.scan.close()
 
     def _commit_object(self, ref: str, tree: pygit2.Oid, parents: list[pygit2.Oid],
                        message: str) -> bytes | None:
@@ -270,7 +288,7 @@ class GitSession(WorkdirScan, IndexedSession):
         is read, or after it is written: a later change shows as a stat mismatch)."""
         if off_disk(rel):
             return self._stage_off_disk(rel, content)
-        if isinstance(content, Staged):  # its blob is written (workdir_scan.commit_workdir)
+        if isinstance(content, Staged):  # its blob is written (commit_workdir)
             return content
         abs_path = self.path / rel
         if content is DISK:
@@ -297,7 +315,7 @@ class GitSession(WorkdirScan, IndexedSession):
         """A history/ or runs/ file: a blob only, never written to disk (DISK: the pending
         file a killed turn left)."""
         if content is DISK:
-            content = self.read_uncommitted(rel)
+            content = self.pending.read(rel)
         if content is None:
             return None
         assert isinstance(content, bytes)

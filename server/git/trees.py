@@ -1,39 +1,109 @@
-"""Tree helpers for import/export: the workdir subtree of a session commit, the changes
-between two trees, and a tree with changes applied (in any repository, blobs copied over
-when missing). Only the trees on changed paths are rebuilt."""
+"""The tree toolkit, for any repository: changes applied to a tree (`apply_changes`), the
+files of a tree (`walk`, `files`), files looked up (`file_at`, many at once `files_at`; a
+folder or any entry: lookup.py), and the files that differ between two trees
+(`tree_delta`, `tree_changes`).
+Only the trees on changed paths are rebuilt or read; no call leaks a name (lookup.py).
+
+A session's own checkpoints write their trees from bytes through `GitSession` (objects.py's
+`TreeEdit` and `TreeCache`, measured on the turn's path); both follow one file/folder
+rule, objects.py's `nest`: where a path changed between file and folder, the side that
+exists now wins over the other side's deletion."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pygit2
-from pygit2.enums import DeltaStatus, FileMode
+from pygit2.enums import FileMode
 
 from server.git import lookup as gitnames
-from server.git.workdir.scan import WORKDIR
+from server.git.objects import nest
 
 Entry = tuple[pygit2.Oid, int]
 Changes = dict[str, Entry | None]
-
-
-def workdir_tree(commit: pygit2.Commit | None) -> pygit2.Tree | None:
-    if commit is None:
-        return None
-    try:
-        obj = commit.tree[WORKDIR]
-    except KeyError:
-        return None
-    return obj if isinstance(obj, pygit2.Tree) else None
-
-
 Delta = tuple[str, Entry | None, Entry | None]
+SEARCH_COST = 16  # a name's binary search costs about as much as reading this many entries
 
+
+# -- walking and looking up -------------------------------------------------------------------
+
+def walk(tree: pygit2.Tree | None, prefix: str = "",
+         on_folder: Callable[[], None] | None = None) -> Iterator[tuple[str, pygit2.Object]]:
+    """(`prefix` + path, entry) of every file of `tree` (a symlink, a submodule's commit
+    too), in git's order; `on_folder` is called as each folder below is entered."""
+    if tree is None:
+        return
+    for entry in tree:
+        if isinstance(entry, pygit2.Tree):
+            if on_folder is not None:
+                on_folder()
+            yield from walk(entry, f"{prefix}{entry.name}/", on_folder)
+        else:
+            yield f"{prefix}{entry.name}", entry
+
+
+def files(tree: pygit2.Tree | None, prefix: str = "") -> dict[str, Entry]:
+    """`prefix` + path → (blob id, mode) of every file of `tree`."""
+    return {path: (entry.id, int(entry.filemode)) for path, entry in walk(tree, prefix)}
+
+
+def file_at(tree: pygit2.Tree | None, path: str) -> Entry | None:
+    """The file at `path` in `tree` as (blob id, mode); None when absent or a folder."""
+    obj = gitnames.at_path(tree, path)  # not `tree[path]`: it leaks `path`
+    if obj is None or isinstance(obj, pygit2.Tree):
+        return None
+    return obj.id, int(obj.filemode)
+
+
+def files_at(tree: pygit2.Tree | None, paths: Iterable[str]) -> dict[str, Entry | None]:
+    """`file_at` of each of `paths` at once. A path looked up alone binary-searches each
+    of its folders in Python (lookup.py: ~30 us, where `tree[path]` took 0.5 but leaks);
+    a checkout's thousands of paths read each folder on their way once instead, a folder
+    with few of them wanted still searched by name."""
+    out: dict[str, Entry | None] = {}
+    items = []
+    for path in paths:
+        out[path] = None
+        items.append((path, path.split("/")))
+    _fill(tree, items, 0, out)
+    return out
+
+
+def _fill(tree: pygit2.Tree | None, items: list[tuple[str, list[str]]], depth: int,
+          out: dict[str, Entry | None]) -> None:
+    if tree is None:
+        return
+    here: dict[str, list[str]] = {}  # a name in this folder -> the paths that end there
+    below: dict[str, list[tuple[str, list[str]]]] = {}  # a folder -> the paths under it
+    for path, parts in items:
+        if len(parts) == depth + 1:
+            here.setdefault(parts[depth], []).append(path)
+        else:
+            below.setdefault(parts[depth], []).append((path, parts))
+    if (len(here) + len(below)) * SEARCH_COST < len(tree):
+        found = ((name, gitnames.entry(tree, name)) for name in [*here, *below])
+    else:  # most of the folder is wanted: its entries, each read once
+        found = ((entry.name or "", entry) for entry in tree)
+    for name, entry in found:
+        if entry is None:
+            continue
+        if isinstance(entry, pygit2.Tree):
+            if name in below:
+                _fill(entry, below[name], depth + 1, out)
+        elif name in here:
+            for path in here[name]:
+                out[path] = (entry.id, int(entry.filemode))
+
+
+# -- two trees ----------------------------------------------------------------------------------
 
 def tree_delta(a: pygit2.Tree | None, b: pygit2.Tree | None, prefix: str = ""
                ) -> list[Delta]:
     """(path, entry in `a`, entry in `b`) of every file that differs, walking only the
     subtrees whose ids differ: libgit2's tree diff reads both trees whole (~120 ms for
-    100,000 files), this costs the folders on the changed paths."""
+    100,000 files), this costs the folders on the changed paths. A path that changed
+    between file and folder is listed as the folder's files and the file."""
     out: list[Delta] = []
     if a is not None and b is not None and a.id == b.id:
         return out
@@ -58,54 +128,45 @@ def tree_delta(a: pygit2.Tree | None, b: pygit2.Tree | None, prefix: str = ""
 
 
 def tree_changes(a: pygit2.Tree | None, b: pygit2.Tree | None) -> Changes:
-    """path → new (blob id, mode), or None where `b` has no file that `a` had."""
-    if a is None and b is None:
-        return {}
-    if a is None:
-        assert b is not None
-        diff = b.diff_to_tree(swap=True)
-    elif b is None:
-        diff = a.diff_to_tree()
-    else:
-        diff = a.diff_to_tree(b)
-    out: Changes = {}
-    for delta in diff.deltas:
-        if delta.status == DeltaStatus.DELETED:
-            out.setdefault(delta.old_file.path, None)
+    """The changes that make `a` into `b` (`apply_changes(repo, a, ...)` gives `b`): path
+    → new (blob id, mode), or None where `b` has no file that `a` had."""
+    return {path: new for path, _old, new in tree_delta(a, b)}
+
+
+# -- changes → tree -----------------------------------------------------------------------------
+
+def apply_changes(repo: pygit2.Repository, tree: pygit2.Tree | None,
+                  changes: Mapping[str, Sequence[Any] | None]) -> pygit2.Tree | None:
+    """`tree` with `changes` (path → (object id, mode), or None to remove) applied, written
+    in `repo` by libgit2's TreeBuilder, which refuses a name git would (None when it ends
+    empty). The objects named must be in `repo` (copy_blobs)."""
+    oid = _apply(repo, tree, nest(changes))
+    return None if oid is None else gitnames.tree_at(repo, oid)
+
+
+def _apply(repo: pygit2.Repository, tree: pygit2.Tree | None,
+           nested: dict[str, Any]) -> pygit2.Oid | None:
+    drop: list[str] = []
+    put: dict[str, tuple[pygit2.Oid, int]] = {}
+    for name, change in nested.items():
+        if isinstance(change, dict):
+            oid = _apply(repo, gitnames.subtree(tree, name), change)
+            if oid is None:
+                drop.append(name)
+            else:
+                put[name] = (oid, FileMode.TREE)
+        elif change is None:
+            drop.append(name)
         else:
-            if delta.status == DeltaStatus.TYPECHANGE:
-                out.setdefault(delta.old_file.path, None)
-            out[delta.new_file.path] = (delta.new_file.id, int(delta.new_file.mode))
-    return out
-
-
-def tree_files(tree: pygit2.Tree | None, prefix: str = "") -> dict[str, Entry]:
-    out: dict[str, Entry] = {}
-    if tree is None:
-        return out
-    for entry in tree:
-        if isinstance(entry, pygit2.Tree):
-            out.update(tree_files(entry, f"{prefix}{entry.name}/"))
-        else:
-            out[f"{prefix}{entry.name}"] = (entry.id, int(entry.filemode))
-    return out
-
-
-def _nest(changes: Changes) -> dict[str, Any]:
-    """Deletions first, so a file replaced by a folder (or the reverse) ends as the new one."""
-    root: dict[str, Any] = {}
-    for rel, entry in sorted(changes.items(), key=lambda kv: kv[1] is not None):
-        *dirs, name = rel.split("/")
-        node = root
-        for part in dirs:
-            nxt = node.get(part)
-            if not isinstance(nxt, dict):
-                nxt = node[part] = {}
-            node = nxt
-        if entry is None and isinstance(node.get(name), dict):
-            continue
-        node[name] = entry
-    return root
+            put[name] = (change[0], int(change[1]))
+    # Removed by splicing the raw tree: `TreeBuilder.remove` leaks the name (lookup.py).
+    base = gitnames.without(repo, tree, drop) if tree is not None else None
+    builder = repo.TreeBuilder(base) if base is not None else repo.TreeBuilder()
+    for name, (oid, mode) in put.items():
+        builder.insert(name, oid, mode)
+    if len(builder) == 0:
+        return None
+    return builder.write()
 
 
 def copy_blobs(dst: pygit2.Repository, src: pygit2.Repository, changes: Changes) -> None:
@@ -114,38 +175,6 @@ def copy_blobs(dst: pygit2.Repository, src: pygit2.Repository, changes: Changes)
     for entry in changes.values():
         if entry is not None and entry[0] not in dst:
             dst.odb.write(pygit2.enums.ObjectType.BLOB, gitnames.blob_data(src, entry[0]))
-
-
-def apply_changes(repo: pygit2.Repository, tree: pygit2.Tree | None,
-                  changes: Changes) -> pygit2.Tree | None:
-    """`tree` with `changes` applied, written in `repo` (None when it ends empty)."""
-    oid = _apply(repo, tree, _nest(changes))
-    return None if oid is None else gitnames.tree_at(repo, oid)
-
-
-def _apply(repo: pygit2.Repository, tree: pygit2.Tree | None,
-           nested: dict[str, Any]) -> pygit2.Oid | None:
-    builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
-    for name, change in nested.items():
-        if isinstance(change, dict):
-            sub = None
-            if tree is not None and name in tree:
-                obj = tree[name]
-                sub = obj if isinstance(obj, pygit2.Tree) else None
-            oid = _apply(repo, sub, change)
-            if oid is None:
-                if builder.get(name) is not None:
-                    builder.remove(name)
-            else:
-                builder.insert(name, oid, FileMode.TREE)
-        elif change is None:
-            if builder.get(name) is not None:
-                builder.remove(name)
-        else:
-            builder.insert(name, change[0], change[1])
-    if len(builder) == 0:
-        return None
-    return builder.write()
 
 
 def empty_tree(repo: pygit2.Repository) -> pygit2.Tree:

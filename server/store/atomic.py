@@ -11,7 +11,7 @@ from server.base import crash
 from server.git import lookup as gitnames
 from server.git.history import HISTORY, RUNS
 from server.git.session import Change, GitSession
-from server.git.trees import tree_delta
+from server.git.trees import apply_changes, tree_delta
 from server.git.workdir import guarded
 from server.git.workdir.scan import WORKDIR
 from server.git.workdir.staging import DISK
@@ -66,12 +66,12 @@ def check_all(git: GitSession, written: list[str], deleted: list[str]) -> None:
 def checkout(git: GitSession, name: str) -> None:
     """Switch the session to branch `name`: only the paths that differ are written (deletions
     first), then HEAD moves and those index entries follow."""
-    ref = git.repo.references.get(f"refs/heads/{name}")
+    ref = gitnames.reference(git.repo, f"refs/heads/{name}")
     if ref is None:
         from server.base.errors import NotFound
 
         raise NotFound(f"no branch {name}")
-    git.flush_index()
+    git.index.flush()
     old = git.head_commit().tree
     new = ref.peel(pygit2.Commit).tree
     written, deleted = disk_paths(git.repo, old, new)
@@ -80,9 +80,9 @@ def checkout(git: GitSession, name: str) -> None:
     record = journal.begin(git, "checkout", paths, to=name)
     try:
         journal.apply_tree(git, new, deleted)
-        git.sync_off_disk(new)
+        git.index.sync_off_disk(new)
         journal.apply_tree(git, new, written)
-        git.flush_index()
+        git.index.flush()
         crash.at("checkout.after_files")
         git.repo.set_head(f"refs/heads/{name}")
         crash.at("checkout.after_head")
@@ -90,7 +90,7 @@ def checkout(git: GitSession, name: str) -> None:
         # Back to where it was: the old branch's files on the changed paths.
         git.repo.set_head(f"refs/heads/{record['branch']}")
         journal.apply_tree(git, old, paths)
-        git.reset_index()
+        git.index.reset()
         journal.end(git)
         raise
     journal.end(git)
@@ -120,6 +120,6 @@ def write_workdir(git: GitSession, new_oid: pygit2.Oid, written: list[str],
 
 def _as_repo_tree(git: GitSession, workdir_oid: pygit2.Oid) -> pygit2.Tree:
     """A tree holding `workdir_oid` at `workdir/`, so repo-relative paths resolve in it."""
-    builder = git.repo.TreeBuilder()
-    builder.insert(WORKDIR, workdir_oid, pygit2.enums.FileMode.TREE)
-    return gitnames.tree_at(git.repo, builder.write())
+    tree = apply_changes(git.repo, None, {WORKDIR: (workdir_oid, pygit2.enums.FileMode.TREE)})
+    assert tree is not None  # it holds workdir/
+    return tree

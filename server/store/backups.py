@@ -32,6 +32,7 @@ from server.base.errors import Conflict
 from server.base.records import to_json_bytes
 from server.git import lookup as gitnames
 from server.git.session import GitSession
+from server.git.trees import apply_changes, file_at
 from server.git.workdir import guarded
 from server.git.workdir.scan import WORKDIR
 
@@ -118,7 +119,7 @@ class BackupStore:
         tree = self.git.head_commit().tree
         out: dict[str, Entry | None] = {}
         for rel in rels:
-            out[rel] = tree_entry(tree, f"{WORKDIR}/{rel}")
+            out[rel] = file_at(tree, f"{WORKDIR}/{rel}")
         return out
 
     def _write(self, turn_id: str, manifest: dict[str, Entry | None],
@@ -129,38 +130,18 @@ class BackupStore:
         paths = {rel: ({"oid": str(e[0]), "mode": int(e[1])} if e else None)
                  for rel, e in sorted(manifest.items())}
         data = to_json_bytes({"turn_id": turn_id, "paths": paths})
-        root = self.repo.TreeBuilder(old_tree) if old_tree is not None else \
-            self.repo.TreeBuilder()
-        root.insert(MANIFEST, self.repo.create_blob(data), FileMode.BLOB)
-        if new_blobs:
-            blobs_tree = gitnames.subtree(old_tree, BLOBS)
-            root.insert(BLOBS, self._add_blobs(blobs_tree, new_blobs), FileMode.TREE)
-        tree = root.write()
+        changes: dict[str, Entry | None] = {
+            MANIFEST: (self.repo.create_blob(data), FileMode.BLOB)}
+        for oid, _mode in new_blobs:  # kept alive by the ref: `blobs/<2 hex>/<id>`
+            changes[f"{BLOBS}/{str(oid)[:2]}/{oid}"] = (oid, FileMode.BLOB)
+        written = apply_changes(self.repo, old_tree, changes)
+        assert written is not None  # it holds the manifest
+        tree = written.id
         sig = self.git.signature
         commit = self.repo.create_commit(
             None, sig, sig, f"Backups of turn {turn_id}\n", tree, [])
         self.repo.references.create(ref_name, commit, force=True)
 
-    def _add_blobs(self, tree: pygit2.Tree | None, entries: list[Entry]) -> pygit2.Oid:
-        by_shard: dict[str, list[pygit2.Oid]] = {}
-        for oid, _mode in entries:
-            by_shard.setdefault(str(oid)[:2], []).append(oid)
-        root = self.repo.TreeBuilder(tree) if tree is not None else self.repo.TreeBuilder()
-        for shard, oids in by_shard.items():
-            old = gitnames.subtree(tree, shard)
-            builder = self.repo.TreeBuilder(old) if old is not None else self.repo.TreeBuilder()
-            for oid in oids:
-                builder.insert(str(oid), oid, FileMode.BLOB)
-            root.insert(shard, builder.write(), FileMode.TREE)
-        return root.write()
-
-
-def tree_entry(tree: pygit2.Tree | None, path: str) -> Entry | None:
-    """The file at `path` in `tree` as (blob id, mode); None when absent or a folder."""
-    obj = gitnames.at_path(tree, path)
-    if obj is None or isinstance(obj, pygit2.Tree):
-        return None
-    return obj.id, int(obj.filemode)
 
 
 def check_writable(git: GitSession, rel: str, entry: Entry | None,

@@ -12,7 +12,6 @@ it, else the commit before the run. Everything here reads git only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -20,13 +19,11 @@ import pygit2
 
 from server.base.errors import BadRequest, NotFound
 from server.base.records import CheckpointRow, MessageRecord, RunRecord
-from server.git.commits import commit_info
+from server.git.commits import commit_info, first_parent_line
 from server.git.session import GitSession
 from server.store import layout
-from server.store.layout import StoredMessage, run_entries
+from server.store.layout import CHECKPOINT_KINDS, StoredMessage, run_entries
 
-# The commits that are a run's own checkpoints (a fork's first commit included).
-CHECKPOINT_KINDS = frozenset({"tool-batch", "turn", "fork", "sub-agent", "merge"})
 PREVIEW_CHARS = 80
 
 
@@ -107,13 +104,6 @@ def resolve_index(messages: list[MessageRecord], continue_from: str | int,
     return max(i for i in safe_indexes(messages) if i <= k)
 
 
-def _first_parent_line(tip: pygit2.Commit) -> Iterator[pygit2.Commit]:
-    commit: pygit2.Commit | None = tip
-    while commit is not None:
-        yield commit
-        commit = commit.parents[0] if commit.parents else None
-
-
 def run_checkpoints(view: RunOnBranch) -> tuple[list[tuple[int, pygit2.Commit]], pygit2.Commit]:
     """The run's checkpoints on its branch, newest first, as (message index, commit), and the
     commit before the run (the newest one that does not hold the run's record yet)."""
@@ -129,7 +119,7 @@ def run_checkpoints(view: RunOnBranch) -> tuple[list[tuple[int, pygit2.Commit]],
     lo, hi = 0, end
     while lo < hi:
         mid = (lo + hi) // 2
-        if view.record_path in repo[oids[mid]].peel(pygit2.Commit).tree:
+        if layout.holds_record(repo[oids[mid]].peel(pygit2.Commit), view.record_path):
             hi = mid
         else:
             lo = mid + 1
@@ -138,7 +128,8 @@ def run_checkpoints(view: RunOnBranch) -> tuple[list[tuple[int, pygit2.Commit]],
     for i in range(lo, end + 1):
         commit = repo[oids[i]].peel(pygit2.Commit)
         info = commit_info(commit)
-        if info.kind not in CHECKPOINT_KINDS or info.message_index is None:
+        if info.message_index is None or \
+                not layout.is_run_commit(info.kind, info.run_id, kinds=CHECKPOINT_KINDS):
             continue
         if info.run_id == view.run_id:
             found.append((info.message_index, commit))
@@ -152,13 +143,13 @@ def _walk_checkpoints(view: RunOnBranch
                       ) -> tuple[list[tuple[int, pygit2.Commit]], pygit2.Commit]:
     found: list[tuple[int, pygit2.Commit]] = []
     before = view.tip
-    for commit in _first_parent_line(view.tip):
+    for commit in first_parent_line(view.tip):
         before = commit
-        if view.record_path not in commit.tree:
+        if not layout.holds_record(commit, view.record_path):
             break
         info = commit_info(commit)
-        if info.run_id == view.run_id and info.kind in CHECKPOINT_KINDS \
-                and info.message_index is not None:
+        if info.message_index is not None and layout.is_run_commit(
+                info.kind, info.run_id, view.run_id, CHECKPOINT_KINDS):
             found.append((info.message_index, commit))
     return found, before
 

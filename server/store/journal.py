@@ -39,6 +39,7 @@ from server.base.records import IntentExtras, IntentRecord
 from server.git import lookup as gitnames
 from server.git.commits import commit_info
 from server.git.session import GitSession
+from server.git.trees import files_at
 from server.git.workdir import guarded
 from server.git.workdir.staging import Staged, off_disk, porcelain, staged
 
@@ -106,27 +107,17 @@ def intent(git: GitSession, op: str, paths: Iterable[str], *, kind: str | None =
 # -- putting paths in line with a tree ------------------------------------------------------
 
 
-def _entry(tree: pygit2.Tree | None, rel: str) -> tuple[pygit2.Oid, int] | None:
-    if tree is None:
-        return None
-    try:
-        obj = tree[rel]
-    except KeyError:
-        return None
-    return None if isinstance(obj, pygit2.Tree) else (obj.id, int(obj.filemode))
-
-
 def apply_tree(git: GitSession, tree: pygit2.Tree | None, paths: Iterable[str],
                strict: bool = True) -> None:
     """Make each repo-relative path on disk be what `tree` holds (absent: deleted), through
     the guarded writer, and the index entries of those paths with it. Not `strict`
     (recovery): a path the writer refuses (a folder swapped for a symlink since) is skipped
     and left for the next user-edit snapshot, rather than stopping the start."""
-    git.flush_index()
-    wanted = {rel: _entry(tree, rel) for rel in paths}
+    git.index.flush()
+    wanted = files_at(tree, paths)
     for rel in [r for r in wanted if off_disk(r)]:  # in the index only, never on disk
         entry = wanted.pop(rel)
-        git.queue_index(rel, Staged(*entry) if entry is not None else None)
+        git.index.queue(rel, Staged(*entry) if entry is not None else None)
     refused: set[str] = set()
     unwritten: set[str] = set()  # already right on disk, maybe seen through a symlink
     # Deletions first, so a file can replace a folder that empties (and the other way).
@@ -152,10 +143,10 @@ def apply_tree(git: GitSession, tree: pygit2.Tree | None, paths: Iterable[str],
         if rel in refused:
             continue  # left as it is on disk: the next user-edit snapshot looks at it
         if entry is None:
-            git.queue_index(rel, None)
+            git.index.queue(rel, None)
         elif rel not in unwritten or not guarded.left_out(git.path, rel):
-            git.queue_index(rel, staged(entry[0], entry[1], git.path / rel))
-    git.flush_index()
+            git.index.queue(rel, staged(entry[0], entry[1], git.path / rel))
+    git.index.flush()
 
 
 def _on_disk_is(git: GitSession, rel: str, entry: tuple[pygit2.Oid, int]) -> bool:
@@ -175,18 +166,21 @@ def _on_disk_is(git: GitSession, rel: str, entry: tuple[pygit2.Oid, int]) -> boo
 def finish_checkout(git: GitSession, record: IntentRecord) -> None:
     """Roll an interrupted checkout forward: the target branch's files, then HEAD."""
     name = str(record.get("to"))
-    ref = git.repo.references.get(f"refs/heads/{name}")
+    ref = gitnames.reference(git.repo, f"refs/heads/{name}")
     if ref is None:  # the target vanished: go back instead
         name = str(record.get("branch"))
-        ref = git.repo.references[f"refs/heads/{name}"]
+        ref = gitnames.reference(git.repo, f"refs/heads/{name}")
+        if ref is None:
+            raise KeyError(f"refs/heads/{name}")
     tree = ref.peel(pygit2.Commit).tree
     paths = [str(p) for p in record.get("paths") or ()]
-    apply_tree(git, tree, [p for p in paths if _entry(tree, p) is None],
+    there = files_at(tree, paths)
+    apply_tree(git, tree, [p for p in paths if there[p] is None],
                        strict=False)
-    apply_tree(git, tree, [p for p in paths if _entry(tree, p) is not None],
+    apply_tree(git, tree, [p for p in paths if there[p] is not None],
                        strict=False)
     git.repo.set_head(f"refs/heads/{name}")
-    git.reset_index()  # the history entries follow the new HEAD
+    git.index.reset()  # the history entries follow the new HEAD
 
 
 def settle(git: GitSession, record: IntentRecord) -> str:
@@ -196,7 +190,7 @@ def settle(git: GitSession, record: IntentRecord) -> str:
     if record.get("op") == "checkout":
         finish_checkout(git, record)
         return "completed"
-    ref = git.repo.references.get(f"refs/heads/{branch}")
+    ref = gitnames.reference(git.repo, f"refs/heads/{branch}")
     tip = gitnames.ref_oid(ref) if ref is not None else None
     done = tip is not None and str(tip) != record.get("head")
     if done and tip is not None:
@@ -211,8 +205,8 @@ def settle(git: GitSession, record: IntentRecord) -> str:
             _remove_untracked(git, [str(p) for p in record.get("untracked") or ()])
     # Entries a checkpoint wrote before a commit that never came (or the other way round),
     # and pending files the commit took.
-    git.reset_index()
-    git.drop_committed()
+    git.index.reset()
+    git.pending.drop_committed()
     crash.at("recovery.after_rollback")
     return "completed" if done else "rolled back"
 
@@ -223,7 +217,7 @@ def _remove_untracked(git: GitSession, folders: list[str]) -> None:
     if not folders:
         return
     prefixes = tuple(f"{f}/" for f in folders)
-    git.drop_uncommitted([rel for rel in git.uncommitted() if rel.startswith(prefixes)])
+    git.pending.drop([rel for rel in git.pending.paths() if rel.startswith(prefixes)])
 
 
 def recover(git: GitSession) -> str | None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import pygit2
 
 from server.base.records import MessageRecord, RunRecord, Usage
+from server.git import lookup as gitnames
 from server.git.history import HISTORY, RUNS, Entry, history_path, run_path
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ class StoredMessage:
 
 
 def _tree(git: GitSession, commit: pygit2.Commit | None, top: str) -> pygit2.Tree | None:
-    return git.subtree((commit or git.head_commit()).tree, top)
+    return gitnames.subtree((commit or git.head_commit()).tree, top)
 
 
 # -- history/ -------------------------------------------------------------------------------
@@ -171,3 +172,41 @@ def new_run_path(git: GitSession, run_id: str, commit: pygit2.Commit | None = No
     tree's layout)."""
     listing = git.listings.get(RUNS, _tree(git, commit, RUNS))
     return run_path(listing.next_number(), run_id, listing.legacy)
+
+
+# -- a run's commits ---------------------------------------------------------------------------
+# A run's commits are the commits on a branch's first-parent line whose Braid-Run trailer
+# names it, of RUN_KINDS, from its first (the one that adds the run's record: `begins_run`)
+# to the newest. Two views read a part of them, each naming its kinds:
+# - CHECKPOINT_KINDS, with a message index: the states a run is continued or forked from
+#   (checkpoints.py); a fork's first commit is one, an upload's `user-edit` is not.
+# - TURN_KINDS: the commits whose file changes are the turn's, which a revert takes out
+#   (turn_changes.py). A merge turn begins with its `merge` commit (so reverting it takes
+#   the merged files out, like `git revert -m 1`); a sub-agent's result is a `sub-agent`
+#   commit; a `user-edit` counts only when it names a run (an upload from the file panel).
+#   Not `fork`: a fork's first commit restores its source's files, and a regenerate marks
+#   the *source* run with a record-only `fork` commit, which must not stretch that run's
+#   span over later reverts.
+CHECKPOINT_KINDS = frozenset({"tool-batch", "turn", "fork", "sub-agent", "merge"})
+TURN_KINDS = frozenset({"tool-batch", "turn", "merge", "sub-agent", "user-edit"})
+RUN_KINDS = CHECKPOINT_KINDS | TURN_KINDS
+
+
+def is_run_commit(kind: str | None, commit_run: str | None, run_id: str | None = None,
+                  kinds: frozenset[str] = RUN_KINDS) -> bool:
+    """A commit of kind `kind` naming run `commit_run` (its trailers) is one of run
+    `run_id`'s commits (of any run when None), of `kinds`."""
+    return bool(commit_run) and kind in kinds and (run_id is None or commit_run == run_id)
+
+
+def holds_record(commit: pygit2.Commit, record_path: str) -> bool:
+    """`commit` holds the run record at `record_path` (not `in tree`: it leaks the path)."""
+    return gitnames.at_path(commit.tree, record_path) is not None
+
+
+def begins_run(commit: pygit2.Commit, record_path: str | None) -> bool:
+    """`commit` is its run's first: the one that adds the run's record (its first parent
+    does not hold it). A root commit, or a run whose record is not found, begins there."""
+    if not commit.parents or record_path is None:
+        return True
+    return not holds_record(commit.parents[0], record_path)

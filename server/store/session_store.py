@@ -98,7 +98,7 @@ def _let_go(git: GitSession) -> None:
     C side (object cache, pack windows, odb and refdb handles) at once. A
     `pygit2.Repository` sits in a reference cycle (its `branches`, `references`... point
     back at it), so only the cyclic GC would drop it, much later."""
-    git.flush_index()
+    git.index.flush()
     git.close()
     git.repo.free()
 

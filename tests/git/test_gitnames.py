@@ -20,8 +20,9 @@ from server.base.records import to_json_bytes
 from server.git import lookup as gitnames
 from server.git.history import history_path, run_path
 from server.git.session import GitSession
+from server.git.trees import file_at
 from server.git.workdir.staging import DISK
-from server.store.backups import BackupStore, tree_entry
+from server.store.backups import BackupStore
 
 META = {"session_id": "0" * 32, "title": "t", "user_id": "local", "created_at": "now",
         "forked_from_session_id": None, "root_session_id": "0" * 32}
@@ -86,6 +87,12 @@ def test_refs_and_blobs_agree_with_pygit2(tmp_path: Path) -> None:
     assert gitnames.branch_target(repo, "..bad..") is None
     assert gitnames.ref_commit(repo, "refs/braid/backups/x1").id == commit
     assert gitnames.ref_commit(repo, "refs/braid/backups/x2") is None
+    main = gitnames.reference(repo, "refs/heads/main")
+    assert main is not None and main.name == "refs/heads/main" and main.target == commit
+    other = gitnames.reference(repo, "refs/braid/backups/x1")
+    assert other is not None and other.target == commit
+    assert gitnames.reference(repo, "refs/heads/nope") is None
+    assert gitnames.reference(repo, "refs/braid/backups/x2") is None
     for data in (b"plain\n", b"crlf\r\n", b"$Id$\n", b"", bytes(range(256))):
         path = tmp_path / "r" / "f.bin"
         path.write_bytes(data)
@@ -104,6 +111,7 @@ def test_no_name_is_kept_alive(tmp_path: Path) -> None:
         lambda n: gitnames.at_path(tree, n + "/f"), lambda n: gitnames.without(repo, tree, [n]),
         lambda n: gitnames.branch_target(repo, "main" if n == "a" else n),
         lambda n: gitnames.ref_commit(repo, "refs/heads/" + n),
+        lambda n: gitnames.reference(repo, n),  # neither a branch nor another ref's name
     ]
     for call in calls:
         name = fresh("a")
@@ -133,7 +141,7 @@ def one_turn(git: GitSession, n: int) -> None:
                          summary="turn", kind="turn", run_id=run_id)
     assert git.read_json(git.head_commit(), fresh(hist)) == {"n": n}
     assert sorted(backups.manifest(run_id)) == [f"dir{n}/f{n}.txt"]
-    assert tree_entry(git.head_commit().tree, fresh(f"workdir/dir{n}/f{n}.txt")) is not None
+    assert file_at(git.head_commit().tree, fresh(f"workdir/dir{n}/f{n}.txt")) is not None
     git.branch_tip(fresh("main"))
     if n % 2:
         git.write_checkpoint({fresh(f"workdir/dir{n}/f{n}.txt"): None}, summary="rm",
@@ -148,7 +156,7 @@ def test_a_turns_git_work_leaves_nothing_behind(tmp_path: Path) -> None:
         before = tracemalloc.take_snapshot()
         for n in range(1, 31):
             one_turn(git, n)
-        git.flush_index()
+        git.index.flush()
         git.close()
         git.repo.free()
         del git

@@ -107,7 +107,7 @@ def test_a_checkpoints_objects_are_on_disk_before_its_branch_moves(tmp_path: Pat
     assert git(git_.path, "cat-file", "-p", ":workdir/f.txt") == "one\n"
     assert git(git_.path, "cat-file", "-p", ":history/000/00/0-user-x.json") == "{}"
     assert_fsck(git_.path)
-    git_.reset_index()  # as recovery does after a failed operation
+    git_.index.reset()  # as recovery does after a failed operation
     oid = git_.write_checkpoint({"workdir/f.txt": DISK}, summary="again", kind="tool-batch")
     assert git(git_.path, "show", f"{oid}:workdir/f.txt") == "one\n"
     assert git(git_.path, "status", "--porcelain") == ""
@@ -164,7 +164,7 @@ def test_killed_anywhere_in_checkpoints_the_repository_stays_valid(tmp_path: Pat
         clear_stale_lock(path / ".git" / "index.lock", before=died)
         reopened = GitSession(path)
         clear_stale_locks(reopened, before=died)
-        reopened.reset_index()
+        reopened.index.reset()
         (path / "workdir" / "after.txt").write_text(f"{delay}\n")
         oid = reopened.write_checkpoint({"workdir/after.txt": DISK}, summary="after",
                                         kind="user-edit")

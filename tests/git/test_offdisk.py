@@ -84,12 +84,12 @@ def test_a_sub_agent_worktree_keeps_its_history_off_disk(tmp_path: Path) -> None
     folder.parent.mkdir()
     parent.repo.add_worktree("sub_x", str(folder), parent.repo.references["refs/heads/sub_x"])
     child = GitSession(folder)
-    child.write_uncommitted("runs/000/00/r.json", b'{"status": "RUNNING"}\n')
+    child.pending.write("runs/000/00/r.json", b'{"status": "RUNNING"}\n')
     child.write_checkpoint({"history/000/00/000000-user-u.json": b"{}\n",
                             "runs/000/00/r.json": b'{"status": "DONE"}\n',
                             "workdir/a.txt": b"a\n"}, summary="t", kind="turn")
     assert not (folder / "history").exists() and not (folder / "runs").exists()
-    assert child.uncommitted() == set()
+    assert child.pending.paths() == set()
     assert "S runs/000/00/r.json" in git(folder, "ls-files", "-t")
     assert git(folder, "status", "--porcelain") == ""
     assert git(tmp_path / "s", "status", "--porcelain") == ""
@@ -204,10 +204,10 @@ async def test_the_index_file_holds_history_and_runs_as_one_entry_each(braid: Br
     assert_off_disk(path)  # git expands them: every file S, status clean, fsck
     files = sorted(git(path, "ls-tree", "-r", "--name-only", "HEAD", "history").split())
     assert len(files) > 100
-    assert sorted(GitSession(path).git_index().paths("history/")) == files
+    assert sorted(GitSession(path).index.load().paths("history/")) == files
     # A full scan (`git status`) and a bulk commit (blobs in a pack) with the writes after.
     handle = braid.store.get(sid)
-    assert await handle.call(lambda g: g.dirty_workdir_paths()) == []
+    assert await handle.call(lambda g: g.scan.dirty_paths()) == []
     (path / "workdir" / "b.txt").write_text("by hand\n")
     await handle.call(lambda g: g.commit_workdir(["workdir/b.txt"], summary="User edits",
                                                      kind="user-edit"))
@@ -227,8 +227,8 @@ def sparse_session(path: Path) -> Path:
     first.write_checkpoint({"history/000/00/000000-user-u.json": b"{}\n",
                             "runs/000/00/r.json": b"{}\n", "workdir/a.txt": DISK},
                            summary="t", kind="turn", sync_index=False)
-    first.flush_index()
-    assert is_sparse_file(first.index_file)
+    first.index.flush()
+    assert is_sparse_file(first.index.file)
     first.repo.free()
     return path
 
@@ -240,13 +240,13 @@ def test_a_sparse_index_file_left_by_a_process_before_opens_and_takes_files(
     and its later writes are sparse again."""
     path = sparse_session(tmp_path / "s")
     again = GitSession(path)  # the next process's repository
-    assert not is_sparse_file(again.index_file)
+    assert not is_sparse_file(again.index.file)
     (path / "workdir" / "b.txt").write_text("b\n")
     again.write_checkpoint({"history/000/00/000001-assistant-v.json": b"{}\n",
                             "workdir/b.txt": DISK}, summary="t", kind="turn",
                            sync_index=False)
-    again.flush_index()
-    assert is_sparse_file(again.index_file)
+    again.index.flush()
+    assert is_sparse_file(again.index.file)
     assert "S history/000/00/000001-assistant-v.json" in git(path, "ls-files", "-t")
     assert git(path, "status", "--porcelain") == ""
     assert_fsck(path)
@@ -261,7 +261,7 @@ def test_a_sparse_index_killed_mid_rewrite_opens_after_a_restart(tmp_path: Path)
     lock.write_bytes(b"half an index")  # the dead server's, from before this process
     os.utime(lock, (PROCESS_STARTED - 60, PROCESS_STARTED - 60))
     again = GitSession(path)
-    assert not lock.exists() and not is_sparse_file(again.index_file)
+    assert not lock.exists() and not is_sparse_file(again.index.file)
     (path / "workdir" / "b.txt").write_text("b\n")
     again.write_checkpoint({"workdir/b.txt": DISK}, summary="t", kind="user-edit")
     assert git(path, "show", "HEAD:workdir/b.txt") == "b\n"
@@ -270,9 +270,9 @@ def test_a_sparse_index_killed_mid_rewrite_opens_after_a_restart(tmp_path: Path)
     # A lock taken since this process started is another writer's: it is left alone.
     again.write_checkpoint({"history/000/00/000001-user-v.json": b"{}\n"}, summary="t",
                            kind="turn", sync_index=False)
-    again.flush_index()
+    again.index.flush()
     again.repo.free()
-    assert is_sparse_file(again.index_file)
+    assert is_sparse_file(again.index.file)
     lock.write_bytes(b"")
     try:
         GitSession(path)

@@ -29,7 +29,8 @@ async def test_edits_between_turns_are_committed_as_user_edit(braid: Any) -> Non
     assert kind(path, "HEAD~1") == "user-edit"
     assert changed(path, "HEAD~1") == [f"workdir/keep/f{i}.txt" for i in range(5)]
     handle = braid.store.get(sid)
-    assert await handle.call(lambda g: g._watcher is not None and not g._watcher.closed)
+    assert await handle.call(
+        lambda g: g.scan._watcher is not None and not g.scan._watcher.closed)
 
     # Watched from now on: a change, a deletion, a new nested folder, an executable bit.
     (work / "keep" / "f1.txt").write_text("changed\n")
@@ -60,13 +61,13 @@ async def test_a_closed_watcher_falls_back_on_a_full_scan(braid: Any) -> None:
     sid, path = await new_session(braid)
     await run_turn(braid, sid, "say first")
     handle = braid.store.get(sid)
-    watcher = await handle.call(lambda g: g._watcher)
+    watcher = await handle.call(lambda g: g.scan._watcher)
     WATCHERS.forget(watcher)  # as when more sessions are open than watchers are kept
     (path / "workdir" / "late.txt").write_text("edited while unwatched\n")
     await run_turn(braid, sid, "say second")
     assert kind(path, "HEAD~1") == "user-edit"
     assert changed(path, "HEAD~1") == ["workdir/late.txt"]
-    assert await handle.call(lambda g: g._watcher is not watcher)
+    assert await handle.call(lambda g: g.scan._watcher is not watcher)
     assert git(path, "status", "--porcelain") == ""
 
 
@@ -139,7 +140,7 @@ async def test_a_name_that_is_not_utf8_never_stops_the_watching_for_good(braid: 
     work = path / "workdir"
     handle = braid.store.get(sid)
     await run_turn(braid, sid, "say first")  # the first look: the watcher opens
-    first = await handle.call(lambda g: g._watcher)
+    first = await handle.call(lambda g: g.scan._watcher)
     assert first is not None and not first.closed
     (work / os.fsdecode(b"bad\xff.txt")).write_text("b")
     (work / "good.txt").write_text("g")
@@ -152,7 +153,7 @@ async def test_a_name_that_is_not_utf8_never_stops_the_watching_for_good(braid: 
     again = await run_turn(braid, sid, "write b.txt agent")
     assert again["status"] == "COMPLETED", again
     assert changed(path, "HEAD~2") == ["workdir/later.txt"]
-    second = await handle.call(lambda g: g._watcher)
+    second = await handle.call(lambda g: g.scan._watcher)
     assert second is not None and second is not first and not second.closed
     (work / os.fsdecode(b"bad\xff.txt")).write_text("changed")  # kills the second one too
     (work / "last.txt").write_text("z")

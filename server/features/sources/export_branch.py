@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from dataclasses import dataclass, field
 
 import pygit2
@@ -25,8 +26,10 @@ from server.agent.turn_changes import trailers_of
 from server.base.errors import BadRequest
 from server.base.records import BranchExport, MessageRecord, RunRecord, SessionMeta
 from server.git import lookup as gitnames
+from server.git.commits import first_parent_line
 from server.git.session import GitSession
-from server.git.trees import apply_changes, copy_blobs, tree_changes, workdir_tree
+from server.git.trees import apply_changes, copy_blobs, empty_tree, tree_changes
+from server.git.workdir.scan import workdir_tree
 from server.store import layout
 
 SKIPPED_KINDS = frozenset({"revert", "unrevert"})
@@ -65,14 +68,12 @@ class Replay:
 
     def line(self, tip: pygit2.Commit) -> list[pygit2.Commit]:
         """`tip`'s first-parent commits after the first one already mapped (oldest first)."""
-        out = []
-        commit: pygit2.Commit | None = tip
-        while commit is not None and commit.id not in self.mapped:
+        out: list[pygit2.Commit] = []
+        for commit in first_parent_line(tip):
+            if commit.id in self.mapped:
+                return out[::-1]
             out.append(commit)
-            commit = commit.parents[0] if commit.parents else None
-        if commit is None:
-            raise BadRequest("this session's history does not start from its import")
-        return out[::-1]
+        raise BadRequest("this session's history does not start from its import")
 
     def replay(self, tip: pygit2.Commit) -> pygit2.Oid:
         runs, messages = self.run_texts(tip)
@@ -98,7 +99,7 @@ class Replay:
         copy_blobs(self.src, self.session.repo, changes)
         base = self.src[head].peel(pygit2.Commit).tree
         tree = apply_changes(self.src, base, changes)
-        tree_id = tree.id if tree is not None else self.src.TreeBuilder().write()
+        tree_id = tree.id if tree is not None else empty_tree(self.src).id
         sig = pygit2.Signature(NAME, EMAIL, last.commit_time, last.commit_time_offset)
         message = self.message(group, runs, messages)
         oid = self.src.create_commit(None, sig, sig, message, tree_id, [head, *extra])
@@ -162,9 +163,12 @@ def _source_moved(git: GitSession, before: pygit2.Commit | None,
     def base(commit: pygit2.Commit | None) -> str | None:
         if commit is None:
             return None
+        found = gitnames.entry(commit.tree, "session.json")  # not `tree[name]`: it leaks
         try:
-            meta = json.loads(gitnames.blob_data(git.repo, commit.tree["session.json"].id))
-        except (KeyError, ValueError):
+            meta = json.loads(gitnames.blob_data(git.repo, found.id)) if found else None
+        except (TypeError, ValueError):
+            return None
+        if meta is None:
             return None
         return (meta.get("source") or {}).get("base_commit")
 
@@ -173,9 +177,7 @@ def _source_moved(git: GitSession, before: pygit2.Commit | None,
 
 
 def import_root(git: GitSession, tip: pygit2.Commit) -> pygit2.Commit:
-    commit = tip
-    while commit.parents:
-        commit = commit.parents[0]
+    commit = deque(first_parent_line(tip), maxlen=1)[0]  # the line's first commit
     if trailers_of(commit)[0] != "import":
         raise BadRequest("this session was not imported from a git repository")
     return commit
@@ -189,7 +191,7 @@ def pick_branch(src: pygit2.Repository, base_name: str, tip: pygit2.Oid) -> tupl
     while True:
         name = base_name if n == 1 else f"{base_name}-{n}"
         ref_name = f"refs/heads/{name}"
-        ref = src.references.get(ref_name)
+        ref = gitnames.reference(src, ref_name)
         if ref_name != checked_out:
             if ref is None:
                 return name, "created"
@@ -218,7 +220,7 @@ def export_to_branch(git: GitSession, src: pygit2.Repository, meta: SessionMeta
     name, how = pick_branch(src, f"braid/{slug(meta.get('title') or '', meta['session_id'])}",
                             tip)
     ref_name = f"refs/heads/{name}"
-    old = src.references.get(ref_name)
+    old = gitnames.reference(src, ref_name)
     if old is None:
         src.references.create(ref_name, tip)
     elif old.target != tip:

@@ -47,7 +47,8 @@ from server.features.sources.importing import SOURCE_BASE_REF
 from server.features.sources.sources import OpenedRepo, Source, allowed_path
 from server.git import lookup as gitnames
 from server.git.session import SIGNATURE_EMAIL, SIGNATURE_NAME, GitSession
-from server.git.trees import Changes, Entry, apply_changes, tree_files, workdir_tree
+from server.git.trees import Changes, Entry, apply_changes, empty_tree, files
+from server.git.workdir.scan import workdir_tree
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -237,12 +238,12 @@ def _base_tree(repo: pygit2.Repository, folder: Path, target: Folder,
     """What the folder last got from this session: the last export's state; for the folder
     the session was imported from, the import base; otherwise nothing (a file already there
     is the user's: a conflict, never overwritten unless `force`)."""
-    ref = repo.references.get(_ref_for(folder))
-    if ref is not None:
-        return repo[ref.target].peel(pygit2.Commit).tree
+    last = gitnames.ref_commit(repo, _ref_for(folder))
+    if last is not None:
+        return last.tree
     if source == folder and not target.is_empty():
-        base_ref = repo.references.get(SOURCE_BASE_REF)
-        return repo[base_ref.target].peel(pygit2.Commit).tree if base_ref else None
+        base = gitnames.ref_commit(repo, SOURCE_BASE_REF)
+        return base.tree if base is not None else None
     return None
 
 
@@ -250,9 +251,9 @@ def _state(repo: pygit2.Repository, folder: Path, base: pygit2.Tree | None,
            given: Changes) -> pygit2.Oid | None:
     """The commit of what the folder holds from us after this export (None: unchanged)."""
     state = apply_changes(repo, base, given)
-    tree_id = state.id if state is not None else repo.TreeBuilder().write()
-    ref = repo.references.get(_ref_for(folder))
-    if ref is not None and repo[ref.target].peel(pygit2.Commit).tree_id == tree_id:
+    tree_id = state.id if state is not None else empty_tree(repo).id
+    last = gitnames.ref_commit(repo, _ref_for(folder))
+    if last is not None and last.tree_id == tree_id:
         return None
     sig = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL)
     return repo.create_commit(None, sig, sig, f"Exported to {folder}\n", tree_id, [])
@@ -265,7 +266,7 @@ def export_to_folder(git: GitSession, folder: Path, force: bool,
     finished = finish_pending(git)
     snapshot_user_edits(git)  # the user's own edits in workdir/ go out too
     repo = git.repo
-    ours = tree_files(workdir_tree(git.head_commit()))
+    ours = files(workdir_tree(git.head_commit()))
     try:
         target = Folder.open(folder, create=True)
     except Blocked as e:
@@ -275,7 +276,7 @@ def export_to_folder(git: GitSession, folder: Path, force: bool,
     assert target is not None
     with target:
         base_tree = _base_tree(repo, folder, target, source)
-        plan = _plan(target, tree_files(base_tree), ours, force)
+        plan = _plan(target, files(base_tree), ours, force)
         if plan.clashes:
             raise Conflict(f"{plan.clashes} file(s) clash with a folder, a file or a symlink "
                            f"in {folder}: nothing was written", {"conflicts": plan.conflicts})

@@ -39,6 +39,7 @@ from server.git.commits import TRAILER_KIND
 from server.git.init_repo import init_repository
 from server.git.safe import run_git
 from server.git.session import SIGNATURE_EMAIL, SIGNATURE_NAME, WORKTREES
+from server.git.trees import Entry, apply_changes, empty_tree
 from server.git.workdir.index_file import GitIndex
 from server.git.workdir.index_format import tree_entries
 from server.git.workdir.scan import WORKDIR
@@ -102,7 +103,7 @@ def check_source_readable(source: Source, settings: Settings, roots: Roots) -> N
 
 
 def set_source_base(repo: pygit2.Repository, tree: pygit2.Oid | None, note: str) -> None:
-    tree = tree or repo.TreeBuilder().write()
+    tree = tree or empty_tree(repo).id
     sig = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL)
     oid = repo.create_commit(None, sig, sig, note + "\n", tree, [])
     repo.references.create(SOURCE_BASE_REF, oid, force=True)
@@ -135,11 +136,12 @@ def build_import(path: Path, meta: SessionMeta, source: Source, settings: Settin
     if not meta.get("title"):
         meta["title"] = Path(source.path_or_url.rstrip("/")).name.removesuffix(".git")[:120]
     data = to_json_bytes(meta)
-    root = repo.TreeBuilder()
-    root.insert("session.json", repo.create_blob(data), FileMode.BLOB)
+    files: dict[str, Entry | None] = {"session.json": (repo.create_blob(data), FileMode.BLOB)}
     if snap.tree is not None:
-        root.insert(WORKDIR, snap.tree, FileMode.TREE)
-    tree = root.write()
+        files[WORKDIR] = (snap.tree, FileMode.TREE)
+    written = apply_changes(repo, None, files)
+    assert written is not None  # it holds session.json
+    tree = written.id
     sig = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL)
     repo.create_commit("refs/heads/main", sig, sig, import_message(source, snap), tree, [])
     set_source_base(repo, snap.tree, f"Source files at import ({source.path_or_url})")

@@ -17,10 +17,8 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pygit2
@@ -35,6 +33,7 @@ from server.features.roots import Roots
 from server.features.sources.git_urls import FETCH_FAILED, clone_plan, parse_url
 from server.git.packwriter import PackWriter
 from server.git.safe import RepoDirs, find_repo, run_git
+from server.git.trees import Entry, apply_changes, walk
 
 BRAIDIGNORE = ".braidignore"
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -195,26 +194,14 @@ class TreeWriter:
 
     def __init__(self, repo: pygit2.Repository) -> None:
         self.repo = repo
-        self.root: dict[str, Any] = {}
+        self.files: dict[str, Entry | None] = {}
 
     def add(self, rel: str, oid: pygit2.Oid, mode: int) -> None:
-        node = self.root
-        *dirs, name = rel.split("/")
-        for part in dirs:
-            node = node.setdefault(part, {})
-        node[name] = (oid, mode)
+        self.files[rel] = (oid, mode)
 
     def write(self) -> pygit2.Oid | None:
-        return self._write(self.root) if self.root else None
-
-    def _write(self, node: dict[str, Any]) -> pygit2.Oid:
-        builder = self.repo.TreeBuilder()
-        for name, child in node.items():
-            if isinstance(child, dict):
-                builder.insert(name, self._write(child), FileMode.TREE)
-            else:
-                builder.insert(name, child[0], child[1])
-        return builder.write()
+        tree = apply_changes(self.repo, None, self.files)
+        return tree.id if tree is not None else None
 
 
 class Files:
@@ -283,16 +270,6 @@ def _copy_one(folder: Path, rel: str, max_file: int, pack: PackWriter, trees: Tr
     snap.bytes += len(data)
 
 
-def _walk_tree(tree: pygit2.Tree, budget: Budget, prefix: str = ""
-               ) -> Iterator[tuple[str, pygit2.Object]]:
-    for entry in tree:
-        if isinstance(entry, pygit2.Tree):
-            budget.folder()
-            yield from _walk_tree(entry, budget, f"{prefix}{entry.name}/")
-        else:
-            yield f"{prefix}{entry.name}", entry
-
-
 def resolve_commit(src: pygit2.Repository, ref: str | None) -> pygit2.Commit:
     try:
         return src.revparse_single(ref or "HEAD").peel(pygit2.Commit)
@@ -310,7 +287,7 @@ def snapshot_git(repo: pygit2.Repository, src: pygit2.Repository, commit: pygit2
     files = Files(workdir)
     budget = budget or Budget()
     with PackWriter(repo) as pack:
-        for rel, entry in _walk_tree(commit.tree, budget):
+        for rel, entry in walk(commit.tree, on_folder=budget.folder):
             mode = entry.filemode
             # (an entry with a file's mode is a Blob: the isinstance only tells the checker)
             if mode not in (FileMode.BLOB, FileMode.BLOB_EXECUTABLE) or \

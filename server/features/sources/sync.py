@@ -13,7 +13,6 @@ sides) merges cleanly and moves it."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, cast
 
 import pygit2
@@ -27,8 +26,8 @@ from server.features.sources.importing import SOURCE_BASE_REF, set_source_base, 
 from server.features.sources.sources import Source, allowed_path
 from server.git import lookup as gitnames
 from server.git.session import GitSession
-from server.git.trees import empty_tree, tree_changes, workdir_tree
-from server.git.workdir.scan import WORKDIR
+from server.git.trees import empty_tree, tree_changes
+from server.git.workdir.scan import WORKDIR, workdir_tree
 from server.store import journal
 
 if TYPE_CHECKING:
@@ -66,8 +65,8 @@ def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: Se
     snap = take_snapshot(repo, source, settings, roots)  # TooLarge here: nothing written yet
     crash.at("update.after_snapshot")
     theirs = gitnames.tree_at(repo, snap.tree) if snap.tree is not None else empty_tree(repo)
-    base_ref = repo.references.get(SOURCE_BASE_REF)
-    base = repo[base_ref.target].peel(pygit2.Commit).tree if base_ref else empty_tree(repo)
+    at_base = gitnames.ref_commit(repo, SOURCE_BASE_REF)
+    base = at_base.tree if at_base is not None else empty_tree(repo)
     result: SyncResult = {"changed": False, "updated_paths": [], "conflicts": [],
                           "commit_id": None, "base_commit": snap.base_commit,
                           "skipped": snap.skipped[:200]}
@@ -84,8 +83,7 @@ def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: Se
         # The source moved, but only to what the session holds already: nothing to bring in,
         # so no commit. The base stays; the next update merges from it to the same result.
         return result, None
-    new_meta = cast(SessionMeta, dict(json.loads(gitnames.blob_data(
-        repo, git.head_commit().tree["session.json"].id))))
+    new_meta = cast(SessionMeta, dict(git.read_json(git.head_commit(), "session.json")))
     new_meta["source"] = source.meta(snap.base_commit)
     changes["session.json"] = to_json_bytes(new_meta)
     where = f" at {snap.base_commit[:10]}" if snap.base_commit else ""

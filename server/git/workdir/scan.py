@@ -5,8 +5,8 @@ hashing it. The first look, and any look the watcher cannot answer, scans everyt
 one `git status -- workdir` instead (the index's stat cache makes an unchanged file cost an
 lstat; a new file is listed, not hashed). Many changed files at once (a folder dropped in,
 the first snapshot of a big project) are committed with their blobs in one pack file
-(`commit_workdir`): git's `add -A` would write, compress and rename a loose object each.
-`WorkdirScan` is the part of `GitSession` that does it.
+(`WorkdirScan.pack`): git's `add -A` would write, compress and rename a loose object each.
+`WorkdirScan` is the part of `GitSession` that does it (`git.scan`).
 """
 
 from __future__ import annotations
@@ -18,31 +18,25 @@ import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pygit2
 from pygit2.enums import FileMode
 
 from server.base import names
-from server.base.records import Skipped
+from server.git import lookup as gitnames
 from server.git.packwriter import PackWriter
+from server.git.trees import walk
 from server.git.workdir import guarded
-from server.git.workdir.staging import DISK, Staged, off_disk, porcelain
+from server.git.workdir.staging import DISK, Staged, StagingIndex, off_disk, porcelain
 from server.git.workdir.watch import WATCHERS, Watcher
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 WORKDIR = "workdir"  # the agent's files (DESIGN §3)
 
 
-def walk_tree(tree: pygit2.Tree, prefix: str, out: dict[str, pygit2.Oid]) -> None:
-    """Every file of `tree` as `prefix + path` → blob id, into `out`."""
-    for entry in tree:
-        if isinstance(entry, pygit2.Tree):
-            walk_tree(entry, f"{prefix}{entry.name}/", out)
-        else:
-            out[f"{prefix}{entry.name}"] = entry.id
+def workdir_tree(commit: pygit2.Commit | None) -> pygit2.Tree | None:
+    """The `workdir/` folder of `commit`, or None."""
+    return gitnames.subtree(commit.tree, WORKDIR) if commit is not None else None
 
 
 def holdable(changes: Mapping[str, Any], root: Path
@@ -82,14 +76,14 @@ def why_left_out(root: Path, rel: str, content: Any = DISK) -> str | None:
 
 
 class WorkdirScan:
-    path: Path
-    repo: pygit2.Repository
-    flush_index: Callable[..., None]
-    head_commit: Callable[[], pygit2.Commit]
-    subtree: Callable[[pygit2.Tree, str], pygit2.Tree | None]
-    write_checkpoint: Callable[..., pygit2.Oid]
+    """What changed in `workdir/` since HEAD, and its files packed for a commit: the part
+    of `GitSession` that holds the watcher (`git.scan`)."""
 
-    def init_scan(self, watch: bool) -> None:
+    def __init__(self, path: Path, repo: pygit2.Repository, index: StagingIndex,
+                 watch: bool) -> None:
+        self.path = path
+        self.repo = repo
+        self.index = index  # flushed before `git status` reads it
         # A file-system watcher on workdir/ (watch.py), opened by the first look.
         self._watch = watch
         self._watcher: Watcher | None = None
@@ -98,20 +92,19 @@ class WorkdirScan:
         # Names git cannot hold that a commit listed as left out, with their lstat then: a
         # look names one again only once it changed, so each is listed once, not every turn.
         self._listed_bad: dict[str, tuple[int, ...] | None] = {}
-        self.last_skipped: list[Skipped] = []  # what the last checkpoint left out
 
-    def dirty_workdir_paths(self) -> list[str]:
+    def dirty_paths(self) -> list[str]:
         """Repo-relative paths under workdir/ that differ from HEAD (user edits, shell
         commands). Uses the index's stat cache, so unchanged files are not read."""
-        self.flush_index()
+        self.index.flush()
         return sorted({p for _, p in porcelain(self.path, WORKDIR) if p.startswith(f"{WORKDIR}/")})
 
-    def changed_workdir_paths(self) -> list[str]:
-        """`dirty_workdir_paths()` in O(changed files): the watcher names the candidates and
+    def changed_paths(self) -> list[str]:
+        """`dirty_paths()` in O(changed files): the watcher names the candidates and
         each is compared with HEAD. The first look, and any look the watcher cannot answer,
         scans everything instead."""
         if not self._watch:
-            return self.dirty_workdir_paths()
+            return self.dirty_paths()
         watcher = self._watcher
         candidates = watcher.take() if watcher is not None else None
         if candidates is None:
@@ -119,7 +112,7 @@ class WorkdirScan:
                 WATCHERS.forget(watcher)
             # Opened before the scan: a change made during it is seen by the next look.
             self._watcher = WATCHERS.open(self.path / WORKDIR, Path(self.repo.path))
-            found = self.dirty_workdir_paths()  # a full scan: one `git status`
+            found = self.dirty_paths()  # a full scan: one `git status`
         else:
             assert watcher is not None  # the candidates came from it
             WATCHERS.touch(watcher)
@@ -145,7 +138,7 @@ class WorkdirScan:
         return (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def _differing(self, candidates: Iterable[str]) -> list[str]:
-        head = self.subtree(self.head_commit().tree, WORKDIR)
+        head = workdir_tree(self.repo.head.peel(pygit2.Commit))
         work = self.path / WORKDIR
         out: set[str] = set()
         todo = list(candidates)
@@ -155,14 +148,10 @@ class WorkdirScan:
             if rel in seen or not rel:
                 continue
             seen.add(rel)
-            try:  # a name git cannot hold is in no tree (and libgit2 takes only UTF-8)
-                entry = head[rel] if head is not None and names.is_utf8(rel) else None
-            except KeyError:
-                entry = None
+            # A name git cannot hold is in no tree. Not `head[rel]`: it leaks `rel`.
+            entry = gitnames.at_path(head, rel) if names.is_utf8(rel) else None
             if isinstance(entry, pygit2.Tree):  # a folder in HEAD: look at what it held
-                files: dict[str, pygit2.Oid] = {}
-                walk_tree(entry, f"{rel}/", files)
-                todo.extend(files)
+                todo.extend(path for path, _ in walk(entry, f"{rel}/"))
                 entry = None
             try:
                 st = os.lstat(work / rel)
@@ -181,7 +170,7 @@ class WorkdirScan:
                 out.add(rel)
         return sorted(f"{WORKDIR}/{rel}" for rel in out)
 
-    def _file_differs(self, path: Path, st: os.stat_result, entry: pygit2.Blob | None,
+    def _file_differs(self, path: Path, st: os.stat_result, entry: pygit2.Object | None,
                       rel: str) -> bool:
         if not (stat.S_ISLNK(st.st_mode) or stat.S_ISREG(st.st_mode)):
             return False
@@ -203,10 +192,11 @@ class WorkdirScan:
                                "--", rel], capture_output=True, check=False)
         return done.returncode == 0
 
-    def commit_workdir(self, paths: list[str], *, summary: str, kind: str) -> pygit2.Oid:
-        """Commit `paths` (repo-relative, under workdir/) as they are on disk, their blobs
-        written as one pack: a first snapshot of 100,000 files is one file write for its
-        blobs (and a loose tree per folder), where `git add -A` creates 100,000 files."""
+    def pack(self, paths: list[str]) -> dict[str, object]:
+        """The changes that commit `paths` (repo-relative, under workdir/) as they are on
+        disk, their blobs written as one pack: a first snapshot of 100,000 files is one
+        file write for its blobs (and a loose tree per folder), where `git add -A` creates
+        100,000 files. The pack is in place on return: trees written next may name them."""
         changes: dict[str, object] = {}
         with PackWriter(self.repo) as pack:
             safe: dict[str, bool] = {}  # a parent folder -> no symlink or file on its way
@@ -221,9 +211,8 @@ class WorkdirScan:
                     continue
                 packed = self._packed(pack, rel)
                 changes[rel] = packed if packed is not None else DISK  # gone, or not a file
-        # The pack is in place now: the trees written next name blobs that exist.
         self._carry = set()
-        return self.write_checkpoint(changes, summary=summary, kind=kind)
+        return changes
 
     def _packed(self, pack: PackWriter, rel: str) -> Staged | None:
         """The file at `rel` as a blob in `pack`, with its stat taken before it is read (a

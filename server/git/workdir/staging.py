@@ -1,9 +1,10 @@
-"""What the index and the disk hold (DESIGN "The index and the disk"): `IndexedSession`, the
-part of `GitSession` that keeps the index through the one writer (index_file.py) and
-keeps `history/` and `runs/` off disk.
+"""What the index and the disk hold (DESIGN "The index and the disk"): two parts of
+`GitSession`, `StagingIndex` (`git.index`: the index kept through the one writer,
+index_file.py) and `Pending` (`git.pending`: what a live turn has not committed yet), which
+keep `history/` and `runs/` off disk.
 
 - Index entries are queued as checkpoints and checkouts write and flushed in one write
-  (`flush_index`); a git command run in the folder (`git update-index` after an import, the
+  (`StagingIndex.flush`); a git command run in the folder (`git update-index` after an import, the
   user's own) writes the file too, and the next look re-reads it (`GitIndex.refresh`).
 - `history/` and `runs/` files live in git only: a checkpoint writes them as blobs, their
   index entries carry skip-worktree (`git status` is clean and `git ls-files -t` shows `S`),
@@ -24,7 +25,7 @@ import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import pygit2
 
@@ -43,9 +44,6 @@ from server.git.workdir.index_format import (
     encode,
     tree_entries,
 )
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 log = logging.getLogger("braid.index")
 OFF_DISK = (f"{HISTORY}/", f"{RUNS}/")
@@ -118,37 +116,41 @@ def _tree_id(tree: pygit2.Tree | None, name: str) -> bytes | Unknown | None:
     return sub.id.raw if isinstance(sub, pygit2.Tree) else UNKNOWN
 
 
-class IndexedSession:
-    path: Path
-    repo: pygit2.Repository
-    trees: TreeCache
-    head_commit: Callable[[], pygit2.Commit]
+class StagingIndex:
+    """The session's index, kept by the one writer (index_file.py): entries queued by
+    checkpoints and checkouts, written in one flush; history/ and runs/ as sparse entries.
+    `GitSession.index`."""
 
-    def init_index(self) -> None:
+    def __init__(self, path: Path, repo: pygit2.Repository, trees: TreeCache) -> None:
+        self.path = path
+        self.repo = repo
+        self.trees = trees  # the trees as checkpoints made them: not read back
         # Index entries not yet written: a turn's checkpoints queue theirs and the turn
         # writes them once at its end (or the next status scan or checkout does).
-        self._index_pending: dict[str, Staged | None] = {}
+        self._queued: dict[str, Staged | None] = {}
         self._index: GitIndex | None = None
-        self._uncommitted: set[str] | None = None  # files in .git/braid-pending, once listed
         # Encoded skip-worktree entries of history/ and runs/ subtrees, by (tree id, path):
         # a checkout re-lists only the folders it has not seen (small ones are kept).
         self._listed: dict[tuple[pygit2.Oid, str], list[tuple[bytes, bytes]]] = {}
-        self._index_dirty = False
+        self._dirty = False
         # What the queued entries do to history/ and runs/: prefix -> (tree before, tree
         # after), or None when something else queued entries there (checked at the flush).
         self._pending_trees: dict[str, tuple[bytes | None, bytes | None] | None] = {}
         self._checked: tuple[int, int, pygit2.Oid] | None = None
         self._prime_libgit2()
 
+    def _head_tree(self) -> pygit2.Tree:
+        return self.repo.head.peel(pygit2.Commit).tree
+
     def _prime_libgit2(self) -> None:
         """libgit2 reads the index once per repository (attributes, for a blob made from a
         file) and keeps it, but cannot read a sparse one: it is given a full file first."""
         try:
-            if is_sparse_file(self.index_file):  # written so by a process before this one
+            if is_sparse_file(self.file):  # written so by a process before this one
                 # One killed while it rewrote the file left its lock too. Recovery clears
                 # such locks, but only through an open session: this is where it opens.
-                clear_stale_lock(self.index_file.with_name("index.lock"))
-                self.git_index().write(full=True)
+                clear_stale_lock(self.file.with_name("index.lock"))
+                self.load().write(full=True)
             self.repo.index  # noqa: B018 - loaded now, kept by libgit2 from here on
         except (pygit2.GitError, OSError, IndexFormatError) as e:
             log.warning("the index of %s is not readable by libgit2: %s", self.path, e)
@@ -156,20 +158,20 @@ class IndexedSession:
     # -- the index ------------------------------------------------------------------------
 
     @property
-    def index_file(self) -> Path:
+    def file(self) -> Path:
         return Path(self.repo.path) / "index"
 
-    def git_index(self) -> GitIndex:
+    def load(self) -> GitIndex:
         """The index in memory, re-read if a git command wrote the file since; rebuilt from
         HEAD if it holds what this writer does not keep."""
         try:
             if self._index is None:
-                self._index = GitIndex(self.index_file, self.path, expand=self._expand)
+                self._index = GitIndex(self.file, self.path, expand=self._expand)
             else:
                 self._index.refresh()
         except IndexFormatError as e:
             log.warning("index of %s rebuilt from HEAD: %s", self.path, e)
-            self._index = GitIndex(self.index_file, self.path, read=False,
+            self._index = GitIndex(self.file, self.path, read=False,
                                    expand=self._expand)
             self._reset_from_head(self._index)
         return self._index
@@ -181,17 +183,17 @@ class IndexedSession:
             raise IndexFormatError(f"the index names {prefix!r} as a tree it does not have")
         return self._list_off_disk(obj, prefix.decode("utf-8", "surrogateescape"))
 
-    def queue_index(self, rel: str, entry: Staged | None) -> None:
+    def queue(self, rel: str, entry: Staged | None) -> None:
         if off_disk(rel):  # not known as a tree's move: the flush checks the folder
             self._pending_trees[rel[:rel.index("/") + 1]] = None
-        self._index_pending[rel] = entry
+        self._queued[rel] = entry
 
     def queue_commit(self, entries: dict[str, Staged | None], base: bytes | None,
                      tree: bytes) -> None:
         """Queue a commit's entries: `tree` is `base` with them applied;
         history/ and runs/ move from `base`'s folders to `tree`'s (one sparse entry each).
         The trees as the checkpoint made them (rawobjects.TreeCache): not read back."""
-        self._index_pending.update(entries)
+        self._queued.update(entries)
         old = self.trees.entries(base, copy=False) if base is not None else None
         new = self.trees.entries(tree, copy=False)
         for prefix in OFF_DISK:
@@ -206,14 +208,14 @@ class IndexedSession:
             else:
                 self._pending_trees[prefix] = (chain[0], after)
 
-    def flush_index(self) -> None:
+    def flush(self) -> None:
         """Write the queued entries, so `git status` in the session folder tells the truth."""
-        if not self._index_pending and not self._index_dirty:
+        if not self._queued and not self._dirty:
             return
-        entries, self._index_pending = self._index_pending, {}
+        entries, self._queued = self._queued, {}
         trees, self._pending_trees = self._pending_trees, {}
-        self._index_dirty = False
-        index = self.git_index()
+        self._dirty = False
+        index = self.load()
         moves = {p: t for p, t in trees.items() if t is not None}
         index.update(((rel, None if e is None else (e.oid, e.mode, e.st, off_disk(rel),
                                                     e.taken)) for rel, e in entries.items()),
@@ -231,7 +233,7 @@ class IndexedSession:
         seen = (id(index), index.loads, gitnames.ref_oid(self.repo.head))
         if not index.committed and self._checked != seen:
             self._checked = seen  # once per file read and HEAD, not per flush
-            head = self.head_commit().tree
+            head = self._head_tree()
             want = {p: (oid.raw, mode) for p, oid, mode, _ in tree_entries(head)
                     if not off_disk(p)}
             index.committed = index.outside(OFF_DISK) == want
@@ -242,7 +244,7 @@ class IndexedSession:
             if prefix in targets:
                 tree = targets[prefix]
             else:
-                head = head or self.head_commit().tree
+                head = head or self._head_tree()
                 tree = _tree_id(head, prefix[:-1])
             if tree is None:
                 index.adopt(prefix, None, [])
@@ -252,9 +254,9 @@ class IndexedSession:
 
     def sync_off_disk(self, tree: pygit2.Tree) -> None:
         """The history/ and runs/ entries of the index become `tree`'s (a checkout moves them
-        in the index only); written by the next `flush_index`. Costs the folders not seen
+        in the index only); written by the next `flush`. Costs the folders not seen
         before, a splice of the sorted entries, and no file."""
-        index = self.git_index()
+        index = self.load()
         for name in (HISTORY, RUNS):
             sub = gitnames.entry(tree, name)  # not `tree[name]`: it leaks `name`
             if isinstance(sub, pygit2.Tree):
@@ -262,7 +264,7 @@ class IndexedSession:
                                      sub.id.raw)
             else:
                 index.replace_prefix(f"{name}/", [], None if sub is None else UNKNOWN)
-        self._index_dirty = True
+        self._dirty = True
 
     def _list_off_disk(self, tree: pygit2.Tree, prefix: str) -> list[tuple[bytes, bytes]]:
         cached = self._listed.get((tree.id, prefix))
@@ -287,124 +289,131 @@ class IndexedSession:
         if self.repo.head_is_unborn:
             index.reset((), {p: None for p in OFF_DISK})
         else:
-            tree = self.head_commit().tree
+            tree = self._head_tree()
             known = {p: _tree_id(tree, p[:-1]) for p in OFF_DISK}
             index.reset(tree_entries(tree, "", OFF_DISK),
                         {p: t for p, t in known.items() if t is not UNKNOWN})
         index.committed = True
 
-    def reset_index(self) -> None:
+    def reset(self) -> None:
         """The index = HEAD's tree (entries whose blob is unchanged keep their stat data),
         for when a dead process may have left entries unwritten."""
-        self._index_pending = {}
+        self._queued = {}
         self._pending_trees = {}
-        index = self.git_index()
+        index = self.load()
         self._reset_from_head(index)
         index.write()
 
-    # -- what a live turn has not committed yet --------------------------------------------
+class Pending:
+    """What a live turn has not committed yet: `history/` and `runs/` files in
+    `.git/braid-pending/` until their commit (recovery finds them after a kill).
+    `GitSession.pending`."""
+
+    def __init__(self, path: Path, repo: pygit2.Repository) -> None:
+        self.path = path
+        self.repo = repo
+        self._paths: set[str] | None = None  # files in .git/braid-pending, once listed
 
     @property
-    def pending_dir(self) -> Path:
+    def dir(self) -> Path:
         return Path(self.repo.path) / PENDING
 
-    def write_uncommitted(self, rel: str, data: bytes) -> None:
+    def write(self, rel: str, data: bytes) -> None:
         """A file of a live turn before its commit: `history/` and `runs/` files into the
         pending folder, the others (session.json) into the working tree; atomic either way."""
         if not off_disk(rel):
             guarded.write(self.path, rel, data)
             return
-        pending = self.uncommitted()
+        pending = self.paths()
         if not pending:
-            self.pending_dir.mkdir(exist_ok=True)
-        guarded.write(self.pending_dir, rel, data)
+            self.dir.mkdir(exist_ok=True)
+        guarded.write(self.dir, rel, data)
         pending.add(rel)
 
-    def uncommitted(self) -> set[str]:
+    def paths(self) -> set[str]:
         """The repo-relative paths of the pending files (listed from disk once)."""
-        if self._uncommitted is None:
+        if self._paths is None:
             found: set[str] = set()
-            base = self.pending_dir
+            base = self.dir
             if base.is_dir():
                 for dirpath, _, names in os.walk(base):
                     rel_dir = Path(dirpath).relative_to(base).as_posix()
                     # A dot name is a temporary file (this writer's or an older one's).
                     found.update(f"{rel_dir}/{n}" for n in names if not n.startswith("."))
-            self._uncommitted = found
-        return self._uncommitted
+            self._paths = found
+        return self._paths
 
-    def read_uncommitted(self, rel: str) -> bytes | None:
+    def read(self, rel: str) -> bytes | None:
         try:
-            return (self.pending_dir / rel).read_bytes()
+            return (self.dir / rel).read_bytes()
         except (FileNotFoundError, NotADirectoryError):
             return None
 
-    def drop_uncommitted(self, rels: Iterable[str]) -> None:
+    def drop(self, rels: Iterable[str]) -> None:
         """Remove pending files (their content is committed now, or given up)."""
-        pending = self.uncommitted()
+        pending = self.paths()
         if not pending:
             return
         for rel in rels:
             if rel in pending:
                 pending.discard(rel)
-                (self.pending_dir / rel).unlink(missing_ok=True)
+                (self.dir / rel).unlink(missing_ok=True)
 
     def drop_committed(self) -> None:
         """Remove the pending files HEAD holds as they are (a kill after the commit that
         took them, before they were removed)."""
-        pending = self.uncommitted()
+        pending = self.paths()
         if not pending or self.repo.head_is_unborn:
             return
-        tree = self.head_commit().tree
+        tree = self.repo.head.peel(pygit2.Commit).tree
         done = []
         for rel in pending:
-            data = self.read_uncommitted(rel)
-            try:
-                if data is None or tree[rel].id == pygit2.hash(data):
-                    done.append(rel)
-            except KeyError:
-                continue
-        self.drop_uncommitted(done)
+            data = self.read(rel)
+            entry = gitnames.at_path(tree, rel)  # not `tree[rel]`: it leaks `rel`
+            if data is None or (entry is not None and entry.id == pygit2.hash(data)):
+                done.append(rel)
+        self.drop(done)
 
-    def set_aside_uncommitted(self, rel: str, aside: Path) -> None:
+    def set_aside(self, rel: str, aside: Path) -> None:
         """Move a pending file recovery will not commit to `aside/rel` (kept for a human)."""
         dest = aside / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
-        (self.pending_dir / rel).replace(dest)
-        self.uncommitted().discard(rel)
+        (self.dir / rel).replace(dest)
+        self.paths().discard(rel)
 
-    # -- sessions written with history on disk ----------------------------------------------
 
-    def convert(self) -> None:
-        """History on disk (a session written before, or an old sub-agent worktree): each
-        file that matches HEAD is dropped from disk, any other is moved to the pending folder
-        (recovery commits a killed run's), and the index entries get skip-worktree."""
-        folders = [name for name in (HISTORY, RUNS) if (self.path / name).is_dir()]
-        if not folders or self.repo.head_is_unborn:
-            return
-        tree = self.head_commit().tree
-        for name in folders:
-            base = self.path / name
-            if base.is_symlink():
-                continue
-            for dirpath, _, names in os.walk(base):
-                for file in names:
-                    rel = (Path(dirpath) / file).relative_to(self.path).as_posix()
-                    self._convert_file(tree, rel)
-            shutil.rmtree(base, ignore_errors=True)
-        self.reset_index()
-        log.info("history of %s moved off disk", self.path)
 
-    def _convert_file(self, tree: pygit2.Tree, rel: str) -> None:
-        path = self.path / rel
-        if guarded.is_temp(path.name) or path.is_symlink() or not path.is_file():
-            return
-        try:
-            same = tree[rel].id == pygit2.hashfile(str(path))
-        except KeyError:
-            same = False
-        if not same:
-            dest = self.pending_dir / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            path.replace(dest)
-            self.uncommitted().add(rel)
+# -- sessions written with history on disk --------------------------------------------------
+
+def convert(pending: Pending, index: StagingIndex) -> None:
+    """History on disk (a session written before, or an old sub-agent worktree): each
+    file that matches HEAD is dropped from disk, any other is moved to the pending folder
+    (recovery commits a killed run's), and the index entries get skip-worktree."""
+    root, repo = pending.path, pending.repo
+    folders = [name for name in (HISTORY, RUNS) if (root / name).is_dir()]
+    if not folders or repo.head_is_unborn:
+        return
+    tree = repo.head.peel(pygit2.Commit).tree
+    for name in folders:
+        base = root / name
+        if base.is_symlink():
+            continue
+        for dirpath, _, names in os.walk(base):
+            for file in names:
+                rel = (Path(dirpath) / file).relative_to(root).as_posix()
+                _convert_file(pending, tree, rel)
+        shutil.rmtree(base, ignore_errors=True)
+    index.reset()
+    log.info("history of %s moved off disk", root)
+
+
+def _convert_file(pending: Pending, tree: pygit2.Tree, rel: str) -> None:
+    path = pending.path / rel
+    if guarded.is_temp(path.name) or path.is_symlink() or not path.is_file():
+        return
+    entry = gitnames.at_path(tree, rel)  # not `tree[rel]`: it leaks `rel`
+    if entry is None or entry.id != pygit2.hashfile(str(path)):
+        dest = pending.dir / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        path.replace(dest)
+        pending.paths().add(rel)

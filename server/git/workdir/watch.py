@@ -2,7 +2,7 @@
 (`watchfiles`, inotify on Linux) per open session, so finding user edits and shell changes
 costs O(changed files), not O(files in the workdir) (DESIGN §1 principle 3).
 
-The watcher only names candidates; `GitSession.changed_workdir_paths` compares each with HEAD.
+The watcher only names candidates; `WorkdirScan.changed_paths` compares each with HEAD.
 A look first writes a marker file into `.git/braid-watch/` (watched too, invisible to git)
 and waits until its event comes back: events reach us in order, so every change made before
 the look has been seen by then. Without a watcher (too many open sessions, the system's
