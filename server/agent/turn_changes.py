@@ -20,7 +20,7 @@ from typing import cast
 import pygit2
 
 from server.base.records import FileChip, SubAgentInfo, TranscriptItem
-from server.git import lookup as gitnames
+from server.git import lookup
 from server.git.commits import TRAILER_KIND, TRAILER_RUN, first_parent_line, parse_trailers
 from server.git.session import GitSession
 from server.git.trees import file_at, tree_delta
@@ -171,8 +171,8 @@ def unified_diff(git: GitSession, changes: list[FileChange]) -> str:
     parts: list[str] = []
     total = 0
     for change in changes:
-        old = gitnames.blob_data(git.repo, change.before[0]) if change.before else None
-        new = gitnames.blob_data(git.repo, change.after[0]) if change.after else None
+        old = lookup.blob_data(git.repo, change.before[0]) if change.before else None
+        new = lookup.blob_data(git.repo, change.after[0]) if change.after else None
         # Bytes, not Blob objects: pygit2 reads freed memory for a temporary Blob.
         patch = pygit2.Patch.create_from(old, new, old_as_path=change.path,
                                          new_as_path=change.path)

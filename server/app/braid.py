@@ -12,7 +12,7 @@ from server.agent.live_runs import TurnGate
 from server.app import recovery
 from server.app.memory import give_back_memory, limit_arenas
 from server.backends.choose import make_index, make_team, make_users
-from server.base import memo as model_memo
+from server.base import memo
 from server.base.pools import IdlingThreadPool
 from server.base.settings import Settings
 from server.git.packing import Packer
@@ -87,7 +87,7 @@ class Braid:
                                      return_exceptions=True)
             if closing and not live:  # quiet: the freed heap goes back to the system
                 if not self.store.open_count():
-                    model_memo.forget_all()  # the released sessions' kept messages
+                    memo.forget_all()  # the released sessions' kept messages
                 await asyncio.to_thread(give_back_memory)
                 again = TRIMS_AFTER
             elif again and not live and not self.store.open_count():

@@ -26,7 +26,7 @@ from pygit2.enums import FileMode
 
 from server.base.errors import BadRequest, BraidError, Forbidden, NotFound
 from server.features.subagents import branch_words
-from server.git import lookup as gitnames
+from server.git import lookup
 from server.git.session import GitSession
 from server.git.trees import walk
 from server.git.workdir.scan import WORKDIR
@@ -97,7 +97,7 @@ def resolve(git: GitSession, ref: str | None) -> tuple[pygit2.Commit, str]:
 
 def _node(commit: pygit2.Commit, path: str) -> pygit2.Object | None:
     rel = f"{WORKDIR}/{path}" if path else WORKDIR
-    return gitnames.at_path(commit.tree, rel)  # not `tree[rel]`: it leaks `rel`
+    return lookup.at_path(commit.tree, rel)  # not `tree[rel]`: it leaks `rel`
 
 
 class PathEntry(TypedDict):
@@ -156,7 +156,7 @@ def read_path(git: GitSession, ref: str | None, path: str) -> PathRead:
         got.update({"data": None, "stream": RepoStream(
             git.path, lambda repo, out: _copy_blob(repo, oid, size, out))})
         return got
-    got["data"] = gitnames.blob_data(git.repo, node.id)
+    got["data"] = lookup.blob_data(git.repo, node.id)
     return got
 
 
@@ -216,7 +216,7 @@ def _blob_chunks(repo: pygit2.Repository, oid: pygit2.Oid, size: int) -> Iterato
     deflated and inflated), so a big blob is streamed by git itself (`cat-file` streams
     loose and whole packed blobs), in its own process."""
     if size <= ZIP_WHOLE:
-        data = gitnames.blob_data(repo, oid)
+        data = lookup.blob_data(repo, oid)
         for at in range(0, len(data), ZIP_CHUNK):
             yield data[at:at + ZIP_CHUNK]
         return

@@ -23,7 +23,7 @@ from server.base import crash
 from server.base.errors import BadRequest, Busy, Conflict
 from server.base.records import Conflicted, MergeResult, RunFields, to_json_bytes
 from server.features.subagents import branch_words
-from server.git import lookup as gitnames
+from server.git import lookup
 from server.git.history import HISTORY, RUNS
 from server.git.session import GitSession
 from server.git.trees import empty_tree
@@ -67,7 +67,7 @@ def _workdir_tree(git: GitSession, commit: pygit2.Commit | None, empty: pygit2.O
 def _side(git: GitSession, entry: pygit2.IndexEntry | None) -> str | None:
     if entry is None:
         return None
-    return gitnames.blob_data(git.repo, entry.id)[:SIDE_CHARS].decode("utf-8", "replace")
+    return lookup.blob_data(git.repo, entry.id)[:SIDE_CHARS].decode("utf-8", "replace")
 
 
 def _editable(git: GitSession, entries: tuple[Any, Any, Any]) -> bool:
@@ -76,7 +76,7 @@ def _editable(git: GitSession, entries: tuple[Any, Any, Any]) -> bool:
     for entry in entries[1:]:
         if entry is None:
             continue
-        data = gitnames.blob_data(git.repo, entry.id)
+        data = lookup.blob_data(git.repo, entry.id)
         if len(data) > SIDE_CHARS or entry.mode == FileMode.LINK:
             return False
         try:

@@ -45,7 +45,7 @@ from server.base.records import (
     TurnFiles,
     to_json_bytes,
 )
-from server.git import lookup as gitnames
+from server.git import lookup
 from server.git.commits import first_parent_line
 from server.git.session import Change, GitSession
 from server.git.trees import apply_changes, empty_tree, file_at
@@ -135,7 +135,7 @@ def _tree_of(repo: pygit2.Repository, entries: dict[str, Entry | None]) -> pygit
 def _text(git: GitSession, entry: Entry | None) -> str | None:
     if entry is None:
         return None
-    data = gitnames.blob_data(git.repo, entry[0])
+    data = lookup.blob_data(git.repo, entry[0])
     if b"\0" in data[:8000]:
         return f"(binary, {len(data)} bytes)"
     text = data.decode("utf-8", errors="replace")

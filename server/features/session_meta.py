@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, cast
 
 from server.base.ids import is_session_id, now_iso
 from server.base.records import SessionChanges, SessionInfo, SessionMeta, to_json_bytes
-from server.git import lookup as gitnames
+from server.git import lookup
 from server.git.session import GitSession
 
 if TYPE_CHECKING:
@@ -45,8 +45,8 @@ def write_meta(git: GitSession, meta: SessionMeta, summary: str) -> None:
         if branch.startswith("sub_"):
             continue
         commit = git.commit(tip)
-        found = gitnames.entry(commit.tree, "session.json")  # not `tree[name]`: it leaks
-        if found is not None and gitnames.blob_data(git.repo, found.id) == data:
+        found = lookup.entry(commit.tree, "session.json")  # not `tree[name]`: it leaks
+        if found is not None and lookup.blob_data(git.repo, found.id) == data:
             continue
         git.commit_on_branch(branch, {"session.json": data}, summary=summary, kind="user-edit")
 

@@ -38,7 +38,7 @@ from server.base.records import (
     new_run,
     to_json_bytes,
 )
-from server.git import lookup as gitnames
+from server.git import lookup
 from server.git.commits import commit_message
 from server.git.history import HISTORY, RUNS
 from server.git.session import WORKTREES, GitSession
@@ -103,14 +103,14 @@ def open_sub_branch(git: GitSession, branch: str, label: str, prompt: str,
         snapshot_user_edits(git)
     parent_branch = git.branch
     head = git.head_commit()
-    tree = gitnames.without(git.repo, head.tree, (HISTORY, RUNS)).id
+    tree = lookup.without(git.repo, head.tree, (HISTORY, RUNS)).id
     first_line = prompt.strip().splitlines()[0][:80] if prompt.strip() else ""
     message = commit_message(f"Sub-agent {label}: {first_line}", "sub-agent", None, None)
     oid = git.repo.create_commit(None, git.signature, git.signature, message, tree, [head.id])
     git.create_branch(branch, oid)
     path = git.path / WORKTREES / branch
     path.parent.mkdir(exist_ok=True)
-    ref = gitnames.reference(git.repo, f"refs/heads/{branch}")
+    ref = lookup.reference(git.repo, f"refs/heads/{branch}")
     assert ref is not None  # made just above
     git.repo.add_worktree(branch, str(path), ref)
     crash.at("subagent.after_worktree")

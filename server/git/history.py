@@ -21,7 +21,7 @@ from typing import Any
 
 import pygit2
 
-from server.git import lookup as gitnames
+from server.git import lookup
 
 HISTORY = "history"
 RUNS = "runs"
@@ -165,7 +165,7 @@ def _read_shards(repo: pygit2.Repository, listing: Listing,
     """Append the entries of these leaf folders to the listing."""
     for path, oid in shards:
         listing.starts.append(len(listing.entries))
-        for entry in gitnames.tree_at(repo, oid):
+        for entry in lookup.tree_at(repo, oid):
             name = entry.name
             if isinstance(entry, pygit2.Tree) or name is None:  # a tree's entries have names
                 continue
@@ -289,7 +289,7 @@ class Lines:
                 base = hit
                 break
             walked.append(oid)
-            parents = gitnames.commit_at(self.repo, oid).parent_ids
+            parents = lookup.commit_at(self.repo, oid).parent_ids
             oid = parents[0] if parents else None
         walked.reverse()
         if base is not None and base[1] == len(base[0].oids) - 1:

@@ -21,8 +21,7 @@ from pygit2.enums import FileMode
 from server.base import crash, names
 from server.base.errors import Conflict, NotFound
 from server.base.records import SessionMeta, Skipped, to_json_bytes
-from server.git import lookup as gitnames
-from server.git import objects as rawobjects
+from server.git import lookup, objects
 from server.git.commits import (
     TRAILER_INDEX,
     TRAILER_KIND,
@@ -124,7 +123,7 @@ class GitSession:
         return self.repo.head.shorthand
 
     def head_oid(self) -> pygit2.Oid:
-        return gitnames.ref_oid(self.repo.head)
+        return lookup.ref_oid(self.repo.head)
 
     def head_commit(self) -> pygit2.Commit:
         return self.repo.head.peel(pygit2.Commit)
@@ -138,7 +137,7 @@ class GitSession:
 
     def branch_tip(self, name: str) -> pygit2.Oid:
         # Not `references.get`: pygit2 leaks its name argument (git/lookup.py).
-        target = gitnames.branch_target(self.repo, name)
+        target = lookup.branch_target(self.repo, name)
         if target is None:
             raise NotFound(f"no branch {name}")
         return target
@@ -150,7 +149,7 @@ class GitSession:
         return out
 
     def read_json(self, commit: pygit2.Commit, path: str) -> Any:
-        entry = gitnames.at_path(commit.tree, path)  # not `tree[path]`: it leaks `path`
+        entry = lookup.at_path(commit.tree, path)  # not `tree[path]`: it leaks `path`
         if entry is None:
             raise NotFound(f"{path} is not in commit {commit.id}")
         return self.blob_json(entry.id)
@@ -158,7 +157,7 @@ class GitSession:
     def blob_json(self, oid: pygit2.Oid) -> Any:
         cached = self._json_cache.get(oid)
         if cached is None:
-            cached = json.loads(gitnames.blob_data(self.repo, oid))
+            cached = json.loads(lookup.blob_data(self.repo, oid))
             self._json_cache[oid] = cached
         return cached
 
@@ -201,7 +200,7 @@ class GitSession:
             ref, parent = "refs/heads/main", None
         else:
             head = self.repo.head
-            ref, parent = head.name, gitnames.ref_oid(head)
+            ref, parent = head.name, lookup.ref_oid(head)
         parents = ([parent] if parent else []) + list(extra_parents)
         message = commit_message(summary, kind, run_id, message_index, skipped)
         self.loose.begin()  # the objects' files written together, before the branch moves
@@ -213,7 +212,7 @@ class GitSession:
                     continue
                 entries[rel] = self._stage_one(rel, content)
             base = self._tree_id(parent) if parent is not None else None
-            tree = self._root(base, rawobjects.nest(entries))
+            tree = self._root(base, objects.nest(entries))
             self.index.queue_commit(entries, base.raw if base is not None else None, tree.raw)
             written = self._commit_object(ref, tree, parents, message)
         finally:
@@ -243,7 +242,7 @@ class GitSession:
         if not parents or not ref.startswith("refs/heads/"):
             return None
         sig = self.signature
-        data = rawobjects.encode_commit(tree.raw, [p.raw for p in parents], sig, sig, message)
+        data = objects.encode_commit(tree.raw, [p.raw for p in parents], sig, sig, message)
         return self.loose.write(b"commit", data)
 
     def _commit(self, ref: str, tree: pygit2.Oid, parents: list[pygit2.Oid], message: str,
@@ -255,9 +254,9 @@ class GitSession:
         if parents and ref.startswith("refs/heads/"):
             raw = written or self._commit_object(ref, tree, parents, message)
             assert raw is not None
-            log = rawobjects.reflog_message(message, len(parents))
+            log = objects.reflog_message(message, len(parents))
             try:
-                moved = rawobjects.move_branch(self.repo, self.common, ref, parents[0].raw, raw,
+                moved = objects.move_branch(self.repo, self.common, ref, parents[0].raw, raw,
                                                sig, log, head_log)
             except BranchMoved as e:
                 raise Conflict(f"branch moved while writing a checkpoint: {e}") from e
@@ -303,7 +302,7 @@ class GitSession:
             if not stat.S_ISREG(st.st_mode):
                 return None
             mode = FileMode.BLOB_EXECUTABLE if st.st_mode & 0o100 else FileMode.BLOB
-            return Staged(gitnames.blob_from_disk(self.repo, abs_path, self.blob), mode, st, taken)
+            return Staged(lookup.blob_from_disk(self.repo, abs_path, self.blob), mode, st, taken)
         if content is None:
             guarded.delete(self.path, rel)  # never through a symlinked folder
             return None
@@ -331,12 +330,12 @@ class GitSession:
     def _rebuild(self, base: bytes | None, nested: dict[str, Any]) -> bytes | None:
         """The tree `base` (raw id) with `nested` applied, as bytes (git/objects.py): only the
         trees on changed paths are written; None when it ends up empty (its entry goes)."""
-        edit = rawobjects.TreeEdit(self.trees.entries(base) if base is not None else {})
+        edit = objects.TreeEdit(self.trees.entries(base) if base is not None else {})
         for name, change in nested.items():
             key = name.encode()
             if isinstance(change, dict):
                 old = edit.entries.get(key)
-                made = self._rebuild(rawobjects.entry_tree(old) if old else None, change)
+                made = self._rebuild(objects.entry_tree(old) if old else None, change)
                 if made is None:
                     edit.entries.pop(key, None)
                     continue
@@ -346,10 +345,10 @@ class GitSession:
                 continue
             else:
                 mode, raw = int(change[1]), change[0].raw
-            if edit.put(key, rawobjects.tree_entry(mode, key, raw)) and \
-                    not rawobjects.plain_name(name):
+            if edit.put(key, objects.tree_entry(mode, key, raw)) and \
+                    not objects.plain_name(name):
                 self.loose.settle()  # libgit2 judges the name, and looks the object up
-                rawobjects.check_name(name, self.repo, pygit2.Oid(raw=raw), mode)
+                objects.check_name(name, self.repo, pygit2.Oid(raw=raw), mode)
         if not edit.entries:
             return None
         entries, data = edit.done()
@@ -379,7 +378,7 @@ class GitSession:
         try:
             entries = {rel: (self.blob(data), FileMode.BLOB) if data is not None
                        else None for rel, data in changes.items()}
-            tree = self._root(self._tree_id(tip), rawobjects.nest(entries))
+            tree = self._root(self._tree_id(tip), objects.nest(entries))
             written = self._commit_object(ref, tree, [tip], message)
         finally:
             self.loose.finish()
@@ -390,7 +389,7 @@ class GitSession:
     ) -> pygit2.Oid:
         """`base` with `entries` (repo-relative path → (blob id, mode), or None to remove)
         applied, rebuilding only the trees on those paths."""
-        return self._root(base.id if base is not None else None, rawobjects.nest(entries))
+        return self._root(base.id if base is not None else None, objects.nest(entries))
 
     def remove_worktree(self, name: str) -> None:
         """Forget a worktree and delete its folder (pygit2's prune leaves the folder)."""
@@ -403,6 +402,6 @@ class GitSession:
             shutil.rmtree(folder, ignore_errors=True)
 
     def create_branch(self, name: str, target: pygit2.Oid) -> None:
-        if gitnames.branch_target(self.repo, name) is not None:
+        if lookup.branch_target(self.repo, name) is not None:
             raise Conflict(f"branch {name} exists")
         self.repo.branches.local.create(name, self.repo[target].peel(pygit2.Commit))

@@ -17,7 +17,7 @@ from typing import Any
 import pygit2
 from pygit2.enums import FileMode
 
-from server.git import lookup as gitnames
+from server.git import lookup
 from server.git.objects import nest
 
 Entry = tuple[pygit2.Oid, int]
@@ -50,7 +50,7 @@ def files(tree: pygit2.Tree | None, prefix: str = "") -> dict[str, Entry]:
 
 def file_at(tree: pygit2.Tree | None, path: str) -> Entry | None:
     """The file at `path` in `tree` as (blob id, mode); None when absent or a folder."""
-    obj = gitnames.at_path(tree, path)  # not `tree[path]`: it leaks `path`
+    obj = lookup.at_path(tree, path)  # not `tree[path]`: it leaks `path`
     if obj is None or isinstance(obj, pygit2.Tree):
         return None
     return obj.id, int(obj.filemode)
@@ -82,7 +82,7 @@ def _fill(tree: pygit2.Tree | None, items: list[tuple[str, list[str]]], depth: i
         else:
             below.setdefault(parts[depth], []).append((path, parts))
     if (len(here) + len(below)) * SEARCH_COST < len(tree):
-        found = ((name, gitnames.entry(tree, name)) for name in [*here, *below])
+        found = ((name, lookup.entry(tree, name)) for name in [*here, *below])
     else:  # most of the folder is wanted: its entries, each read once
         found = ((entry.name or "", entry) for entry in tree)
     for name, entry in found:
@@ -141,7 +141,7 @@ def apply_changes(repo: pygit2.Repository, tree: pygit2.Tree | None,
     in `repo` by libgit2's TreeBuilder, which refuses a name git would (None when it ends
     empty). The objects named must be in `repo` (copy_blobs)."""
     oid = _apply(repo, tree, nest(changes))
-    return None if oid is None else gitnames.tree_at(repo, oid)
+    return None if oid is None else lookup.tree_at(repo, oid)
 
 
 def _apply(repo: pygit2.Repository, tree: pygit2.Tree | None,
@@ -150,7 +150,7 @@ def _apply(repo: pygit2.Repository, tree: pygit2.Tree | None,
     put: dict[str, tuple[pygit2.Oid, int]] = {}
     for name, change in nested.items():
         if isinstance(change, dict):
-            oid = _apply(repo, gitnames.subtree(tree, name), change)
+            oid = _apply(repo, lookup.subtree(tree, name), change)
             if oid is None:
                 drop.append(name)
             else:
@@ -160,7 +160,7 @@ def _apply(repo: pygit2.Repository, tree: pygit2.Tree | None,
         else:
             put[name] = (change[0], int(change[1]))
     # Removed by splicing the raw tree: `TreeBuilder.remove` leaks the name (lookup.py).
-    base = gitnames.without(repo, tree, drop) if tree is not None else None
+    base = lookup.without(repo, tree, drop) if tree is not None else None
     builder = repo.TreeBuilder(base) if base is not None else repo.TreeBuilder()
     for name, (oid, mode) in put.items():
         builder.insert(name, oid, mode)
@@ -174,8 +174,8 @@ def copy_blobs(dst: pygit2.Repository, src: pygit2.Repository, changes: Changes)
         return
     for entry in changes.values():
         if entry is not None and entry[0] not in dst:
-            dst.odb.write(pygit2.enums.ObjectType.BLOB, gitnames.blob_data(src, entry[0]))
+            dst.odb.write(pygit2.enums.ObjectType.BLOB, lookup.blob_data(src, entry[0]))
 
 
 def empty_tree(repo: pygit2.Repository) -> pygit2.Tree:
-    return gitnames.tree_at(repo, repo.TreeBuilder().write())
+    return lookup.tree_at(repo, repo.TreeBuilder().write())

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pygit2
 
 from server.base import crash
-from server.git import lookup as gitnames
+from server.git import lookup
 from server.git.history import HISTORY, RUNS
 from server.git.session import Change, GitSession
 from server.git.trees import apply_changes, tree_delta
@@ -66,7 +66,7 @@ def check_all(git: GitSession, written: list[str], deleted: list[str]) -> None:
 def checkout(git: GitSession, name: str) -> None:
     """Switch the session to branch `name`: only the paths that differ are written (deletions
     first), then HEAD moves and those index entries follow."""
-    ref = gitnames.reference(git.repo, f"refs/heads/{name}")
+    ref = lookup.reference(git.repo, f"refs/heads/{name}")
     if ref is None:
         from server.base.errors import NotFound
 
@@ -100,8 +100,8 @@ def merge_paths(git: GitSession, old_oid: pygit2.Oid, new_oid: pygit2.Oid
                 ) -> tuple[list[str], list[str]]:
     """(written, deleted) repo-relative paths to bring workdir/ from tree `old_oid` to
     `new_oid`, refused (`UnsafePath`) before anything changes if a write would escape."""
-    written, deleted = changed_paths(git.repo, gitnames.tree_at(git.repo, old_oid),
-                                     gitnames.tree_at(git.repo, new_oid),
+    written, deleted = changed_paths(git.repo, lookup.tree_at(git.repo, old_oid),
+                                     lookup.tree_at(git.repo, new_oid),
                                      f"{WORKDIR}/")
     check_all(git, written, deleted)
     return written, deleted

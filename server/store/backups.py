@@ -30,7 +30,7 @@ from pygit2.enums import FileMode
 
 from server.base.errors import Conflict
 from server.base.records import to_json_bytes
-from server.git import lookup as gitnames
+from server.git import lookup
 from server.git.session import GitSession
 from server.git.trees import apply_changes, file_at
 from server.git.workdir import guarded
@@ -78,11 +78,11 @@ class BackupStore:
 
     def manifest(self, turn_id: str) -> dict[str, Entry | None]:
         # Not `references.get` nor `tree[name]`: both leak their name (git/lookup.py).
-        commit = gitnames.ref_commit(self.repo, REF_PREFIX + turn_id)
-        found = gitnames.entry(commit.tree, MANIFEST) if commit is not None else None
+        commit = lookup.ref_commit(self.repo, REF_PREFIX + turn_id)
+        found = lookup.entry(commit.tree, MANIFEST) if commit is not None else None
         if found is None:
             return {}
-        raw = json.loads(gitnames.blob_data(self.repo, found.id))
+        raw = json.loads(lookup.blob_data(self.repo, found.id))
         out: dict[str, Entry | None] = {}
         for rel, item in raw.get("paths", {}).items():
             out[rel] = (pygit2.Oid(hex=item["oid"]), int(item["mode"])) if item else None
@@ -111,7 +111,7 @@ class BackupStore:
         if not stat.S_ISREG(st.st_mode):
             return None
         mode = FileMode.BLOB_EXECUTABLE if st.st_mode & 0o100 else FileMode.BLOB
-        return gitnames.blob_from_disk(self.repo, path), mode
+        return lookup.blob_from_disk(self.repo, path), mode
 
     def _head_entries(self, rels: list[str]) -> dict[str, Entry | None]:
         if not rels:
@@ -125,7 +125,7 @@ class BackupStore:
     def _write(self, turn_id: str, manifest: dict[str, Entry | None],
                new_blobs: list[Entry]) -> None:
         ref_name = REF_PREFIX + turn_id
-        old = gitnames.ref_commit(self.repo, ref_name)
+        old = lookup.ref_commit(self.repo, ref_name)
         old_tree = old.tree if old is not None else None
         paths = {rel: ({"oid": str(e[0]), "mode": int(e[1])} if e else None)
                  for rel, e in sorted(manifest.items())}
@@ -166,5 +166,5 @@ def write_entry(git: GitSession, rel: str, entry: Entry | None) -> None:
         guarded.delete(git.path, f"{WORKDIR}/{rel}", prune_below=WORKDIR)
         return
     oid, mode = entry
-    guarded.write(git.path, f"{WORKDIR}/{rel}", gitnames.blob_data(git.repo, oid),
+    guarded.write(git.path, f"{WORKDIR}/{rel}", lookup.blob_data(git.repo, oid),
                   executable=mode == FileMode.BLOB_EXECUTABLE, symlink=mode == FileMode.LINK)

@@ -36,7 +36,7 @@ from pygit2.enums import FileMode
 from server.base import crash
 from server.base.ids import is_session_id
 from server.base.records import IntentExtras, IntentRecord
-from server.git import lookup as gitnames
+from server.git import lookup
 from server.git.commits import commit_info
 from server.git.session import GitSession
 from server.git.trees import files_at
@@ -129,7 +129,7 @@ def apply_tree(git: GitSession, tree: pygit2.Tree | None, paths: Iterable[str],
             elif _on_disk_is(git, rel, entry):
                 unwritten.add(rel)
             else:
-                guarded.write(git.path, rel, gitnames.blob_data(git.repo, entry[0]),
+                guarded.write(git.path, rel, lookup.blob_data(git.repo, entry[0]),
                               executable=entry[1] == FileMode.BLOB_EXECUTABLE,
                               symlink=entry[1] == FileMode.LINK)
         except guarded.UnsafePath:
@@ -154,7 +154,7 @@ def _on_disk_is(git: GitSession, rel: str, entry: tuple[pygit2.Oid, int]) -> boo
     try:
         if entry[1] == FileMode.LINK:
             return path.is_symlink() and \
-                os.fsencode(os.readlink(path)) == gitnames.blob_data(git.repo, entry[0])
+                os.fsencode(os.readlink(path)) == lookup.blob_data(git.repo, entry[0])
         if path.is_symlink() or not path.is_file():
             return False
         return pygit2.hash(path.read_bytes()) == entry[0] and \
@@ -166,10 +166,10 @@ def _on_disk_is(git: GitSession, rel: str, entry: tuple[pygit2.Oid, int]) -> boo
 def finish_checkout(git: GitSession, record: IntentRecord) -> None:
     """Roll an interrupted checkout forward: the target branch's files, then HEAD."""
     name = str(record.get("to"))
-    ref = gitnames.reference(git.repo, f"refs/heads/{name}")
+    ref = lookup.reference(git.repo, f"refs/heads/{name}")
     if ref is None:  # the target vanished: go back instead
         name = str(record.get("branch"))
-        ref = gitnames.reference(git.repo, f"refs/heads/{name}")
+        ref = lookup.reference(git.repo, f"refs/heads/{name}")
         if ref is None:
             raise KeyError(f"refs/heads/{name}")
     tree = ref.peel(pygit2.Commit).tree
@@ -190,11 +190,11 @@ def settle(git: GitSession, record: IntentRecord) -> str:
     if record.get("op") == "checkout":
         finish_checkout(git, record)
         return "completed"
-    ref = gitnames.reference(git.repo, f"refs/heads/{branch}")
-    tip = gitnames.ref_oid(ref) if ref is not None else None
+    ref = lookup.reference(git.repo, f"refs/heads/{branch}")
+    tip = lookup.ref_oid(ref) if ref is not None else None
     done = tip is not None and str(tip) != record.get("head")
     if done and tip is not None:
-        info = commit_info(gitnames.commit_at(git.repo, tip))
+        info = commit_info(lookup.commit_at(git.repo, tip))
         if info.kind != record.get("kind"):
             log.warning("intent %s: the branch moved to a %s commit", record.get("op"),
                         info.kind)

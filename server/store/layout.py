@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pygit2
 
 from server.base.records import MessageRecord, RunRecord, Usage
-from server.git import lookup as gitnames
+from server.git import lookup
 from server.git.history import HISTORY, RUNS, Entry, history_path, run_path
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class StoredMessage:
 
 
 def _tree(git: GitSession, commit: pygit2.Commit | None, top: str) -> pygit2.Tree | None:
-    return gitnames.subtree((commit or git.head_commit()).tree, top)
+    return lookup.subtree((commit or git.head_commit()).tree, top)
 
 
 # -- history/ -------------------------------------------------------------------------------
@@ -201,7 +201,7 @@ def is_run_commit(kind: str | None, commit_run: str | None, run_id: str | None =
 
 def holds_record(commit: pygit2.Commit, record_path: str) -> bool:
     """`commit` holds the run record at `record_path` (not `in tree`: it leaks the path)."""
-    return gitnames.at_path(commit.tree, record_path) is not None
+    return lookup.at_path(commit.tree, record_path) is not None
 
 
 def begins_run(commit: pygit2.Commit, record_path: str | None) -> bool:

@@ -24,8 +24,7 @@ from server.features import (
     subagents,
     timetravel,
 )
-from server.features.sources import exporting
-from server.features.sources import sync as source_sync
+from server.features.sources import exporting, sync
 from server.web import params as P
 from server.web.file_actions import file_or_folder, zip_download
 from server.web.specs import Action, ActionContext, Handler, Http, Param, http_routes, socket_table
@@ -108,7 +107,7 @@ SPECS: list[Action] = [
         Param("path", P.folder),
         Param("force", P.form_flag("force")),
     ), Http("POST", "/api/sessions/{session_id}/export")),
-    Action("update_from_source", source_sync.update_from_source, (),
+    Action("update_from_source", sync.update_from_source, (),
            Http("POST", "/api/sessions/{session_id}/update_from_source")),
     Action("list_files", files.list_files, (Param("ref", P.ref), Param("path", P.workdir_path))),
     # -- HTTP only --------------------------------------------------------------------------

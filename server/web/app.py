@@ -37,8 +37,7 @@ from server.web.auth import (
     login_required,
     to_login,
 )
-from server.web.render import dag as dag_views
-from server.web.render import highlight
+from server.web.render import dag, highlight
 from server.web.render.templating import ROOT
 from server.web.specs import http_routes
 from server.web.ws import session_socket
@@ -103,9 +102,9 @@ def routes() -> list[Route | WebSocketRoute | Mount]:
         Route("/s/{session_id}/files", partial(file_actions.files_fragment)),
         Route("/s/{session_id}/files/view", partial(file_actions.file_view)),
         Route("/highlight.css", highlight.stylesheet_route),
-        Route("/s/{session_id}/dag", partial(dag_views.dag_fragment)),
+        Route("/s/{session_id}/dag", partial(dag.dag_fragment)),
         Route("/s/{session_id}/turns", partial(transcript_pages.older_turns)),
-        Route("/s/{session_id}/dag/node/{commit_id}", partial(dag_views.node_fragment)),
+        Route("/s/{session_id}/dag/node/{commit_id}", partial(dag.node_fragment)),
         Route("/s/{session_id}/fork", page(form_posts.fork_page), methods=["POST"]),
         Route("/s/{session_id}/model", partial(model_actions.picker_fragment)),
         *http_routes(SPECS),  # the JSON API: one route per declared action

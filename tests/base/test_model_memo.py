@@ -38,12 +38,12 @@ def test_more_objects_than_it_holds_still_get_their_own_values() -> None:
 
 
 def test_forget_all_also_empties_the_caches_by_value() -> None:
-    """The replayed arguments' texts (model_messages) go with the memos once no session is
+    """The replayed arguments' texts (model/messages.py) go with the memos once no session is
     open: else a burst of sessions' arguments stays for good (issue 11)."""
     from server.base import memo as model_memo
-    from server.model import messages as model_messages
+    from server.model import messages
 
-    model_messages.valid_arguments('{"path": "a.txt"}')
-    assert model_messages._valid_text.cache_info().currsize > 0
+    messages.valid_arguments('{"path": "a.txt"}')
+    assert messages._valid_text.cache_info().currsize > 0
     model_memo.forget_all()
-    assert model_messages._valid_text.cache_info().currsize == 0
+    assert messages._valid_text.cache_info().currsize == 0

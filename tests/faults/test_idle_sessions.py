@@ -18,9 +18,8 @@ import pytest
 
 from conftest import git, new_session, run_turn
 from server.app import braid as braid_module
-from server.model import body as model_body
-from server.store import context
-from server.store import session_store as store
+from server.model import body
+from server.store import context, session_store
 
 
 def git_threads() -> int:
@@ -45,8 +44,8 @@ async def test_idle_sessions_release_their_threads_and_reopen(make_braid: Any) -
                                   for i, (sid, _) in enumerate(made)))
     watcher.cancel()
     assert [d["status"] for d in done] == ["COMPLETED"] * 12
-    assert 1 <= peak <= store.GIT_THREADS, peak
-    deadline = asyncio.get_running_loop().time() + store.IDLE_SECONDS + 20
+    assert 1 <= peak <= session_store.GIT_THREADS, peak
+    deadline = asyncio.get_running_loop().time() + session_store.IDLE_SECONDS + 20
     while git_threads() > 0 and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.2)
     assert git_threads() == 0, git_threads()
@@ -94,7 +93,7 @@ async def test_an_idle_session_lets_go_of_its_repository(make_braid: Any) -> Non
     sid, path = await new_session(braid)
     for i in range(3):
         assert (await run_turn(braid, sid, f"write f{i}.txt {i}"))["status"] == "COMPLETED"
-    assert len(context.COSTS) > 0 and len(model_body.ENCODED) > 0
+    assert len(context.COSTS) > 0 and len(body.ENCODED) > 0
     # The objects into a pack (loose ones gone), which libgit2 keeps open and mapped.
     git(path, "repack", "-a", "-d", "-q")
     handle = braid.store.get(sid)
@@ -124,7 +123,7 @@ async def test_an_idle_session_lets_go_of_its_repository(make_braid: Any) -> Non
     assert repo() is None
     assert held_files(path / ".git") == []
     # No session open: the per-message memos of its model calls are emptied too.
-    await until(lambda: len(context.COSTS) == len(model_body.ENCODED) == 0)
+    await until(lambda: len(context.COSTS) == len(body.ENCODED) == 0)
     done = await run_turn(braid, sid, "write g.txt reopened")  # reopened on demand
     assert done["status"] == "COMPLETED"
     assert git(path, "show", "HEAD:workdir/g.txt") == "reopened\n"
@@ -173,7 +172,7 @@ async def test_a_released_session_keeps_no_handle_nobody_holds(make_braid: Any) 
     await until(lambda: not holder[0].is_open and gone() is None)  # released, let go
     assert braid.store.get(kept) is holder[0]  # still held: the same handle and lane
     assert braid.store.open_count() == 0
-    # Used again through the handle it held: the store keeps it in use, then releases it.
+    # Used again through the handle it held: the session_store keeps it in use, then releases it.
     assert await holder[0].call(lambda git: git.branch) == "main"
     assert holder[0].is_open and braid.store.open_count() == 1
     await until(lambda: not holder[0].is_open)

@@ -17,7 +17,7 @@ from pygit2.enums import FileMode
 
 from conftest import assert_fsck
 from server.base.records import to_json_bytes
-from server.git import lookup as gitnames
+from server.git import lookup
 from server.git.history import history_path, run_path
 from server.git.session import GitSession
 from server.git.trees import file_at
@@ -55,12 +55,12 @@ def test_lookups_agree_with_pygit2(tmp_path: Path) -> None:
     tree = tricky_tree(repo)
     for name in [*NAMES, "nope", "a.c", "aa", "", "a/f", "é/f"]:
         want = tree[name] if name and name in tree else None
-        got = gitnames.at_path(tree, name) if name else None
+        got = lookup.at_path(tree, name) if name else None
         assert (got.id, got.filemode) == (want.id, want.filemode) if want else got is None
         if "/" not in name:
-            sub = gitnames.subtree(tree, name)
+            sub = lookup.subtree(tree, name)
             assert (sub is not None) == (name in FOLDERS)
-    assert gitnames.entry(None, "a") is None and gitnames.subtree(None, "a") is None
+    assert lookup.entry(None, "a") is None and lookup.subtree(None, "a") is None
 
 
 def test_without_is_treebuilder_remove(tmp_path: Path) -> None:
@@ -72,8 +72,8 @@ def test_without_is_treebuilder_remove(tmp_path: Path) -> None:
         builder = repo.TreeBuilder(tree)
         for name in names:
             builder.remove(name)
-        assert gitnames.without(repo, tree, [*names, "absent"]).id == builder.write()
-    assert gitnames.without(repo, tree, ["absent"]).id == tree.id
+        assert lookup.without(repo, tree, [*names, "absent"]).id == builder.write()
+    assert lookup.without(repo, tree, ["absent"]).id == tree.id
 
 
 def test_refs_and_blobs_agree_with_pygit2(tmp_path: Path) -> None:
@@ -82,21 +82,21 @@ def test_refs_and_blobs_agree_with_pygit2(tmp_path: Path) -> None:
     sig = pygit2.Signature("t", "t@t")
     commit = repo.create_commit("refs/heads/main", sig, sig, "m", tree.id, [])
     repo.references.create("refs/braid/backups/x1", commit)
-    assert gitnames.branch_target(repo, "main") == commit
-    assert gitnames.branch_target(repo, "nope") is None
-    assert gitnames.branch_target(repo, "..bad..") is None
-    assert gitnames.ref_commit(repo, "refs/braid/backups/x1").id == commit
-    assert gitnames.ref_commit(repo, "refs/braid/backups/x2") is None
-    main = gitnames.reference(repo, "refs/heads/main")
+    assert lookup.branch_target(repo, "main") == commit
+    assert lookup.branch_target(repo, "nope") is None
+    assert lookup.branch_target(repo, "..bad..") is None
+    assert lookup.ref_commit(repo, "refs/braid/backups/x1").id == commit
+    assert lookup.ref_commit(repo, "refs/braid/backups/x2") is None
+    main = lookup.reference(repo, "refs/heads/main")
     assert main is not None and main.name == "refs/heads/main" and main.target == commit
-    other = gitnames.reference(repo, "refs/braid/backups/x1")
+    other = lookup.reference(repo, "refs/braid/backups/x1")
     assert other is not None and other.target == commit
-    assert gitnames.reference(repo, "refs/heads/nope") is None
-    assert gitnames.reference(repo, "refs/braid/backups/x2") is None
+    assert lookup.reference(repo, "refs/heads/nope") is None
+    assert lookup.reference(repo, "refs/braid/backups/x2") is None
     for data in (b"plain\n", b"crlf\r\n", b"$Id$\n", b"", bytes(range(256))):
         path = tmp_path / "r" / "f.bin"
         path.write_bytes(data)
-        assert gitnames.blob_from_disk(repo, path) == repo.create_blob_fromdisk(str(path))
+        assert lookup.blob_from_disk(repo, path) == repo.create_blob_fromdisk(str(path))
 
 
 def test_no_name_is_kept_alive(tmp_path: Path) -> None:
@@ -107,11 +107,11 @@ def test_no_name_is_kept_alive(tmp_path: Path) -> None:
     repo.create_commit("refs/heads/main", sig, sig, "m", tree.id, [])
     (tmp_path / "r" / "f.txt").write_text("f\n")
     calls = [
-        lambda n: gitnames.entry(tree, n), lambda n: gitnames.subtree(tree, n),
-        lambda n: gitnames.at_path(tree, n + "/f"), lambda n: gitnames.without(repo, tree, [n]),
-        lambda n: gitnames.branch_target(repo, "main" if n == "a" else n),
-        lambda n: gitnames.ref_commit(repo, "refs/heads/" + n),
-        lambda n: gitnames.reference(repo, n),  # neither a branch nor another ref's name
+        lambda n: lookup.entry(tree, n), lambda n: lookup.subtree(tree, n),
+        lambda n: lookup.at_path(tree, n + "/f"), lambda n: lookup.without(repo, tree, [n]),
+        lambda n: lookup.branch_target(repo, "main" if n == "a" else n),
+        lambda n: lookup.ref_commit(repo, "refs/heads/" + n),
+        lambda n: lookup.reference(repo, n),  # neither a branch nor another ref's name
     ]
     for call in calls:
         name = fresh("a")
@@ -121,7 +121,7 @@ def test_no_name_is_kept_alive(tmp_path: Path) -> None:
         assert sys.getrefcount(name) == before
     path = fresh(str(tmp_path / "r" / "f.txt"))
     before = sys.getrefcount(path)
-    gitnames.blob_from_disk(repo, path)
+    lookup.blob_from_disk(repo, path)
     assert sys.getrefcount(path) == before
 
 

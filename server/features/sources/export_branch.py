@@ -25,7 +25,7 @@ import pygit2
 from server.agent.turn_changes import trailers_of
 from server.base.errors import BadRequest
 from server.base.records import BranchExport, MessageRecord, RunRecord, SessionMeta
-from server.git import lookup as gitnames
+from server.git import lookup
 from server.git.commits import first_parent_line
 from server.git.session import GitSession
 from server.git.trees import apply_changes, copy_blobs, empty_tree, tree_changes
@@ -163,9 +163,9 @@ def _source_moved(git: GitSession, before: pygit2.Commit | None,
     def base(commit: pygit2.Commit | None) -> str | None:
         if commit is None:
             return None
-        found = gitnames.entry(commit.tree, "session.json")  # not `tree[name]`: it leaks
+        found = lookup.entry(commit.tree, "session.json")  # not `tree[name]`: it leaks
         try:
-            meta = json.loads(gitnames.blob_data(git.repo, found.id)) if found else None
+            meta = json.loads(lookup.blob_data(git.repo, found.id)) if found else None
         except (TypeError, ValueError):
             return None
         if meta is None:
@@ -191,7 +191,7 @@ def pick_branch(src: pygit2.Repository, base_name: str, tip: pygit2.Oid) -> tupl
     while True:
         name = base_name if n == 1 else f"{base_name}-{n}"
         ref_name = f"refs/heads/{name}"
-        ref = gitnames.reference(src, ref_name)
+        ref = lookup.reference(src, ref_name)
         if ref_name != checked_out:
             if ref is None:
                 return name, "created"
@@ -220,7 +220,7 @@ def export_to_branch(git: GitSession, src: pygit2.Repository, meta: SessionMeta
     name, how = pick_branch(src, f"braid/{slug(meta.get('title') or '', meta['session_id'])}",
                             tip)
     ref_name = f"refs/heads/{name}"
-    old = gitnames.reference(src, ref_name)
+    old = lookup.reference(src, ref_name)
     if old is None:
         src.references.create(ref_name, tip)
     elif old.target != tip:

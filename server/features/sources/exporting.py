@@ -45,7 +45,7 @@ from server.features.roots import Roots, roots_of
 from server.features.sources.export_branch import export_to_branch
 from server.features.sources.importing import SOURCE_BASE_REF
 from server.features.sources.sources import OpenedRepo, Source, allowed_path
-from server.git import lookup as gitnames
+from server.git import lookup
 from server.git.session import SIGNATURE_EMAIL, SIGNATURE_NAME, GitSession
 from server.git.trees import Changes, Entry, apply_changes, empty_tree, files
 from server.git.workdir.scan import workdir_tree
@@ -163,7 +163,7 @@ def _stage(git: GitSession, target: Folder, plan: Plan, record: ExportRecord) ->
     try:
         record["ino"] = os.fstat(tmp_fd).st_ino  # removed at the end only if still this one
         for i, (_rel, entry) in enumerate(plan.writes):
-            put_file(tmp_fd, f"w{i}", gitnames.blob_data(git.repo, entry[0]), entry[1])
+            put_file(tmp_fd, f"w{i}", lookup.blob_data(git.repo, entry[0]), entry[1])
     except OSError as e:
         with contextlib.suppress(OSError):
             target.remove_private(record["tmp"], record.get("ino"))
@@ -238,11 +238,11 @@ def _base_tree(repo: pygit2.Repository, folder: Path, target: Folder,
     """What the folder last got from this session: the last export's state; for the folder
     the session was imported from, the import base; otherwise nothing (a file already there
     is the user's: a conflict, never overwritten unless `force`)."""
-    last = gitnames.ref_commit(repo, _ref_for(folder))
+    last = lookup.ref_commit(repo, _ref_for(folder))
     if last is not None:
         return last.tree
     if source == folder and not target.is_empty():
-        base = gitnames.ref_commit(repo, SOURCE_BASE_REF)
+        base = lookup.ref_commit(repo, SOURCE_BASE_REF)
         return base.tree if base is not None else None
     return None
 
@@ -252,7 +252,7 @@ def _state(repo: pygit2.Repository, folder: Path, base: pygit2.Tree | None,
     """The commit of what the folder holds from us after this export (None: unchanged)."""
     state = apply_changes(repo, base, given)
     tree_id = state.id if state is not None else empty_tree(repo).id
-    last = gitnames.ref_commit(repo, _ref_for(folder))
+    last = lookup.ref_commit(repo, _ref_for(folder))
     if last is not None and last.tree_id == tree_id:
         return None
     sig = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL)

@@ -34,7 +34,7 @@ from server.features.sources.sources import (
     snapshot_folder,
     snapshot_git,
 )
-from server.git import lookup as gitnames
+from server.git import lookup
 from server.git.commits import TRAILER_KIND
 from server.git.init_repo import init_repository
 from server.git.safe import run_git
@@ -113,7 +113,7 @@ def refresh_index(repo: pygit2.Repository, path: Path, tree: pygit2.Oid) -> None
     """The index = the commit's tree, with stat data filled in by one `git update-index
     --refresh` pass, so later status checks do not rehash every imported file."""
     index = GitIndex(Path(repo.path) / "index", path, read=False)
-    index.reset(tree_entries(gitnames.tree_at(repo, tree), ""))
+    index.reset(tree_entries(lookup.tree_at(repo, tree), ""))
     index.write()
     run_git(["-C", str(path), "update-index", "-q", "--refresh"])
 

@@ -24,7 +24,7 @@ from server.base.records import PathConflict, SessionMeta, SyncResult, to_json_b
 from server.features.roots import Roots, roots_of
 from server.features.sources.importing import SOURCE_BASE_REF, set_source_base, take_snapshot
 from server.features.sources.sources import Source, allowed_path
-from server.git import lookup as gitnames
+from server.git import lookup
 from server.git.session import GitSession
 from server.git.trees import empty_tree, tree_changes
 from server.git.workdir.scan import WORKDIR, workdir_tree
@@ -48,7 +48,7 @@ def _merged(repo: pygit2.Repository, base: pygit2.Tree, ours: pygit2.Tree,
             del index.conflicts[path]
             if mine is not None:
                 index.add(pygit2.IndexEntry(path, mine.id, mine.mode))
-    return gitnames.tree_at(repo, index.write_tree(repo)), conflicts
+    return lookup.tree_at(repo, index.write_tree(repo)), conflicts
 
 
 def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: SessionMeta
@@ -64,8 +64,8 @@ def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: Se
     repo = git.repo
     snap = take_snapshot(repo, source, settings, roots)  # TooLarge here: nothing written yet
     crash.at("update.after_snapshot")
-    theirs = gitnames.tree_at(repo, snap.tree) if snap.tree is not None else empty_tree(repo)
-    at_base = gitnames.ref_commit(repo, SOURCE_BASE_REF)
+    theirs = lookup.tree_at(repo, snap.tree) if snap.tree is not None else empty_tree(repo)
+    at_base = lookup.ref_commit(repo, SOURCE_BASE_REF)
     base = at_base.tree if at_base is not None else empty_tree(repo)
     result: SyncResult = {"changed": False, "updated_paths": [], "conflicts": [],
                           "commit_id": None, "base_commit": snap.base_commit,
@@ -77,7 +77,7 @@ def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: Se
     merged, conflicts = _merged(repo, base, ours, theirs)
     changes: dict[str, bytes | None] = {}
     for rel, entry in tree_changes(ours, merged).items():
-        changes[f"{WORKDIR}/{rel}"] = (gitnames.blob_data(repo, entry[0]) if entry is not None
+        changes[f"{WORKDIR}/{rel}"] = (lookup.blob_data(repo, entry[0]) if entry is not None
                                        else None)
     if not changes and not conflicts:
         # The source moved, but only to what the session holds already: nothing to bring in,

@@ -24,7 +24,7 @@ import pygit2
 from pygit2.enums import FileMode
 
 from server.base import names
-from server.git import lookup as gitnames
+from server.git import lookup
 from server.git.packwriter import PackWriter
 from server.git.trees import walk
 from server.git.workdir import guarded
@@ -36,7 +36,7 @@ WORKDIR = "workdir"  # the agent's files (DESIGN §3)
 
 def workdir_tree(commit: pygit2.Commit | None) -> pygit2.Tree | None:
     """The `workdir/` folder of `commit`, or None."""
-    return gitnames.subtree(commit.tree, WORKDIR) if commit is not None else None
+    return lookup.subtree(commit.tree, WORKDIR) if commit is not None else None
 
 
 def holdable(changes: Mapping[str, Any], root: Path
@@ -149,7 +149,7 @@ class WorkdirScan:
                 continue
             seen.add(rel)
             # A name git cannot hold is in no tree. Not `head[rel]`: it leaks `rel`.
-            entry = gitnames.at_path(head, rel) if names.is_utf8(rel) else None
+            entry = lookup.at_path(head, rel) if names.is_utf8(rel) else None
             if isinstance(entry, pygit2.Tree):  # a folder in HEAD: look at what it held
                 todo.extend(path for path, _ in walk(entry, f"{rel}/"))
                 entry = None

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import pygit2
 
-from server.git import lookup as gitnames
+from server.git import lookup
 from server.git.history import HISTORY, RUNS
 from server.git.objects import TreeCache, folder_in
 from server.git.workdir import guarded
@@ -110,7 +110,7 @@ def is_sparse_file(index_file: Path) -> bool:
 
 def _tree_id(tree: pygit2.Tree | None, name: str) -> bytes | Unknown | None:
     """The raw id of `tree`'s folder `name` (None: none; UNKNOWN: a file stands there)."""
-    sub = gitnames.entry(tree, name)  # not `tree[name]`: it leaks `name` (git/lookup.py)
+    sub = lookup.entry(tree, name)  # not `tree[name]`: it leaks `name` (git/lookup.py)
     if sub is None:
         return None
     return sub.id.raw if isinstance(sub, pygit2.Tree) else UNKNOWN
@@ -230,7 +230,7 @@ class StagingIndex:
         the next writes are sparse again; and after a git command wrote the file, the
         other entries compared with HEAD's."""
         head = None
-        seen = (id(index), index.loads, gitnames.ref_oid(self.repo.head))
+        seen = (id(index), index.loads, lookup.ref_oid(self.repo.head))
         if not index.committed and self._checked != seen:
             self._checked = seen  # once per file read and HEAD, not per flush
             head = self._head_tree()
@@ -249,7 +249,7 @@ class StagingIndex:
             if tree is None:
                 index.adopt(prefix, None, [])
             elif tree is not UNKNOWN:
-                sub = gitnames.tree_at(self.repo, pygit2.Oid(raw=tree))
+                sub = lookup.tree_at(self.repo, pygit2.Oid(raw=tree))
                 index.adopt(prefix, tree, self._list_off_disk(sub, prefix))
 
     def sync_off_disk(self, tree: pygit2.Tree) -> None:
@@ -258,7 +258,7 @@ class StagingIndex:
         before, a splice of the sorted entries, and no file."""
         index = self.load()
         for name in (HISTORY, RUNS):
-            sub = gitnames.entry(tree, name)  # not `tree[name]`: it leaks `name`
+            sub = lookup.entry(tree, name)  # not `tree[name]`: it leaks `name`
             if isinstance(sub, pygit2.Tree):
                 index.replace_prefix(f"{name}/", self._list_off_disk(sub, f"{name}/"),
                                      sub.id.raw)
@@ -369,7 +369,7 @@ class Pending:
         done = []
         for rel in pending:
             data = self.read(rel)
-            entry = gitnames.at_path(tree, rel)  # not `tree[rel]`: it leaks `rel`
+            entry = lookup.at_path(tree, rel)  # not `tree[rel]`: it leaks `rel`
             if data is None or (entry is not None and entry.id == pygit2.hash(data)):
                 done.append(rel)
         self.drop(done)
@@ -411,7 +411,7 @@ def _convert_file(pending: Pending, tree: pygit2.Tree, rel: str) -> None:
     path = pending.path / rel
     if guarded.is_temp(path.name) or path.is_symlink() or not path.is_file():
         return
-    entry = gitnames.at_path(tree, rel)  # not `tree[rel]`: it leaks `rel`
+    entry = lookup.at_path(tree, rel)  # not `tree[rel]`: it leaks `rel`
     if entry is None or entry.id != pygit2.hashfile(str(path)):
         dest = pending.dir / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
