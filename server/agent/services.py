@@ -12,7 +12,7 @@ from typing import Protocol
 
 from server.agent.live_runs import RunRegistry, TurnGate
 from server.base.events import EventBus
-from server.base.records import RunStatus
+from server.base.results import RunStatus
 from server.base.settings import Settings
 from server.git.packing import Packer
 from server.model.client import ModelClient

@@ -19,7 +19,8 @@ from typing import cast
 
 import pygit2
 
-from server.base.records import FileChip, SubAgentInfo, TranscriptItem
+from server.base.records import FileChip, SubAgentInfo
+from server.base.results import TranscriptItem
 from server.git import lookup
 from server.git.commits import TRAILER_KIND, TRAILER_RUN, first_parent_line, parse_trailers
 from server.git.session import GitSession

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from server.base import crash, names
 from server.base.ids import new_message_id, now_iso
 from server.base.records import (
-    EventData,
     MessageRecord,
     RunFields,
     RunRecord,
@@ -25,6 +24,7 @@ from server.base.records import (
     new_run,
     to_json_bytes,
 )
+from server.base.results import EventData
 from server.git.history import history_path
 from server.git.session import Change, GitSession
 from server.git.workdir.scan import WORKDIR, why_left_out

@@ -29,16 +29,15 @@ from server.base import crash, proctree
 from server.base.errors import Busy, NotFound
 from server.base.ids import new_message_id
 from server.base.records import (
-    EventData,
     FileChip,
     ModelMessage,
     RunFields,
     RunRecord,
-    RunStatus,
     Siblings,
     Usage,
     new_message,
 )
+from server.base.results import EventData, RunStatus
 from server.git.session import GitSession
 from server.git.workdir.scan import WORKDIR
 from server.model.client import ModelError

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from server.base.events import EventBus
-from server.base.records import EventData, EventFrame
+from server.base.results import EventData, EventFrame
 
 log = logging.getLogger("braid.pg")
 CHANNEL = "braid_events"

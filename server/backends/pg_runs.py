@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from server.agent.live_runs import ActiveRun, RunRegistry
-from server.base.records import EventFrame, MessageRecord, RunRecord, RunRow
+from server.base.records import MessageRecord, RunRecord, RunRow
+from server.base.results import EventFrame
 
 log = logging.getLogger("braid.pg")
 ENDS = ("run_completed", "run_error", "run_cancelled")

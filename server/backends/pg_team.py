@@ -33,7 +33,8 @@ from server.backends.pg_locks import PgBranchLocks
 from server.backends.pg_runs import PgRunRegistry, RemoteRun
 from server.base.errors import BraidError, Busy
 from server.base.ids import new_message_id
-from server.base.records import EventFrame, RunRow, RunStatus
+from server.base.records import RunRow
+from server.base.results import EventFrame, RunStatus
 
 if TYPE_CHECKING:
     from server.agent.services import Services

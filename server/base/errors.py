@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
-from server.base.records import Conflicted, PathConflict
+from server.base.results import Conflicted, PathConflict
 
 
 class ErrorDetails(TypedDict, total=False):

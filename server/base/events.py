@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 
-from server.base.records import EventData, EventFrame
+from server.base.results import EventData, EventFrame
 
 EVENTS = frozenset({
     "run_started", "message_delta", "tool_call", "tool_result", "checkpoint",

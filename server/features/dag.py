@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pygit2
 
-from server.base.records import CommitNode, DagGraph, DagNode, NodeView
+from server.base.results import CommitNode, DagGraph, DagNode, NodeView
 from server.features.sessions import transcript_at
 from server.features.subagents import is_sub_branch, short_name
 from server.git.commits import commit_info, first_parent_line

@@ -27,7 +27,8 @@ from server.agent.turn_context import snapshot_user_edits
 from server.base import crash
 from server.base.errors import Busy
 from server.base.ids import new_session_id
-from server.base.records import ForkedSession, SessionMeta, new_session_meta, to_json_bytes
+from server.base.records import SessionMeta, new_session_meta, to_json_bytes
+from server.base.results import ForkedSession
 from server.git.commits import commit_message
 from server.git.init_repo import init_repository
 from server.git.session import GitSession

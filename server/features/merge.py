@@ -21,7 +21,8 @@ from server.agent.turn_context import TurnContext, open_turn, snapshot_user_edit
 from server.agent.turns import launch
 from server.base import crash
 from server.base.errors import BadRequest, Busy, Conflict
-from server.base.records import Conflicted, MergeResult, RunFields, to_json_bytes
+from server.base.records import RunFields, to_json_bytes
+from server.base.results import Conflicted, MergeResult
 from server.features.subagents import branch_words
 from server.git import lookup
 from server.git.history import HISTORY, RUNS

@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from server.base.errors import BadRequest
-from server.base.records import ModelInUse, ModelList, Usage, UsageTotal
+from server.base.records import Usage
+from server.base.results import ModelInUse, ModelList, UsageTotal
 from server.store import layout
 
 if TYPE_CHECKING:

@@ -35,16 +35,8 @@ from server.agent.turn_context import snapshot_user_edits
 from server.base import crash
 from server.base.errors import Busy, Conflict, NotFound
 from server.base.ids import new_message_id, now_iso
-from server.base.records import (
-    Conflicted,
-    FileChip,
-    MessageRecord,
-    RevertResult,
-    RunRecord,
-    TurnDiff,
-    TurnFiles,
-    to_json_bytes,
-)
+from server.base.records import FileChip, MessageRecord, RunRecord, to_json_bytes
+from server.base.results import Conflicted, RevertResult, TurnDiff, TurnFiles
 from server.git import lookup
 from server.git.commits import first_parent_line
 from server.git.session import Change, GitSession

@@ -14,7 +14,8 @@ import shutil
 from typing import TYPE_CHECKING, cast
 
 from server.base.ids import is_session_id, now_iso
-from server.base.records import SessionChanges, SessionInfo, SessionMeta, to_json_bytes
+from server.base.records import SessionMeta, to_json_bytes
+from server.base.results import SessionChanges, SessionInfo
 from server.git import lookup
 from server.git.session import GitSession
 

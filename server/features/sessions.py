@@ -12,15 +12,12 @@ from server.agent.turn_changes import annotate_turns
 from server.agent.turn_context import snapshot_user_edits
 from server.agent.turns import FINAL, start_turn
 from server.base.errors import Busy, NotFound
-from server.base.records import (
+from server.base.records import MessageRecord, RunRecord, RunRow, SessionRow
+from server.base.results import (
     CreatedSession,
-    MessageRecord,
-    RunRecord,
-    RunRow,
     RunSummary,
     RunSummaryRow,
     SessionInfo,
-    SessionRow,
     ShownBranch,
     Transcript,
     TranscriptItem,

@@ -29,15 +29,8 @@ from server.agent.turns import launch
 from server.base import crash
 from server.base.errors import NotFound
 from server.base.ids import new_message_id, now_iso
-from server.base.records import (
-    EventData,
-    RunFields,
-    SubAgentResult,
-    SubAgentSummary,
-    new_message,
-    new_run,
-    to_json_bytes,
-)
+from server.base.records import RunFields, new_message, new_run, to_json_bytes
+from server.base.results import EventData, SubAgentResult, SubAgentSummary
 from server.git import lookup
 from server.git.commits import commit_message
 from server.git.history import HISTORY, RUNS

@@ -24,16 +24,8 @@ from server.agent.turn_context import (
 from server.agent.turns import launch
 from server.base.errors import BadRequest, Busy
 from server.base.ids import new_message_id, now_iso
-from server.base.records import (
-    CheckpointList,
-    ContinuedRun,
-    ContinueResult,
-    MessageRecord,
-    RunRecord,
-    new_message,
-    new_run,
-    to_json_bytes,
-)
+from server.base.records import MessageRecord, RunRecord, new_message, new_run, to_json_bytes
+from server.base.results import CheckpointList, ContinuedRun, ContinueResult
 from server.git.session import Change, GitSession
 from server.store import atomic, layout
 from server.store.checkpoints import (

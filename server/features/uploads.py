@@ -37,13 +37,8 @@ from server.agent.turn_changes import files_of
 from server.base import crash, names
 from server.base.errors import BadRequest, BraidError, Busy, Conflict, Forbidden, TooLarge
 from server.base.ids import new_message_id, now_iso
-from server.base.records import (
-    MessageRecord,
-    UploadMade,
-    UploadResult,
-    new_run,
-    to_json_bytes,
-)
+from server.base.records import MessageRecord, new_run, to_json_bytes
+from server.base.results import UploadMade, UploadResult
 from server.features.files import path_param
 from server.git.session import Change, GitSession
 from server.git.workdir.scan import WORKDIR

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import pygit2
 
-from server.base.records import CommitNode, Skipped
+from server.base.records import Skipped
+from server.base.results import CommitNode
 
 TRAILER_KIND = "Braid-Kind"
 TRAILER_RUN = "Braid-Run"

@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 import pygit2
 
 from server.base.errors import BadRequest, NotFound
-from server.base.records import CheckpointRow, MessageRecord, RunRecord
+from server.base.records import MessageRecord, RunRecord
+from server.base.results import CheckpointRow
 from server.git.commits import commit_info, first_parent_line
 from server.git.session import GitSession
 from server.store import layout

@@ -4,7 +4,8 @@ or through other forks, are alternatives of one turn. Computed from the index's 
 
 from __future__ import annotations
 
-from server.base.records import RunRef, RunRow, Siblings, TranscriptItem
+from server.base.records import RunRef, RunRow, Siblings
+from server.base.results import TranscriptItem
 
 
 def _origin(run_id: str, by_id: dict[str, RunRow]) -> str:

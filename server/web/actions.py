@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from server.agent import turns
 from server.app.braid import Braid
-from server.base.records import ModelList, RunStarted, SessionList
+from server.base.results import ModelList, RunStarted, SessionList
 from server.features import (
     dag,
     files,

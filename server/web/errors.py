@@ -21,7 +21,7 @@ from server.base.errors import (
     TooLarge,
     Unauthorized,
 )
-from server.base.records import EventFrame
+from server.base.results import EventFrame
 
 STATUS: dict[type[BraidError], int] = {
     BadRequest: 400,

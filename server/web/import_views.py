@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from server.base.errors import BraidError, ErrorInfo
-from server.base.records import BranchExport, FolderExport, SyncResult
+from server.base.results import BranchExport, FolderExport, SyncResult
 from server.features import sessions
 from server.features.sources.sources import SourceRequest
 from server.web import params

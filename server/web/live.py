@@ -12,14 +12,8 @@ from typing import TypedDict
 
 from server.app.braid import Braid
 from server.base.errors import BraidError
-from server.base.records import (
-    EventData,
-    MessageRecord,
-    RunRecord,
-    RunRow,
-    Transcript,
-    TranscriptItem,
-)
+from server.base.records import MessageRecord, RunRecord, RunRow
+from server.base.results import EventData, Transcript, TranscriptItem
 from server.features import sessions
 from server.web.render.events import files_for, siblings_for
 from server.web.render.fragments import turn_from_event

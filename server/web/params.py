@@ -17,7 +17,7 @@ from server.agent.turns import MAX_TEXT
 from server.base.errors import BadRequest, NotFound
 from server.base.ids import is_message_id
 from server.base.names import is_utf8
-from server.base.records import SessionChanges
+from server.base.results import SessionChanges
 from server.features.files import path_param, ref_param
 from server.features.merge import MAX_BRANCHES, STRATEGIES
 from server.features.session_meta import MAX_MODEL, MAX_TITLE

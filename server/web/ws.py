@@ -12,7 +12,7 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server.base.errors import BadRequest, BraidError, NotFound
-from server.base.records import EventFrame
+from server.base.results import EventFrame
 from server.web import hostile, live
 from server.web.actions import ACTIONS
 from server.web.auth import origin_allowed, signed_in, user_of

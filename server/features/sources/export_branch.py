@@ -24,7 +24,8 @@ import pygit2
 
 from server.agent.turn_changes import trailers_of
 from server.base.errors import BadRequest
-from server.base.records import BranchExport, MessageRecord, RunRecord, SessionMeta
+from server.base.records import MessageRecord, RunRecord, SessionMeta
+from server.base.results import BranchExport
 from server.git import lookup
 from server.git.commits import first_parent_line
 from server.git.session import GitSession

@@ -32,15 +32,8 @@ from server.agent.turn_context import snapshot_user_edits
 from server.base import crash, names
 from server.base.dirhandles import Blocked, Disk, Folder, put_file
 from server.base.errors import BadRequest, Busy, Conflict, Forbidden
-from server.base.records import (
-    BranchExport,
-    ExportRecord,
-    FolderExport,
-    PathConflict,
-    SessionMeta,
-    Skipped,
-    SourceMeta,
-)
+from server.base.records import ExportRecord, SessionMeta, Skipped, SourceMeta
+from server.base.results import BranchExport, FolderExport, PathConflict
 from server.features.roots import Roots, roots_of
 from server.features.sources.export_branch import export_to_branch
 from server.features.sources.importing import SOURCE_BASE_REF

@@ -22,7 +22,8 @@ from server.base import crash
 from server.base.budget import Budget
 from server.base.errors import BadRequest
 from server.base.ids import is_session_id
-from server.base.records import CreatedSession, SessionMeta, to_json_bytes
+from server.base.records import SessionMeta, to_json_bytes
+from server.base.results import CreatedSession
 from server.features.roots import Roots, roots_of
 from server.features.sources.sources import (
     OpenedRepo,

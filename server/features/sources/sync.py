@@ -20,7 +20,8 @@ import pygit2
 from server.agent.turn_context import snapshot_user_edits
 from server.base import crash
 from server.base.errors import BadRequest, Busy
-from server.base.records import PathConflict, SessionMeta, SyncResult, to_json_bytes
+from server.base.records import SessionMeta, to_json_bytes
+from server.base.results import PathConflict, SyncResult
 from server.features.roots import Roots, roots_of
 from server.features.sources.importing import SOURCE_BASE_REF, set_source_base, take_snapshot
 from server.features.sources.sources import Source, allowed_path

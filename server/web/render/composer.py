@@ -6,7 +6,7 @@ from __future__ import annotations
 from markupsafe import escape
 
 from server.base.errors import ErrorInfo
-from server.base.records import RunStarted
+from server.base.results import RunStarted
 from server.web.render.fragments import ErrorRenderer, Renderer, ResultRenderer
 
 

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from server.base.errors import BraidError, ErrorInfo
-from server.base.records import MergeResult, TranscriptItem
+from server.base.results import MergeResult, TranscriptItem
 from server.features import dag, sessions
 from server.features.subagents import PREFIX
 from server.web import params

@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from server.base.errors import BadRequest
-from server.base.records import DagBranch, DagGraph, DagNode
+from server.base.results import DagBranch, DagGraph, DagNode
 from server.features.dag import DAG_LIMIT
 from server.features.subagents import is_sub_branch
 

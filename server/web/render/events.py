@@ -16,13 +16,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
 from server.base.errors import BraidError
-from server.base.records import (
-    EventData,
-    EventFrame,
-    FileChip,
-    RunSummary,
-    TranscriptItem,
-)
+from server.base.records import FileChip
+from server.base.results import EventData, EventFrame, RunSummary, TranscriptItem
 from server.features import model_choice, sessions
 from server.features.revert import files_of_run
 from server.store.lineage import sibling_map

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict
 
 from server.base.errors import ErrorInfo
-from server.base.records import (
+from server.base.records import SessionRow
+from server.base.results import (
     EventData,
     RunSummary,
     SessionInfo,
-    SessionRow,
     Transcript,
     TranscriptItem,
     UsageTotal,

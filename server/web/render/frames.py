@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from markupsafe import escape
 
-from server.base.records import EventData
+from server.base.results import EventData
 from server.web.errors import Frame
 from server.web.import_views import IMPORT_ERRORS, IMPORT_RESULTS
 from server.web.render.composer import COMPOSER_ERRORS, COMPOSER_RESULTS

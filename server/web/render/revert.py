@@ -7,7 +7,7 @@ from __future__ import annotations
 from markupsafe import Markup, escape
 
 from server.base.errors import ErrorInfo
-from server.base.records import RevertResult, RunSummary, TranscriptItem, TurnDiff
+from server.base.results import RevertResult, RunSummary, TranscriptItem, TurnDiff
 from server.web.render.fragments import ErrorRenderer, EventRenderer, Renderer, ResultRenderer, View
 from server.web.render.highlight import highlight_diff_line
 from server.web.render.templating import dom_id, render

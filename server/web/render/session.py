@@ -4,7 +4,7 @@ and both sidebar lists in every tab; `session_deleted` tells other tabs; the res
 
 from __future__ import annotations
 
-from server.base.records import SessionInfo
+from server.base.results import SessionInfo
 from server.web.render.fragments import (
     EventRenderer,
     Renderer,

@@ -10,7 +10,8 @@ from typing import Any, TypedDict
 
 from starlette.templating import Jinja2Templates
 
-from server.base.records import MessageRecord, ToolCall, TranscriptItem
+from server.base.records import MessageRecord, ToolCall
+from server.base.results import TranscriptItem
 from server.web.render.markdown import render_markdown
 from server.web.render.names import branch_label, humanize, note_for_people, readable
 from server.web.render.turn_view import turn_flags

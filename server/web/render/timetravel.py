@@ -5,7 +5,7 @@ events get their `‹ 2/3 ›` switcher data from the payload (`siblings`)."""
 
 from __future__ import annotations
 
-from server.base.records import Transcript
+from server.base.results import Transcript
 from server.web.render.fragments import EventRenderer, View, run_state
 from server.web.render.templating import render
 

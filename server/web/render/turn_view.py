@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from server.base.records import TranscriptItem
+from server.base.results import TranscriptItem
 
 RESUMABLE = ("ERROR", "INTERRUPTED")  # resumed in place by a continue_run without options
 

@@ -1,0 +1,464 @@
+"""Typed results: what the core's calls return (the actions' results), what the page shows
+of a session (a transcript, a turn's summary, the commit graph) and the events the core
+publishes and the web renders. TypedDicts like the records they are made of (records.py):
+plain dicts at runtime, every key checked by mypy."""
+
+from __future__ import annotations
+
+from typing import Literal, NotRequired, TypedDict
+
+from server.base.records import (
+    FileChip,
+    ImportSummary,
+    MessageRecord,
+    ModelEntry,
+    RunRecord,
+    RunRow,
+    SessionRow,
+    Siblings,
+    Skipped,
+    SkippedFile,
+    SourceMeta,
+    SubAgentInfo,
+    ToolCall,
+)
+
+# -- what the page shows of a session (features/sessions.py) ---------------------------------
+
+
+class RunSummary(TypedDict, total=False):
+    """The keys of a run a turn shows when its record is not at hand (a partial record)."""
+
+    run_id: str
+    status: str
+    branch: str | None
+    sub_agent: SubAgentInfo
+
+
+class TranscriptItem(TypedDict, total=False):
+    """A transcript's item: a turn (a user message and the answer's messages) or a note (a
+    system message such as a revert notice)."""
+
+    type: str  # "turn" | "note"
+    message: MessageRecord  # a note's
+    run_id: str | None
+    user: MessageRecord | None
+    parts: list[MessageRecord]
+    run: RunRecord | RunRow | RunSummary
+    files: list[FileChip]
+    siblings: Siblings | None
+    streaming: bool
+    live_text: str  # a live turn's text streamed so far (web.live)
+
+
+class Transcript(TypedDict):
+    """The newest turns of a branch (before a message): what the page shows and scrolls."""
+
+    commit_id: str
+    turns: list[TranscriptItem]
+    start: int
+    has_more: bool
+    total: int
+    session_id: NotRequired[str]
+
+
+class BranchHead(TypedDict):
+    name: str
+    head: str
+
+
+class RunSummaryRow(TypedDict):
+    """A run as `session_info` lists it."""
+
+    run_id: str
+    status: str
+    branch: str | None
+    forked_from_run_id: str | None
+    forked_from_message_index: int | None
+    regenerated_from: str | None
+    created_at: str
+
+
+# `GET /api/sessions/{id}`.
+SessionInfo = TypedDict("SessionInfo", {
+    "session_id": str, "title": str, "user_id": str, "archived": bool, "model": str | None,
+    "forked_from_session_id": str | None, "root_session_id": str | None,
+    "created_at": str | None, "head": str, "branch": str, "branches": list[BranchHead],
+    "source": SourceMeta | None, "import": ImportSummary | None,
+    "runs": NotRequired[list[RunSummaryRow]],
+    "running": NotRequired[dict[str, str]],
+    "model_in_use": NotRequired[str],
+    "endpoint": NotRequired[str],
+})
+
+
+class CheckpointRow(TypedDict):
+    """One place a run can be continued from (checkpoints.checkpoint_timeline)."""
+
+    message_index: int
+    commit_id: str
+    kind: str | None
+    exact: bool
+    created_at: str
+    preview: str
+
+
+# -- the commit graph (features/dag.py) ------------------------------------------------------
+
+
+class CommitNode(TypedDict):
+    """A commit as the DAG and its node view show it (git.commits.CommitInfo)."""
+
+    id: str
+    parent_ids: list[str]
+    parent_id: str | None
+    kind: str
+    run_id: str | None
+    message_index: int | None
+    summary: str
+    created_at: int  # seconds since the epoch
+
+
+class DagNode(CommitNode, total=False):
+    """A commit of the graph: its own fields, the branch it belongs to and, once labelled,
+    the branch tips on it and its label."""
+
+    branch: str
+    tips: list[str]
+    label: str
+
+
+class DagBranch(TypedDict):
+    name: str
+    head: str
+    result: NotRequired[str]  # a sub-agent branch's answer
+    sub_agent: NotRequired[bool]
+
+
+class DagGraph(TypedDict):
+    """Every commit reachable from a branch, newest first, and the branches."""
+
+    nodes: list[DagNode]
+    branches: list[DagBranch]
+    head: str
+    current_branch: str
+
+
+class NodeView(TypedDict):
+    """One commit as the graph's panel shows it: the chat and the files at that point."""
+
+    commit: CommitNode
+    transcript: Transcript
+    run: RunRecord | None
+    files: list[str]
+    files_total: int
+    branches: list[str]
+    tips: list[str]
+
+
+# -- what the core's calls return (the actions' results) -------------------------------------
+
+
+# What creating (or importing) a session returns.
+CreatedSession = TypedDict("CreatedSession", {
+    "session_id": str, "title": str,
+    "source": NotRequired[SourceMeta], "import": NotRequired[ImportSummary],
+})
+
+
+class ForkedSession(TypedDict):
+    """A fork's lineage, as forking returns it."""
+
+    session_id: str
+    forked_from_session_id: str
+    root_session_id: str | None
+    title: str
+
+
+class SessionList(TypedDict):
+    sessions: list[SessionRow]
+
+
+class SessionChanges(TypedDict, total=False):
+    """What `update_session` changes: a new title, archived or not, a model (None: the
+    server's default)."""
+
+    title: str
+    archived: bool
+    model: str | None
+
+
+class ShownBranch(TypedDict):
+    """The branch a session shows now and its tip (a checkout's result)."""
+
+    branch: str
+    head: str
+
+
+class RunStarted(TypedDict):
+    """`send_message` over the socket: the run's id at once (its events follow)."""
+
+    run_id: str
+
+
+class RunStatus(TypedDict):
+    """A run and its status: what stopping one returns."""
+
+    run_id: str
+    status: str
+
+
+class ContinueResult(TypedDict):
+    """The run a continue started (time travel): its place and where it came from."""
+
+    run_id: str
+    status: str
+    branch: str | None
+    forked_from_run_id: str | None
+    forked_from_message_index: int | None
+    regenerated_from: str | None
+    created_at: str
+    forked: bool
+    message_index: int
+    source_run_id: str
+
+
+class ContinuedRun(RunRecord):
+    """A continued run at its end (`POST /api/runs/{id}/continue`): its record and messages,
+    and where it came from."""
+
+    forked: NotRequired[bool]
+    message_index: NotRequired[int]
+    source_run_id: NotRequired[str]
+
+
+class CheckpointList(TypedDict):
+    run_id: str
+    checkpoints: list[CheckpointRow]
+
+
+class Conflicted(TypedDict):
+    """A path a revert or a merge cannot take without losing a later change: each side's
+    text (a merge's: its blob id)."""
+
+    path: str
+    ours: str | None
+    theirs: str | None
+    branch: NotRequired[str]  # a merge's: the branch merged in (`theirs`)
+    into: NotRequired[str]  # a merge's: the branch merged into (`ours`)
+    before: NotRequired[list[str]]  # a merge's: branches merged into `ours` ahead of `branch`
+    editable: NotRequired[bool]  # a merge's: UTF-8 text shown whole, to edit by hand
+    merged: NotRequired[str | None]  # a merge's: the file with conflict markers
+    resolved: NotRequired[bool]  # a merge's: settled by the user's own text
+    resolution: NotRequired[str | None]  # that text
+
+
+class RevertResult(TypedDict):
+    """What reverting (or redoing) a turn did (features/revert.py)."""
+
+    turn_id: str
+    run_id: str
+    commit_id: str
+    restored_paths: list[str]
+    reverted: bool
+    run: RunRecord
+    note: MessageRecord
+    conflicts: NotRequired[list[Conflicted]]
+    files: NotRequired[list[FileChip]]
+
+
+class TurnFiles(TypedDict):
+    """The files a turn changed, and whether it is reverted."""
+
+    turn_id: str
+    paths: list[FileChip]
+    reverted: bool
+
+
+class TurnDiff(TypedDict):
+    """A turn's changes as one unified diff (of one `path`, or all)."""
+
+    turn_id: str
+    path: str | None
+    diff: str
+    paths: list[FileChip]
+
+
+class SubAgentResult(TypedDict):
+    """How a sub-agent ended: what spawning one returns and its `sub_agent_done` sends."""
+
+    branch: str
+    label: str
+    run_id: str
+    status: str
+    final_text: str
+    error: str | None
+    commit_id: str | None
+    parent_branch: str
+    parent_turn_id: str
+    files: NotRequired[list[FileChip]]  # what the child changed
+    summary_run_id: NotRequired[str]
+    summary_commit_id: NotRequired[str]
+
+
+class SubAgentSummary(TypedDict):
+    """The sub-agent's result as written on the parent branch (subagents.write_result)."""
+
+    run_id: str
+    run: RunRecord
+    message: MessageRecord
+    commit_id: str
+
+
+class MergeResult(TypedDict):
+    """A merge turn that ran to its end."""
+
+    commit_id: str
+    parent_ids: list[str]
+    final_text: str
+    conflicts: list[Conflicted]
+    run_id: str
+    status: str
+    branches: list[str]
+    strategy: str
+
+
+class UsageTotal(TypedDict):
+    """The tokens a branch's turns used, added up."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    estimated: bool
+    total_tokens: NotRequired[int]
+
+
+class ModelList(TypedDict):
+    """The models to choose from, and the default's choice."""
+
+    models: list[ModelEntry]
+    default: str
+
+
+class ModelInUse(TypedDict):
+    """The model a session's next turn uses."""
+
+    id: str
+    endpoint: str
+    ref: str
+    chosen: bool  # the session chose it (else: the default)
+
+
+class UploadMade(TypedDict):
+    """An upload's commit: its run, its one message and the paths it put in workdir/."""
+
+    run_id: str
+    run: RunRecord
+    messages: list[MessageRecord]
+    paths: list[str]
+    commit_id: str
+
+
+class UploadResult(TypedDict):
+    run_id: str
+    commit_id: str
+    paths: list[str]
+
+
+class PathConflict(TypedDict):
+    """A path an update or an export could not take as is: each side's state."""
+
+    path: str
+    ours: str
+    theirs: str
+
+
+class SyncResult(TypedDict):
+    """What updating a session from its source did."""
+
+    changed: bool
+    updated_paths: list[str]
+    conflicts: list[PathConflict]
+    commit_id: str | None
+    base_commit: str | None
+    skipped: list[SkippedFile]
+
+
+class FolderExport(TypedDict):
+    """What exporting to a folder wrote and left."""
+
+    path: str
+    written: list[str]
+    deleted: list[str]
+    conflicts: list[PathConflict]
+    skipped: list[Skipped]
+
+
+class BranchExport(TypedDict):
+    """What exporting to a branch of the source repository made."""
+
+    branch: str
+    commits: list[str]
+    head: str
+    base_commit: str
+    update: str  # "created" | "unchanged" | "fast-forward"
+
+
+# -- events (base/events.py): published by the core, rendered by the web ---------------------
+
+
+class EventData(TypedDict, total=False):
+    """An event's payload: the keys each event sends (`session_id` is added on publishing).
+
+    One shape for every event, its keys optional: an event names the few it sends (a
+    turn's `run_started` its run and messages, `message_delta` a delta, `merged` the
+    branches...), and a renderer reads the ones its event sends."""
+
+    session_id: str
+    run_id: str
+    run: RunRecord | RunRow
+    status: str
+    error: str | None
+    reason: str
+    branch: str
+    head: str
+    messages: list[MessageRecord]
+    message: MessageRecord
+    message_id: str
+    delta: str
+    call: ToolCall
+    siblings: Siblings | None
+    files: list[FileChip]
+    titled: bool
+    commit_id: str | None
+    kind: str
+    skipped: list[Skipped]
+    forked: bool
+    source_run_id: str
+    message_index: int
+    parent_ids: list[str]
+    branches: list[str]
+    strategy: str
+    conflicts: list[Conflicted]
+    label: str
+    prompt: str
+    parent_turn_id: str
+    parent_branch: str
+    final_text: str
+    summary: SubAgentSummary
+    summary_run_id: str
+    summary_commit_id: str
+    shown_branch: str
+    turn_id: str
+    restored_paths: list[str]
+    reverted: bool
+    note: MessageRecord
+    changes: list[str]
+    paths: list[str]
+
+
+class EventFrame(TypedDict):
+    """What the bus hands each subscriber: `{type: "event", event, data}`."""
+
+    type: Literal["event"]
+    event: str
+    data: EventData
