@@ -131,6 +131,27 @@ class Server:
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"null")
 
+    def page(self, path: str) -> tuple[int, str]:
+        """GET an HTML page or partial as a script would (Bearer): (status, text)."""
+        req = urllib.request.Request(f"{self.base_url}{path}",
+                                     headers={"Authorization": f"Bearer {self.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as res:
+                return res.status, res.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def spawn_conflicting(self, session_id: str, turn_id: str,
+                          colors: tuple[str, ...] = ("red", "blue")) -> None:
+        """Sub-agents of a turn, labelled by colour, each writing its colour to same.txt: a
+        merge of them conflicts (the merge panel's tests)."""
+        for color in colors:
+            status, body = self.api(
+                "POST", f"/api/sessions/{session_id}/sub_agents",
+                {"parent_turn_id": turn_id, "prompt": f"write same.txt {color}\nsay {color}",
+                 "label": color})
+            assert status == 200, body
+
     def new_session(self) -> str:
         status, body = self.api("POST", "/api/sessions", {})
         assert status == 201, body

@@ -104,11 +104,7 @@ def test_a_conflict_shows_per_file_and_the_panel_collapses(
         page: Page, login: Any, shared_server: Server) -> None:
     session_id = shared_server.new_session()
     turn_id = shared_server.run(session_id, "say hi")["run_id"]
-    for color in ("red", "blue"):
-        status, body = shared_server.api(
-            "POST", f"/api/sessions/{session_id}/sub_agents",
-            {"parent_turn_id": turn_id, "prompt": f"write same.txt {color}\nsay {color}"})
-        assert status == 200, body
+    shared_server.spawn_conflicting(session_id, turn_id)
     login(page, session_id)
     expect(sub_rows(page)).to_have_count(2, timeout=TIMEOUT)
     for i in range(2):
@@ -144,12 +140,7 @@ def test_a_conflict_is_resolved_by_hand_in_the_merge_panel(
         page: Page, login: Any, shared_server: Server) -> None:
     session_id = shared_server.new_session()
     turn_id = shared_server.run(session_id, "say hi")["run_id"]
-    for color in ("red", "blue"):
-        status, body = shared_server.api(
-            "POST", f"/api/sessions/{session_id}/sub_agents",
-            {"parent_turn_id": turn_id, "prompt": f"write same.txt {color}\nsay {color}",
-             "label": color})
-        assert status == 200, body
+    shared_server.spawn_conflicting(session_id, turn_id)
     login(page, session_id)
     expect(sub_rows(page)).to_have_count(2, timeout=TIMEOUT)
     for i in range(2):

@@ -48,12 +48,7 @@ def test_merge_conflicts_in_view_and_the_ticks_kept(page: Page, login: Any,
     page.set_viewport_size(size)
     sid = shared_server.new_session()
     turn_id = shared_server.run(sid, "say hi")["run_id"]
-    for color in ("red", "blue"):
-        status, body = shared_server.api(
-            "POST", f"/api/sessions/{sid}/sub_agents",
-            {"parent_turn_id": turn_id, "prompt": f"write same.txt {color}\nsay {color}",
-             "label": color})
-        assert status == 200, body
+    shared_server.spawn_conflicting(sid, turn_id)
     login(page, sid)
     open_dag(page)
     lanes = page.locator("#dag .dag-branch[data-branch^=sub_] input[type=checkbox]")

@@ -190,12 +190,7 @@ def test_merge_conflicts_and_toasts(page: Page, login: Any, shared_server: Serve
                                     size: dict[str, int]) -> None:
     page.set_viewport_size(size)
     sid, turn_id = titled_session(shared_server, "say hi")
-    for color in ("red", "blue"):
-        status, body = shared_server.api(
-            "POST", f"/api/sessions/{sid}/sub_agents",
-            {"parent_turn_id": turn_id, "prompt": f"write same.txt {color}\nsay {color}",
-             "label": color})
-        assert status == 200, body
+    shared_server.spawn_conflicting(sid, turn_id)
     login(page, sid)
     # An error toast, then the History panel: the toast leaves its branch list free.
     page.fill("#composer-text", "fail boom")

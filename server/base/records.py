@@ -312,10 +312,10 @@ class SessionRow(TypedDict):
     model: str | None
 
 
-class RunRow(TypedDict):
-    """A row of the index's `runs` table (a run record's indexed keys)."""
+class RunLineage(TypedDict):
+    """A run's place among its siblings: the keys the index, `session_info` and a continue
+    give of it (the switcher and the readable names are made of them)."""
 
-    session_id: str
     run_id: str
     status: str
     branch: str | None
@@ -323,6 +323,12 @@ class RunRow(TypedDict):
     forked_from_message_index: int | None
     regenerated_from: str | None
     created_at: str
+
+
+class RunRow(RunLineage):
+    """A row of the index's `runs` table (a run record's indexed keys)."""
+
+    session_id: str
     updated_at: str | None
 
 

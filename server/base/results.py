@@ -12,6 +12,7 @@ from server.base.records import (
     ImportSummary,
     MessageRecord,
     ModelEntry,
+    RunLineage,
     RunRecord,
     RunRow,
     SessionRow,
@@ -67,16 +68,8 @@ class BranchHead(TypedDict):
     head: str
 
 
-class RunSummaryRow(TypedDict):
+class RunSummaryRow(RunLineage):
     """A run as `session_info` lists it."""
-
-    run_id: str
-    status: str
-    branch: str | None
-    forked_from_run_id: str | None
-    forked_from_message_index: int | None
-    regenerated_from: str | None
-    created_at: str
 
 
 # `GET /api/sessions/{id}`.
@@ -208,16 +201,9 @@ class RunStatus(TypedDict):
     status: str
 
 
-class ContinueResult(TypedDict):
+class ContinueResult(RunLineage):
     """The run a continue started (time travel): its place and where it came from."""
 
-    run_id: str
-    status: str
-    branch: str | None
-    forked_from_run_id: str | None
-    forked_from_message_index: int | None
-    regenerated_from: str | None
-    created_at: str
     forked: bool
     message_index: int
     source_run_id: str

@@ -4,7 +4,6 @@ API, against a real uvicorn server and the demo model; results checked with the 
 from __future__ import annotations
 
 import json
-import urllib.request
 from typing import Any
 
 import pytest
@@ -25,14 +24,6 @@ def spawn(srv: Server, sid: str, turn_id: str, prompt: str, **extra: Any) -> dic
     return body
 
 
-def page(srv: Server, path: str) -> tuple[int, str]:
-    req = urllib.request.Request(f"{srv.base_url}{path}",
-                                 headers={"Authorization": f"Bearer {srv.token}"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as res:
-            return res.status, res.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 @pytest.mark.slow
@@ -63,16 +54,16 @@ def test_http_spawn_merge_and_dag(shared_server: Server) -> None:
     assert {b["name"] for b in session["branches"]} == {"main", red["branch"], blue["branch"]}
 
     # The panel's partials: the graph as SVG, and one node with its own chat and files.
-    status, html = page(srv, f"/s/{sid}/dag")
+    status, html = srv.page(f"/s/{sid}/dag")
     assert status == 200 and '<div id="dag"' in html and "<svg" in html
     assert html.count(f'data-child="{merged["commit_id"]}"') == 3
     assert f'value="{red["branch"]}"' in html
-    status, html = page(srv, f"/s/{sid}/dag/node/{red['commit_id']}")
+    status, html = srv.page(f"/s/{sid}/dag/node/{red['commit_id']}")
     assert status == 200 and 'id="dag-detail"' in html
     assert "write red.txt red" in html and "red.txt" in html and "base.txt" in html
     assert "Continue from here" in html
-    assert page(srv, f"/s/{sid}/dag/node/{'0' * 40}")[0] == 404
-    assert page(srv, f"/s/{sid}/dag/node/HEAD")[0] == 400
+    assert srv.page(f"/s/{sid}/dag/node/{'0' * 40}")[0] == 404
+    assert srv.page(f"/s/{sid}/dag/node/HEAD")[0] == 400
     assert_fsck(path)
 
 
@@ -208,17 +199,17 @@ def test_the_graph_partial_limits_rows_and_shows_more(shared_server: Server) -> 
     sid, _ = start(srv)
     for i in range(4):
         srv.run(sid, f"say turn {i}")
-    status, html = page(srv, f"/s/{sid}/dag?rows=3")
+    status, html = srv.page(f"/s/{sid}/dag?rows=3")
     assert status == 200
     assert html.count('class="dag-node') == 3 and "Show more" in html
     assert f"/s/{sid}/dag?rows=6" in html
     assert 'id="sub-agents"' not in html  # live cards only on a page load or a reconnect
-    status, html = page(srv, f"/s/{sid}/dag?cards=1")
+    status, html = srv.page(f"/s/{sid}/dag?cards=1")
     assert 'id="sub-agents"' in html and "Show more" not in html
     # Folded: the first turn's tool-batch commit is counted in its turn's row.
     assert html.count('class="dag-node') == 6 and ">+1<" in html
-    assert page(srv, f"/s/{sid}/dag?rows=many")[0] == 400
-    assert page(srv, f"/s/{'0' * 32}/dag")[0] == 404
+    assert srv.page(f"/s/{sid}/dag?rows=many")[0] == 400
+    assert srv.page(f"/s/{'0' * 32}/dag")[0] == 404
 
 
 def test_http_and_socket_merge_with_files_resolved_by_hand(shared_server: Server) -> None:

@@ -5,22 +5,10 @@ what its last model call used of the context budget."""
 from __future__ import annotations
 
 import re
-import urllib.error
-import urllib.request
 
 import pytest
 
 from conftest import Server
-
-
-def page(srv: Server, path: str) -> tuple[int, str]:
-    req = urllib.request.Request(f"{srv.base_url}{path}",
-                                 headers={"Authorization": f"Bearer {srv.token}"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as res:
-            return res.status, res.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 def bubbles(html: str) -> list[str]:
@@ -33,20 +21,20 @@ def test_the_page_shows_the_newest_turns_and_loads_older_ones(shared_server: Ser
     sid = srv.new_session()
     for i in range(34):
         srv.run(sid, f"say t{i}")
-    status, html = page(srv, f"/s/{sid}")
+    status, html = srv.page(f"/s/{sid}")
     assert status == 200
     assert bubbles(html) == [f"t{i}" for i in range(4, 34)]
     marker = re.search(r'hx-get="(/s/[0-9a-f]+/turns\?before=(\d+)&amp;commit=([0-9a-f]{40}))"',
                        html)
     assert marker is not None and marker.group(2) == "8"
     assert 'hx-trigger="intersect once"' in html
-    status, older = page(srv, marker.group(1).replace("&amp;", "&"))
+    status, older = srv.page(marker.group(1).replace("&amp;", "&"))
     assert status == 200
     assert bubbles(older) == [f"t{i}" for i in range(4)]
     assert 'id="older-turns"' not in older  # nothing before the first turn
     # A turn added since the page was rendered does not shift what "before" means.
     srv.run(sid, "say t34")
-    status, again = page(srv, marker.group(1).replace("&amp;", "&"))
+    status, again = srv.page(marker.group(1).replace("&amp;", "&"))
     assert bubbles(again) == bubbles(older)
     # Each finished turn says what its model call used of the budget.
     assert re.search(r"context 0\.\dk of 32k tokens</span>", html)
@@ -56,9 +44,9 @@ def test_bad_paging_parameters(shared_server: Server) -> None:
     srv = shared_server
     sid = srv.new_session()
     srv.run(sid, "say one")
-    assert page(srv, f"/s/{sid}/turns?before=x")[0] == 400
-    assert page(srv, f"/s/{sid}/turns?before=0&commit=HEAD")[0] == 400
-    assert page(srv, f"/s/{sid}/turns?before=0&commit={'0' * 40}")[0] == 404
-    assert page(srv, f"/s/{'f' * 32}/turns?before=0")[0] == 404
-    status, html = page(srv, f"/s/{sid}/turns?before=0")
+    assert srv.page(f"/s/{sid}/turns?before=x")[0] == 400
+    assert srv.page(f"/s/{sid}/turns?before=0&commit=HEAD")[0] == 400
+    assert srv.page(f"/s/{sid}/turns?before=0&commit={'0' * 40}")[0] == 404
+    assert srv.page(f"/s/{'f' * 32}/turns?before=0")[0] == 404
+    status, html = srv.page(f"/s/{sid}/turns?before=0")
     assert status == 200 and bubbles(html) == []
