@@ -21,7 +21,6 @@ from server.base.settings import Settings
 from server.web import (
     errors,
     file_actions,
-    form_posts,
     import_views,
     model_actions,
     pages,
@@ -96,7 +95,7 @@ def routes() -> list[Route | WebSocketRoute | Mount]:
         Route("/sessions/list", partial(pages.session_list)),
         Route("/sessions/import", page(import_views.new_from), methods=["POST"]),
         Route("/s/{session_id}", page(pages.session_page)),
-        Route("/s/{session_id}/delete", page(form_posts.delete_page), methods=["POST"]),
+        Route("/s/{session_id}/delete", page(pages.delete_page), methods=["POST"]),
         Route("/api/sessions/{session_id}/files", login_required(api_401, file_actions.api_upload),
               methods=["POST"]),
         Route("/s/{session_id}/files", partial(file_actions.files_fragment)),
@@ -105,7 +104,7 @@ def routes() -> list[Route | WebSocketRoute | Mount]:
         Route("/s/{session_id}/dag", partial(dag.dag_fragment)),
         Route("/s/{session_id}/turns", partial(transcript_pages.older_turns)),
         Route("/s/{session_id}/dag/node/{commit_id}", partial(dag.node_fragment)),
-        Route("/s/{session_id}/fork", page(form_posts.fork_page), methods=["POST"]),
+        Route("/s/{session_id}/fork", page(pages.fork_page), methods=["POST"]),
         Route("/s/{session_id}/model", partial(model_actions.picker_fragment)),
         *http_routes(SPECS),  # the JSON API: one route per declared action
         WebSocketRoute("/ws/sessions/{session_id}", session_socket),

@@ -1,19 +1,25 @@
-"""Page routes: login, the session page, and the partials the page fetches over HTTP."""
+"""Page routes: login, the session page, the partials the page fetches over HTTP, and the
+page's plain form posts (the confirmed Delete and the Fork session buttons: the actions are
+declared in actions.py; a form post only adds the Origin check forms need and where to go
+next)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 
+from markupsafe import escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from server.base.errors import NotFound
-from server.features import sessions
+from server.base.errors import BraidError, NotFound
+from server.features import fork, session_meta, sessions
 from server.store.users import off_loop
 from server.web import live
 from server.web.auth import COOKIE, login_link_allowed, origin_allowed, user_of
+from server.web.errors import status_of
+from server.web.render.fragments import order_by_lineage
 from server.web.render.names import load_names
-from server.web.render.session_rows import order_by_lineage
 from server.web.render.templating import templates
 
 
@@ -114,3 +120,40 @@ async def session_list(request: Request) -> Response:
     return templates.TemplateResponse(
         request, "_archived_list.html" if archived else "_session_list.html",
         {"sessions": rows, "current_id": request.query_params.get("current", "")})
+
+
+# -- the page's plain form posts ------------------------------------------------------------
+
+# Runs the action for (request, user_id) and returns the address to open afterwards.
+FormAction = Callable[[Request, str], Awaitable[str]]
+
+
+async def _form_post(request: Request, action: FormAction) -> Response:
+    user_id = user_of(request)
+    if not origin_allowed(request):
+        return HTMLResponse("cross-site form refused", status_code=403)
+    try:
+        url = await action(request, user_id)
+    except BraidError as e:
+        return HTMLResponse(str(escape(e.message)), status_code=status_of(e))
+    return RedirectResponse(url, status_code=303)
+
+
+async def _delete(request: Request, user_id: str) -> str:
+    await session_meta.delete_session(request.app.state.braid, user_id,
+                                      request.path_params["session_id"])
+    return "/"  # the newest remaining session
+
+
+async def _fork(request: Request, user_id: str) -> str:
+    made = await fork.fork_session(request.app.state.braid, user_id,
+                                   request.path_params["session_id"])
+    return f"/s/{made['session_id']}"
+
+
+async def delete_page(request: Request) -> Response:
+    return await _form_post(request, _delete)
+
+
+async def fork_page(request: Request) -> Response:
+    return await _form_post(request, _fork)

@@ -89,7 +89,7 @@ async def _session_updated(ctx: ActionContext, data: EventData) -> EventReads:
 
 
 async def session_rows(ctx: ActionContext) -> list[SessionRowView]:
-    from server.web.render.session_rows import order_by_lineage
+    from server.web.render.fragments import order_by_lineage
 
     return order_by_lineage(await sessions.list_sessions(ctx.braid, ctx.user_id))
 
