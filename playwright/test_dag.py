@@ -68,8 +68,11 @@ def test_spawn_two_sub_agents_merge_them_and_inspect_a_child(
                                                                           timeout=TIMEOUT)
 
     # Tick both lanes, press Merge: the merge node is drawn with an edge to each parent.
+    # (With nothing ticked there is nothing to merge: the button says so by being disabled.)
+    expect(page.locator("#merge-btn")).to_be_disabled()
     for i in range(2):
         sub_rows(page).nth(i).locator("input[type=checkbox]").check()
+    expect(page.locator("#merge-btn")).to_be_enabled()
     page.fill("#merge-message", "bring it together")
     page.click("#merge-btn")
     merge_node = page.locator("#dag .dag-node[data-kind=merge]")
@@ -80,6 +83,7 @@ def test_spawn_two_sub_agents_merge_them_and_inspect_a_child(
     expect(page.locator(f'#dag circle.dag-dot[data-id="{merge_id}"]')).to_have_count(1)
     expect(page.locator("#transcript")).to_contain_text("merged: blue; red", timeout=TIMEOUT)
     expect(page.locator("#dag input[name=branches]:checked")).to_have_count(0)
+    expect(page.locator("#merge-btn")).to_be_disabled()
 
     # A click on a sub-agent node shows the child's own transcript and files.
     page.locator("#dag .dag-node[data-branch^=sub_][data-kind=turn]", has_text="red").click()

@@ -59,6 +59,10 @@ CHECK = """(roots) => {
       }
     }
   }
+  // Readable words only: a branch or run id in visible text (ids stay on hover, in titles).
+  const ID = /\\b(sub_[0-9a-f]{6,}\\w*|run[-\\/][0-9a-f]{6,})/g;
+  const ids = (document.body.innerText || "").match(ID);
+  if (ids) problems.push("ids in visible text: " + Array.from(new Set(ids)).join(", "));
   return problems;
 }"""
 

@@ -2,7 +2,7 @@
 the deltas are appended as text to a few blocks of the live answer (no element per delta,
 nothing parsed as HTML), exactly, in order; the view follows the end only while the reader is
 at the bottom; old turns are laid out only when scrolled into view. The speed itself is
-measured in bench/page_stream.py."""
+measured in bench/stream.py."""
 
 from __future__ import annotations
 

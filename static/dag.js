@@ -23,6 +23,16 @@
     document.querySelectorAll("#dag input[name=branches]").forEach(function (box) {
       box.checked = !box.disabled && ticked.has(box.value);
     });
+    syncMerge();
+  }
+
+  // Merge is for ticked branches: with none ticked there is nothing to press.
+  function syncMerge() {
+    const btn = document.getElementById("merge-btn");
+    if (!btn) return;
+    const none = !document.querySelector("#dag input[name=branches]:checked");
+    btn.disabled = none;
+    btn.title = none ? "Tick the branches to merge" : "";
   }
 
   function refreshDag() {
@@ -35,6 +45,7 @@
     const box = e.target;
     if (box && box.name === "branches" && box.closest("#dag")) {
       if (box.checked) ticked.add(box.value); else ticked.delete(box.value);
+      syncMerge();
       // Another set of branches is another merge: the conflict editors were for the last.
       const conflicts = document.getElementById("dag-conflicts");
       if (conflicts) conflicts.innerHTML = "";
@@ -79,6 +90,7 @@
     ticked.clear();
     if (!form) return;
     form.querySelectorAll("input[name=branches]").forEach(function (b) { b.checked = false; });
+    syncMerge();
     const message = form.querySelector("#merge-message");
     if (message) message.value = "";
     const conflicts = document.getElementById("dag-conflicts");

@@ -13,7 +13,7 @@ connected) that holds one answer of the longest length, next to one that holds a
 
 Medians of BENCH_SAMPLES runs (default 3) are printed as a table.
 
-Run: .venv/bin/python bench/page_stream.py     (BENCH_WORDS=300,3000,10000 for more)
+Run: .venv/bin/python bench/stream.py     (BENCH_WORDS=300,3000,10000 for more)
 """
 
 from __future__ import annotations
