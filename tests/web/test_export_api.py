@@ -303,14 +303,17 @@ def test_an_update_that_brings_nothing_new_makes_no_commit(srv: Server, roots: P
     status, body = srv.api("POST", "/api/sessions", {"source": {"path": str(src)}})
     assert status == 201, body
     sid, path = body["session_id"], srv.session_path(body["session_id"])
-    # The session and the source make the same change: the update finds nothing to bring.
+    # The session and the source make the same change: the update finds nothing to bring,
+    # makes no commit, and moves the source base on.
     srv.run(sid, "write a.txt both\nsay done")
     (src / "a.txt").write_text("both\n")
     head = git(path, "rev-parse", "HEAD")
     status, up = srv.api("POST", f"/api/sessions/{sid}/update_from_source", {})
     assert status == 200 and up["changed"] is False and up["commit_id"] is None, up
     assert git(path, "rev-parse", "HEAD") == head
-    # A later change of the source still comes in, three-way from the same base.
+    assert git(path, "rev-parse", "refs/braid/source-base^{tree}") == \
+        git(path, "rev-parse", "HEAD:workdir")
+    # A later change of the source still comes in, three-way from that base.
     (src / "b.txt").write_text("b\n")
     status, up = srv.api("POST", f"/api/sessions/{sid}/update_from_source", {})
     assert status == 200 and up["changed"] is True and up["updated_paths"] == ["b.txt"], up

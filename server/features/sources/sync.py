@@ -81,8 +81,10 @@ def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: Se
         changes[f"{WORKDIR}/{rel}"] = (lookup.blob_data(repo, entry[0]) if entry is not None
                                        else None)
     if not changes and not conflicts:
-        # The source moved, but only to what the session holds already: nothing to bring in,
-        # so no commit. The base stays; the next update merges from it to the same result.
+        # The source moved, but only to what the session holds already (the same edit made
+        # on both sides, or a retry after a kill between the commit and the base's move):
+        # nothing to bring in, so no commit; the base moves on, outside the history.
+        set_source_base(repo, snap.tree, f"Source files at update ({source.path_or_url})")
         return result, None
     new_meta = cast(SessionMeta, dict(git.read_json(git.head_commit(), "session.json")))
     new_meta["source"] = source.meta(snap.base_commit)
