@@ -30,6 +30,20 @@ def sub_rows(page: Page) -> Any:
     return page.locator("#dag .dag-branch[data-branch^=sub_]")
 
 
+def refused_merge(page: Page, login: Any, server: Server) -> tuple[str, Any]:
+    """A session whose two sub-agents both wrote same.txt, open in the page, both ticked and
+    Merge pressed: (its id, the conflicts box)."""
+    session_id = server.new_session()
+    turn_id = server.run(session_id, "say hi")["run_id"]
+    server.spawn_conflicting(session_id, turn_id)
+    login(page, session_id)
+    expect(sub_rows(page)).to_have_count(2, timeout=TIMEOUT)
+    for i in range(2):
+        sub_rows(page).nth(i).locator("input[type=checkbox]").check()
+    page.click("#merge-btn")
+    return session_id, page.locator("#dag-conflicts")
+
+
 def test_spawn_two_sub_agents_merge_them_and_inspect_a_child(
         page: Page, login: Any, shared_server: Server) -> None:
     session_id = shared_server.new_session()
@@ -106,15 +120,7 @@ def test_spawn_two_sub_agents_merge_them_and_inspect_a_child(
 
 def test_a_conflict_shows_per_file_and_the_panel_collapses(
         page: Page, login: Any, shared_server: Server) -> None:
-    session_id = shared_server.new_session()
-    turn_id = shared_server.run(session_id, "say hi")["run_id"]
-    shared_server.spawn_conflicting(session_id, turn_id)
-    login(page, session_id)
-    expect(sub_rows(page)).to_have_count(2, timeout=TIMEOUT)
-    for i in range(2):
-        sub_rows(page).nth(i).locator("input[type=checkbox]").check()
-    page.click("#merge-btn")
-    conflicts = page.locator("#dag-conflicts")
+    session_id, conflicts = refused_merge(page, login, shared_server)
     expect(conflicts).to_contain_text("same.txt", timeout=TIMEOUT)
     expect(conflicts.locator("pre")).to_have_count(2)
     expect(page.locator("#dag .dag-node[data-kind=merge]")).to_have_count(0)
@@ -142,15 +148,7 @@ def test_a_conflict_shows_per_file_and_the_panel_collapses(
 
 def test_a_conflict_is_resolved_by_hand_in_the_merge_panel(
         page: Page, login: Any, shared_server: Server) -> None:
-    session_id = shared_server.new_session()
-    turn_id = shared_server.run(session_id, "say hi")["run_id"]
-    shared_server.spawn_conflicting(session_id, turn_id)
-    login(page, session_id)
-    expect(sub_rows(page)).to_have_count(2, timeout=TIMEOUT)
-    for i in range(2):
-        sub_rows(page).nth(i).locator("input[type=checkbox]").check()
-    page.click("#merge-btn")
-    conflicts = page.locator("#dag-conflicts")
+    session_id, conflicts = refused_merge(page, login, shared_server)
     editor = conflicts.locator("textarea.conflict-result")
     expect(editor).to_have_count(1, timeout=TIMEOUT)
     # Both sides, named in words: the branch merged into and the incoming one.
