@@ -267,3 +267,18 @@ def test_no_re_exports() -> None:
     found = [f"{p.relative_to(ROOT)}:{use}" for p in files
              for use in re_exports(p, module_name(p))]
     assert found == []
+
+
+def test_no_module_declares_a_name_it_does_not_define() -> None:
+    """`__all__` lists only what a module defines: a re-export declared is one too."""
+    found = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+                listed = [e.value for e in getattr(node.value, "elts", [])
+                          if isinstance(e, ast.Constant)]
+                defined = top_level_names(tree)
+                found += [f"{module}: {name}" for name in listed if name not in defined]
+    assert found == []

@@ -21,8 +21,6 @@ from server.agent.turn_context import (
     checkpoint_data,
     commit_turn,
     open_turn,
-    snapshot_user_edits,
-    write_pending_to_disk,
 )
 from server.agent.turn_tools import batch_summary, settle_inflight, tool_step
 from server.base import crash, proctree
@@ -365,8 +363,4 @@ async def cancel_run(braid: Services, user_id: str, session_id: str,
 
 # Made in turn_context.py and live_runs.py; imported from here by the features that open
 # and run turns.
-__all__ = [
-    "FINAL", "MAX_TEXT", "ActiveRun", "TurnContext", "add_message", "cancel_run",
-    "commit_turn", "drive", "launch", "open_turn", "send_message",
-    "snapshot_user_edits", "start_turn", "write_pending_to_disk",
-]
+__all__ = ["FINAL", "MAX_TEXT", "cancel_run", "drive", "launch", "send_message", "start_turn"]

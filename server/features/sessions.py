@@ -10,7 +10,6 @@ import pygit2
 
 from server.agent.turn_changes import annotate_turns
 from server.agent.turn_context import snapshot_user_edits
-from server.agent.turns import FINAL, start_turn
 from server.base.errors import Busy, NotFound
 from server.base.records import MessageRecord, RunRecord, RunRow, SessionRow
 from server.base.results import (
@@ -256,7 +255,14 @@ async def checkout(braid: Services, user_id: str, session_id: str, ref: str) -> 
 
 
 __all__ = [
-    "FINAL", "build_turns", "checkout", "create_session", "get_run",
-    "list_sessions", "read_run", "run_to_end", "session_info", "start_turn", "transcript",
+    "build_turns",
+    "checkout",
+    "create_session",
+    "get_run",
+    "list_sessions",
+    "read_run",
+    "run_to_end",
+    "session_info",
+    "transcript",
     "transcript_at",
 ]

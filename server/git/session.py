@@ -23,15 +23,11 @@ from server.base.errors import Conflict, NotFound
 from server.base.records import SessionMeta, Skipped, to_json_bytes
 from server.git import lookup, objects
 from server.git.commits import (
-    TRAILER_INDEX,
-    TRAILER_KIND,
-    TRAILER_RUN,
     CommitInfo,
     commit_info,
     commit_message,
-    parse_trailers,
 )
-from server.git.history import HISTORY, RUNS, Entry, Lines, Listings, history_path, run_path
+from server.git.history import Lines, Listings
 from server.git.init_repo import init_repository
 from server.git.loose import LooseWriter
 from server.git.objects import TREE_MODE, BranchMoved, TreeCache, common_dir
@@ -55,11 +51,6 @@ WORKTREES = "_worktrees"
 # a blob already written for the file on disk (Staged, with its lstat).
 Change = bytes | None | object
 
-
-__all__ = [
-    "HISTORY", "RUNS", "TRAILER_INDEX", "TRAILER_KIND", "TRAILER_RUN", "CommitInfo", "Entry",
-    "WORKDIR", "commit_info", "commit_message", "history_path", "parse_trailers", "run_path",
-]
 
 
 class GitSession:

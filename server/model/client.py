@@ -28,7 +28,7 @@ from server.model.endpoints import (
 )
 from server.model.stream import Reply, StreamAssembler, StreamError, estimate_usage
 
-__all__ = ["ModelClient", "ModelError", "Reply"]
+__all__ = ["ModelClient", "ModelError"]
 
 log = logging.getLogger("braid.model")
 LIST_TTL = 30.0  # seconds a GET /v1/models answer is reused

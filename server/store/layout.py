@@ -26,10 +26,23 @@ if TYPE_CHECKING:
     from server.git.session import GitSession
 
 __all__ = [
-    "HISTORY", "RUNS", "StoredMessage", "answer_of", "find_run_path", "history_path",
-    "is_legacy", "last_answer", "message_files", "message_path", "message_sums", "messages",
-    "new_run_path", "next_message_path", "next_seq", "run_count", "run_entries", "run_path",
-    "run_usages", "runs", "stored_messages",
+    "StoredMessage",
+    "answer_of",
+    "find_run_path",
+    "is_legacy",
+    "last_answer",
+    "message_files",
+    "message_path",
+    "message_sums",
+    "messages",
+    "new_run_path",
+    "next_message_path",
+    "next_seq",
+    "run_count",
+    "run_entries",
+    "run_usages",
+    "runs",
+    "stored_messages",
 ]
 
 

@@ -27,9 +27,9 @@ from server.features import (
 from server.features.sources import exporting, sync
 from server.web import params as P
 from server.web.file_actions import file_or_folder, zip_download
-from server.web.specs import Action, ActionContext, Handler, Http, Param, http_routes, socket_table
+from server.web.specs import Action, Handler, Http, Param, socket_table
 
-__all__ = ["ACTIONS", "SPECS", "ActionContext", "Handler", "by_name", "http_routes"]
+__all__ = ["ACTIONS", "SPECS", "by_name"]
 
 TURN = Param("turn_id", P.message_id("turn_id", "turn"), aliases=("assistant_msg_id",))
 RUN = Param("run_id", P.message_id("run_id", "run"), aliases=("assistant_msg_id",))

@@ -45,7 +45,6 @@ from server.git.workdir.index_format import (
     UNKNOWN,
     Expand,
     IndexFormatError,
-    IndexLocked,
     SortedEntries,
     Stat,
     Unknown,
@@ -60,11 +59,10 @@ from server.git.workdir.index_format import (
     prefix_end,
     same_entry,
     stat_words,
-    tree_entries,
     write_pieces,
 )
 
-__all__ = ["GitIndex", "IndexFormatError", "IndexLocked", "tree_entries"]
+__all__ = ["GitIndex"]
 RACY_SECONDS = 2.0
 _UNSMUDGE_PER_WRITE = 64
 # A change for `GitIndex.update`: (oid, mode, lstat or None, skip-worktree, when taken).
