@@ -68,9 +68,16 @@ def test_the_view_follows_the_end_only_at_the_bottom(page: Page, login: Any,
              "return t.scrollHeight - t.scrollTop - t.clientHeight < 4; }"
     page.wait_for_function(grown, arg=[run_id, 40], polling=20, timeout=TIMEOUT)
     page.wait_for_function(at_end, polling=20, timeout=TIMEOUT)  # it follows
+    # The browser's own upward scroll (keeping the view in place while old turns above get
+    # their real height) is not the reader's: the view still follows the end.
+    page.evaluate("() => { document.getElementById('transcript').scrollTop -= 400; }")
+    page.wait_for_function(grown, arg=[run_id, 60], polling=20, timeout=TIMEOUT)
+    page.wait_for_function(at_end, polling=20, timeout=TIMEOUT)
     # The reader scrolls up: the view stays where they are while the answer grows.
-    page.evaluate("() => { document.getElementById('transcript').scrollTop = 0; }")
-    page.wait_for_timeout(50)  # the scroll event marks it
+    page.locator("#transcript").hover()
+    page.mouse.wheel(0, -200_000)
+    page.wait_for_function("() => document.getElementById('transcript').scrollTop === 0",
+                           polling=20, timeout=TIMEOUT)
     page.wait_for_function(grown, arg=[run_id, 120], polling=20, timeout=TIMEOUT)
     assert page.evaluate("() => document.getElementById('transcript').scrollTop") == 0
     # Back at the bottom: it follows again.

@@ -252,10 +252,21 @@
     const t = $("#transcript");
     if (t) {
       // Delegated: a redraw replaces the transcript element (and would drop its listener).
-      // The reader leaves the end by scrolling up; back near the end, it follows again. A
-      // scroll that is not upwards (the page's own, or the browser keeping the view in place
-      // as old turns above get their real height once laid out) never stops the following.
+      // The reader leaves the end by scrolling up (wheel, touch, keys, the scroll bar); back
+      // near the end, it follows again. Only an upward scroll soon after the reader's own
+      // input counts: the browser also scrolls up by itself (keeping the view in place as old
+      // turns above get their real height once laid out), and that must not stop the following.
       const lastTop = new WeakMap();
+      let readerUntil = 0;
+      function readerMoved(e) {
+        const t = $("#transcript");
+        if (!t || (e.target instanceof Node && !t.contains(e.target) && e.type !== "keydown")) return;
+        if (e.type === "keydown" && !/^(ArrowUp|PageUp|Home)$/.test(e.key)) return;
+        readerUntil = performance.now() + 1000;
+      }
+      ["wheel", "touchmove", "pointerdown", "keydown"].forEach(function (type) {
+        document.addEventListener(type, readerMoved, {capture: true, passive: true});
+      });
       document.addEventListener("scroll", function (e) {
         const el = e.target;
         if (!el || el.id !== "transcript") return;
@@ -263,7 +274,7 @@
         const before = lastTop.has(el) ? lastTop.get(el) : top;
         lastTop.set(el, top);
         if (nearBottom(el)) el.dataset.follow = "1";
-        else if (top < before - 1) el.dataset.follow = "0";
+        else if (top < before - 1 && performance.now() < readerUntil) el.dataset.follow = "0";
       }, true);
       new MutationObserver(askScroll)
         .observe(document.querySelector(".main") || t, {childList: true, subtree: true});
