@@ -13,7 +13,7 @@ from typing import TypedDict
 from server.app.braid import Braid
 from server.base.errors import BraidError
 from server.base.records import MessageRecord, RunRecord, RunRow
-from server.base.results import EventData, Transcript, TranscriptItem
+from server.base.results import EventData, Transcript, TranscriptItem, WaitingCall
 from server.features import sessions
 from server.web.render.events import files_for, siblings_for
 from server.web.render.fragments import turn_from_event
@@ -30,6 +30,7 @@ class LiveTurn(TypedDict):
     run: RunRecord | RunRow
     messages: list[MessageRecord]
     partial: str
+    waiting: list[WaitingCall]  # tool calls shown in it, waiting for approval
 
 
 def snapshot(braid: Braid, session_id: str) -> list[LiveTurn]:
@@ -43,14 +44,22 @@ def snapshot(braid: Braid, session_id: str) -> list[LiveTurn]:
         run = ctx.run.copy()
         run["status"] = "RUNNING"
         out.append({"run_id": ctx.run_id, "branch": active.branch, "run": run,
-                    "messages": [m.copy() for m in ctx.messages], "partial": active.partial})
+                    "messages": [m.copy() for m in ctx.messages], "partial": active.partial,
+                    "waiting": waiting_in(braid, session_id, ctx.run_id)})
     return out
+
+
+def waiting_in(braid: Braid, session_id: str, run_id: str) -> list[WaitingCall]:
+    """The calls waiting for approval that `run_id`'s bubble shows (a sub-agent's too)."""
+    return [w.copy() for a in braid.runs.for_session(session_id)
+            for w in a.waiting.values() if w["shown_in"] == run_id]
 
 
 def live_turn(item: LiveTurn) -> TranscriptItem:
     turn = turn_from_event({"run_id": item["run_id"], "run": item["run"],
                             "messages": item["messages"]}, streaming=True)
     turn["live_text"] = item["partial"]
+    turn["waiting"] = item["waiting"]
     return turn
 
 
