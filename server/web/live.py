@@ -73,11 +73,23 @@ def merge_live(view: Transcript, live: list[LiveTurn], branch: str) -> Transcrip
     return {**view, "turns": turns + [live_turn(item) for item in shown]}
 
 
+def with_waiting(braid: Braid, session_id: str, view: Transcript) -> Transcript:
+    """Calls waiting for approval in a finished turn's bubble (a sub-agent the user spawned
+    from it): live turns carry their own."""
+    shown = {w["shown_in"] for a in braid.runs.for_session(session_id)
+             for w in a.waiting.values()}
+    for turn in view["turns"]:
+        run_id = turn.get("run_id")
+        if run_id in shown and not turn.get("streaming"):
+            turn["waiting"] = waiting_in(braid, session_id, run_id or "")
+    return view
+
+
 async def page_transcript(braid: Braid, user_id: str, session_id: str,
                           branch: str) -> Transcript:
     live = snapshot(braid, session_id)
     view = await sessions.transcript(braid, user_id, session_id)
-    return merge_live(view, live, branch)
+    return with_waiting(braid, session_id, merge_live(view, live, branch))
 
 
 async def catch_up(r: HtmlRenderer, live: list[LiveTurn], full: bool,
@@ -95,7 +107,8 @@ async def catch_up(r: HtmlRenderer, live: list[LiveTurn], full: bool,
         live_ids = {item["run_id"] for item in live}
         r.drawn = {rid for t in view["turns"] if (rid := t.get("run_id"))} - live_ids
         info = r.ctx.braid.store.get(r.ctx.session_id).meta
-        return (render("_transcript.html", transcript=merge_live(view, live, branch))
+        view = with_waiting(r.ctx.braid, r.ctx.session_id, merge_live(view, live, branch))
+        return (render("_transcript.html", transcript=view)
                 + await r.run_state() + render("_branch.html", branch=branch)
                 + render("_title.html", title=info.get("title")))
     html = ""

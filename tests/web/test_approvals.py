@@ -219,3 +219,30 @@ def test_stop_while_waiting_ends_the_run_cancelled(shell_server: Server) -> None
     path = shell_server.session_path(sid)
     assert not (path / "workdir" / "a.txt").exists()
     assert git(path, "status", "--porcelain") == ""
+
+
+def test_a_sub_agents_waiting_call_shows_on_the_parents_page(shell_server: Server) -> None:
+    sid = shell_server.new_session()
+    parent = shell_server.run(sid, "say parent")["run_id"]
+    status, _ = shell_server.api("PATCH", f"/api/sessions/{sid}", {"approvals": "writes"})
+    assert status == 200
+    ws = shell_server.socket(sid)
+    spawned: dict[str, Any] = {}
+    runner = threading.Thread(target=lambda: spawned.update(shell_server.api(
+        "POST", f"/api/sessions/{sid}/sub_agents",
+        {"parent_turn_id": parent, "prompt": "write kid.txt hi", "label": "kid"})[1]))
+    runner.start()
+    wait = needed(ws)
+    assert wait["branch"].startswith("sub_") and wait["label"] == "kid"
+    assert wait["shown_in"] == parent and wait["run_id"] != parent
+    # The parent's page shows it in the parent turn's bubble, with Approve / Deny / Always.
+    status, html = shell_server.page(f"/s/{sid}")
+    assert status == 200
+    turn = html[html.index(f'id="turn-{parent}"'):]
+    assert f'data-call-id="{wait["call_id"]}"' in turn.split("</section>")[0]
+    reply = ws.call("approve_tool_call", run_id=wait["run_id"], call_id=wait["call_id"],
+                    decision="approve")
+    assert reply["type"] == "result", reply
+    runner.join(timeout=30)
+    branch = spawned["branch"]
+    assert git(shell_server.session_path(sid), "show", f"{branch}:workdir/kid.txt") == "hi\n"
