@@ -126,14 +126,22 @@ def answer(active: ActiveRun, call_id: str, decision: str, reason: str) -> bool:
 
 
 def _shown_in(braid: Services, ctx: TurnContext, active: ActiveRun) -> str:
-    """The run whose bubble shows the call: its own, or for a sub-agent the run the user
-    watches (else its parent turn's)."""
+    """The run whose bubble shows the call: its own; for a sub-agent, the nearest run up its
+    parents that is not a sub-agent (the one the user watches, or the finished turn the user
+    spawned it from)."""
     if not ctx.run.get("sub_agent") and not active.branch.startswith("sub_"):
         return ctx.run_id
-    shown = braid.runs.foreground(active.session_id)
-    if shown and shown[0].run_id:
-        return shown[0].run_id
-    return str(ctx.run.get("parent_run_id") or ctx.run_id)
+    live = {a.run_id: a for a in braid.runs.for_session(active.session_id)}
+    parent = ctx.run.get("parent_run_id")
+    seen: set[str] = set()
+    while parent and parent in live and parent not in seen:
+        seen.add(parent)
+        up = live[parent]
+        if not up.branch.startswith("sub_"):
+            return parent
+        above = up.ctx.run.get("parent_run_id") if up.ctx is not None else None
+        parent = above if isinstance(above, str) else None
+    return str(parent or ctx.run_id)
 
 
 def preview(root: Path, tool: str, args: dict[str, object]) -> str | None:
