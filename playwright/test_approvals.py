@@ -94,3 +94,26 @@ def test_always_and_the_card_on_a_phone(page: Page, login: Any,
     page.click("#session-actions > summary")
     expect(page.locator(".approvals-always")).to_contain_text("write_file")
     expect(page.locator("#approvals-select")).to_have_value("writes")
+
+
+def test_a_second_tab_shows_the_call_and_its_answer_reaches_the_first(
+        page: Page, login: Any, shared_server: Server) -> None:
+    sid = shared_server.new_session()
+    status, _ = shared_server.api("PATCH", f"/api/sessions/{sid}", {"approvals": "writes"})
+    assert status == 200
+    login(page, sid)
+    run_id = send_from_page(page, "write e.txt both tabs")
+    first = page.locator(f"#turn-{run_id} .approval-card:not(.approval-done)")
+    expect(first).to_be_visible(timeout=TIMEOUT)
+    other = page.context.new_page()
+    other.goto(f"{shared_server.base_url}/s/{sid}")
+    expect(other.locator("#conn")).to_have_attribute("data-state", "open", timeout=TIMEOUT)
+    second = other.locator(f"#turn-{run_id} .approval-card:not(.approval-done)")
+    expect(second).to_be_visible(timeout=TIMEOUT)
+    second.locator(".approve-btn").click()
+    for tab in (page, other):
+        expect(tab.locator(f"#turn-{run_id}")).to_have_attribute("data-status", "COMPLETED",
+                                                                  timeout=TIMEOUT)
+        expect(tab.locator(".approval-card")).to_have_count(0)
+    assert git(shared_server.session_path(sid), "show", "HEAD:workdir/e.txt") == \
+        "both tabs\n"
