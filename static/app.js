@@ -109,6 +109,17 @@
     }
   });
 
+  // A turn is appended once: an event that reaches the page twice around a reconnect (the
+  // catch-up drew the turn, then its run_started arrives) must not draw a second copy with
+  // the same id, which every later frame would miss.
+  document.addEventListener("htmx:oobBeforeSwap", function (e) {
+    const d = e.detail;
+    if (!d || !d.target || d.target.id !== "transcript" || !d.fragment) return;
+    d.fragment.querySelectorAll(":scope > section.turn[id]").forEach(function (s) {
+      if (document.getElementById(s.id)) s.remove();
+    });
+  });
+
   // The server's first frame on a socket is a catch-up, in order with the events after it
   // (a fetch of the page would race with them). The first socket names the runs the page
   // shows as running; a reconnect, which may have missed events, asks for a full redraw.
