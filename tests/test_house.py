@@ -282,3 +282,15 @@ def test_no_module_declares_a_name_it_does_not_define() -> None:
                 defined = top_level_names(tree)
                 found += [f"{module}: {name}" for name in listed if name not in defined]
     assert found == []
+
+
+def test_no_two_test_files_share_a_name() -> None:
+    # The tests are not packages (pytest's rootdir import): two files of one name in two
+    # folders stop the collection of the whole suite.
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in sorted([*ROOT.glob("tests/**/test_*.py"), *ROOT.glob("playwright/**/test_*.py")]):
+        if path.name in seen:
+            clashes.append(f"{seen[path.name].relative_to(ROOT)} and {path.relative_to(ROOT)}")
+        seen.setdefault(path.name, path)
+    assert not clashes, clashes
