@@ -210,7 +210,7 @@ def test_rewind_files_over_http_and_busy(shared_server: Server) -> None:
     status, body = shared_server.api("POST", f"/api/runs/{first['run_id']}/rewind_files",
                                      {"session_id": sid, "message_index": 7})
     assert status == 400 and body["error"]["code"] == "bad_request"
-    status, body = shared_server.api("POST", f"/api/turns/{first["run_id"]}/unrevert",
+    status, body = shared_server.api("POST", f"/api/turns/{first['run_id']}/unrevert",
                                      {"session_id": sid})
     # The run itself was not reverted; the rewind is undone by its own id.
     assert status == 409
