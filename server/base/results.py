@@ -61,6 +61,7 @@ class Transcript(TypedDict):
     start: int
     has_more: bool
     total: int
+    rewinds: NotRequired[dict[str, str]]  # user message id → its standing files-only rewind
     session_id: NotRequired[str]
 
 

@@ -351,6 +351,21 @@ def _commit(git: GitSession, run_id: str, record_path: str, record: RunRecord,
     return out
 
 
+def standing_rewinds(messages: Iterable[MessageRecord]) -> dict[str, str]:
+    """{message id: rewind id} of the files-only rewinds among `messages` (a branch's, in
+    order) that no later note undid: the user bubbles that show "Files rewound here"."""
+    out: dict[str, str] = {}
+    for msg in messages:
+        if msg.get("role") != "system":
+            continue
+        point = msg.get("rewound_to")
+        if msg.get("kind") == "rewind" and point and point.get("message_id"):
+            out[str(point["message_id"])] = msg["id"]
+        elif msg.get("kind") == "unrevert" and msg.get("reverted_run_id") in out.values():
+            out = {k: v for k, v in out.items() if v != msg.get("reverted_run_id")}
+    return out
+
+
 def commit_files(git: GitSession, run_id: str, extra: dict[str, Change],
                  result: dict[str, Entry | None], kind: str, note_text: str,
                  note_fields: Mapping[str, object], point: str | None = None,
