@@ -7,8 +7,12 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
+
+from websockets.sync.client import connect
 
 from conftest import Server, assert_fsck, git
+from server.web.render.templating import path_key
 
 
 def files(work: Path) -> dict[str, str]:
@@ -224,3 +228,49 @@ def test_rewind_files_over_http_and_busy(shared_server: Server) -> None:
     finally:
         sock.close()
     assert_fsck(repo)
+
+
+def html_until(sock: Any, marker: str) -> list[str]:
+    frames: list[str] = []
+    while not any(marker in f for f in frames):
+        frames.append(str(sock.recv(timeout=20)))
+    return frames
+
+
+def test_html_frames_for_a_chip_and_a_rewind(shared_server: Server) -> None:
+    sid = shared_server.new_session()
+    lines = "\\n".join(f"line {i}" for i in range(1, 9))
+    shared_server.run(sid, f"write a.txt {lines}")
+    turn = shared_server.run(sid, f"write a.txt {lines.replace('line 2', 'line 2 by 1')}\n"
+                                  "write b.txt bee")
+    tid = turn["run_id"]
+    shared_server.run(sid, f"write a.txt {lines.replace('line 2', 'line 2 by 3')}")
+    key = path_key("a.txt")
+    with connect(f"{shared_server.ws_url}/ws/sessions/{sid}",
+                 additional_headers={"Authorization": f"Bearer {shared_server.token}",
+                                     "Origin": shared_server.base_url}, open_timeout=10) as sock:
+        # One chip's Revert, as its form sends it (one value for `paths`): it conflicts, and
+        # the toast's force button names that chip's own hidden form.
+        sock.send(json.dumps({"action": "revert_turn", "turn_id": tid, "paths": "a.txt"}))
+        toast = html_until(sock, "revert-conflict")[-1]
+        assert f'form="force-revert-{tid}-{key}"' in toast
+        sock.send(json.dumps({"action": "revert_turn", "turn_id": tid, "paths": "b.txt"}))
+        frames = html_until(sock, f'hx-swap-oob="innerHTML:#footer-{tid}"')
+        footer = next(f for f in frames if f"#footer-{tid}" in f)
+        assert f'id="force-revert-{tid}-{key}"' in footer  # a.txt's, still revertable
+        assert f'id="force-unrevert-{tid}-{path_key("b.txt")}"' in footer
+        assert "1 of 2 reverted" in footer and "chip-off" in footer
+
+        # A files-only rewind swaps the user bubble's menu by id; its undo swaps it back.
+        sock.send(json.dumps({"action": "rewind_files", "run_id": tid, "message_index": 0}))
+        user_id = turn["messages"][0]["id"]
+        frames = html_until(sock, f'id="rewind-{user_id}"')
+        menu = next(f for f in frames if f'id="rewind-{user_id}"' in f)
+        assert 'hx-swap-oob="true"' in menu and "undo-rewind" in menu
+        rewind_id = menu.split('name="turn_id" value="')[1][:32]
+        sock.send(json.dumps({"action": "unrevert_turn", "turn_id": rewind_id}))
+        frames = html_until(sock, f'id="rewind-{user_id}"')
+        menu = next(f for f in frames if f'id="rewind-{user_id}"' in f)
+        assert "undo-rewind" not in menu and "rewind-files" in menu
+    status, page = shared_server.api("GET", f"/api/sessions/{sid}")
+    assert status == 200 and page["head"]
