@@ -259,7 +259,7 @@ def _reverting_commits(git: GitSession, head: pygit2.Commit, run_id: str, record
         after = reverted_files(git.read_json(commit, record_path), all_paths)
         try:
             before = reverted_files(git.read_json(commit.parents[0], record_path), all_paths)
-        except (KeyError, ValueError):
+        except NotFound:  # the record came later (a commit before the turn's own)
             before = set()
         for path in (after - before) & paths:
             found.setdefault(path, commit)
