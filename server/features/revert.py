@@ -332,7 +332,9 @@ def undo_rewind(git: GitSession, rewind_id: str, force: bool) -> RevertResult | 
     undone = changes_of(git, TurnSpan(rewind_id, commit, commit), backups={})
     result, conflicts = _take_out(git, head, rewind_id, undone, force,
                                   "later changes overlap the rewind")
-    text = f"The files-only rewind {rewind_id} was undone; " + (
+    point = note.get("rewound_to")
+    which = f" to run {point['run_id']}" if point else ""
+    text = f"The files-only rewind{which} was undone; " + (
         f"{_names(sorted(result))} are back as they were before it." if result
         else "no file needed changing.")
     out = commit_files(git, rewind_id, {}, result, "unrevert", text,

@@ -330,14 +330,15 @@ def do_rewind(git: GitSession, run_id: str, message_index: int, rewind_id: str
                           "message_id": at["id"] if at else None, "commit_id": str(target.id)}
     names = ", ".join(sorted(result)[:20]) + (f" and {len(result) - 20} more"
                                              if len(result) > 20 else "")
-    text = (f"The files were rewound to how they were at message {message_index + 1} of run "
-            f"{view.run_id} (the conversation was kept): {names} changed back, so edits made "
-            "to them since then no longer stand.")
+    where = f"before run {view.run_id}" if message_index == 0 else \
+        f"after the first {message_index} messages of run {view.run_id}"
+    text = (f"The files were rewound to how they were {where} (the conversation was kept): "
+            f"{names} changed back, so edits made to them since then no longer stand.")
     out = commit_files(git, rewind_id, {}, result, "revert", text,
                        {"id": rewind_id, "kind": "rewind", "rewound_to": point},
                        point="rewind.after_files",
                        summary=f"Rewind files to run {view.run_id[:10]} at message "
-                               f"{message_index + 1}")
+                               f"{message_index}")
     out["rewind"], out["conflicts"] = point, []
     return out
 
