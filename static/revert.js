@@ -34,7 +34,8 @@
   document.addEventListener("keydown", function (e) {
     if (e.key !== "Escape") return;
     document.querySelectorAll(".diff-panel:not([hidden])").forEach(closeDiff);
-    document.querySelectorAll("details.revert-menu[open]").forEach(function (d) { d.open = false; });
+    document.querySelectorAll("details.revert-menu[open], details.rewind-menu[open]")
+      .forEach(function (d) { d.open = false; });
   });
 
   function showFresh() {

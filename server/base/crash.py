@@ -19,6 +19,9 @@ POINTS: dict[str, tuple[str, ...]] = {
     "checkpoint": ("checkpoint.before_commit", "checkpoint.after_commit"),
     "revert": ("revert.after_files", "revert.before_commit", "revert.after_commit"),
     "unrevert": ("unrevert.after_files", "unrevert.before_commit", "unrevert.after_commit"),
+    # A files-only rewind (timetravel.rewind_files): its files written; its commit is a
+    # `revert`, whose commit points are the revert's.
+    "rewind": ("rewind.after_files",),
     "merge": ("merge.after_turn_files", "merge.after_files", "merge.before_commit",
               "merge.after_commit"),
     "fork": ("fork.after_init", "fork.after_commits", "fork.after_checkout"),

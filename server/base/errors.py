@@ -19,6 +19,7 @@ class ErrorDetails(TypedDict, total=False):
     max_bytes: int
     actions: list[str]  # the socket's actions (an unknown one was asked for)
     message_count: int
+    paths: list[str]  # the files of a per-file revert (its conflicts, or the unknown ones)
 
 
 class ErrorInfo(TypedDict):

@@ -98,6 +98,16 @@ class MessageExtras(TypedDict, total=False):
     kind: str | None
 
 
+class RewindPoint(TypedDict):
+    """Where a files-only rewind took `workdir/` back to: the checkpoint of `run_id` at
+    `message_index` (`message_id`: the message there, the bubble that shows the rewind)."""
+
+    run_id: str
+    message_index: int
+    message_id: str | None
+    commit_id: str
+
+
 class MessageRecord(TypedDict):
     """One file under history/: `{id, role, content, run_id, created_at, ...}`."""
 
@@ -118,6 +128,7 @@ class MessageRecord(TypedDict):
     upload: NotRequired[list[str]]  # an upload's paths
     kind: NotRequired[str]  # a revert note's
     reverted_run_id: NotRequired[str]  # a revert note's
+    rewound_to: NotRequired[RewindPoint]  # a files-only rewind's note (its id: the rewind's)
     copied_from: NotRequired[str | None]  # a fork's copy of the source run's message
 
 
@@ -180,6 +191,8 @@ class RunRecord(TypedDict):
     reverted_paths: NotRequired[list[str]]
     unreverted_at: NotRequired[str]
     undone_revert_commit_id: NotRequired[str]
+    reverted_files: NotRequired[list[str]]  # the turn's files standing reverted (per file)
+    keep_files: NotRequired[bool]  # a fork that kept the source branch's current files
     merge: NotRequired[MergeInfo]
 
 

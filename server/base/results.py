@@ -12,6 +12,7 @@ from server.base.records import (
     ImportSummary,
     MessageRecord,
     ModelEntry,
+    RewindPoint,
     RunLineage,
     RunRecord,
     RunRow,
@@ -76,6 +77,7 @@ class Transcript(TypedDict):
     start: int
     has_more: bool
     total: int
+    rewinds: NotRequired[dict[str, str]]  # user message id → its standing files-only rewind
     session_id: NotRequired[str]
 
 
@@ -275,10 +277,11 @@ class RevertResult(TypedDict):
     commit_id: str
     restored_paths: list[str]
     reverted: bool
-    run: RunRecord
+    run: NotRequired[RunRecord]  # the turn's record (a files-only rewind has none)
     note: MessageRecord
     conflicts: NotRequired[list[Conflicted]]
     files: NotRequired[list[FileChip]]
+    rewind: NotRequired[RewindPoint]  # a files-only rewind's (rewind_files) or its undo's
 
 
 class TurnFiles(TypedDict):
@@ -287,6 +290,7 @@ class TurnFiles(TypedDict):
     turn_id: str
     paths: list[FileChip]
     reverted: bool
+    reverted_files: list[str]  # which of them stand reverted (a per-file revert)
 
 
 class TurnDiff(TypedDict):
@@ -450,6 +454,7 @@ class EventData(TypedDict, total=False):
     source_run_id: str
     message_index: int
     parent_ids: list[str]
+    rewind: RewindPoint  # `reverted` of a files-only rewind or its undo
     branches: list[str]
     strategy: str
     conflicts: list[Conflicted]

@@ -15,8 +15,8 @@ call knows its old edits no longer stand.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, cast
 
 import pygit2
 from pygit2.enums import MergeFlag
@@ -33,10 +33,10 @@ from server.agent.turn_changes import (
 )
 from server.agent.turn_context import snapshot_user_edits
 from server.base import crash
-from server.base.errors import Busy, Conflict, NotFound
+from server.base.errors import BadRequest, Busy, Conflict, ErrorDetails, NotFound
 from server.base.ids import new_message_id, now_iso
 from server.base.records import FileChip, MessageRecord, RunRecord, to_json_bytes
-from server.base.results import Conflicted, RevertResult, TurnDiff, TurnFiles
+from server.base.results import Conflicted, EventData, RevertResult, TurnDiff, TurnFiles
 from server.git import lookup
 from server.git.commits import first_parent_line
 from server.git.session import Change, GitSession
@@ -77,6 +77,29 @@ def resolve_turn(git: GitSession, turn_id: str,
 def _turn_changes(git: GitSession, run_id: str, commit: pygit2.Commit) -> list[FileChange]:
     span = turn_spans(git, commit, [run_id]).get(run_id)
     return changes_of(git, span) if span is not None else []
+
+
+def reverted_files(record: Mapping[str, object], paths: Iterable[str]) -> set[str]:
+    """Which of the turn's files stand reverted: the record's `reverted_files` (a per-file
+    revert keeps it), else all of them for a record reverted whole before it existed."""
+    listed = record.get("reverted_files")
+    if isinstance(listed, list):
+        return set(paths) & {str(p) for p in listed}
+    return set(paths) if record.get("reverted") else set()
+
+
+def _chosen(run_id: str, changes: list[FileChange], paths: list[str] | None
+            ) -> list[FileChange]:
+    """The changes of the files named (all when None); a file the turn did not change is a
+    bad request."""
+    if paths is None:
+        return changes
+    by_path = {c.path: c for c in changes}
+    unknown = [p for p in paths if p not in by_path]
+    if unknown:
+        raise BadRequest(f"turn {run_id} did not change {_names(unknown)}",
+                         {"paths": list(unknown), "turn_id": run_id})
+    return [by_path[p] for p in sorted(set(paths))]
 
 
 # -- three-way ----------------------------------------------------------------------------
@@ -150,7 +173,8 @@ def _names(paths: list[str]) -> str:
 
 
 def _take_out(git: GitSession, head: pygit2.Commit, run_id: str, changes: list[FileChange],
-              force: bool, refusal: str) -> tuple[dict[str, Entry | None], list[Conflicted]]:
+              force: bool, refusal: str, paths: list[str] | None = None
+              ) -> tuple[dict[str, Entry | None], list[Conflicted]]:
     """Three-way: take each change (before → after) back out of HEAD. Returns the new entries
     of the paths that change and the conflicts (forced to `before`, else `Conflict`)."""
     base = {c.path: c.after for c in changes}
@@ -159,92 +183,220 @@ def _take_out(git: GitSession, head: pygit2.Commit, run_id: str, changes: list[F
     result, conflicts = three_way(git, base, ours, theirs)
     details = _conflict_details(git, conflicts, ours, theirs)
     if conflicts and not force:
-        raise Conflict(f"{refusal} in {_names(conflicts)}; nothing was changed",
-                       {"conflicts": details, "turn_id": run_id})
+        where: ErrorDetails = {"conflicts": details, "turn_id": run_id}
+        if paths is not None:
+            where["paths"] = sorted(set(paths))  # a per-file revert's: forcing names them
+        raise Conflict(f"{refusal} in {_names(conflicts)}; nothing was changed", where)
     for path in conflicts:
         result[path] = theirs[path]
     return result, details
 
 
-def _turn_in_state(git: GitSession, turn_id: str, reverted: bool
-                   ) -> tuple[str, str, RunRecord, pygit2.Commit]:
-    """Resolve the turn and check its state, then snapshot the user's edits (so the revert
-    sees them as later work, never clobbers them). Returns (run_id, record path, record,
-    HEAD after the snapshot)."""
-    run_id, record_path, record = resolve_turn(git, turn_id, git.head_commit())
-    if bool(record.get("reverted")) != reverted:
-        state = "is already reverted" if not reverted else "is not reverted"
-        raise Conflict(f"turn {run_id} {state}", {"conflicts": [], "turn_id": run_id})
-    snapshot_user_edits(git)
-    return run_id, record_path, record, git.head_commit()
-
-
-def do_revert(git: GitSession, turn_id: str, force: bool) -> RevertResult:
-    run_id, record_path, record, head = _turn_in_state(git, turn_id, reverted=False)
+def _turn_state(git: GitSession, turn_id: str
+                ) -> tuple[str, str, RunRecord, list[FileChange], set[str]]:
+    """(run_id, record path, record, the turn's changes, the paths standing reverted)."""
+    head = git.head_commit()
+    run_id, record_path, record = resolve_turn(git, turn_id, head)
     changes = _turn_changes(git, run_id, head)
+    return run_id, record_path, record, changes, reverted_files(record, (c.path for c in changes))
+
+
+def _state_conflict(run_id: str, paths: list[str] | None, state: str) -> Conflict:
+    what = f"turn {run_id}" if paths is None else f"{_names(paths)} of turn {run_id}"
+    verb = "is" if paths is None or len(paths) == 1 else "are"
+    return Conflict(f"{what} {verb} {state}", {"conflicts": [], "turn_id": run_id})
+
+
+def do_revert(git: GitSession, turn_id: str, force: bool,
+              paths: list[str] | None = None) -> RevertResult:
+    """Revert the turn's files (those named in `paths`, else all that do not stand reverted
+    yet) as one `revert` commit."""
+    run_id, record_path, record, changes, done = _turn_state(git, turn_id)
     if not changes:
         raise Conflict(f"turn {run_id} changed no files: nothing to revert",
                        {"conflicts": [], "turn_id": run_id})
-    result, conflicts = _take_out(git, head, run_id, changes, force,
-                                  f"later changes overlap turn {run_id}'s changes")
-    note = f"Turn {run_id} was reverted; its changes to {_names([c.path for c in changes])} " \
-        "were undone."
+    chosen = _chosen(run_id, changes, paths)
+    todo = [c for c in chosen if c.path not in done]
+    if not todo or (paths is not None and len(todo) < len(chosen)):
+        again = [c.path for c in chosen if c.path in done] if paths is not None else None
+        raise _state_conflict(run_id, again, "already reverted")
+    # The user's edits are later work: committed first, never clobbered.
+    snapshot_user_edits(git)
+    head = git.head_commit()
+    result, conflicts = _take_out(git, head, run_id, todo, force,
+                                  f"later changes overlap turn {run_id}'s changes", paths)
+    now_done = done | {c.path for c in todo}
+    whole = now_done == {c.path for c in changes}
+    names = _names([c.path for c in todo])
+    if whole and not done:
+        note = f"Turn {run_id} was reverted; its changes to {names} were undone."
+    else:
+        standing = [c.path for c in changes if c.path not in now_done]
+        note = f"Turn {run_id}'s changes to {names} were reverted" + (
+            f"; its changes to {_names(standing)} still stand." if standing else
+            "; none of its changes stand now.")
     if conflicts:
         forced = _names([c["path"] for c in conflicts])
         note += f" Later edits to {forced} were replaced by the pre-turn content."
-    record.update({"reverted": True, "reverted_at": now_iso(), "revert_forced": bool(conflicts),
+    record.update({"reverted": whole, "reverted_files": sorted(now_done),
+                   "reverted_at": now_iso(), "revert_forced": bool(conflicts),
                    "reverted_paths": sorted(result)})
     out = _commit(git, run_id, record_path, record, result, "revert", note)
     out["conflicts"], out["files"] = conflicts, [c.as_dict() for c in changes]
     return out
 
 
-def do_unrevert(git: GitSession, turn_id: str, force: bool) -> RevertResult:
-    run_id, record_path, record, head = _turn_in_state(git, turn_id, reverted=True)
-    revert_commit = next((c for c in first_parent_line(head)
-                          if trailers_of(c) == ("revert", run_id)), None)
-    if revert_commit is None or not revert_commit.parents:
+def _reverting_commits(git: GitSession, head: pygit2.Commit, run_id: str, record_path: str,
+                       paths: set[str], all_paths: set[str]) -> dict[str, pygit2.Commit]:
+    """For each path, the newest `revert` commit of the turn that reverted it (the one an
+    unrevert of that path undoes)."""
+    found: dict[str, pygit2.Commit] = {}
+    for commit in first_parent_line(head):
+        if len(found) == len(paths):
+            break
+        if trailers_of(commit) != ("revert", run_id) or not commit.parents:
+            continue
+        after = reverted_files(git.read_json(commit, record_path), all_paths)
+        try:
+            before = reverted_files(git.read_json(commit.parents[0], record_path), all_paths)
+        except NotFound:  # the record came later (a commit before the turn's own)
+            before = set()
+        for path in (after - before) & paths:
+            found.setdefault(path, commit)
+    return found
+
+
+def do_unrevert(git: GitSession, turn_id: str, force: bool,
+                paths: list[str] | None = None) -> RevertResult:
+    """Re-apply the turn's reverted files (those named in `paths`, else all): each file's
+    revert commit taken back out, three-way, as one `unrevert` commit."""
+    try:
+        run_id, record_path, record, changes, done = _turn_state(git, turn_id)
+    except NotFound:
+        if paths is None and (undo := undo_rewind(git, turn_id, force)) is not None:
+            return undo
+        raise
+    chosen = _chosen(run_id, changes, paths)
+    todo = [c.path for c in chosen if c.path in done]
+    if not todo or (paths is not None and len(todo) < len(chosen)):
+        standing = [c.path for c in chosen if c.path not in done] if paths is not None else None
+        raise _state_conflict(run_id, standing, "not reverted")
+    snapshot_user_edits(git)
+    head = git.head_commit()
+    commits = _reverting_commits(git, head, run_id, record_path, set(todo),
+                                 {c.path for c in changes})
+    if not commits:
         raise NotFound(f"the revert of turn {run_id} is not on branch {git.branch}")
-    # Undoing the revert = taking the revert commit's own change back out.
-    undone = changes_of(git, TurnSpan(run_id, revert_commit, revert_commit), backups={})
+    # Undoing a revert = taking the revert commit's own change back out, file by file.
+    undone: list[FileChange] = []
+    for commit in {c.id: c for c in commits.values()}.values():
+        mine = {p for p, c in commits.items() if c.id == commit.id}
+        undone += [u for u in changes_of(git, TurnSpan(run_id, commit, commit), backups={})
+                   if u.path in mine]
     result, conflicts = _take_out(git, head, run_id, undone, force,
-                                  f"later changes overlap the revert of turn {run_id}")
-    changes = _turn_changes(git, run_id, head)
-    names = _names([c.path for c in changes]) or "no files"
-    note = f"The revert of turn {run_id} was undone; its changes to {names} are back."
-    record.update({"reverted": False, "unreverted_at": now_iso(),
-                   "undone_revert_commit_id": str(revert_commit.id)})
+                                  f"later changes overlap the revert of turn {run_id}", paths)
+    left = done - set(todo)
+    if left:
+        note = f"Turn {run_id}'s changes to {_names(todo)} are back; its changes to " \
+            f"{_names(sorted(left))} stay reverted."
+    else:
+        note = f"The revert of turn {run_id} was undone; its changes to " \
+            f"{_names([c.path for c in changes]) or 'no files'} are back."
+    newest = max(commits.values(), key=lambda c: c.commit_time)
+    record.update({"reverted": False, "reverted_files": sorted(left),
+                   "unreverted_at": now_iso(), "undone_revert_commit_id": str(newest.id)})
     out = _commit(git, run_id, record_path, record, result, "unrevert", note)
     out["conflicts"], out["files"] = conflicts, [c.as_dict() for c in changes]
     return out
 
 
+def undo_rewind(git: GitSession, rewind_id: str, force: bool) -> RevertResult | None:
+    """Undo a files-only rewind (timetravel.rewind_files), named by its note's id: its
+    `revert` commit taken back out as an `unrevert` commit. None: no such rewind."""
+    head = git.head_commit()
+    note = next((m for m in layout.messages(git, head)
+                 if m.get("id") == rewind_id and m.get("kind") == "rewind"), None)
+    if note is None:
+        return None
+    for commit in first_parent_line(head):
+        kind, run = trailers_of(commit)
+        if run != rewind_id:
+            continue
+        if kind != "revert" or not commit.parents:
+            raise _state_conflict(rewind_id, None, "undone already")
+        break
+    else:
+        return None
+    snapshot_user_edits(git)
+    head = git.head_commit()
+    undone = changes_of(git, TurnSpan(rewind_id, commit, commit), backups={})
+    result, conflicts = _take_out(git, head, rewind_id, undone, force,
+                                  "later changes overlap the rewind")
+    point = note.get("rewound_to")
+    which = f" to run {point['run_id']}" if point else ""
+    text = f"The files-only rewind{which} was undone; " + (
+        f"{_names(sorted(result))} are back as they were before it." if result
+        else "no file needed changing.")
+    out = commit_files(git, rewind_id, {}, result, "unrevert", text,
+                       {"reverted_run_id": rewind_id, "kind": "unrevert"})
+    out["conflicts"] = conflicts
+    if "rewound_to" in note:
+        out["rewind"] = note["rewound_to"]
+    return out
+
+
 def _commit(git: GitSession, run_id: str, record_path: str, record: RunRecord,
             result: dict[str, Entry | None], kind: str, note_text: str) -> RevertResult:
+    out = commit_files(git, run_id, {record_path: to_json_bytes(record)}, result, kind,
+                       note_text, {"reverted_run_id": run_id, "kind": kind})
+    out["run"] = record
+    return out
+
+
+def standing_rewinds(messages: Iterable[MessageRecord]) -> dict[str, str]:
+    """{message id: rewind id} of the files-only rewinds among `messages` (a branch's, in
+    order) that no later note undid: the user bubbles that show "Files rewound here"."""
+    out: dict[str, str] = {}
+    for msg in messages:
+        if msg.get("role") != "system":
+            continue
+        point = msg.get("rewound_to")
+        if msg.get("kind") == "rewind" and point and point.get("message_id"):
+            out[str(point["message_id"])] = msg["id"]
+        elif msg.get("kind") == "unrevert" and msg.get("reverted_run_id") in out.values():
+            out = {k: v for k, v in out.items() if v != msg.get("reverted_run_id")}
+    return out
+
+
+def commit_files(git: GitSession, run_id: str, extra: dict[str, Change],
+                 result: dict[str, Entry | None], kind: str, note_text: str,
+                 note_fields: Mapping[str, object], point: str | None = None,
+                 summary: str | None = None) -> RevertResult:
+    """Write `result` (workdir path → entry, None: delete) and commit it with `extra`
+    (repo paths) and a system note, journaled: all or nothing under kill -9. `run_id` is the
+    commit's `Braid-Run`; the note's id is `note_fields["id"]` when given."""
     deleting = frozenset(p for p, e in result.items() if e is None)
     for path, entry in result.items():
         check_writable(git, path, entry, deleting)  # all before any: a refusal changes nothing
     # run_id null: the note belongs to no run, so it never shifts a run's message indexes.
-    note: MessageRecord = {"id": new_message_id(), "role": "system", "content": note_text,
-                           "run_id": None, "created_at": now_iso(), "kind": kind,
-                           "reverted_run_id": run_id}
+    note = cast(MessageRecord, {"id": new_message_id(), "role": "system", "content": note_text,
+                                "run_id": None, "created_at": now_iso(), **note_fields})
     # The files are on disk already, with their modes: stage them from there.
     changes: dict[str, Change] = {f"{WORKDIR}/{p}": DISK if e is not None else None
-                               for p, e in result.items()}
-    changes[record_path] = to_json_bytes(record)
+                                  for p, e in result.items()}
+    changes.update(extra)
     changes[layout.next_message_path(git, "system", note["id"])] = to_json_bytes(note)
     verb = "Revert" if kind == "revert" else "Redo"
-    summary = f"{verb} turn {run_id[:10]}: {_names(sorted(result)) or 'no file changed'}"
+    summary = summary or f"{verb} turn {run_id[:10]}: {_names(sorted(result)) or 'no file changed'}"
     # All or nothing under kill -9: the intent names every path before the first write.
     with journal.intent(git, kind, changes):
         # Deletions first, so a file can replace a folder the revert empties (and back).
         for path, entry in sorted(result.items(), key=lambda item: item[1] is not None):
             write_entry(git, path, entry)
-        crash.at(f"{kind}.after_files")
+        crash.at(point or f"{kind}.after_files")
         commit_id = git.write_checkpoint(changes, summary=summary, kind=kind, run_id=run_id)
     return {"turn_id": run_id, "run_id": run_id, "commit_id": str(commit_id),
-            "restored_paths": sorted(result), "reverted": kind == "revert",
-            "run": record, "note": note}
+            "restored_paths": sorted(result), "reverted": kind == "revert", "note": note}
 
 
 # -- the core calls the transports make ---------------------------------------------------
@@ -259,7 +411,9 @@ async def list_turn_files(braid: Services, user_id: str, session_id: str,
         head = git.head_commit()
         run_id, _, record = resolve_turn(git, tid, head)
         paths = [c.as_dict() for c in _turn_changes(git, run_id, head)]
-        return {"turn_id": run_id, "paths": paths, "reverted": bool(record.get("reverted"))}
+        done = reverted_files(record, (p["path"] for p in paths))
+        return {"turn_id": run_id, "paths": paths, "reverted": bool(record.get("reverted")),
+                "reverted_files": sorted(done)}
 
     return await handle.call(work)
 
@@ -290,18 +444,21 @@ async def turn_diff(braid: Services, user_id: str, session_id: str, turn_id: str
 
 
 async def revert_turn(braid: Services, user_id: str, session_id: str, turn_id: str,
-                      force: bool = False) -> RevertResult:
+                      force: bool = False, paths: list[str] | None = None) -> RevertResult:
+    """Revert a turn, or only the files of it named in `paths`."""
     handle = braid.store.get_owned(user_id, session_id)
-    return await _exclusive(braid, handle, lambda git: do_revert(git, turn_id, force))
+    return await exclusive(braid, handle, lambda git: do_revert(git, turn_id, force, paths))
 
 
 async def unrevert_turn(braid: Services, user_id: str, session_id: str, turn_id: str,
-                        force: bool = False) -> RevertResult:
+                        force: bool = False, paths: list[str] | None = None) -> RevertResult:
+    """Redo a reverted turn (or only the files named in `paths`), or undo a files-only
+    rewind named by the `turn_id` `rewind_files` returned."""
     handle = braid.store.get_owned(user_id, session_id)
-    return await _exclusive(braid, handle, lambda git: do_unrevert(git, turn_id, force))
+    return await exclusive(braid, handle, lambda git: do_unrevert(git, turn_id, force, paths))
 
 
-async def _exclusive(braid: Services, handle: SessionHandle,
+async def exclusive(braid: Services, handle: SessionHandle,
                      work: Callable[[GitSession], RevertResult]) -> RevertResult:
     """Run a revert or unrevert holding the branch like a turn does: refused (`Busy`) while a
     run is live on it, and no turn can start in the middle."""
@@ -318,11 +475,16 @@ async def _exclusive(braid: Services, handle: SessionHandle,
     braid.bus.publish(sid, "checkpoint", {"run_id": result["run_id"],
                                           "commit_id": result["commit_id"],
                                           "kind": "revert" if result["reverted"] else "unrevert"})
-    braid.bus.publish(sid, "reverted", {
+    event: EventData = {
         "turn_id": result["turn_id"], "run_id": result["run_id"],
         "commit_id": result["commit_id"], "restored_paths": result["restored_paths"],
-        "conflicts": result["conflicts"], "reverted": result["reverted"], "run": result["run"],
-        "note": result["note"], "files": result["files"], "branch": branch})
+        "conflicts": result.get("conflicts") or [], "reverted": result["reverted"],
+        "note": result["note"], "files": result.get("files") or [], "branch": branch}
+    if "run" in result:
+        event["run"] = result["run"]
+    if "rewind" in result:
+        event["rewind"] = result["rewind"]
+    braid.bus.publish(sid, "reverted", event)
     braid.bus.publish(sid, "dag_changed", {"run_id": result["run_id"]})
     return result
 

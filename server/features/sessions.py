@@ -22,6 +22,7 @@ from server.base.results import (
     Transcript,
     TranscriptItem,
 )
+from server.features.revert import standing_rewinds
 from server.git.session import GitSession
 from server.store import atomic, layout
 from server.store.layout import run_entries
@@ -200,7 +201,7 @@ def transcript_at(git: GitSession, commit: pygit2.Commit | None = None, *,
     items = build_turns(shown, runs)
     annotate_turns(git, commit, items)  # each turn's file chips, all in one walk
     return {"commit_id": str(commit.id), "turns": items, "start": start, "has_more": start > 0,
-            "total": len(messages)}
+            "total": len(messages), "rewinds": standing_rewinds(messages[start:])}
 
 
 async def transcript(braid: Services, user_id: str, session_id: str, *,

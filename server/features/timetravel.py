@@ -2,6 +2,12 @@
 or as a sibling run on its own branch `run/<run_id>` that starts from the checkpoint at that
 message, files included; and the timeline of points a run can be continued from.
 
+With `keep_files` (rewind the conversation only) the fork's commit holds the source branch's
+current files instead of the checkpoint's: the `workdir/` of the source run's branch tip, with
+the user's unsaved edits committed first when that branch is the one checked out.
+`rewind_files` is the other axis: one `revert` commit bringing `workdir/` back to a run's
+checkpoint at a message, the conversation kept, undone by `unrevert_turn` on the id it returns.
+
 A fork's first commit (kind `fork`) is the source's checkpoint at index K with the source
 run's messages and record taken out and copies of its first K messages put in, re-tagged with
 the new run id and new ids (the first assistant copy takes the run id itself). So the new run
@@ -14,6 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pygit2
+from pygit2.enums import FileMode
+
 from server.agent.live_runs import claim_turn
 from server.agent.turn_context import (
     TurnContext,
@@ -22,11 +31,21 @@ from server.agent.turn_context import (
     write_pending_to_disk,
 )
 from server.agent.turns import launch
-from server.base.errors import BadRequest, Busy
+from server.base.errors import BadRequest, Busy, Conflict
 from server.base.ids import new_message_id, now_iso
-from server.base.records import MessageRecord, RunRecord, new_message, new_run, to_json_bytes
-from server.base.results import CheckpointList, ContinuedRun, ContinueResult
+from server.base.records import (
+    MessageRecord,
+    RewindPoint,
+    RunRecord,
+    new_message,
+    new_run,
+    to_json_bytes,
+)
+from server.base.results import CheckpointList, ContinuedRun, ContinueResult, RevertResult
+from server.features.revert import commit_files, exclusive
 from server.git.session import Change, GitSession
+from server.git.trees import tree_delta
+from server.git.workdir.scan import WORKDIR, workdir_tree
 from server.store import atomic, layout
 from server.store.checkpoints import (
     RunOnBranch,
@@ -51,6 +70,7 @@ class Options:
     fork: bool
     regenerate: bool
     replace_original: bool
+    keep_files: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,11 +88,13 @@ class Plan:
 
 
 def options_of(continue_from: str | int, text: str | None, fork: bool | None,
-               regenerate: bool | None, replace_original: bool | None) -> Options:
+               regenerate: bool | None, replace_original: bool | None,
+               keep_files: bool | None = None) -> Options:
     if regenerate and text is not None:
         raise BadRequest("regenerate takes no input: it answers the same messages again")
     return Options(continue_from, text, bool(fork), bool(regenerate),
-                   True if replace_original is None else bool(replace_original))
+                   True if replace_original is None else bool(replace_original),
+                   bool(keep_files))
 
 
 def plan_continue(git: GitSession, run_id: str, options: Options, new_run_id: str) -> Plan:
@@ -125,8 +147,6 @@ def _fork(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
     marked = None
     if plan.options.regenerate and plan.options.replace_original:
         marked = _mark_regenerated(git, view, new_id)
-    git.create_branch(plan.branch, base.id)
-    atomic.checkout(git, plan.branch)
     entries = list(layout.stored_messages(git, base))
     trailing = 0
     while owner and trailing < len(entries) \
@@ -149,13 +169,36 @@ def _fork(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
         regenerated_from=view.run_id if plan.options.regenerate else None)
     record["continue_from"] = plan.options.continue_from
     record_path = layout.new_run_path(git, new_id, base)
-    changes[record_path] = to_json_bytes(record)
-    git.write_checkpoint(changes, summary=f"Fork of run {view.run_id[:10]} at message {k + 1}",
-                         kind="fork", run_id=new_id, message_index=k)
+    summary = f"Fork of run {view.run_id[:10]} at message {k + 1}"
+    git.create_branch(plan.branch, base.id)
+    if plan.options.keep_files:
+        record["keep_files"] = True
+        changes[record_path] = to_json_bytes(record)
+        _fork_keeping_files(git, view, plan.branch, changes, summary, new_id, k)
+        atomic.checkout(git, plan.branch)  # the files on disk are those already
+    else:
+        atomic.checkout(git, plan.branch)
+        changes[record_path] = to_json_bytes(record)
+        git.write_checkpoint(changes, summary=summary, kind="fork", run_id=new_id,
+                             message_index=k)
     ctx = TurnContext(handle=handle, run=record, run_file=record_path,
                       prior=[e.message for e in prior], messages=copies,
                       next_seq=first_seq + k, legacy=layout.is_legacy(git, base))
     return ctx, marked
+
+
+def _fork_keeping_files(git: GitSession, view: RunOnBranch, branch: str,
+                        changes: dict[str, Change], summary: str, run_id: str, k: int) -> None:
+    """The fork's commit on `branch` (not checked out yet), as trees only: the checkpoint's
+    history with `changes`, and `workdir/` as the source branch's tip holds it now."""
+    tip = git.commit(git.branch_tip(view.branch))  # after the user's edits were committed
+    current = workdir_tree(tip)
+    entries: dict[str, bytes | tuple[pygit2.Oid, int] | None] = {
+        rel: change for rel, change in changes.items()
+        if change is None or isinstance(change, bytes)}
+    entries[WORKDIR] = (current.id, int(FileMode.TREE)) if current is not None else None
+    git.commit_on_branch(branch, entries, summary=summary + " (files kept)", kind="fork",
+                         run_id=run_id, message_index=k)
 
 
 def _resume(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
@@ -198,10 +241,13 @@ async def continue_run(
     braid: Services, user_id: str, session_id: str, run_id: str, *,
     continue_from: str | int = "end", input: str | None = None, fork: bool | None = None,
     regenerate: bool | None = None, replace_original: bool | None = None,
+    keep_files: bool | None = None,
 ) -> ContinueResult:
-    """Continue a run (DESIGN §4): returns the run going on (events follow like a turn)."""
+    """Continue a run (DESIGN §4): returns the run going on (events follow like a turn).
+    `keep_files`: a fork starts from the source branch's current files, not the checkpoint's
+    (the conversation alone is rewound)."""
     handle = braid.store.get_owned(user_id, session_id)
-    options = options_of(continue_from, input, fork, regenerate, replace_original)
+    options = options_of(continue_from, input, fork, regenerate, replace_original, keep_files)
     sid = handle.session_id
     if braid.runs.find(sid, run_id):
         raise Busy(f"run {run_id} is still going on")
@@ -256,3 +302,52 @@ async def list_checkpoints(braid: Services, user_id: str, session_id: str,
     handle = braid.store.get_owned(user_id, session_id)
     checkpoints = await handle.call(lambda git: checkpoint_timeline(git, run_id))
     return {"run_id": run_id, "checkpoints": checkpoints}
+
+
+# -- rewinding the files only -------------------------------------------------------------
+
+
+def do_rewind(git: GitSession, run_id: str, message_index: int, rewind_id: str
+              ) -> RevertResult:
+    """One `revert` commit (its `Braid-Run` = `rewind_id`) bringing `workdir/` back to the
+    run's checkpoint at `message_index`, with a system note whose id is `rewind_id`: the
+    conversation is kept, and `unrevert_turn {turn_id: rewind_id}` undoes it."""
+    view = locate_run(git, run_id)
+    count = len(view.messages)
+    if not 0 <= message_index <= count:
+        raise BadRequest(f"message_index {message_index} is outside 0..{count} (the run's "
+                         "messages)", {"message_count": count})
+    target, _ = find_checkpoint(git, view, message_index)
+    # The user's unsaved edits are committed first: the rewind's undo gives them back.
+    snapshot_user_edits(git)
+    head = git.head_commit()
+    result = {path: new for path, _, new in tree_delta(workdir_tree(head), workdir_tree(target))}
+    if not result:
+        raise Conflict("the files already are as they were at that message: nothing to rewind",
+                       {"conflicts": [], "turn_id": run_id})
+    at = view.messages[message_index] if message_index < count else None
+    point: RewindPoint = {"run_id": view.run_id, "message_index": message_index,
+                          "message_id": at["id"] if at else None, "commit_id": str(target.id)}
+    names = ", ".join(sorted(result)[:20]) + (f" and {len(result) - 20} more"
+                                             if len(result) > 20 else "")
+    where = f"before run {view.run_id}" if message_index == 0 else \
+        f"after the first {message_index} messages of run {view.run_id}"
+    text = (f"The files were rewound to how they were {where} (the conversation was kept): "
+            f"{names} changed back, so edits made to them since then no longer stand.")
+    out = commit_files(git, rewind_id, {}, result, "revert", text,
+                       {"id": rewind_id, "kind": "rewind", "rewound_to": point},
+                       point="rewind.after_files",
+                       summary=f"Rewind files to run {view.run_id[:10]} at message "
+                               f"{message_index}")
+    out["rewind"], out["conflicts"] = point, []
+    return out
+
+
+async def rewind_files(braid: Services, user_id: str, session_id: str, run_id: str,
+                       message_index: int) -> RevertResult:
+    """Rewind the files only (DESIGN §4 "Rewind, on either axis"), on the branch shown,
+    holding it like a revert (`busy` while a run is live on it)."""
+    handle = braid.store.get_owned(user_id, session_id)
+    rewind_id = new_message_id()
+    return await exclusive(braid, handle,
+                           lambda git: do_rewind(git, run_id, message_index, rewind_id))

@@ -350,7 +350,7 @@ class GitSession:
     def commit_on_branch(
         self,
         branch: str,
-        changes: Mapping[str, bytes | None],
+        changes: Mapping[str, bytes | tuple[pygit2.Oid, int] | None],
         *,
         summary: str,
         kind: str,
@@ -358,8 +358,12 @@ class GitSession:
         message_index: int | None = None,
     ) -> pygit2.Oid:
         """Commit `changes` on `branch`: through the working tree when it is checked out,
-        else as trees only, leaving the files on disk (another branch's) untouched."""
+        else as trees only, leaving the files on disk (another branch's) untouched. A change
+        may be an object already written, `(id, mode)` (a whole folder: a tree), only on a
+        branch not checked out."""
         if not self.repo.head_is_detached and self.branch == branch:
+            if any(isinstance(c, tuple) for c in changes.values()):
+                raise ValueError("objects by id are committed only on a branch not checked out")
             return self.write_checkpoint(changes, summary=summary, kind=kind, run_id=run_id,
                                          message_index=message_index)
         tip = self.branch_tip(branch)
@@ -367,7 +371,8 @@ class GitSession:
         message = commit_message(summary, kind, run_id, message_index)
         self.loose.begin()
         try:
-            entries = {rel: (self.blob(data), FileMode.BLOB) if data is not None
+            entries = {rel: data if isinstance(data, tuple) else
+                       (self.blob(data), FileMode.BLOB) if data is not None
                        else None for rel, data in changes.items()}
             tree = self._root(self._tree_id(tip), objects.nest(entries))
             written = self._commit_object(ref, tree, [tip], message)

@@ -67,9 +67,11 @@ SPECS: list[Action] = [
            Http("GET", "/api/turns/{turn_id}/files")),
     Action("turn_diff", revert.turn_diff, (TURN, Param("path", P.optional_path)),
            Http("GET", "/api/turns/{turn_id}/diff")),
-    Action("revert_turn", revert.revert_turn, (TURN, Param("force", P.form_flag("force"))),
+    Action("revert_turn", revert.revert_turn, (TURN, Param("force", P.form_flag("force")),
+                                               Param("paths", P.turn_paths, many=True)),
            Http("POST", "/api/turns/{turn_id}/revert")),
-    Action("unrevert_turn", revert.unrevert_turn, (TURN, Param("force", P.form_flag("force"))),
+    Action("unrevert_turn", revert.unrevert_turn, (TURN, Param("force", P.form_flag("force")),
+                                                   Param("paths", P.turn_paths, many=True)),
            Http("POST", "/api/turns/{turn_id}/unrevert")),
     # -- sub-agents, merges, the DAG --------------------------------------------------------
     Action("spawn_sub_agent", subagents.spawn_sub_agent, (
@@ -93,7 +95,11 @@ SPECS: list[Action] = [
         Param("fork", P.strict_flag("fork")),
         Param("regenerate", P.strict_flag("regenerate")),
         Param("replace_original", P.strict_flag("replace_original")),
+        Param("keep_files", P.strict_flag("keep_files")),
     ), Http("POST", "/api/runs/{run_id}/continue", call=timetravel.continue_run_to_end)),
+    Action("rewind_files", timetravel.rewind_files, (
+        RUN, Param("message_index", P.message_index),
+    ), Http("POST", "/api/runs/{run_id}/rewind_files")),
     Action("list_checkpoints", timetravel.list_checkpoints, (RUN,),
            Http("GET", "/api/runs/{run_id}/checkpoints")),
     Action("fork_session", fork.fork_session, (),

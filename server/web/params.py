@@ -338,3 +338,29 @@ def full_commit_id(value: object) -> str:
             any(c not in "0123456789abcdef" for c in value):
         raise BadRequest("commit_id must be a 40-hex commit id")
     return value
+
+
+MAX_PATHS = 1000  # files named in one per-file revert
+
+
+def turn_paths(value: object) -> list[str] | None:
+    """`revert_turn`/`unrevert_turn`'s `paths`: some files of the turn (none: all of them).
+    Whether the turn changed them is for the core to say (`bad_request` if not)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        raise BadRequest("paths must be a non-empty list of the turn's file paths")
+    if len(value) > MAX_PATHS:
+        raise BadRequest(f"at most {MAX_PATHS} paths at once")
+    if not all(isinstance(p, str) and p and "\0" not in p and is_utf8(p) for p in value):
+        raise BadRequest("paths must be file paths (strings)")
+    return list(dict.fromkeys(value))
+
+
+def message_index(value: object) -> int:
+    """`rewind_files`' place in the run: the number of its messages kept, an integer."""
+    if value is None:
+        raise BadRequest("message_index is required")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest("message_index must be an integer")
+    return value

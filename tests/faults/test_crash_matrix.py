@@ -101,6 +101,19 @@ def check_revert(kind: str, turn: str) -> Check:
     return check
 
 
+def check_rewind(t: Template, repo: Path, tip: str, srv: Server) -> str:
+    """A files-only rewind to before t1: done (one `revert` commit, t1's and t2's files gone,
+    its note in history/) or not at all (the branch and the files as they were)."""
+    kinds = _kinds_since(repo, tip)
+    gone = not (repo / "workdir/a.txt").exists()
+    assert gone == (not (repo / "workdir/c.txt").exists())
+    if kinds:
+        assert kinds == ["revert"] and gone, kinds
+        return "done"
+    assert git(repo, "rev-parse", "main").strip() == tip and not gone
+    return "undone"
+
+
 def _run_file(repo: Path, run_id: str) -> str:
     names = git(repo, "ls-tree", "-r", "--name-only", "main", "runs/").split()
     return next(n for n in names if n.endswith(f"{run_id}.json"))
@@ -161,6 +174,8 @@ OPERATIONS: dict[str, tuple[Callable[[Template], dict[str, Any]], Check]] = {
     "sub-agent": (lambda t: {"action": "spawn_sub_agent", "parent_turn_id": t.t1,
                              "prompt": "write i.txt nine"}, check_subagent),
     "checkout": (lambda t: {"action": "checkout", "ref": t.sibling}, check_checkout),
+    "rewind": (lambda t: {"action": "rewind_files", "run_id": t.t1, "message_index": 0},
+               check_rewind),
 }
 # Recovery itself: killed while recovering what the first kill (at this point) left.
 RECOVERED = {"recovery.after_rollback": ("revert", "revert.after_files"),

@@ -55,6 +55,18 @@ def cases() -> list[tuple[str, Params, str | None]]:
         ("revert_turn", t, None),  # reverting a reverted turn: conflict
         ("unrevert_turn", lambda c: {"turn_id": "nope"}, None),
         ("unrevert_turn", lambda c: {"turn_id": c["turn"], "force": "on"}, None),
+        # Per file (`paths`), and the files-only rewind with its undo.
+        ("revert_turn", lambda c: {"turn_id": c["turn"], "paths": ["zzz.txt"]}, None),
+        ("revert_turn", lambda c: {"turn_id": c["turn"], "paths": "a.txt"}, None),
+        ("unrevert_turn", lambda c: {"turn_id": c["turn"], "paths": ["a.txt"]}, None),
+        ("revert_turn", lambda c: {"turn_id": c["turn"], "paths": ["a.txt"]}, None),
+        ("unrevert_turn", lambda c: {"turn_id": c["turn"], "paths": ["a.txt"]}, None),
+        ("rewind_files", lambda c: {"run_id": c["turn"], "message_index": 99}, None),
+        ("rewind_files", lambda c: {"run_id": c["turn"], "message_index": "1"}, None),
+        ("rewind_files", lambda c: {"run_id": UNKNOWN, "message_index": 0}, None),
+        ("rewind_files", lambda c: {"run_id": c["turn"], "message_index": 0}, "rewind"),
+        ("unrevert_turn", lambda c: {"turn_id": c["rewind"]["turn_id"]}, None),
+        ("unrevert_turn", lambda c: {"turn_id": c["rewind"]["turn_id"]}, None),
         ("list_checkpoints", lambda c: {"run_id": c["turn"]}, None),
         ("list_checkpoints", lambda c: {"run_id": UNKNOWN}, None),
         ("list_checkpoints", lambda c: {"run_id": "x"}, None),
@@ -76,6 +88,7 @@ def cases() -> list[tuple[str, Params, str | None]]:
         ("merge_branches", lambda c: {"branches": [c["sub"]["branch"]], "message": "m"},
          None),
         ("continue_run", lambda c: {"run_id": c["turn"], "fork": "yes"}, None),
+        ("continue_run", lambda c: {"run_id": c["turn"], "keep_files": "yes"}, None),
         ("continue_run", lambda c: {"run_id": c["turn"], "continue_from": "2"}, None),
         ("continue_run", lambda c: {"run_id": c["turn"], "input": ["x"]}, None),
         ("continue_run", lambda c: {"run_id": c["turn"], "continue_from": 99,
@@ -105,6 +118,8 @@ def cases() -> list[tuple[str, Params, str | None]]:
         ("fork_session", lambda c: {}, None),
         ("continue_run", lambda c: {"run_id": c["turn"], "input": "again", "fork": True},
          "continued"),
+        ("continue_run", lambda c: {"run_id": c["turn"], "continue_from": 0,
+                                    "input": "write k.txt kept", "keep_files": True}, None),
     ]
 
 

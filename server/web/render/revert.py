@@ -7,10 +7,11 @@ from __future__ import annotations
 from markupsafe import Markup, escape
 
 from server.base.errors import ErrorInfo
+from server.base.records import RewindPoint
 from server.base.results import RevertResult, RunSummary, TranscriptItem, TurnDiff
 from server.web.render.fragments import ErrorRenderer, EventRenderer, Renderer, ResultRenderer, View
 from server.web.render.highlight import highlight_diff_line
-from server.web.render.templating import dom_id, render
+from server.web.render.templating import dom_id, path_key, render
 
 MAX_HIGHLIGHTED_LINES = 3000
 
@@ -53,8 +54,29 @@ def footer(turn: TranscriptItem) -> str:
     return f'<div hx-swap-oob="innerHTML:#footer-{rid}">{inner}</div>'
 
 
+def rewind_menu(point: RewindPoint, rewound: str | None) -> str:
+    """A user bubble's Rewind menu (`#rewind-<message id>`) swapped in place: with "Files
+    rewound here · Undo rewind" after a files-only rewind to it, without after its undo."""
+    msg = {"id": point.get("message_id")}
+    inner = render("_rewind_menu.html", msg=msg, index=point["message_index"],
+                   turn={"run_id": point["run_id"]}, rewound=rewound)
+    return inner.replace(' id="rewind-', ' hx-swap-oob="true" id="rewind-', 1)
+
+
+def _rewound(v: View, point: RewindPoint) -> str:
+    data = v.data
+    html = rewind_menu(point, data["run_id"] if data.get("reverted") else None) \
+        if point.get("message_id") else ""
+    if data.get("note"):
+        note = render("_note.html", item={"message": data["note"]})
+        html += f'<div id="transcript" hx-swap-oob="beforeend">{note}</div>'
+    return html
+
+
 def _reverted(v: View) -> str:
     data = v.data
+    if data.get("rewind"):
+        return _rewound(v, data["rewind"])
     turn: TranscriptItem = {"type": "turn", "run_id": data["run_id"],
                             "run": data.get("run") or RunSummary(),
                             "files": data.get("files") or []}
@@ -73,7 +95,10 @@ async def _turn_diff(r: Renderer, data: TurnDiff) -> str:
 async def _reverted_result(r: Renderer, data: RevertResult) -> str:
     paths = data.get("restored_paths") or []
     names = ", ".join(paths[:6]) + (f" and {len(paths) - 6} more" if len(paths) > 6 else "")
-    if data.get("reverted"):
+    if data.get("rewind"):
+        verb = "Files rewound" if data.get("reverted") else "Rewind undone"
+        text = f"{verb}: {names}" if paths else f"{verb} (no file needed changing)"
+    elif data.get("reverted"):
         text = f"Reverted: {names}" if paths else "Reverted (no file needed changing)"
     else:
         text = f"Redone: {names}" if paths else "Redone (no file needed changing)"
@@ -88,10 +113,14 @@ def _refused(action: str) -> ErrorRenderer:
         if error.get("code") != "conflict" or not conflicts or not turn_id:
             return r.toast(error.get("message") or "Failed")
         undo = action == "revert_turn"
+        form = f"force-{'revert' if undo else 'unrevert'}-{dom_id(turn_id)}"
+        paths = details.get("paths") or []
+        if len(paths) == 1:  # one chip's own Revert/Redo: its own force form
+            form += f"-{path_key(paths[0])}"
         toast = render(
             "_revert_conflict.html", conflicts=conflicts, message=error.get("message"),
             title="Can't revert cleanly" if undo else "Can't redo cleanly",
-            force_form=f"force-{'revert' if undo else 'unrevert'}-{dom_id(turn_id)}",
+            force_form=form,
             force_label="Revert anyway" if undo else "Redo anyway",
         )
         return f'<div id="toasts" hx-swap-oob="beforeend">{toast}</div>'
@@ -104,6 +133,7 @@ REVERT_RESULTS: dict[str, ResultRenderer] = {
     "turn_diff": _turn_diff,
     "revert_turn": _reverted_result,
     "unrevert_turn": _reverted_result,
+    "rewind_files": _reverted_result,
 }
 # Error renderers take the frame's `error` object: {code, message, details?}.
 REVERT_ERRORS: dict[str, ErrorRenderer] = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from datetime import UTC, datetime
@@ -27,6 +28,18 @@ env = templates.env
 def dom_id(value: object) -> str:
     """A string safe inside an HTML id and a CSS selector."""
     return re.sub(r"[^A-Za-z0-9_-]", "-", str(value))
+
+
+def rewinds_of(transcript: object) -> dict[str, str]:
+    """A transcript's standing files-only rewinds, {user message id: rewind id}."""
+    rewinds = transcript.get("rewinds") if isinstance(transcript, dict) else None
+    return rewinds if isinstance(rewinds, dict) else {}
+
+
+def path_key(path: object) -> str:
+    """A file path as a short id part (a chip's own forms): the same for the same path,
+    whatever characters the path holds."""
+    return hashlib.sha1(str(path).encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
 class Block(TypedDict, total=False):
@@ -158,11 +171,13 @@ env.filters["humanize"] = humanize
 env.filters["note_for_people"] = note_for_people
 env.filters["readable"] = readable
 env.filters["dom_id"] = dom_id
+env.filters["path_key"] = path_key
 env.filters["pretty"] = pretty
 env.globals["tool_args"] = tool_args
 env.globals["tool_target"] = tool_target
 env.globals["blocks"] = blocks
 env.globals["segments"] = segments
+env.globals["rewinds_of"] = rewinds_of
 env.globals["turn_flags"] = turn_flags  # the turn's view model (turn_view.py)
 
 

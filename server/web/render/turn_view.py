@@ -31,6 +31,8 @@ class TurnFlags:
     can_regenerate: bool
     can_resume: bool
     show_nav: bool  # the row holding the switcher, Regenerate and Resume
+    # The files of it standing reverted (a per-file revert; all once the whole turn is).
+    reverted_files: frozenset[str] = frozenset()
 
 
 def turn_flags(turn: TranscriptItem) -> TurnFlags:
@@ -55,4 +57,13 @@ def turn_flags(turn: TranscriptItem) -> TurnFlags:
         can_regenerate=answered,
         can_resume=answered and status in RESUMABLE,
         show_nav=answered or bool(turn.get("siblings")),
+        reverted_files=_reverted_files(run, turn),
     )
+
+
+def _reverted_files(run: Mapping[str, object], turn: TranscriptItem) -> frozenset[str]:
+    paths = {f["path"] for f in turn.get("files") or ()}
+    listed = run.get("reverted_files")
+    if isinstance(listed, list):
+        return frozenset(paths & {str(p) for p in listed})
+    return frozenset(paths) if run.get("reverted") else frozenset()
