@@ -29,6 +29,7 @@ from server.agent.interrupted import find_record
 from server.agent.live_runs import claim_turn
 from server.agent.turn_context import TurnContext, open_turn
 from server.agent.turns import launch, start_turn
+from server.base import crash
 from server.base.errors import Busy, NotFound
 from server.base.records import QueueRow, RunRecord
 from server.base.results import Queued, QueuedMessage, QueueList, RunStarted
@@ -134,6 +135,7 @@ async def drain(braid: Services, session_id: str, branch: str) -> str | None:
             row = await braid.queue.claim(session_id, branch)
             if row is None:
                 raise _NothingWaiting
+            crash.at("queue.after_claim")
             try:
                 ctx = await handle.call(prepare)
             except BaseException:
@@ -142,6 +144,7 @@ async def drain(braid: Services, session_id: str, branch: str) -> str | None:
             await launch(braid, handle, ctx, active)
     except (Busy, _NothingWaiting):
         return None
+    crash.at("queue.after_launch")
     await braid.queue.done(row["queued_id"])
     await publish(braid, session_id)
     return row["queued_id"]
