@@ -15,7 +15,9 @@ oldest first, when the branch is free.
 - `settle_stale`: a claim whose process died before its row was deleted: the run exists
   (committed or pending, found by the queued id) → the row goes; else it waits again, in
   its place. So a kill at any point neither loses a message nor starts it twice.
-- An INTERRUPTED run (a restart) does not hold the branch: the queue goes on after it.
+- An INTERRUPTED run (a restart) does not hold the branch: the queue goes on after it. A
+  run still RUNNING in the index on a free branch (its process died; a team's heartbeat is
+  about to commit it INTERRUPTED) holds the queue until then, so its commit comes first.
 - Edit and remove (`update_queued`, `cancel_queued`) only while the message waits: once
   started (or removed) its id names no queued message, so both answer `not_found`."""
 
@@ -122,6 +124,8 @@ async def drain(braid: Services, session_id: str, branch: str) -> str | None:
     except NotFound:  # deleted: its queue goes with it
         await braid.queue.delete_session(session_id)
         return None
+    if not await braid.queue.has_waiting(session_id, branch):  # most ends of a run
+        return None
     row: QueueRow | None = None
 
     def prepare(git: GitSession) -> TurnContext:
@@ -137,6 +141,8 @@ async def drain(braid: Services, session_id: str, branch: str) -> str | None:
                 raise _NothingWaiting
             crash.at("queue.after_claim")
             try:
+                if await _dead_run_on(braid, session_id, branch):
+                    raise Busy("a dead process's run comes first")  # its INTERRUPTED commit
                 ctx = await handle.call(prepare)
             except BaseException:
                 await braid.queue.unclaim(row["queued_id"])
@@ -148,6 +154,13 @@ async def drain(braid: Services, session_id: str, branch: str) -> str | None:
     await braid.queue.done(row["queued_id"])
     await publish(braid, session_id)
     return row["queued_id"]
+
+
+async def _dead_run_on(braid: Services, session_id: str, branch: str) -> bool:
+    """A run the index still says is RUNNING on the branch, although the branch is free: a
+    dead process's (team server), which the heartbeat is about to commit INTERRUPTED."""
+    return any(r["session_id"] == session_id and (r["branch"] or "main") == branch
+               for r in await braid.index.runs_with_status("RUNNING"))
 
 
 async def settle_stale(braid: Services) -> None:
