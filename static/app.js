@@ -207,6 +207,8 @@
   });
   document.addEventListener("submit", function (e) {
     if (e.target.classList && e.target.classList.contains("queued-edit")) editing = null;
+    // Before htmx reads the form: queue only when the page knows a run is going.
+    if (e.target.id === "composer") syncComposer();
   }, true);
   document.addEventListener("htmx:oobAfterSwap", function (e) {
     const target = e.detail && e.detail.target;
