@@ -138,7 +138,11 @@ class Braid:
             self._reaper.cancel()
         if self._sweeper is not None:
             self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
         self.runs.on_free = None  # runs stopped now do not start the queue's next
+        for task in list(self._draining):  # one starting now: settled at the next start
+            task.cancel()
+        await asyncio.gather(*self._draining, return_exceptions=True)
         for active in self.runs.all():
             active.stop("shutdown")
         for active in self.runs.all():
