@@ -125,3 +125,33 @@ def test_over_http(shared_server: Server, other_token: str) -> None:
         assert ws.call("get_dag")["type"] == "result"  # the socket stayed open
     finally:
         ws.close()
+
+
+def test_the_page_frames_escape_queued_text(shared_server: Server) -> None:
+    """The queue's HTML (page and `queue_changed` frames) shows the user's text, never as
+    markup."""
+    from websockets.sync.client import connect
+
+    srv = shared_server
+    sid = srv.new_session()
+    ws = srv.socket(sid)
+    page = connect(f"{srv.ws_url}/ws/sessions/{sid}?format=html",
+                   additional_headers={"Authorization": f"Bearer {srv.token}"},
+                   open_timeout=10, legacy=True)
+    try:
+        ws.call("send_message", text=SLOW)
+        hostile = "<img src=x onerror=alert(1)> & <b>bold</b>"
+        queued_id = ws.call("send_message", text=hostile, queue=True)["data"]["queued_id"]
+        html = ""
+        while 'id="queue"' not in html:
+            html += page.recv(timeout=20)
+        assert f'id="queued-{queued_id}"' in html
+        assert "<img" not in html and "<b>" not in html
+        assert "&lt;img src=x onerror=alert(1)&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in html
+        status, text = srv.page(f"/s/{sid}")
+        assert status == 200 and f'id="queued-{queued_id}"' in text and "<img src=x" not in text
+        ws.call("cancel_queued", queued_id=queued_id)
+        ws.call("cancel_run")
+    finally:
+        page.close()
+        ws.close()
