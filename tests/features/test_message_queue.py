@@ -128,3 +128,17 @@ async def test_bad_input_and_another_users_queue(braid: Braid) -> None:
     assert [q["text"] for q in (await call_action(braid, USER, sid, "list_queue"))["queued"]] \
         == ["say one"]
     await wait_runs(braid, sid, 2)
+
+
+async def test_a_deleted_session_starts_nothing_of_its_queue(braid: Braid) -> None:
+    from server.features import session_meta
+
+    sid, _ = await new_session(braid)
+    run = await call_action(braid, USER, sid, "send_message", text=SLOW)
+    await call_action(braid, USER, sid, "send_message", text="say one", queue=True)
+    await session_meta.delete_session(braid, USER, sid)
+    await asyncio.sleep(0.3)  # the stopped run's end would have started the next one by now
+    assert braid.runs.for_session(sid) == []
+    assert await braid.queue.waiting(sid) == []
+    assert await braid.index.list_runs(sid) == []
+    assert run["run_id"]
