@@ -1,6 +1,7 @@
 """The composer and the keyboard, in real Chromium against a real server: typing while a run
-goes keeps the text, Send waits for the run, Esc stops it, a refused send keeps the text, the
-draft survives a reload, the composer has focus on load and a skip link leads to it."""
+goes keeps the text, Send then queues (the message runs after the run), Esc stops it, a
+refused send keeps the text, the draft survives a reload, the composer has focus on load and
+a skip link leads to it."""
 
 from __future__ import annotations
 
@@ -15,23 +16,25 @@ TIMEOUT = 15_000
 SLOW = "slow 150\nsay " + " ".join(f"w{i}" for i in range(40))
 
 
-def test_typing_during_a_run_is_kept_and_send_waits(page: Page, login: Any,
-                                                    shared_server: Server) -> None:
+def test_typing_during_a_run_is_kept_and_send_queues(page: Page, login: Any,
+                                                     shared_server: Server) -> None:
     sid = shared_server.new_session()
     login(page, sid)
     run_id = send_from_page(page, SLOW)
-    expect(page.locator("#send-btn")).to_be_disabled()
+    # Send queues while a run goes (playwright/test_queue.py shows the queue itself).
+    expect(page.locator("#send-btn")).to_be_enabled()
+    expect(page.locator("#composer-queue")).to_have_value("true")
     box = page.locator("#composer-text")
     box.type("my next")  # typing goes on while the answer streams
     box.press("Shift+Enter")
     box.type("message")
-    page.keyboard.press("Enter")  # Enter while the run goes does not send, nor clear
     expect(box).to_have_value("my next\nmessage")
     expect(page.locator("#composer-hint")).to_contain_text("Esc stops it")
     assert page.locator("section.turn").count() == 1
     turn = page.locator(f"#turn-{run_id}")
     expect(turn).to_have_attribute("data-status", "COMPLETED", timeout=30_000)
     expect(page.locator("#send-btn")).to_be_enabled()
+    expect(page.locator("#composer-queue")).to_have_value("false")
     expect(box).to_have_value("my next\nmessage")
     box.press("Enter")
     expect(page.locator("section.turn")).to_have_count(2, timeout=TIMEOUT)
@@ -61,8 +64,13 @@ def test_a_refused_send_keeps_the_text(page: Page, login: Any, shared_server: Se
                                  s.dataset.running = '0'; }""")
         ws.call("send_message", text=SLOW)
         page.fill("#composer-text", "keep me")
-        page.evaluate("document.getElementById('run-state').dataset.running = '0'")
-        page.evaluate("document.getElementById('composer').requestSubmit()")
+        # Once the page heard of it, it would queue the message (test_queue.py): here it is
+        # made not to know, and sends at once (one script, so no frame comes in between).
+        expect(page.locator("#run-state")).to_have_attribute("data-running", "1",
+                                                             timeout=TIMEOUT)
+        page.evaluate("""() => {
+            document.getElementById('run-state').dataset.running = '0';
+            document.getElementById('composer').requestSubmit(); }""")
         expect(page.locator("#toasts .toast").last).to_contain_text("your text is kept",
                                                                     timeout=TIMEOUT)
         expect(page.locator("#composer-text")).to_have_value("keep me")

@@ -158,12 +158,16 @@
   function syncComposer() {
     const btn = $("#send-btn");
     const hint = $("#composer-hint");
+    const queue = $("#composer-queue");
     const running = isRunning();
+    // While a run goes, Send queues the message (send_message {queue: true}): it runs when
+    // the agent is free, and waits below the transcript meanwhile (Edit, Remove).
+    if (queue) queue.value = running ? "true" : "false";
     if (btn) {
-      btn.disabled = running || sending !== null;
-      btn.title = running ? "A run is going: Send works when it ends (Esc stops it)" : "Send (Enter)";
+      btn.disabled = sending !== null;
+      btn.title = running ? "A run is going: Send queues the message (Esc stops the run)" : "Send (Enter)";
     }
-    if (hint) hint.textContent = running ? "The agent is working. Keep typing; Send works when it ends, Esc stops it." : "";
+    if (hint) hint.textContent = running ? "The agent is working. Send queues your message; Esc stops it." : "";
   }
   document.addEventListener("htmx:wsAfterSend", function (e) {
     const form = e.target && e.target.closest ? e.target.closest("#composer") : null;
@@ -190,6 +194,38 @@
     syncComposer();
   });
 
+  // The queue below the transcript (_queue.html): Edit opens the message inline; what is
+  // typed there survives the queue's redraws (queue_changed from this or another tab) until
+  // it is saved (update_queued) or the edit is cancelled.
+  let editing = null;  // {id, text} of the message being edited
+  function editQueued(id, text) {
+    document.querySelectorAll("#queue .queued").forEach(function (li) {
+      const open = li.dataset.queuedId === id;
+      const form = $(".queued-edit", li);
+      $(".queued-view", li).hidden = open;
+      form.hidden = !open;
+      if (open) {
+        const ta = $("textarea", form);
+        if (text !== undefined) ta.value = text;
+        ta.focus();
+        editing = {id: id, text: ta.value};
+      }
+    });
+    if (id === null || !document.getElementById("queued-" + id)) editing = null;
+  }
+  document.addEventListener("input", function (e) {
+    if (editing && e.target.closest && e.target.closest(".queued-edit")) editing.text = e.target.value;
+  });
+  document.addEventListener("submit", function (e) {
+    if (e.target.classList && e.target.classList.contains("queued-edit")) editing = null;
+    // Before htmx reads the form: queue only when the page knows a run is going.
+    if (e.target.id === "composer") syncComposer();
+  }, true);
+  document.addEventListener("htmx:oobAfterSwap", function (e) {
+    const target = e.detail && e.detail.target;
+    if (target && target.id === "queue" && editing) editQueued(editing.id, editing.text);
+  });
+
   function autosize(ta) {
     ta.style.height = "auto";
     ta.style.height = Math.min(ta.scrollHeight, 240) + "px";
@@ -199,8 +235,12 @@
     const ta = e.target;
     if (ta && ta.id === "composer-text" && e.key === "Enter" && !e.shiftKey && !e.isComposing) {
       e.preventDefault();
-      if (isRunning() || sending !== null) { syncComposer(); return; }
-      if (ta.value.trim()) ta.form.requestSubmit();
+      if (sending !== null) { syncComposer(); return; }
+      if (ta.value.trim()) { syncComposer(); ta.form.requestSubmit(); }
+    }
+    if (ta && ta.closest && ta.closest(".queued-edit") && !e.isComposing) {
+      if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); if (ta.value.trim()) ta.form.requestSubmit(); }
+      if (e.key === "Escape") { e.preventDefault(); editQueued(null); }
     }
     if (ta && ta.id === "dag-continue-input" && e.key === "Enter" && !e.shiftKey && !e.isComposing) {
       e.preventDefault();
@@ -223,6 +263,9 @@
       ta.focus();
       return;
     }
+    const edit = e.target.closest("[data-queue-edit]");
+    if (edit) { editQueued(edit.closest(".queued").dataset.queuedId); return; }
+    if (e.target.closest("[data-queue-cancel]")) { editQueued(null); return; }
     const close = e.target.closest(".toast-close");
     if (close) { close.closest(".toast").remove(); return; }
     if (e.target.closest("[data-toggle-sidebar]")) {

@@ -14,7 +14,7 @@ scattered with the few objects that outlive them, and it is never given back who
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -78,6 +78,9 @@ class RunRegistry:
 
     def __init__(self) -> None:
         self._by_branch: dict[tuple[str, str], ActiveRun] = {}
+        # Told when a run (not a claim that never started one) has freed its branch: the
+        # app starts the next queued message there (features/queue.py).
+        self.on_free: Callable[[ActiveRun], None] | None = None
 
     def add(self, active: ActiveRun) -> ActiveRun:
         self._by_branch[(active.session_id, active.branch)] = active
@@ -92,6 +95,8 @@ class RunRegistry:
                 await active.lease.release()
         finally:
             active.done.set()
+        if active.run_id and self.on_free is not None:
+            self.on_free(active)
 
     def for_session(self, session_id: str) -> list[ActiveRun]:
         return [a for (sid, _), a in self._by_branch.items() if sid == session_id]

@@ -1,7 +1,8 @@
 """`Services`: what the agent and the features are given to work with — settings, the
-session store, the index, users, branch locks, the event bus, the live runs, the packer and
-the model client. `app.braid.Braid` provides them (the composition root); the layers below
-`app` name them only through this Protocol, so none of them imports the app.
+session store, the index, users, branch locks, the event bus, the live runs, the packer,
+the model client and the message queue. `app.braid.Braid` provides them (the composition
+root); the layers below `app` name them only through this Protocol, so none of them imports
+the app.
 
 Read-only properties: a `Braid` whose `index` is SQLite's or PostgreSQL's fits as it is."""
 
@@ -18,6 +19,7 @@ from server.git.packing import Packer
 from server.model.client import ModelClient
 from server.store.index import SessionIndex
 from server.store.locks import BranchLocks
+from server.store.queue import MessageQueue
 from server.store.session_store import SessionStore
 from server.store.users import UserStore
 
@@ -57,3 +59,5 @@ class Services(Protocol):
     def model(self) -> ModelClient: ...
     @property
     def turn_gate(self) -> TurnGate: ...
+    @property
+    def queue(self) -> MessageQueue: ...

@@ -100,13 +100,14 @@ def add_message(ctx: TurnContext, msg: MessageRecord) -> None:
 
 def open_turn(
     git: GitSession, handle: SessionHandle, text: str, fields: RunFields,
-    notes: tuple[str, ...] = (),
+    notes: tuple[str, ...] = (), run_id: str | None = None,
 ) -> TurnContext:
     """Open a turn on the session thread: snapshot user edits, then the user message (after
-    any `notes`) and a RUNNING record written to disk; `turns.launch` then drives it."""
+    any `notes`) and a RUNNING record written to disk; `turns.launch` then drives it.
+    `run_id`: chosen by the caller (a queued message's id, features/queue.py), else new."""
     _, unholdable = take_user_edits(git)
     crash.at("turn.prepare")
-    run_id = new_message_id()
+    run_id = run_id or new_message_id()
     run: RunRecord = {**new_run(run_id, handle.session_id, git.branch), **fields}
     ctx = TurnContext(
         handle=handle, run=run, run_file=layout.new_run_path(git, run_id),

@@ -8,13 +8,14 @@ import logging
 import os
 from pathlib import Path
 
-from server.agent.live_runs import TurnGate
+from server.agent.live_runs import ActiveRun, TurnGate
 from server.app import recovery
 from server.app.memory import give_back_memory, limit_arenas
-from server.backends.choose import make_index, make_team, make_users
+from server.backends.choose import make_index, make_queue, make_team, make_users
 from server.base import memo
 from server.base.pools import IdlingThreadPool
 from server.base.settings import Settings
+from server.features import queue
 from server.git.packing import Packer
 from server.model.client import ModelClient
 from server.store.locks import BranchLocks
@@ -40,10 +41,16 @@ class Braid:
         # runs this process drives (and, in a team, those it follows).
         self.locks: BranchLocks
         self.team, self.bus, self.runs, self.locks = make_team(self, settings)
+        # Messages sent while their branch was busy (features/queue.py), in the index's
+        # database; the next one starts when a run of this process frees its branch.
+        self.queue = make_queue(self.index, self.team)
+        self.runs.on_free = self._branch_freed
+        self._draining: set[asyncio.Task[object]] = set()
         self.packer = Packer()  # packs idle sessions' loose objects in the background
         self.model = ModelClient(settings)
         self.turn_gate = TurnGate(settings.active_turns)  # BRAID_ACTIVE_TURNS at once
         self._reaper: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> str:
         """Open the index and recover runs a killed server left RUNNING. Returns the default
@@ -55,8 +62,12 @@ class Braid:
             max_workers=min(32, (os.cpu_count() or 1) + 4),
             idle_seconds=self.settings.idle_seconds, name="braid-pool"))
         fresh_index = await self.index.open()
+        await self.queue.open()
         await recovery.start_up(self, self.team, fresh_index)
         self._reaper = asyncio.create_task(self._release_idle(), name="braid-idle")
+        # After recovery (a run left RUNNING is INTERRUPTED and holds nothing): what waited
+        # starts now, and later whatever a free branch can take (queue.sweep).
+        self._sweeper = asyncio.create_task(self._sweep_queue(), name="braid-queue")
         return self.users.set_token(DEFAULT_USER, self.settings.token or self._local_token())
 
     def _local_token(self) -> str:
@@ -72,6 +83,29 @@ class Braid:
         with os.fdopen(fd, "w") as f:
             f.write(token + "\n")
         return token
+
+    def _branch_freed(self, active: ActiveRun) -> None:
+        """A run ended: the next message queued for its branch starts (in the background,
+        after the run's end events)."""
+        task = asyncio.get_running_loop().create_task(
+            self._drain(active.session_id, active.branch))
+        self._draining.add(task)
+        task.add_done_callback(self._draining.discard)
+
+    async def _drain(self, session_id: str, branch: str) -> object:
+        try:
+            return await queue.drain(self, session_id, branch)
+        except Exception:  # noqa: BLE001 - the sweep tries again
+            log.exception("could not start the queue of session %s", session_id)
+            return None
+
+    async def _sweep_queue(self) -> None:
+        while True:
+            try:
+                await queue.sweep(self)
+            except Exception:  # noqa: BLE001 - the next sweep tries again
+                log.exception("queue sweep failed")
+            await asyncio.sleep(queue.SWEEP_SECONDS)
 
     async def _release_idle(self) -> None:
         """Idle sessions give back their thread and repository (D14), now and then."""
@@ -102,6 +136,13 @@ class Braid:
     async def stop(self) -> None:
         if self._reaper is not None:
             self._reaper.cancel()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+        self.runs.on_free = None  # runs stopped now do not start the queue's next
+        for task in list(self._draining):  # one starting now: settled at the next start
+            task.cancel()
+        await asyncio.gather(*self._draining, return_exceptions=True)
         for active in self.runs.all():
             active.stop("shutdown")
         for active in self.runs.all():

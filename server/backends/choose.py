@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING
 
 from server.agent.live_runs import RunRegistry
 from server.base.events import EventBus
+from server.base.ids import new_message_id
 from server.store.index import Index
 from server.store.locks import BranchLocks, LocalBranchLocks
+from server.store.queue import MessageQueue, SqliteQueue
 from server.store.users import Users, UserStore
 
 if TYPE_CHECKING:
@@ -25,6 +27,19 @@ def make_index(settings: Settings) -> Index | PgIndex:
 
         return PgIndex(settings.database_url)
     return Index(settings.data_dir / "index.sqlite3")
+
+
+def make_queue(index: Index | PgIndex, team: Team | None) -> MessageQueue:
+    """The message queue in the index's database: its SQLite file, or PostgreSQL (whose
+    claims carry the team's name of this process)."""
+    if team is not None:
+        from server.backends.pg_index import PgIndex
+        from server.backends.pg_queue import PgQueue
+
+        assert isinstance(index, PgIndex)
+        return PgQueue(index, team.owner_id)
+    assert isinstance(index, Index)
+    return SqliteQueue(index, f"local-{new_message_id()[:12]}")
 
 
 def make_users(settings: Settings) -> UserStore:

@@ -42,6 +42,9 @@ POINTS: dict[str, tuple[str, ...]] = {
     # An update's commit is a `user-edit`: its points inside write_checkpoint are those.
     "update": ("update.after_snapshot", "user-edit.before_commit", "user-edit.after_commit",
                "update.after_commit"),
+    # A queued message started (features/queue.py): claimed in the database, then its turn
+    # launched (run indexed) but its row not yet deleted.
+    "queue": ("queue.after_claim", "queue.after_launch"),
 }
 _OPERATION_OF_KIND = {"tool-batch": "checkpoint", "turn": "checkpoint"}
 # Steps of a turn where an injected exception must still end the run with an event.

@@ -19,6 +19,12 @@ def new_message_id() -> str:
     return secrets.token_hex(16)
 
 
+def new_queued_id() -> str:
+    """A queued message's id: unguessable (it is all a client names the message by), and the
+    run id of the turn the message starts (so recovery can tell whether it started)."""
+    return secrets.token_hex(16)
+
+
 def is_session_id(value: object) -> bool:
     return isinstance(value, str) and bool(_SESSION_ID.match(value))
 

@@ -347,6 +347,18 @@ class RunRow(RunLineage):
     updated_at: str | None
 
 
+class QueueRow(TypedDict):
+    """A row of the index's `queued_messages` table (store/queue.py): a message waiting for
+    its branch, or (`claimed_by` set) one a process is starting as a turn."""
+
+    queued_id: str
+    session_id: str
+    branch: str
+    text: str
+    created_at: str
+    claimed_by: str | None
+
+
 class RunRef(TypedDict):
     run_id: str
     branch: str | None

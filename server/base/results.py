@@ -224,6 +224,26 @@ class RunStarted(TypedDict):
     run_id: str
 
 
+class QueuedMessage(TypedDict):
+    """A message waiting for its branch to be free (`list_queue`, `queue_changed`)."""
+
+    queued_id: str
+    text: str
+    created_at: str
+
+
+class Queued(TypedDict):
+    """`send_message {queue: true}` on a busy branch, `update_queued`, `cancel_queued`."""
+
+    queued_id: str
+
+
+class QueueList(TypedDict):
+    """`list_queue`: the session's waiting messages, oldest first."""
+
+    queued: list[QueuedMessage]
+
+
 class RunStatus(TypedDict):
     """A run and its status: what stopping one returns."""
 
@@ -479,6 +499,7 @@ class EventData(TypedDict, total=False):
     diff: str
     shown_in: str
     decision: str
+    queued: list[QueuedMessage]
 
 
 class EventFrame(TypedDict):

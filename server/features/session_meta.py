@@ -151,6 +151,8 @@ async def settle(braid: Services, session_id: str, run_id: str, call_id: str, de
 async def delete_session(braid: Services, user_id: str, session_id: str) -> None:
     """Stop its runs, then remove the session folder and its index rows."""
     handle = braid.store.get_owned(user_id, session_id)
+    # Its queue first: a run stopped here must not start the next queued message.
+    await braid.queue.delete_session(handle.session_id)
     for active in braid.runs.for_session(handle.session_id):
         active.stop("cancel")
     for active in braid.runs.for_session(handle.session_id):

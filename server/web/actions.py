@@ -11,13 +11,14 @@ from starlette.responses import Response
 
 from server.agent import turns
 from server.app.braid import Braid
-from server.base.results import ModelList, RunStarted, SessionList
+from server.base.results import ModelList, SessionList
 from server.features import (
     dag,
     files,
     fork,
     merge,
     model_choice,
+    queue,
     revert,
     session_meta,
     sessions,
@@ -32,12 +33,8 @@ from server.web.specs import Action, Handler, Http, Param, socket_table
 __all__ = ["ACTIONS", "SPECS", "by_name"]
 
 TURN = Param("turn_id", P.message_id("turn_id", "turn"), aliases=("assistant_msg_id",))
+QUEUED = Param("queued_id", P.message_id("queued_id", "queued message"))
 RUN = Param("run_id", P.message_id("run_id", "run"), aliases=("assistant_msg_id",))
-
-
-async def started(braid: Braid, user_id: str, session_id: str, text: str) -> RunStarted:
-    """`send_message` over the socket answers at once with the run's id; events follow."""
-    return {"run_id": await turns.send_message(braid, user_id, session_id, text)}
 
 
 async def sessions_of(braid: Braid, user_id: str, query: str, archived: bool) -> SessionList:
@@ -58,10 +55,17 @@ def archived_flag(value: object) -> bool:
 
 SPECS: list[Action] = [
     # -- turns ------------------------------------------------------------------------------
-    Action("send_message", started, (Param("text", P.text("text"), http_name="input"),),
-           Http("POST", "/api/sessions/{session_id}/runs", call=sessions.run_to_end)),
+    Action("send_message", queue.send, (Param("text", P.text("text"), http_name="input"),
+                                        Param("queue", P.form_flag("queue"))),
+           Http("POST", "/api/sessions/{session_id}/runs", call=queue.send_to_end)),
     Action("cancel_run", turns.cancel_run, (Param("run_id", P.optional_run_id),)),
     Action("checkout", sessions.checkout, (Param("ref", P.branch_name),)),
+    # -- the queue (messages sent while the branch was busy) --------------------------------
+    Action("list_queue", queue.list_queue, (), Http("GET", "/api/sessions/{session_id}/queue")),
+    Action("update_queued", queue.update_queued, (QUEUED, Param("text", P.text("text"))),
+           Http("PATCH", "/api/sessions/{session_id}/queue/{queued_id}")),
+    Action("cancel_queued", queue.cancel_queued, (QUEUED,),
+           Http("DELETE", "/api/sessions/{session_id}/queue/{queued_id}")),
     # -- reverting a turn -------------------------------------------------------------------
     Action("list_turn_files", revert.list_turn_files, (TURN,),
            Http("GET", "/api/turns/{turn_id}/files")),

@@ -14,7 +14,7 @@ from server.app.braid import Braid
 from server.base.errors import BraidError
 from server.base.records import MessageRecord, RunRecord, RunRow
 from server.base.results import EventData, Transcript, TranscriptItem, WaitingCall
-from server.features import sessions
+from server.features import queue, sessions
 from server.web.render.events import files_for, siblings_for
 from server.web.render.fragments import turn_from_event
 from server.web.render.frames import HtmlRenderer
@@ -95,7 +95,7 @@ async def page_transcript(braid: Braid, user_id: str, session_id: str,
 async def catch_up(r: HtmlRenderer, live: list[LiveTurn], full: bool,
                    shown_live: list[str]) -> str:
     """The first frame of a socket. `full` (a reconnect: events may have been missed) redraws
-    the transcript, run state, branch and title. Otherwise `shown_live` names the runs the
+    the transcript, run state, branch, title and queue. Otherwise `shown_live` names the runs the
     page showed as running: each is redrawn as it is now (live, or finished), and a run that
     started after the page was rendered is appended."""
     branch = await sessions.current_branch(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
@@ -108,9 +108,11 @@ async def catch_up(r: HtmlRenderer, live: list[LiveTurn], full: bool,
         r.drawn = {rid for t in view["turns"] if (rid := t.get("run_id"))} - live_ids
         info = r.ctx.braid.store.get(r.ctx.session_id).meta
         view = with_waiting(r.ctx.braid, r.ctx.session_id, merge_live(view, live, branch))
+        queued = await queue.list_queue(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
         return (render("_transcript.html", transcript=view)
                 + await r.run_state() + render("_branch.html", branch=branch)
-                + render("_title.html", title=info.get("title")))
+                + render("_title.html", title=info.get("title"))
+                + render("_queue.html", queued=queued["queued"]))
     html = ""
     live_ids = set()
     for item in live:

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from server.base.errors import BraidError, NotFound
-from server.features import fork, session_meta, sessions
+from server.features import fork, queue, session_meta, sessions
 from server.store.users import off_loop
 from server.web import live
 from server.web.auth import COOKIE, login_link_allowed, origin_allowed, user_of
@@ -105,9 +105,10 @@ async def session_page(request: Request) -> Response:
     rows = order_by_lineage(await sessions.list_sessions(braid, user_id))
     await load_names(braid, session_id)
     running = [a.run_id for a in braid.runs.foreground(session_id)]
+    queued = (await queue.list_queue(braid, user_id, session_id))["queued"]
     return templates.TemplateResponse(request, "session.html", {
         "session": info, "transcript": view, "sessions": rows, "current_id": session_id,
-        "running": running, "branch": info["branch"],
+        "running": running, "branch": info["branch"], "queued": queued,
     })
 
 

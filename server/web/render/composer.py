@@ -1,18 +1,28 @@
 """HTML frames for the composer: the text typed stays in the box until the server has
-accepted it (`send_message`'s result), so a refused send (a run already going) loses nothing."""
+accepted it (`send_message`'s result: started, or queued), so a refused send loses nothing;
+and the queue below the transcript (`_queue.html`), redrawn in every tab by `queue_changed`."""
 
 from __future__ import annotations
 
 from markupsafe import escape
 
 from server.base.errors import ErrorInfo
-from server.base.results import RunStarted
-from server.web.render.fragments import ErrorRenderer, Renderer, ResultRenderer
+from server.base.results import Queued, RunStarted
+from server.web.render.fragments import (
+    ErrorRenderer,
+    EventRenderer,
+    Renderer,
+    ResultRenderer,
+    View,
+)
+from server.web.render.templating import render
 
 
-async def _sent(r: Renderer, data: RunStarted) -> str:
+async def _sent(r: Renderer, data: RunStarted | Queued) -> str:
     run_id = escape(str(data.get("run_id") or ""))
-    return f'<span id="composer-ack" hidden data-state="accepted" data-run-id="{run_id}"></span>'
+    queued_id = escape(str(data.get("queued_id") or ""))
+    return (f'<span id="composer-ack" hidden data-state="accepted" data-run-id="{run_id}" '
+            f'data-queued-id="{queued_id}"></span>')
 
 
 async def _refused(r: Renderer, error: ErrorInfo) -> str:
@@ -23,5 +33,10 @@ async def _refused(r: Renderer, error: ErrorInfo) -> str:
     return '<span id="composer-ack" hidden data-state="refused"></span>' + r.toast(text)
 
 
+def _queue_changed(v: View) -> str:
+    return render("_queue.html", queued=v.data.get("queued") or [])
+
+
 COMPOSER_RESULTS: dict[str, ResultRenderer] = {"send_message": _sent}
+QUEUE_EVENTS: dict[str, EventRenderer] = {"queue_changed": _queue_changed}
 COMPOSER_ERRORS: dict[str, ErrorRenderer] = {"send_message": _refused}

@@ -14,7 +14,7 @@ from markupsafe import escape
 from server.base.results import EventData
 from server.web.errors import Frame
 from server.web.import_views import IMPORT_ERRORS, IMPORT_RESULTS
-from server.web.render.composer import COMPOSER_ERRORS, COMPOSER_RESULTS
+from server.web.render.composer import COMPOSER_ERRORS, COMPOSER_RESULTS, QUEUE_EVENTS
 from server.web.render.dag import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, dag_html
 from server.web.render.events import VIEWS, is_sub_agent_run
 from server.web.render.fragments import (
@@ -159,6 +159,7 @@ EVENTS: dict[str, EventRenderer] = {
     **DAG_EVENTS,
     **TIMETRAVEL_EVENTS,  # run_continued
     **SESSION_EVENTS,  # session_updated, session_deleted
+    **QUEUE_EVENTS,  # queue_changed
 }
 
 RESULTS: dict[str, ResultRenderer] = {**REVERT_RESULTS, **DAG_RESULTS, **SESSION_RESULTS,

@@ -1,0 +1,100 @@
+"""The message queue on a team server (two `braid serve` processes, one data dir, one
+PostgreSQL): a queue filled through process A runs on process B, in order, each message
+once; with A killed, B alone still runs what A queued.
+
+Timeouts are generous (this machine runs several suites at once)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import Server, assert_fsck, free_port, git
+
+RUN = "slow 100\nsay " + " ".join(f"w{i}" for i in range(30))  # ~3 s
+LONG = "slow 200\nsay " + " ".join(f"w{i}" for i in range(300))  # ~60 s: killed before its end
+
+
+@pytest.fixture
+def pair(tmp_path: Path, pg_url: str) -> Iterator[tuple[Server, Server]]:
+    """Processes A and B on one data dir and one database."""
+    data = tmp_path / "data"
+    env = {"BRAID_DATABASE_URL": pg_url}
+    a = Server(data_dir=data, port=free_port(), env=env).start()
+    b = Server(data_dir=data, port=free_port(), env=env)
+    try:
+        b.start()
+        yield a, b
+    finally:
+        b.stop()
+        a.stop()
+    assert b.log_path is not None
+    assert "Traceback" not in b.log_path.read_text()
+
+
+def settled(srv: Server, sid: str, count: int, timeout: float = 90) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        status, info = srv.api("GET", f"/api/sessions/{sid}")
+        assert status == 200, info
+        runs = info["runs"]
+        if len(runs) >= count and all(r["status"] != "RUNNING" for r in runs):
+            return list(runs)
+        assert time.monotonic() < deadline, runs
+        time.sleep(0.2)
+
+
+def turn_subjects(srv: Server, sid: str) -> list[str]:
+    return git(srv.session_path(sid), "log", "--reverse", "--format=%s").splitlines()
+
+
+def test_a_queue_filled_on_a_runs_on_b(pair: Any) -> None:
+    a, b = pair
+    sid = a.new_session()
+    ws_b, ws_a = b.socket(sid), a.socket(sid)
+    try:
+        first = ws_b.call("send_message", text=RUN)["data"]["run_id"]  # the run goes on B
+        queued = [ws_a.call("send_message", text=f"say m{i}", queue=True) for i in range(3)]
+        assert all(set(q.get("data") or {}) == {"queued_id"} for q in queued), queued
+        ids = [q["data"]["queued_id"] for q in queued]
+        # B's sockets hear of A's queue (the team's bus).
+        ws_b.until(lambda f: f.get("event") == "queue_changed" and len(f["data"]["queued"]) == 3)
+        assert [q["queued_id"] for q in ws_b.call("list_queue")["data"]["queued"]] == ids
+        # A is gone: only B can start them, when its run ends.
+        ws_a.close()
+        a.stop(signal.SIGKILL)
+        ws_b.until(lambda f: f.get("event") == "run_completed"
+                   and f["data"]["run_id"] == ids[-1], timeout=90)
+        runs = settled(b, sid, 4)
+        assert [(r["run_id"], r["status"]) for r in runs] == [
+            (first, "COMPLETED"), *((i, "COMPLETED") for i in ids)]
+        starts = [f["data"]["run_id"] for f in ws_b.frames if f.get("event") == "run_started"]
+        assert starts == [first, *ids]  # each started once, in order
+        assert turn_subjects(b, sid)[-3:] == ["Turn: say m0", "Turn: say m1", "Turn: say m2"]
+        assert ws_b.call("list_queue")["data"] == {"queued": []}
+    finally:
+        ws_b.close()
+    assert_fsck(b.session_path(sid))
+
+
+def test_what_a_dead_process_queued_behind_its_dead_run_runs_on_the_other(pair: Any) -> None:
+    a, b = pair
+    sid = a.new_session()
+    ws_a = a.socket(sid)
+    first = ws_a.call("send_message", text=LONG)["data"]["run_id"]  # the run goes on A
+    ids = [ws_a.call("send_message", text=f"say m{i}", queue=True)["data"]["queued_id"]
+           for i in range(2)]
+    ws_a.close()
+    a.stop(signal.SIGKILL)
+    # B finds A's run dead (INTERRUPTED: it holds nothing), then starts the queue in order.
+    runs = settled(b, sid, 3)
+    assert [(r["run_id"], r["status"]) for r in runs] == [
+        (first, "INTERRUPTED"), (ids[0], "COMPLETED"), (ids[1], "COMPLETED")]
+    assert turn_subjects(b, sid)[-2:] == ["Turn: say m0", "Turn: say m1"]
+    assert b.api("GET", f"/api/sessions/{sid}/queue") == (200, {"queued": []})
+    assert_fsck(b.session_path(sid))
