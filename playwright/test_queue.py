@@ -14,7 +14,9 @@ from conftest import send_from_page
 
 Server = Any
 TIMEOUT = 20_000
-SLOW = "slow 150\nsay " + " ".join(f"w{i}" for i in range(40))  # ~6 s
+# A run that outlasts every step of a test however slow the machine (~60 s); the tests stop
+# it when they are done with the queue, and the queue runs after it as after any end.
+LONG = "slow 150\nsay " + " ".join(f"w{i}" for i in range(400))
 SIZES = [pytest.param({"width": 1400, "height": 900}, id="laptop"),
          pytest.param({"width": 390, "height": 844}, id="phone")]
 
@@ -39,7 +41,7 @@ def test_queue_edit_remove_and_the_rest_runs_after(page: Page, login: Any,
     other = page.context.new_page()  # a second tab on the session
     other.goto(f"{shared_server.base_url}/s/{sid}")
     other.wait_for_selector("#conn[data-state=open]", timeout=10_000)
-    first = send_from_page(page, SLOW)
+    first = send_from_page(page, LONG)
     expect(page.locator("#run-state")).to_have_attribute("data-running", "1")
     expect(page.locator("#send-btn")).to_be_enabled()  # Send queues while the agent works
     expect(page.locator("#composer-hint")).to_contain_text("queues")
@@ -69,9 +71,12 @@ def test_queue_edit_remove_and_the_rest_runs_after(page: Page, login: Any,
     # A reload shows the queue as it is.
     page.reload()
     page.wait_for_selector("#conn[data-state=open]", timeout=10_000)
-    if page.locator(f"#turn-{first}").get_attribute("data-status") == "RUNNING":
-        assert queued_texts(page) == ["say TWO", "say three"]
-    # The run ends; the rest runs after it, in order, and the queue empties.
+    assert page.locator(f"#turn-{first}").get_attribute("data-status") == "RUNNING"
+    assert queued_texts(page) == ["say TWO", "say three"]
+    # The run ends (stopped); the rest runs after it, in order, and the queue empties.
+    page.locator("#stop-btn").click()
+    expect(page.locator(f"#turn-{first}")).to_have_attribute("data-status", "CANCELLED",
+                                                             timeout=TIMEOUT)
     turns = page.locator("section.turn")
     expect(turns).to_have_count(3, timeout=30_000)
     expect(turns.nth(2)).to_have_attribute("data-status", "COMPLETED", timeout=30_000)
@@ -88,7 +93,7 @@ def test_an_edit_survives_the_queue_redrawn_by_another_send(page: Page, login: A
                                                             shared_server: Server) -> None:
     sid = shared_server.new_session()
     login(page, sid)
-    send_from_page(page, SLOW)
+    first = send_from_page(page, LONG)
     queue_send(page, "say one")
     expect(page.locator("#queue .queued")).to_have_count(1, timeout=TIMEOUT)
     page.locator("#queue .queued-edit-btn").click()
@@ -105,3 +110,11 @@ def test_an_edit_survives_the_queue_redrawn_by_another_send(page: Page, login: A
     box.press("Escape")  # cancel: the message stays as it was
     expect(page.locator("#queue .queued-text").first).to_have_text("say one")
     expect(page.locator("#queue .queued-text").first).to_be_visible()
+    # Esc closed the edit and did not stop the run (Esc is Stop only when nothing is open).
+    expect(page.locator(f"#turn-{first}")).to_have_attribute("data-status", "RUNNING")
+    expect(page.locator("#queue .queued")).to_have_count(2)
+    ws = shared_server.socket(sid)
+    try:
+        assert ws.call("cancel_run", run_id=first)["type"] == "result"
+    finally:
+        ws.close()

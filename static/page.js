@@ -62,7 +62,8 @@
   function somethingToClose() {
     return !!document.querySelector(
       "dialog[open], details.session-menu[open], details.revert-menu[open], details.edit-rerun[open], " +
-      "details.spawn[open], .diff-panel:not([hidden]):not(:empty), .file-view:not(:empty)") ||
+      "details.spawn[open], .diff-panel:not([hidden]):not(:empty), .file-view:not(:empty), " +
+      "#queue .queued-edit:not([hidden])") ||
       document.body.classList.contains("sidebar-open");
   }
 
