@@ -10,6 +10,7 @@ from server.agent.live_runs import RunRegistry
 from server.base.events import EventBus
 from server.store.index import Index
 from server.store.locks import BranchLocks, LocalBranchLocks
+from server.store.search import MessageSearch, SqliteSearch
 from server.store.users import Users, UserStore
 
 if TYPE_CHECKING:
@@ -25,6 +26,15 @@ def make_index(settings: Settings) -> Index | PgIndex:
 
         return PgIndex(settings.database_url)
     return Index(settings.data_dir / "index.sqlite3")
+
+
+def make_search(index: Index | PgIndex) -> MessageSearch:
+    """Search over message text in the index's own database (store/search.py)."""
+    if isinstance(index, Index):
+        return SqliteSearch(index)
+    from server.backends.pg_search import PgSearch
+
+    return PgSearch(index)
 
 
 def make_users(settings: Settings) -> UserStore:
