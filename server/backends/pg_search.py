@@ -8,14 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from server.base.results import SearchHit
-from server.store.search import (
-    MARK_CLOSE,
-    MARK_OPEN,
-    SNIPPET_WORDS,
-    SearchRow,
-    check_limit,
-    query_words,
-)
+from server.store.search import SearchRow, check_limit, query_words, snippet
 
 if TYPE_CHECKING:
     from server.backends.pg_index import PgIndex
@@ -41,18 +34,14 @@ ADD_SQL = (
     "SET role = EXCLUDED.role, text = EXCLUDED.text "
     "WHERE message_text.text <> EXCLUDED.text"
 )
-# The caller's newest `limit` matches first, then only their snippets are made.
+# The caller's newest `limit` matches (their snippets are made as FTS5 makes them,
+# `search.snippet`: ts_headline would drop what looks like an HTML tag from the text).
 SEARCH_SQL = (
-    "WITH q AS (SELECT to_tsquery('simple', $1) AS q), hits AS ("
-    " SELECT m.session_id, s.title, m.run_id, m.message_index, m.role, m.text, m.seq"
-    " FROM message_text m JOIN sessions s ON s.session_id = m.session_id, q"
-    " WHERE m.tsv @@ q.q AND s.user_id = $2 AND NOT s.archived"
-    " ORDER BY m.seq DESC LIMIT $3)"
-    " SELECT session_id, title, run_id, message_index, role,"
-    " ts_headline('simple', text, q.q, $4) AS snippet FROM hits, q ORDER BY seq DESC"
+    "SELECT m.session_id, s.title, m.run_id, m.message_index, m.role, m.text"
+    " FROM message_text m JOIN sessions s ON s.session_id = m.session_id"
+    " WHERE m.tsv @@ to_tsquery('simple', $1) AND s.user_id = $2 AND NOT s.archived"
+    " ORDER BY m.seq DESC LIMIT $3"
 )
-HEADLINE = (f"StartSel={MARK_OPEN}, StopSel={MARK_CLOSE}, MaxWords={SNIPPET_WORDS}, "
-            "MinWords=6, MaxFragments=1, FragmentDelimiter=…")
 
 
 def ts_query(words: list[str]) -> str:
@@ -100,5 +89,10 @@ class PgSearch:
         if not words:
             return []
         rows = await self.index.pool.fetch(
-            SEARCH_SQL, ts_query(words), user_id, check_limit(limit), HEADLINE)
-        return cast(list[SearchHit], [dict(r) for r in rows])
+            SEARCH_SQL, ts_query(words), user_id, check_limit(limit))
+        hits = []
+        for r in rows:
+            hit = dict(r)
+            hit["snippet"] = snippet(hit.pop("text"), words)
+            hits.append(hit)
+        return cast(list[SearchHit], hits)

@@ -96,6 +96,32 @@ def fts_query(words: list[str]) -> str:
     return " ".join(quoted)
 
 
+def snippet(text: str, words: list[str]) -> str:
+    """About SNIPPET_WORDS words of `text` from the first match on, each matched word marked
+    (a word equal to one of `words`, or starting with the last: as the query matches)."""
+    folded = [w.casefold() for w in words]
+
+    def hit(token: str) -> bool:
+        t = token.casefold()
+        return t in folded or t.startswith(folded[-1])
+
+    tokens = list(WORD.finditer(text))
+    first = next((i for i, t in enumerate(tokens) if hit(t.group())), 0)
+    start = max(0, first - SNIPPET_WORDS // 4)
+    shown = tokens[start:start + SNIPPET_WORDS]
+    if not shown:
+        return text[:200]
+    begin = 0 if start == 0 else shown[0].start()
+    end = len(text) if start + SNIPPET_WORDS >= len(tokens) else shown[-1].end()
+    out, at = [], begin
+    for t in shown:
+        if hit(t.group()):
+            out += [text[at:t.start()], MARK_OPEN, t.group(), MARK_CLOSE]
+            at = t.end()
+    out.append(text[at:end])
+    return ("…" if begin else "") + "".join(out) + ("…" if end < len(text) else "")
+
+
 def check_limit(limit: int) -> int:
     if limit < 1:
         raise BadRequest("limit must be a positive number")
