@@ -1,0 +1,64 @@
+"""`GET /api/search?q=&limit=` (DESIGN §5) through a real server: the caller's messages by
+words, `{results: [{session_id, title, run_id, message_index, role, snippet}]}`; another
+user's never; hostile queries and bad limits a clear answer, never a 500. And the sidebar's
+search box (`/sessions/list?q=`): titles, then messages, each snippet escaped."""
+
+from __future__ import annotations
+
+import urllib.parse
+
+from conftest import Server
+
+HOSTILE = ['"', "'", "*", "NEAR(", "NEAR(a b", "-", "--x", '"unbalanced', "a AND", "OR",
+           "(", ")", "^", ":", "col:word", "\\", "%", "_", "\u0000", "🦓🦓", "zébra",
+           "斑马", "<script>", "x" * 1000, "   "]
+
+
+def search(srv: Server, q: str, token: str | None = None, **more: str) -> tuple[int, object]:
+    query = urllib.parse.urlencode({"q": q, **more})
+    return srv.api("GET", f"/api/search?{query}", token=token)
+
+
+def test_finds_the_caller_s_messages(shared_server: Server, other_token: str) -> None:
+    sid = shared_server.new_session()
+    run = shared_server.run(sid, "say the aardvark <b>digs</b> at night")
+    status, body = search(shared_server, "aardvark night")
+    assert status == 200
+    assert body == {"results": [
+        {"session_id": sid, "title": "say the aardvark <b>digs</b> at night",
+         "run_id": run["run_id"], "message_index": 1, "role": "assistant",
+         "snippet": "the «aardvark» <b>digs</b> at «night»"},
+        {"session_id": sid, "title": "say the aardvark <b>digs</b> at night",
+         "run_id": run["run_id"], "message_index": 0, "role": "user",
+         "snippet": "say the «aardvark» <b>digs</b> at «night»"}]}
+    # Another user finds none of it.
+    assert search(shared_server, "aardvark", token=other_token) == (200, {"results": []})
+    # The limit: default 20, at most 100; not a positive number is a bad request.
+    for _ in range(2):
+        shared_server.run(sid, "say aardvark again")
+    assert len(search(shared_server, "aardvark", limit="3")[1]["results"]) == 3  # type: ignore[index]
+    assert search(shared_server, "aardvark", limit="1000")[0] == 200
+    for bad in ("0", "-1", "x", "1.5"):
+        status, body = search(shared_server, "aardvark", limit=bad)
+        assert status == 400 and body["error"]["code"] == "bad_request", bad  # type: ignore[index]
+
+
+def test_hostile_queries_never_fail(shared_server: Server) -> None:
+    for q in HOSTILE:
+        status, body = search(shared_server, q)
+        assert status == 200 and isinstance(body["results"], list), (q, body)  # type: ignore[index]
+    assert search(shared_server, "") == (200, {"results": []})  # no word: nothing found
+    assert shared_server.api("GET", "/api/search") == (200, {"results": []})
+    status, body = search(shared_server, "x" * 1001)
+    assert status == 400 and body["error"]["code"] == "bad_request"  # type: ignore[index]
+
+
+def test_sidebar_search_lists_titles_then_messages_escaped(shared_server: Server) -> None:
+    sid = shared_server.new_session()
+    run = shared_server.run(sid, "say a <img src=x onerror=alert(1)> pangolin")
+    status, html = shared_server.page("/sessions/list?q=pangolin")
+    assert status == 200
+    assert 'id="session-list"' in html and f'href="/s/{sid}"' in html  # the title matches
+    assert f'href="/s/{sid}#turn-{run["run_id"]}"' in html  # a message, linked to its turn
+    assert "<img" not in html and "&lt;img src=x" in html
+    assert "<mark>pangolin</mark>" in html
