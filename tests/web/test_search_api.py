@@ -62,3 +62,21 @@ def test_sidebar_search_lists_titles_then_messages_escaped(shared_server: Server
     assert f'href="/s/{sid}#turn-{run["run_id"]}"' in html  # a message, linked to its turn
     assert "<img" not in html and "&lt;img src=x" in html
     assert "<mark>pangolin</mark>" in html
+
+
+def test_older_turns_load_down_to_a_found_run(shared_server: Server) -> None:
+    """`/s/{id}/turns?before=&run=`: the page's jump to a found turn older than it shows."""
+    sid = shared_server.new_session()
+    runs = [shared_server.run(sid, f"say step {i}")["run_id"] for i in range(62)]
+    status, page = shared_server.page(f"/s/{sid}")
+    assert status == 200 and f'id="turn-{runs[0]}"' not in page
+    start = page.split("/turns?before=", 1)[1].split("&", 1)[0]
+    status, html = shared_server.page(f"/s/{sid}/turns?before={start}&run={runs[1]}")
+    assert status == 200
+    assert f'id="turn-{runs[1]}"' in html and f'id="turn-{runs[0]}"' not in html
+    assert 'id="older-turns"' in html  # the turns before it still load on scroll
+    # Without it, or with an unknown run: the usual page of 30 older turns.
+    for extra in ("", "&run=nope"):
+        status, html = shared_server.page(f"/s/{sid}/turns?before={start}{extra}")
+        assert status == 200 and html.count('<section class="turn"') == 30
+        assert f'id="turn-{runs[1]}"' not in html
