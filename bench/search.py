@@ -17,6 +17,7 @@ Run: .venv/bin/python bench/search.py   (BENCH_SESSIONS=20 BENCH_TURNS=5000 BENC
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import random
@@ -51,11 +52,11 @@ SAMPLES = int(os.environ.get("BENCH_SAMPLES", "30"))
 rng = random.Random(24)
 # A vocabulary with a long tail, as chat text has: a few words everywhere, most rare.
 VOCAB = [f"w{i}" for i in range(20_000)]
-WEIGHTS = [1 / (i + 1) for i in range(len(VOCAB))]
+CUMULATIVE = list(itertools.accumulate(1 / (i + 1) for i in range(len(VOCAB))))
 
 
 def sentence(n: int) -> str:
-    return " ".join(rng.choices(VOCAB, WEIGHTS, k=n))
+    return " ".join(rng.choices(VOCAB, cum_weights=CUMULATIVE, k=n))
 
 
 def message(role: str, run_id: str, text: str) -> dict[str, Any]:
@@ -133,9 +134,11 @@ def p95(values: list[float]) -> str:
 QUERIES = [
     ("one match", "quetzalcoatl"),
     ("100 matches", "okapi"),
-    ("common word", "w1"),
-    ("two words", "w5 w9"),
-    ("prefix while typing", "w12"),
+    ("commonest word", "w1"),
+    ("two common words", "w5 w9"),
+    ("3-letter prefix", "w12"),
+    ("4-letter prefix", "w123"),
+    ("one letter", "w"),
     ("no match", "zzzzzz"),
     ("hostile", 'NEAR("w3" *'),
 ]
@@ -233,7 +236,10 @@ def main() -> None:
             srv.stop()
         asyncio.run(turn_table(data))
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.environ.get("BENCH_KEEP"):
+            print(f"kept: {data}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@
     const hit = e.target instanceof Element && e.target.closest("a.search-hit");
     if (!hit || hit.dataset.sessionId !== sessionId() || e.ctrlKey || e.metaKey || e.shiftKey) return;
     e.preventDefault();
+    document.body.classList.remove("sidebar-open");  // a phone's drawer: the turn in view
     history.replaceState(null, "", "#turn-" + hit.dataset.runId);
     jump(hit.dataset.runId);
   });

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from server.base.results import SearchHit
-from server.store.search import SearchRow, check_limit, query_words, snippet
+from server.store.search import SearchRow, check_limit, is_prefix, query_words, snippet
 
 if TYPE_CHECKING:
     from server.backends.pg_index import PgIndex
@@ -45,10 +45,12 @@ SEARCH_SQL = (
 
 
 def ts_query(words: list[str]) -> str:
-    """to_tsquery text: every word quoted as a lexeme, all required, the last a prefix. The
-    words hold letters and digits only (`query_words`), so none is an operator."""
+    """to_tsquery text: every word quoted as a lexeme, all required, the last a prefix (of
+    two characters or more, as `search.fts_query`). The words hold letters and digits only
+    (`query_words`), so none is an operator."""
     quoted = [f"'{w}'" for w in words]
-    quoted[-1] += ":*"
+    if is_prefix(words[-1]):
+        quoted[-1] += ":*"
     return " & ".join(quoted)
 
 

@@ -33,6 +33,7 @@ MAX_QUERY = 1_000  # characters of a query
 MAX_WORDS = 16
 MARK_OPEN, MARK_CLOSE = "«", "»"
 SNIPPET_WORDS = 16
+PREFIX_FROM = 2  # a one-letter last word is a word, not every word that starts with it
 # A word as FTS5's unicode61 tokenizer sees one: letters and digits (an underscore splits).
 WORD = re.compile(r"[^\W_]+")
 
@@ -90,10 +91,17 @@ def query_words(query: str) -> list[str]:
 
 def fts_query(words: list[str]) -> str:
     """FTS5 MATCH text: every word quoted (so none is an operator), all required, the last
-    one a prefix (results while typing)."""
+    one a prefix (results while typing) when it has PREFIX_FROM characters or more (the
+    table keeps prefix indexes of 2 and 3 characters: a prefix query then reads one list, not
+    every word it starts)."""
     quoted = [f'"{w}"' for w in words]
-    quoted[-1] += "*"
+    if is_prefix(words[-1]):
+        quoted[-1] += "*"
     return " ".join(quoted)
+
+
+def is_prefix(word: str) -> bool:
+    return len(word) >= PREFIX_FROM
 
 
 def snippet(text: str, words: list[str]) -> str:
@@ -103,7 +111,7 @@ def snippet(text: str, words: list[str]) -> str:
 
     def hit(token: str) -> bool:
         t = token.casefold()
-        return t in folded or t.startswith(folded[-1])
+        return t in folded or (is_prefix(folded[-1]) and t.startswith(folded[-1]))
 
     tokens = list(WORD.finditer(text))
     first = next((i for i, t in enumerate(tokens) if hit(t.group())), 0)
@@ -151,7 +159,7 @@ CREATE TABLE IF NOT EXISTS message_text (
     UNIQUE (session_id, run_id, message_index)
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS message_fts USING fts5(
-    text, content='message_text', content_rowid='id', tokenize='unicode61');
+    text, content='message_text', content_rowid='id', tokenize='unicode61', prefix='2 3');
 CREATE TRIGGER IF NOT EXISTS message_text_ai AFTER INSERT ON message_text BEGIN
     INSERT INTO message_fts(rowid, text) VALUES (new.id, new.text);
 END;

@@ -5,9 +5,13 @@ line until renamed."""
 
 from __future__ import annotations
 
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
-from conftest import call_action, new_session, run_turn
+from conftest import ROOT, call_action, new_session, run_turn
 from server.agent.turn_context import first_line_title
 from server.app.reindex import reindex
 from server.features import fork, search, session_meta, sessions, timetravel
@@ -80,8 +84,24 @@ async def test_reindex_rebuilds_it_from_git(braid: Any) -> None:
     assert sorted(await found(braid, "here")) == sorted(before)
 
 
+async def test_braid_reindex_rebuilds_it(make_braid: Any, tmp_path: Path) -> None:
+    """`braid reindex` (the command) on a data dir whose search rows were lost."""
+    data = tmp_path / "d"
+    braid = await make_braid(data)
+    sid, _ = await new_session(braid)
+    await run_turn(braid, sid, "say capybara")
+    await braid.stop()
+    with sqlite3.connect(data / "index.sqlite3") as db:
+        db.execute("DELETE FROM message_text")
+    out = subprocess.run([sys.executable, "-m", "server.cli", "reindex", "--data-dir",
+                          str(data)], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    again = await make_braid(data)
+    assert len(await found(again, "capybara")) == 2
+
+
 async def test_an_index_without_search_is_rebuilt_at_start(make_braid: Any,
-                                                           tmp_path: Any) -> None:
+                                                           tmp_path: Path) -> None:
     """An index file from before search: its tables are made and filled at start-up."""
     braid = await make_braid(tmp_path / "d")
     sid, _ = await new_session(braid)

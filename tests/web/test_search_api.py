@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import urllib.parse
 
+import pytest
+
 from conftest import Server
 
 HOSTILE = ['"', "'", "*", "NEAR(", "NEAR(a b", "-", "--x", '"unbalanced', "a AND", "OR",
@@ -64,6 +66,7 @@ def test_sidebar_search_lists_titles_then_messages_escaped(shared_server: Server
     assert "<mark>pangolin</mark>" in html
 
 
+@pytest.mark.slow
 def test_older_turns_load_down_to_a_found_run(shared_server: Server) -> None:
     """`/s/{id}/turns?before=&run=`: the page's jump to a found turn older than it shows."""
     sid = shared_server.new_session()

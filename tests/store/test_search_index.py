@@ -86,6 +86,9 @@ async def test_finds_words_newest_first_with_the_match_marked(search: Any) -> No
     assert [h["message_index"] for h in await search.search("local", "ZEBRA africa", 20)] == [1]
     assert await search.search("local", "zebra giraffe", 20) == []
     assert len(await search.search("local", "zebra", 2)) == 2
+    # The last word a prefix from two letters on; one letter is a word of its own.
+    assert len(await search.search("local", "af", 20)) == 1
+    assert await search.search("local", "a", 20) == []
 
 
 async def test_scoped_to_the_caller_and_archived_sessions_left_out(search: Any) -> None:
