@@ -101,3 +101,20 @@ def test_sidebar_shows_when_each_session_was_last_active(page: Page, shared_serv
         return [t.textContent, u.textContent];
     }""")
     assert words[0] == "Yesterday" and "2020" in words[1], words
+
+
+def test_search_on_a_phone_closes_the_drawer_at_the_turn(page: Page, shared_server: Server,
+                                                         login: Any,
+                                                         console_errors: Any) -> None:
+    page.set_viewport_size({"width": 390, "height": 844})
+    sid, runs = long_session(shared_server, "say an axolotl smiles", turns=8)
+    login(page, sid)
+    page.click("[data-toggle-sidebar]")
+    expect(page.locator("body")).to_have_class(re.compile("sidebar-open"))
+    hit = search_for(page, "axolotl").first
+    expect(hit).to_be_in_viewport()
+    hit.click()
+    expect(page.locator("body")).not_to_have_class(re.compile("sidebar-open"))
+    turn = page.locator(f"#turn-{runs[0]}")
+    expect(turn).to_have_class(re.compile("turn-found"), timeout=TIMEOUT)
+    expect(turn).to_be_in_viewport()

@@ -134,3 +134,20 @@ async def test_new_session_named_by_its_first_message_until_renamed(braid: Any) 
     made = await sessions.create_session(braid, "local", title="Given")
     await run_turn(braid, made["session_id"], "say hello")
     assert braid.store.get(made["session_id"]).meta["title"] == "Given"
+
+
+async def test_on_a_team_server(make_braid: Any, pg_url: str) -> None:
+    """PostgreSQL's full-text: a turn's messages found, scoped, rebuilt by reindex."""
+    braid = await make_braid(database_url=pg_url)
+    sid, _ = await new_session(braid)
+    run = await run_turn(braid, sid, "say the manatee <b>floats</b>")
+    rid = run["run_id"]
+    assert await found(braid, "manatee") == [(sid, rid, 1, "assistant"), (sid, rid, 0, "user")]
+    (hit, _) = (await search.search(braid, "local", "manat"))["results"]
+    assert hit["snippet"] == "the «manatee» <b>floats</b>"
+    assert await found(braid, "manatee", "other") == []
+    await braid.search.clear()
+    await reindex(braid)
+    assert len(await found(braid, "manatee")) == 2
+    await session_meta.delete_session(braid, "local", sid)
+    assert await found(braid, "manatee") == []
