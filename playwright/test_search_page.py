@@ -118,3 +118,23 @@ def test_search_on_a_phone_closes_the_drawer_at_the_turn(page: Page, shared_serv
     turn = page.locator(f"#turn-{runs[0]}")
     expect(turn).to_have_class(re.compile("turn-found"), timeout=TIMEOUT)
     expect(turn).to_be_in_viewport()
+
+
+def test_search_shows_a_sibling_run_on_its_branch(page: Page, shared_server: Server,
+                                                  login: Any, console_errors: Any) -> None:
+    sid = shared_server.new_session()
+    first = shared_server.run(sid, "say hello there")["run_id"]
+    status, sibling = shared_server.api("POST", f"/api/runs/{first}/continue", {
+        "session_id": sid, "continue_from": 0, "input": "say a tapir on the side",
+        "fork": True})
+    assert status == 200, sibling
+    ws = shared_server.socket(sid)
+    assert ws.call("checkout", ref="main")["type"] == "result"
+    ws.close()
+    login(page, sid)
+    expect(page.locator("#branch-badge")).to_have_attribute("data-branch", "main")
+    search_for(page, "tapir").first.click()
+    turn = page.locator(f"#turn-{sibling['run_id']}")
+    expect(turn).to_have_class(re.compile("turn-found"), timeout=TIMEOUT)
+    expect(turn).to_be_in_viewport()
+    expect(page.locator("#branch-badge")).to_have_attribute("data-branch", sibling["branch"])

@@ -1,6 +1,7 @@
 // The sidebar's search results and dates (DESIGN §8): a click on a found message opens its
 // session and jumps to its turn, loading older turns down to it when the page does not show
-// it yet (GET /s/{id}/turns?run=); each session's last activity in the reader's words.
+// it yet (GET /s/{id}/turns?run=), showing its branch first when it is on another one (a
+// sibling run's); each session's last activity in the reader's words.
 (function () {
   "use strict";
 
@@ -24,17 +25,62 @@
     el.scrollIntoView({block: "start"});
   }
 
-  async function jump(runId) {
+  // The turn on the branch shown, loading the older turns down to it when it is paged out.
+  async function find(runId) {
     const id = "turn-" + runId.replace(/[^A-Za-z0-9_-]/g, "-");
-    let el = document.getElementById(id);
     const marker = document.getElementById("older-turns");
-    if (!el && marker && window.htmx) {
+    if (!document.getElementById(id) && marker && window.htmx) {
       const url = marker.getAttribute("hx-get") + "&run=" + encodeURIComponent(runId);
       await htmx.ajax("GET", url, {target: "#older-turns", swap: "outerHTML"});
-      el = document.getElementById(id);
+    }
+    return document.getElementById(id);
+  }
+
+  function shownBranch() { const b = document.getElementById("branch-badge"); return b ? b.dataset.branch : ""; }
+
+  async function branchOf(runId) {
+    const res = await fetch("/api/runs/" + encodeURIComponent(runId) + "?session_id=" + encodeURIComponent(sessionId()));
+    if (!res.ok) return "";
+    const run = await res.json();
+    return run.branch || "";
+  }
+
+  // Show another branch as the sibling switcher does (a `checkout` over the socket), and
+  // wait for its transcript.
+  function checkout(ref) {
+    return new Promise(function (resolve) {
+      const form = document.createElement("form");
+      form.hidden = true;
+      form.setAttribute("ws-send", "");
+      form.innerHTML = '<input type="hidden" name="action" value="checkout"><input type="hidden" name="ref">';
+      form.elements.ref.value = ref;
+      document.getElementById("app").appendChild(form);
+      let timer = 0;
+      function done() {
+        document.removeEventListener("htmx:wsAfterMessage", heard);
+        clearTimeout(timer);
+        form.remove();
+        resolve();
+      }
+      function heard() { if (shownBranch() === ref) done(); }
+      document.addEventListener("htmx:wsAfterMessage", heard);
+      timer = setTimeout(done, 15000);
+      htmx.process(form);
+      htmx.trigger(form, "submit");
+    });
+  }
+
+  async function jump(runId) {
+    let el = await find(runId);
+    if (!el) {  // a sibling run, a sub-agent's: on another branch of the session
+      const branch = await branchOf(runId);
+      if (branch && branch !== shownBranch()) {
+        await checkout(branch);
+        el = await find(runId);
+      }
     }
     if (el) show(el);
-    else say("That message is on another branch of this session: open it from the History panel.");
+    else say("That message is no longer on any branch shown here.");
   }
 
   document.addEventListener("click", function (e) {
