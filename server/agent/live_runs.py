@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from server.base.records import MessageRecord, RunRecord, RunRow
+from server.base.results import WaitingCall
 from server.store.locks import BranchLocks, Lease
 
 
@@ -57,6 +58,10 @@ class ActiveRun:
     started: bool = False
     finishing: bool = False
     stop_requested: bool = False
+    # Its tool calls waiting for the user's approval (agent/approvals.py), by call id, and
+    # (this process's runs only) the futures their answers (decision, reason) resolve.
+    waiting: dict[str, WaitingCall] = field(default_factory=dict)
+    answers: dict[str, asyncio.Future[tuple[str, str]]] = field(default_factory=dict)
 
     def stop(self, reason: str) -> None:
         """Ask the turn to stop: cancel it while the model or a tool runs; a turn not yet

@@ -29,6 +29,9 @@ class RemoteRuns(Protocol):
     async def cancel_remote(self, session_id: str,
                             run_id: str | None) -> RunStatus | None: ...
 
+    async def send_approval(self, session_id: str, run_id: str, call_id: str,
+                            decision: str, reason: str) -> None: ...
+
 
 class Services(Protocol):
     @property

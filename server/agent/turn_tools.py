@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from server.agent import approvals
 from server.agent.shell import on_own_thread
 from server.agent.tools import ToolResult, Workspace
 from server.agent.turn_context import TurnContext, add_message
@@ -40,7 +41,11 @@ class ToolOutcome:
 async def tool_step(braid: Services, ctx: TurnContext, call: ToolCall) -> MessageRecord:
     """Run one tool call and record its result message. The work goes on in its own task: a
     cancel stops the turn here, and `settle_inflight` takes the call's result before the
-    turn's last commit (a shell command is killed meanwhile; a file tool has written)."""
+    turn's last commit (a shell command is killed meanwhile; a file tool has written).
+    A call the session's approvals hold waits for the user first (approvals.py)."""
+    denied = await approvals.gate(braid, ctx, call)
+    if denied is not None:
+        return record_tool(ctx, call, ToolOutcome(denied, True, []))
     work = asyncio.ensure_future(run_tool(braid, ctx, call))
     try:
         outcome = await asyncio.shield(work)

@@ -16,7 +16,7 @@ from typing import cast
 
 from server.agent.live_runs import ActiveRun, RunRegistry
 from server.base.records import MessageRecord, RunRecord, RunRow
-from server.base.results import EventFrame
+from server.base.results import EventFrame, WaitingCall
 
 log = logging.getLogger("braid.pg")
 ENDS = ("run_completed", "run_error", "run_cancelled")
@@ -89,6 +89,11 @@ class PgRunRegistry(RunRegistry):
             remote.partial += str(data.get("delta") or "")
         elif event == "tool_call":
             remote.partial = ""  # the text so far became a message with tool calls
+        elif event == "approval_needed" and isinstance(data.get("call_id"), str):
+            remote.waiting[data["call_id"]] = cast(WaitingCall, {
+                k: v for k, v in data.items() if k != "session_id"})
+        elif event == "approval_resolved":
+            remote.waiting.pop(str(data.get("call_id")), None)
         elif event in ENDS:
             self.forget(remote)
 

@@ -35,6 +35,7 @@ from server.base.errors import BraidError, Busy
 from server.base.ids import new_message_id
 from server.base.records import RunRow
 from server.base.results import EventFrame, RunStatus
+from server.features.session_meta import settle
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -251,6 +252,33 @@ class Team:
         await self.pool.execute("SELECT pg_notify($1, $2)", CONTROL, json.dumps(
             {"op": "cancel", "session_id": session_id, "run_id": run_id}))
 
+    # -- approvals across processes -------------------------------------------------------
+
+    async def send_approval(self, session_id: str, run_id: str, call_id: str,
+                            decision: str, reason: str) -> None:
+        """An answer to a call waiting in a run another process drives: its owner settles
+        it (`features.session_meta.settle`)."""
+        await self.pool.execute("SELECT pg_notify($1, $2)", CONTROL, json.dumps(
+            {"op": "approve", "session_id": session_id, "run_id": run_id,
+             "call_id": call_id, "decision": decision, "reason": reason}))
+
+    def _settle(self, message: dict[str, Any]) -> None:
+        sid, run_id = str(message.get("session_id")), str(message.get("run_id"))
+        if self.runs.local(sid, run_id) is None:
+            return  # another process's run
+        task = asyncio.get_running_loop().create_task(self._answer(
+            sid, run_id, str(message.get("call_id")), str(message.get("decision")),
+            str(message.get("reason") or "")))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _answer(self, sid: str, run_id: str, call_id: str, decision: str,
+                      reason: str) -> None:
+        try:
+            await settle(self.braid, sid, run_id, call_id, decision, reason)
+        except Exception:  # noqa: BLE001 - the call waits on; the user may answer again
+            log.exception("could not settle call %s of run %s", call_id, run_id)
+
     def _on_remote(self, frame: EventFrame) -> None:
         """An event of another process: follow its runs, and reload a session.json it
         changed (the title a first turn gave, a rename)."""
@@ -276,7 +304,9 @@ class Team:
             message = json.loads(payload)
         except ValueError:
             return
-        if message.get("op") == "cancel":
+        if message.get("op") == "approve":
+            self._settle(message)
+        elif message.get("op") == "cancel":
             active = self.runs.local(str(message.get("session_id")),
                                      str(message.get("run_id")))
             if active is not None:

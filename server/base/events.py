@@ -12,7 +12,8 @@ EVENTS = frozenset({
     "run_started", "message_delta", "tool_call", "tool_result", "checkpoint",
     "run_completed", "run_error", "run_cancelled", "reverted", "sub_agent_started",
     "sub_agent_done", "merged", "dag_changed", "session_changed", "run_continued",
-    "session_updated", "session_deleted", "files_uploaded",
+    "session_updated", "session_deleted", "files_uploaded", "approval_needed",
+    "approval_resolved",
 })
 
 

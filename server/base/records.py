@@ -248,6 +248,8 @@ SessionMeta = TypedDict("SessionMeta", {
     "updated_at": NotRequired[str],
     "source": NotRequired[SourceMeta],
     "import": NotRequired[ImportSummary],
+    "approvals": NotRequired[str],  # auto (absent) | shell | writes
+    "approvals_always": NotRequired[list[str]],  # tools the user answered "always"
 })
 
 

@@ -36,6 +36,21 @@ class RunSummary(TypedDict, total=False):
     sub_agent: SubAgentInfo
 
 
+class WaitingCall(TypedDict):
+    """A tool call waiting for the user's approval (agent/approvals.py): `approval_needed`'s
+    payload, kept on its live run while it waits. `shown_in`: the run whose bubble shows it
+    (a sub-agent's call shows in the foreground run's); `diff`: a file tool's change."""
+
+    run_id: str
+    call_id: str
+    tool: str
+    args: dict[str, object] | str
+    shown_in: str
+    branch: str
+    diff: NotRequired[str]
+    label: NotRequired[str]  # a sub-agent's
+
+
 class TranscriptItem(TypedDict, total=False):
     """A transcript's item: a turn (a user message and the answer's messages) or a note (a
     system message such as a revert notice)."""
@@ -50,6 +65,7 @@ class TranscriptItem(TypedDict, total=False):
     siblings: Siblings | None
     streaming: bool
     live_text: str  # a live turn's text streamed so far (web.live)
+    waiting: list[WaitingCall]  # a live turn's tool calls waiting for approval (web.live)
 
 
 class Transcript(TypedDict):
@@ -82,6 +98,8 @@ SessionInfo = TypedDict("SessionInfo", {
     "running": NotRequired[dict[str, str]],
     "model_in_use": NotRequired[str],
     "endpoint": NotRequired[str],
+    "approvals": NotRequired[str],  # auto | shell | writes (agent/approvals.py)
+    "approvals_always": NotRequired[list[str]],  # tools answered "always"
 })
 
 
@@ -195,6 +213,16 @@ class SessionChanges(TypedDict, total=False):
     title: str
     archived: bool
     model: str | None
+    approvals: str
+    approvals_always: list[str]  # set by `approve_tool_call` (always), not by clients
+
+
+class ApprovalResult(TypedDict):
+    """`approve_tool_call`'s result."""
+
+    run_id: str
+    call_id: str
+    decision: str
 
 
 class ShownBranch(TypedDict):
@@ -456,6 +484,12 @@ class EventData(TypedDict, total=False):
     note: MessageRecord
     changes: list[str]
     paths: list[str]
+    call_id: str  # approval_needed, approval_resolved
+    tool: str
+    args: dict[str, object] | str
+    diff: str
+    shown_in: str
+    decision: str
 
 
 class EventFrame(TypedDict):

@@ -13,9 +13,11 @@ import asyncio
 import shutil
 from typing import TYPE_CHECKING, cast
 
+from server.agent import approvals
+from server.base.errors import NotFound
 from server.base.ids import is_session_id, now_iso
 from server.base.records import SessionMeta, to_json_bytes
-from server.base.results import SessionChanges, SessionInfo
+from server.base.results import ApprovalResult, SessionChanges, SessionInfo
 from server.git import lookup
 from server.git.session import GitSession
 
@@ -36,6 +38,10 @@ def _summary(changes: SessionChanges) -> str:
         parts.append("Archive session" if changes["archived"] else "Restore session")
     if "model" in changes:
         parts.append(f"Model: {changes['model'] or 'default'}")
+    if "approvals" in changes:
+        parts.append(f"Approvals: {changes['approvals']}")
+    if "approvals_always" in changes:
+        parts.append(f"Always allow: {', '.join(changes['approvals_always'])}")
     return "; ".join(parts)
 
 
@@ -67,6 +73,13 @@ def _changed(meta: SessionMeta, changes: SessionChanges) -> SessionMeta:
             out.pop("model", None)
         else:
             out["model"] = changes["model"]
+    if "approvals" in changes:  # auto, the default, is kept as no key
+        if changes["approvals"] == "auto":
+            out.pop("approvals", None)
+        else:
+            out["approvals"] = changes["approvals"]
+    if "approvals_always" in changes:
+        out["approvals_always"] = changes["approvals_always"]
     return out
 
 
@@ -99,6 +112,40 @@ async def update_session(braid: Services, user_id: str, session_id: str,
             braid.bus.publish(handle.session_id, "session_updated",
                               {"changes": sorted(changes)})
     return await session_info(braid, user_id, handle.session_id)
+
+
+async def approve_tool_call(braid: Services, user_id: str, session_id: str, run_id: str,
+                            call_id: str, decision: str, reason: str = "") -> ApprovalResult:
+    """Answer a tool call waiting for approval (DESIGN §4 "Approvals"): `approve` runs it,
+    `deny` gives the model `denied by the user: <reason>`, `always` runs it and lets that
+    tool run unasked for the rest of the session. A run another process drives (a team
+    server) gets the answer through it (`team.send_approval`)."""
+    handle = braid.store.get_owned(user_id, session_id)
+    active = braid.runs.find(handle.session_id, run_id)
+    if active is None or call_id not in active.waiting:
+        raise NotFound(f"no tool call {call_id!r} of run {run_id} is waiting for approval")
+    if call_id in active.answers:  # this process drives the run
+        await settle(braid, handle.session_id, run_id, call_id, decision, reason)
+    elif braid.team is not None:
+        await braid.team.send_approval(handle.session_id, run_id, call_id, decision, reason)
+    else:
+        raise NotFound(f"no tool call {call_id!r} of run {run_id} is waiting for approval")
+    return {"run_id": run_id, "call_id": call_id, "decision": decision}
+
+
+async def settle(braid: Services, session_id: str, run_id: str, call_id: str, decision: str,
+                 reason: str) -> bool:
+    """On the process driving the run: `always` kept in session.json first (the tool's next
+    call reads it), then the waiting call answered. False if it was not waiting here."""
+    active = braid.runs.find(session_id, run_id)
+    waiting = active.waiting.get(call_id) if active is not None else None
+    if active is None or waiting is None or call_id not in active.answers:
+        return False
+    if decision == "always":
+        handle = braid.store.get(session_id)
+        always = sorted({*(handle.meta.get("approvals_always") or ()), waiting["tool"]})
+        await update_session(braid, handle.user_id, session_id, {"approvals_always": always})
+    return approvals.answer(active, call_id, decision, reason)
 
 
 async def delete_session(braid: Services, user_id: str, session_id: str) -> None:

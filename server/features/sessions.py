@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import pygit2
 
+from server.agent import approvals
 from server.agent.turn_changes import annotate_turns
 from server.agent.turn_context import snapshot_user_edits
 from server.base.errors import Busy, NotFound
@@ -73,6 +74,8 @@ def _describe(git: GitSession, handle: SessionHandle) -> SessionInfo:
         # An imported session's source and import summary (skipped files), if any.
         "source": handle.meta.get("source"),
         "import": handle.meta.get("import"),
+        "approvals": approvals.mode_of(handle.meta),
+        "approvals_always": list(handle.meta.get("approvals_always") or ()),
     }
 
 

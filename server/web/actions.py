@@ -111,6 +111,12 @@ SPECS: list[Action] = [
     ), Http("POST", "/api/sessions/{session_id}/export")),
     Action("update_from_source", sync.update_from_source, (),
            Http("POST", "/api/sessions/{session_id}/update_from_source")),
+    Action("approve_tool_call", session_meta.approve_tool_call, (
+        RUN,
+        Param("call_id", P.call_id),
+        Param("decision", P.decision),
+        Param("reason", P.string("reason", limit=2000)),
+    ), Http("POST", "/api/runs/{run_id}/approve")),
     Action("list_files", files.list_files, (Param("ref", P.ref), Param("path", P.workdir_path))),
     # -- HTTP only --------------------------------------------------------------------------
     Action("create_session", sessions.create_session, (

@@ -13,7 +13,7 @@ from typing import TypedDict
 from server.app.braid import Braid
 from server.base.errors import BraidError
 from server.base.records import MessageRecord, RunRecord, RunRow
-from server.base.results import EventData, Transcript, TranscriptItem
+from server.base.results import EventData, Transcript, TranscriptItem, WaitingCall
 from server.features import sessions
 from server.web.render.events import files_for, siblings_for
 from server.web.render.fragments import turn_from_event
@@ -30,6 +30,7 @@ class LiveTurn(TypedDict):
     run: RunRecord | RunRow
     messages: list[MessageRecord]
     partial: str
+    waiting: list[WaitingCall]  # tool calls shown in it, waiting for approval
 
 
 def snapshot(braid: Braid, session_id: str) -> list[LiveTurn]:
@@ -43,14 +44,22 @@ def snapshot(braid: Braid, session_id: str) -> list[LiveTurn]:
         run = ctx.run.copy()
         run["status"] = "RUNNING"
         out.append({"run_id": ctx.run_id, "branch": active.branch, "run": run,
-                    "messages": [m.copy() for m in ctx.messages], "partial": active.partial})
+                    "messages": [m.copy() for m in ctx.messages], "partial": active.partial,
+                    "waiting": waiting_in(braid, session_id, ctx.run_id)})
     return out
+
+
+def waiting_in(braid: Braid, session_id: str, run_id: str) -> list[WaitingCall]:
+    """The calls waiting for approval that `run_id`'s bubble shows (a sub-agent's too)."""
+    return [w.copy() for a in braid.runs.for_session(session_id)
+            for w in a.waiting.values() if w["shown_in"] == run_id]
 
 
 def live_turn(item: LiveTurn) -> TranscriptItem:
     turn = turn_from_event({"run_id": item["run_id"], "run": item["run"],
                             "messages": item["messages"]}, streaming=True)
     turn["live_text"] = item["partial"]
+    turn["waiting"] = item["waiting"]
     return turn
 
 
@@ -64,11 +73,23 @@ def merge_live(view: Transcript, live: list[LiveTurn], branch: str) -> Transcrip
     return {**view, "turns": turns + [live_turn(item) for item in shown]}
 
 
+def with_waiting(braid: Braid, session_id: str, view: Transcript) -> Transcript:
+    """Calls waiting for approval in a finished turn's bubble (a sub-agent the user spawned
+    from it): live turns carry their own."""
+    shown = {w["shown_in"] for a in braid.runs.for_session(session_id)
+             for w in a.waiting.values()}
+    for turn in view["turns"]:
+        run_id = turn.get("run_id")
+        if run_id in shown and not turn.get("streaming"):
+            turn["waiting"] = waiting_in(braid, session_id, run_id or "")
+    return view
+
+
 async def page_transcript(braid: Braid, user_id: str, session_id: str,
                           branch: str) -> Transcript:
     live = snapshot(braid, session_id)
     view = await sessions.transcript(braid, user_id, session_id)
-    return merge_live(view, live, branch)
+    return with_waiting(braid, session_id, merge_live(view, live, branch))
 
 
 async def catch_up(r: HtmlRenderer, live: list[LiveTurn], full: bool,
@@ -86,7 +107,8 @@ async def catch_up(r: HtmlRenderer, live: list[LiveTurn], full: bool,
         live_ids = {item["run_id"] for item in live}
         r.drawn = {rid for t in view["turns"] if (rid := t.get("run_id"))} - live_ids
         info = r.ctx.braid.store.get(r.ctx.session_id).meta
-        return (render("_transcript.html", transcript=merge_live(view, live, branch))
+        view = with_waiting(r.ctx.braid, r.ctx.session_id, merge_live(view, live, branch))
+        return (render("_transcript.html", transcript=view)
                 + await r.run_state() + render("_branch.html", branch=branch)
                 + render("_title.html", title=info.get("title")))
     html = ""

@@ -13,6 +13,7 @@ import unicodedata
 from collections.abc import Callable
 from typing import Any
 
+from server.agent.approvals import DECISIONS, MODES
 from server.agent.turns import MAX_TEXT
 from server.base.errors import BadRequest, NotFound
 from server.base.ids import is_message_id
@@ -254,7 +255,31 @@ def session_changes(raw: object) -> SessionChanges:
         # null (or "") goes back to the server's default model.
         changes["model"] = None if model is None or model == "" else \
             one_line(model, "model", MAX_MODEL)
+    if "approvals" in raw:
+        changes["approvals"] = one_of(raw["approvals"], "approvals", MODES)
     return changes
+
+
+def one_of(value: object, name: str, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise BadRequest(f"{name} must be one of {', '.join(choices)}")
+    return value
+
+
+def decision(value: object) -> str:
+    """`approve_tool_call`'s answer."""
+    if value is None:
+        raise BadRequest("decision is required")
+    return one_of(value, "decision", DECISIONS)
+
+
+def call_id(value: object) -> str:
+    """A tool call's id as the model gave it: a non-empty string."""
+    if value is None:
+        raise BadRequest("call_id is required")
+    if not isinstance(value, str) or not value or len(value) > 200 or "\0" in value:
+        raise BadRequest("call_id must be a tool call's id")
+    return value
 
 
 def message_number(value: object) -> int | None:

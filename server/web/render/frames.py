@@ -118,6 +118,16 @@ def _tool_result(v: View) -> str:
     return render("_tool_result.html", run_id=v.data["run_id"], call=call, result=msg)
 
 
+def _approval_needed(v: View) -> str:
+    """The waiting call as a card in the bubble of the run that shows it."""
+    card = render("_approval.html", waiting=v.data, resolved=None)
+    return oob_append(f"parts-{dom_id(v.data.get('shown_in') or v.data['run_id'])}", card)
+
+
+def _approval_resolved(v: View) -> str:
+    return render("_approval.html", waiting=v.data, resolved=v.data.get("decision"))
+
+
 def _run_done(v: View) -> str:
     if is_sub_agent_run(v.data):  # sub_agent_done redraws its card
         return run_state(v.running)
@@ -143,6 +153,8 @@ EVENTS: dict[str, EventRenderer] = {
     "run_error": _run_done,
     "run_cancelled": _run_done,
     "session_changed": _session_changed,
+    "approval_needed": _approval_needed,
+    "approval_resolved": _approval_resolved,
     **REVERT_EVENTS,
     **DAG_EVENTS,
     **TIMETRAVEL_EVENTS,  # run_continued
