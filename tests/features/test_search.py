@@ -14,7 +14,7 @@ from typing import Any
 from conftest import ROOT, call_action, new_session, run_turn
 from server.agent.turn_context import first_line_title
 from server.app.reindex import reindex
-from server.features import fork, search, session_meta, sessions, timetravel
+from server.features import fork, search, session_meta, sessions, subagents, timetravel
 
 
 async def found(braid: Any, q: str, user_id: str = "local") -> list[tuple[str, str, int, str]]:
@@ -72,12 +72,28 @@ async def test_sibling_runs_forked_sessions_deletes_and_archives(braid: Any) -> 
     assert len(await found(braid, "lemur")) == 3
 
 
+async def test_a_sub_agent_s_turn_and_its_result_are_found(braid: Any) -> None:
+    sid, _ = await new_session(braid)
+    parent = await run_turn(braid, sid, "say parent turn")
+    done = await subagents.spawn_sub_agent(braid, "local", sid, parent["run_id"],
+                                           "say the dingo is found", label="dog")
+    hits = (await search.search(braid, "local", "dingo"))["results"]
+    # The child's question and answer (on its branch), and its result on the parent's.
+    assert len(hits) == 3
+    result = hits[0]
+    assert (result["run_id"], result["role"], result["message_index"]) == (
+        done["summary_run_id"], "assistant", 0)
+    assert result["snippet"].endswith("the «dingo» is found")
+
+
 async def test_reindex_rebuilds_it_from_git(braid: Any) -> None:
     sid, _ = await new_session(braid)
     for word in ("tapir", "quokka"):
         await run_turn(braid, sid, f"say {word} here")
+    parent = (await run_turn(braid, sid, "say parent"))["run_id"]
+    await subagents.spawn_sub_agent(braid, "local", sid, parent, "say dingo here", label="d")
     before = await found(braid, "here")
-    assert len(before) == 4
+    assert len(before) == 7  # two turns, the sub-agent's and its result
     await braid.search.clear()
     assert await found(braid, "here") == []
     await reindex(braid)

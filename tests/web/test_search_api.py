@@ -10,6 +10,7 @@ import urllib.parse
 import pytest
 
 from conftest import Server
+from tests.faults.test_upload_boundaries import multipart
 
 HOSTILE = ['"', "'", "*", "NEAR(", "NEAR(a b", "-", "--x", '"unbalanced', "a AND", "OR",
            "(", ")", "^", ":", "col:word", "\\", "%", "_", "\u0000", "🦓🦓", "zébra",
@@ -83,3 +84,21 @@ def test_older_turns_load_down_to_a_found_run(shared_server: Server) -> None:
         status, html = shared_server.page(f"/s/{sid}/turns?before={start}{extra}")
         assert status == 200 and html.count('<section class="turn"') == 30
         assert f'id="turn-{runs[1]}"' not in html
+
+
+def test_an_upload_is_found_by_its_file_names(shared_server: Server) -> None:
+    import http.client
+    import json
+
+    sid = shared_server.new_session()
+    conn = http.client.HTTPConnection("127.0.0.1", shared_server.port, timeout=60)
+    body, ctype = multipart([("quarterly-figures.csv", b"a,b\n")])
+    conn.request("POST", f"/api/sessions/{sid}/files", body=body,
+                 headers={"Authorization": f"Bearer {shared_server.token}",
+                          "Content-Type": ctype})
+    res = conn.getresponse()
+    made = json.loads(res.read())
+    assert res.status == 201, made
+    status, body = search(shared_server, "quarterly figures")
+    assert status == 200
+    assert [(h["run_id"], h["role"]) for h in body["results"]] == [(made["run_id"], "user")]  # type: ignore[index]
