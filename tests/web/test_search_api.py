@@ -102,3 +102,13 @@ def test_an_upload_is_found_by_its_file_names(shared_server: Server) -> None:
     status, body = search(shared_server, "quarterly figures")
     assert status == 200
     assert [(h["run_id"], h["role"]) for h in body["results"]] == [(made["run_id"], "user")]  # type: ignore[index]
+
+
+def test_no_token_no_search(shared_server: Server) -> None:
+    import urllib.error
+    import urllib.request
+
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"{shared_server.base_url}/api/search?q=a", timeout=10)
+    assert e.value.code == 401
+    assert search(shared_server, "a", token="not-a-token")[0] == 401
