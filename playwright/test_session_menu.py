@@ -32,7 +32,7 @@ def test_rename_archive_restore_from_the_page(page: Page, login: Any,
     page.press("#rename-input", "Enter")
     expect(page.locator("#session-title")).to_have_text("Quarterly report", timeout=TIMEOUT)
     item = page.locator(f"#session-list [data-session-id='{sid}']")
-    expect(item).to_have_text("Quarterly report")
+    expect(item.locator(".session-name")).to_have_text("Quarterly report")
     expect(page).to_have_title(re.compile("^Quarterly report"))
     meta = json.loads(git(shared_server.session_path(sid), "show", "HEAD:session.json"))
     assert meta["title"] == "Quarterly report"

@@ -31,6 +31,7 @@ from server.git.workdir.index_format import clear_stale_lock
 from server.git.workdir.scan import WORKDIR
 from server.git.workdir.staging import DISK, porcelain
 from server.store import journal, layout
+from server.store.search import run_rows_on_head
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -121,6 +122,9 @@ async def interrupt_run(braid: Services, row: RunRow, since: float | None = None
     row = {**row, "status": "INTERRUPTED", "updated_at": now_iso()}
     found = run or row
     await braid.index.upsert_run(row["session_id"], found)
+    if run is not None:  # its messages' words too (search.py); the kill may have lost them
+        sid, rid = handle.session_id, row["run_id"]
+        await braid.search.add(await handle.call(lambda git: run_rows_on_head(git, sid, rid)))
     return found
 
 

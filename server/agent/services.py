@@ -20,6 +20,7 @@ from server.model.client import ModelClient
 from server.store.index import SessionIndex
 from server.store.locks import BranchLocks
 from server.store.queue import MessageQueue
+from server.store.search import MessageSearch
 from server.store.session_store import SessionStore
 from server.store.users import UserStore
 
@@ -43,6 +44,8 @@ class Services(Protocol):
     def store(self) -> SessionStore: ...
     @property
     def index(self) -> SessionIndex: ...
+    @property
+    def search(self) -> MessageSearch: ...
     @property
     def users(self) -> UserStore: ...
     @property

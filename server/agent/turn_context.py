@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("braid")
 BULK_EDITS = 300
+TITLE_CHARS = 60
 
 
 @dataclass
@@ -91,6 +92,13 @@ def take_user_edits(git: GitSession) -> tuple[str | None, list[str]]:
     return str(oid), bad
 
 
+def first_line_title(text: str) -> str:
+    """A new session's title (DESIGN §4): its first message's first line (the first with
+    anything on it), at most TITLE_CHARS characters."""
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line[:TITLE_CHARS].rstrip() or "Untitled"
+
+
 def add_message(ctx: TurnContext, msg: MessageRecord) -> None:
     path = history_path(ctx.next_seq, msg["role"], msg["id"], ctx.legacy)
     ctx.next_seq += 1
@@ -118,8 +126,8 @@ def open_turn(
     for note in notes:  # system messages that open the turn (a merge turn's note)
         add_message(ctx, new_message("system", run_id, note))
     add_message(ctx, new_message("user", run_id, text))
-    if not handle.meta.get("title"):
-        handle.meta["title"] = text.strip().splitlines()[0][:60] if text.strip() else "Untitled"
+    if not handle.meta.get("title"):  # a session is named by its first message until renamed
+        handle.meta["title"] = first_line_title(text)
         ctx.pending["session.json"] = to_json_bytes(handle.meta)
     write_pending_to_disk(git, ctx)
     return ctx

@@ -43,6 +43,7 @@ from server.model.endpoints import choice_for_call
 from server.model.messages import to_model
 from server.store import context
 from server.store.lineage import sibling_map
+from server.store.search import run_rows
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -237,6 +238,9 @@ async def _finish(
             ctx.changed.clear()
             commit_id = await _close_and_commit(ctx, status)
         braid.bus.publish(sid, "checkpoint", checkpoint_data(ctx, commit_id, "turn"))
+        # Its messages' words for search (store/search.py), before the record says it ended:
+        # a kill in between leaves the run RUNNING in the index, and recovery adds them.
+        await braid.search.add(run_rows(sid, ctx.run_id, ctx.messages))
         await braid.index.upsert_run(sid, ctx.run)
         # Writing the index costs O(files in the repo), once per turn: before the end event,
         # so `git status` in the session folder is true when the client hears of it (D6).

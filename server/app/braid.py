@@ -11,7 +11,7 @@ from pathlib import Path
 from server.agent.live_runs import ActiveRun, TurnGate
 from server.app import recovery
 from server.app.memory import give_back_memory, limit_arenas
-from server.backends.choose import make_index, make_queue, make_team, make_users
+from server.backends.choose import make_index, make_queue, make_search, make_team, make_users
 from server.base import memo
 from server.base.pools import IdlingThreadPool
 from server.base.settings import Settings
@@ -36,6 +36,7 @@ class Braid:
         # SQLite files in the data dir, or PostgreSQL with BRAID_DATABASE_URL (backends/choose.py):
         # then `team` coordinates several processes (the bus, branch locks, dead runs).
         self.index = make_index(settings)
+        self.search = make_search(self.index)  # message text, in the index's database
         self.users = make_users(settings)
         # `locks`: who holds each branch (a turn, a revert, an upload, a merge); `runs`: the
         # runs this process drives (and, in a team, those it follows).
@@ -62,6 +63,7 @@ class Braid:
             max_workers=min(32, (os.cpu_count() or 1) + 4),
             idle_seconds=self.settings.idle_seconds, name="braid-pool"))
         fresh_index = await self.index.open()
+        fresh_index = await self.search.open() or fresh_index  # an older index: rebuilt
         await self.queue.open()
         await recovery.start_up(self, self.team, fresh_index)
         self._reaper = asyncio.create_task(self._release_idle(), name="braid-idle")

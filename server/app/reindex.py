@@ -7,12 +7,14 @@ The index is a cache: every session's `session.json` and every run record on eve
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import TYPE_CHECKING
 
 from server.base.records import RunRecord, SessionMeta
 from server.git.history import RUNS
 from server.git.session import GitSession
 from server.store import layout
+from server.store.search import session_rows
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -46,6 +48,7 @@ def read_session(git: GitSession) -> tuple[SessionMeta, list[RunRecord]]:
 async def reindex(braid: Services) -> tuple[int, int]:
     """Rebuild the index (index.sqlite3, or PostgreSQL's) from the repositories alone."""
     await braid.index.clear()
+    await braid.search.clear()
     n_sessions = n_runs = 0
     for session_id in braid.store.all_ids():
         handle = braid.store.get(session_id)
@@ -55,6 +58,7 @@ async def reindex(braid: Services) -> tuple[int, int]:
         await braid.index.upsert_session(meta, updated)
         for run in runs:
             await braid.index.upsert_run(session_id, run)
+        await braid.search.add(await handle.call(partial(session_rows, session_id=session_id)))
         n_sessions += 1
         n_runs += len(runs)
     return n_sessions, n_runs
@@ -66,3 +70,5 @@ async def reindex_one(braid: Services, session_id: str) -> None:
     await braid.index.upsert_session(meta)
     for run in runs:
         await braid.index.upsert_run(session_id, run)
+    await braid.search.delete_session(session_id)
+    await braid.search.add(await handle.call(lambda git: session_rows(git, session_id)))

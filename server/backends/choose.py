@@ -12,6 +12,7 @@ from server.base.ids import new_message_id
 from server.store.index import Index
 from server.store.locks import BranchLocks, LocalBranchLocks
 from server.store.queue import MessageQueue, SqliteQueue
+from server.store.search import MessageSearch, SqliteSearch
 from server.store.users import Users, UserStore
 
 if TYPE_CHECKING:
@@ -40,6 +41,15 @@ def make_queue(index: Index | PgIndex, team: Team | None) -> MessageQueue:
         return PgQueue(index, team.owner_id)
     assert isinstance(index, Index)
     return SqliteQueue(index, f"local-{new_message_id()[:12]}")
+
+
+def make_search(index: Index | PgIndex) -> MessageSearch:
+    """Search over message text in the index's own database (store/search.py)."""
+    if isinstance(index, Index):
+        return SqliteSearch(index)
+    from server.backends.pg_search import PgSearch
+
+    return PgSearch(index)
 
 
 def make_users(settings: Settings) -> UserStore:

@@ -192,6 +192,22 @@ class SessionList(TypedDict):
     sessions: list[SessionRow]
 
 
+class SearchHit(TypedDict):
+    """A message found by `GET /api/search`: where it is (session, run, its index in the
+    run) and its words around the match, each matched word marked `«word»`."""
+
+    session_id: str
+    title: str
+    run_id: str
+    message_index: int
+    role: str
+    snippet: str
+
+
+class SearchResults(TypedDict):
+    results: list[SearchHit]
+
+
 class SessionChanges(TypedDict, total=False):
     """What `update_session` changes: a new title, archived or not, a model (None: the
     server's default)."""

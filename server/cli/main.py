@@ -47,6 +47,7 @@ def reindex(args: argparse.Namespace) -> int:
     async def run() -> tuple[int, int]:
         braid = Braid(_settings(args))
         await braid.index.open()
+        await braid.search.open()  # message text, in the index's database
         try:
             return await rebuild(braid)
         finally:

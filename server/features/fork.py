@@ -195,6 +195,7 @@ async def fork_session(braid: Services, user_id: str, session_id: str) -> Forked
     handle = braid.store.get(new_id)
     await braid.index.upsert_session(handle.meta)
     await braid.index.copy_runs(source.session_id, new_id)
+    await braid.search.copy_session(source.session_id, new_id)
     journal.end_folder(braid.store.root, new_id)
     return {"session_id": new_id, "forked_from_session_id": source.session_id,
             "root_session_id": meta["root_session_id"], "title": meta["title"]}

@@ -169,6 +169,7 @@ async def _drop(braid: Services, handle: SessionHandle) -> None:
     trash = braid.store.root / f"{DELETED_PREFIX}{sid}"
     await loop.run_in_executor(None, handle.path.rename, trash)
     await braid.index.delete_session(sid)
+    await braid.search.delete_session(sid)
     await loop.run_in_executor(None, lambda: shutil.rmtree(trash, ignore_errors=True))
 
 
@@ -179,6 +180,7 @@ async def purge_deleted(braid: Services) -> int:
         sid = path.name[len(DELETED_PREFIX):]
         if is_session_id(sid):
             await braid.index.delete_session(sid)
+            await braid.search.delete_session(sid)
         shutil.rmtree(path, ignore_errors=True)
         count += 1
     return count

@@ -183,13 +183,18 @@ _START, _NOTE = object(), object()
 
 
 def transcript_at(git: GitSession, commit: pygit2.Commit | None = None, *,
-                  limit: int | None = PAGE_TURNS, before: int | None = None) -> Transcript:
+                  limit: int | None = PAGE_TURNS, before: int | None = None,
+                  down_to: str | None = None) -> Transcript:
     """The newest `limit` turns of the branch at `commit` (all when None) before its message
-    `before` (the end when None): the page shows these and loads older ones on scroll."""
+    `before` (the end when None): the page shows these and loads older ones on scroll.
+    `down_to`: a run whose turn is shown too, however far back (a search result's)."""
     commit = commit or git.head_commit()
     messages = layout.messages(git, commit)
     end = len(messages) if before is None else min(before, len(messages))
     start = page_start(messages, end, limit) if limit is not None else 0
+    if down_to is not None:
+        start = next((i for i, m in enumerate(messages[:start]) if m.get("run_id") == down_to),
+                     start)
     shown = messages[start:end]
     runs: dict[str, RunRecord] = {}
     for run_id in {m.get("run_id") for m in shown}:
@@ -205,14 +210,15 @@ def transcript_at(git: GitSession, commit: pygit2.Commit | None = None, *,
 
 
 async def transcript(braid: Services, user_id: str, session_id: str, *,
-                     before: int | None = None, commit: str | None = None) -> Transcript:
+                     before: int | None = None, commit: str | None = None,
+                     down_to: str | None = None) -> Transcript:
     """The page's transcript: the newest turns of the branch shown, or (`before`, `commit`)
-    the ones before message `before` of that commit's branch."""
+    the ones before message `before` of that commit's branch (down to run `down_to`'s)."""
     handle = braid.store.get_owned(user_id, session_id)
     at, rev = before, commit
 
     def work(git: GitSession) -> Transcript:
-        return transcript_at(git, git.commit(rev) if rev else None, before=at)
+        return transcript_at(git, git.commit(rev) if rev else None, before=at, down_to=down_to)
 
     view = await handle.call(work)
     view["session_id"] = handle.session_id

@@ -38,6 +38,7 @@ from server.git.session import WORKTREES, GitSession
 from server.git.workdir.scan import WORKDIR
 from server.store import journal, layout
 from server.store.layout import answer_of
+from server.store.search import run_rows
 from server.store.session_store import SessionHandle
 
 if TYPE_CHECKING:
@@ -226,6 +227,7 @@ async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> SubAgen
             async with braid.locks.hold(sid, sub.parent_branch, wait=True):
                 summary, shown = await handle.call(lambda git: (write_result(
                     git, sub.parent_branch, sid, spawn.parent_turn_id, result), git.branch))
+            await braid.search.add(run_rows(sid, summary["run_id"], [summary["message"]]))
             await braid.index.upsert_run(sid, summary["run"])
             result["summary_run_id"] = summary["run_id"]
             result["summary_commit_id"] = summary["commit_id"]

@@ -44,6 +44,7 @@ from server.git.session import Change, GitSession
 from server.git.workdir.scan import WORKDIR
 from server.git.workdir.staging import DISK
 from server.store import journal, layout
+from server.store.search import run_rows
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -380,6 +381,7 @@ async def upload(braid: Services, user_id: str, session_id: str, body: AsyncIter
             made = await handle.call(work)
     finally:
         await asyncio.to_thread(shutil.rmtree, folder, True)
+    await braid.search.add(run_rows(handle.session_id, made["run_id"], made["messages"]))
     await braid.index.upsert_run(handle.session_id, made["run"])
     # Its chips go out with the event, read once rather than by every tab.
     files = await handle.call(

@@ -20,12 +20,14 @@ from server.features import (
     model_choice,
     queue,
     revert,
+    search,
     session_meta,
     sessions,
     subagents,
     timetravel,
 )
 from server.features.sources import exporting, sync
+from server.store.search import MAX_QUERY
 from server.web import params as P
 from server.web.file_actions import file_or_folder, zip_download
 from server.web.specs import Action, Handler, Http, Param, socket_table
@@ -148,6 +150,10 @@ SPECS: list[Action] = [
     Action("get_zip", files.get_zip, (Param("ref", P.ref),),
            Http("GET", "/api/sessions/{session_id}/workdir.zip", respond=zip_download),
            socket=False),
+    Action("search", search.search, (
+        Param("query", P.string("q", limit=MAX_QUERY), http_name="q"),
+        Param("limit", P.search_limit),
+    ), Http("GET", "/api/search"), socket=False, session=False),
     Action("list_models", models, (), Http("GET", "/api/models"), socket=False, session=False),
 ]
 

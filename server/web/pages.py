@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 
 from markupsafe import escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from server.base.errors import BraidError, NotFound
-from server.features import fork, queue, session_meta, sessions
+from server.base.errors import BadRequest, BraidError, NotFound
+from server.base.results import SearchHit
+from server.features import fork, queue, search, session_meta, sessions
 from server.store.users import off_loop
 from server.web import live
 from server.web.auth import COOKIE, login_link_allowed, origin_allowed, user_of
@@ -118,9 +120,14 @@ async def session_list(request: Request) -> Response:
     archived = request.query_params.get("archived") == "1"
     found = await sessions.list_sessions(request.app.state.braid, user_id, query, archived)
     rows = order_by_lineage(found) if not query and not archived else found
+    hits: list[SearchHit] = []  # the search box finds titles, then words in messages
+    if query and not archived:
+        with suppress(BadRequest):  # a query too long to search: titles only
+            hits = (await search.search(request.app.state.braid, user_id, query))["results"]
     return templates.TemplateResponse(
         request, "_archived_list.html" if archived else "_session_list.html",
-        {"sessions": rows, "current_id": request.query_params.get("current", "")})
+        {"sessions": rows, "current_id": request.query_params.get("current", ""),
+         "query": query, "hits": hits})
 
 
 # -- the page's plain form posts ------------------------------------------------------------

@@ -23,6 +23,7 @@ from server.features.files import path_param, ref_param
 from server.features.merge import MAX_BRANCHES, STRATEGIES
 from server.features.session_meta import MAX_MODEL, MAX_TITLE
 from server.features.sources.sources import SourceRequest
+from server.store.search import DEFAULT_LIMIT, MAX_LIMIT
 
 _FALSE = ("", "false", "0", "off", "no")
 _TRUE = ("true", "1", "on", "yes")
@@ -290,6 +291,17 @@ def message_number(value: object) -> int | None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise BadRequest("before must be a message number")
     return value
+
+
+def search_limit(value: object) -> int:
+    """`GET /api/search`'s `limit`: a positive number (none: 20; above 100: 100)."""
+    if value is None or value == "":
+        return DEFAULT_LIMIT
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise BadRequest("limit must be a positive number")
+    return min(value, MAX_LIMIT)
 
 
 def commit_id(value: object) -> str | None:

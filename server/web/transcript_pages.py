@@ -14,15 +14,16 @@ from server.web.render.templating import render
 
 
 async def older_turns(request: Request) -> Response:
-    """`GET /s/{id}/turns?before=N`: the turns before the branch's message N, under the
-    marker that loads the ones before them."""
+    """`GET /s/{id}/turns?before=N[&run=R]`: the turns before the branch's message N (down to
+    run R's turn, a search result's), under the marker that loads the ones before them."""
     braid = request.app.state.braid
     user_id = user_of(request)
     try:
         before = params.message_number(request.query_params.get("before"))
         commit = params.commit_id(request.query_params.get("commit"))
+        run = request.query_params.get("run") or None
         view = await sessions.transcript(braid, user_id, request.path_params["session_id"],
-                                         before=before, commit=commit)
+                                         before=before, commit=commit, down_to=run)
     except NotFound:
         return HTMLResponse("", status_code=404)
     except BadRequest as e:

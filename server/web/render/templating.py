@@ -9,10 +9,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypedDict
 
+from markupsafe import Markup, escape
 from starlette.templating import Jinja2Templates
 
 from server.base.records import MessageRecord, ToolCall
 from server.base.results import TranscriptItem
+from server.store.search import MARK_CLOSE, MARK_OPEN
 from server.web.render.markdown import render_markdown
 from server.web.render.names import branch_label, humanize, note_for_people, readable
 from server.web.render.turn_view import turn_flags
@@ -145,6 +147,30 @@ def ago(iso: object) -> str:
     return "just now"
 
 
+def day_words(iso: object) -> str:
+    """When a session was last active, as people say it: today's time, "Yesterday", or a
+    date (the page says it again in the reader's time zone; the exact time on hover)."""
+    try:
+        then = datetime.fromisoformat(str(iso).replace("Z", "+00:00")).astimezone(UTC)
+    except ValueError:
+        return ""
+    days = (datetime.now(UTC).date() - then.date()).days
+    if days <= 0:
+        return then.strftime("%H:%M")
+    if days == 1:
+        return "Yesterday"
+    if then.year == datetime.now(UTC).year:
+        return f"{then.day} {then:%b}"
+    return f"{then.day} {then:%b} {then.year}"
+
+
+def marked(snippet: object) -> Markup:
+    """A search hit's snippet as HTML: all of it escaped, each `«word»` in a <mark>."""
+    parts = re.split(f"{MARK_OPEN}([^{MARK_OPEN}{MARK_CLOSE}]*){MARK_CLOSE}", str(snippet or ""))
+    return Markup("").join(Markup("<mark>{}</mark>").format(p) if i % 2 else escape(p)
+                           for i, p in enumerate(parts))
+
+
 LONG_CHARS = 1500
 LONG_LINES = 24
 
@@ -164,6 +190,8 @@ def title_text(value: object) -> str:
 env.filters["markdown"] = render_markdown
 env.filters["title_text"] = title_text
 env.filters["ago"] = ago
+env.filters["day_words"] = day_words
+env.filters["marked"] = marked
 env.filters["is_long"] = is_long
 env.filters["filesize"] = filesize
 env.filters["branch_label"] = branch_label

@@ -1,0 +1,239 @@
+"""Search over message text (DESIGN §4 "Search and titles"): SQLite FTS5 in the index
+database here, PostgreSQL full-text in `backends.pg_search` on a team server, both behind
+`MessageSearch`.
+
+One row per message worth finding: a user's or the assistant's text, keyed by (session,
+run, index of the message in its run). Tool calls and results, system notes and a fork's
+copies of its source's messages (`copied_from`: the source run has them) are left out. Like
+the rest of the index it is derived from git: `braid reindex` rebuilds it (`branch_rows`).
+Hits are the caller's own sessions, archived ones left out (as the sidebar leaves them out),
+newest first; the snippet marks each matched word `«word»`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
+
+from server.base.errors import BadRequest
+from server.base.records import MessageRecord
+from server.base.results import SearchHit
+from server.store import layout
+
+if TYPE_CHECKING:
+    import pygit2
+
+    from server.git.session import GitSession
+    from server.store.index import Index
+
+ROLES = ("user", "assistant")
+DEFAULT_LIMIT = 20
+MAX_LIMIT = 100
+MAX_QUERY = 1_000  # characters of a query
+MAX_WORDS = 16
+MARK_OPEN, MARK_CLOSE = "«", "»"
+SNIPPET_WORDS = 16
+PREFIX_FROM = 2  # a one-letter last word is a word, not every word that starts with it
+# A word as FTS5's unicode61 tokenizer sees one: letters and digits (an underscore splits).
+WORD = re.compile(r"[^\W_]+")
+
+
+class SearchRow(NamedTuple):
+    session_id: str
+    run_id: str
+    message_index: int
+    role: str
+    text: str
+
+
+def run_rows(session_id: str, run_id: str, messages: list[MessageRecord]) -> list[SearchRow]:
+    """The rows of a run's messages (`messages`: the run's own, in order; its index counts
+    every message of the run, as `message_index` does elsewhere)."""
+    return [SearchRow(session_id, run_id, i, m["role"], m.get("content") or "")
+            for i, m in enumerate(messages)
+            if m.get("role") in ROLES and (m.get("content") or "").strip()
+            and not m.get("copied_from")]
+
+
+def branch_rows(session_id: str, messages: list[MessageRecord]) -> list[SearchRow]:
+    """The rows of a branch's messages (oldest first): each numbered within its run."""
+    by_run: dict[str, list[MessageRecord]] = {}
+    for m in messages:
+        if m.get("run_id"):
+            by_run.setdefault(str(m["run_id"]), []).append(m)
+    return [row for run_id, msgs in by_run.items() for row in run_rows(session_id, run_id, msgs)]
+
+
+def session_rows(git: GitSession, session_id: str) -> list[SearchRow]:
+    """On the session thread: every branch's rows, once each (`braid reindex`)."""
+    seen: dict[tuple[str, int], SearchRow] = {}
+    for tip in git.branches().values():
+        commit: pygit2.Commit = git.commit(tip)
+        for row in branch_rows(session_id, layout.messages(git, commit)):
+            seen.setdefault((row.run_id, row.message_index), row)
+    return list(seen.values())
+
+
+def run_rows_on_head(git: GitSession, session_id: str, run_id: str) -> list[SearchRow]:
+    """On the session thread: a run's rows as HEAD's branch holds them (a recovered run)."""
+    if git.repo.head_is_unborn:
+        return []
+    msgs = [m for m in layout.messages(git) if m.get("run_id") == run_id]
+    return run_rows(session_id, run_id, msgs)
+
+
+def query_words(query: str) -> list[str]:
+    """The words of a user's query, any syntax characters dropped (never an error)."""
+    if len(query) > MAX_QUERY:
+        raise BadRequest(f"q is longer than {MAX_QUERY} characters")
+    return WORD.findall(query)[:MAX_WORDS]
+
+
+def fts_query(words: list[str]) -> str:
+    """FTS5 MATCH text: every word quoted (so none is an operator), all required, the last
+    one a prefix (results while typing) when it has PREFIX_FROM characters or more (the
+    table keeps prefix indexes of 2 and 3 characters: a prefix query then reads one list, not
+    every word it starts)."""
+    quoted = [f'"{w}"' for w in words]
+    if is_prefix(words[-1]):
+        quoted[-1] += "*"
+    return " ".join(quoted)
+
+
+def is_prefix(word: str) -> bool:
+    return len(word) >= PREFIX_FROM
+
+
+def snippet(text: str, words: list[str]) -> str:
+    """About SNIPPET_WORDS words of `text` from the first match on, each matched word marked
+    (a word equal to one of `words`, or starting with the last: as the query matches)."""
+    folded = [w.casefold() for w in words]
+
+    def hit(token: str) -> bool:
+        t = token.casefold()
+        return t in folded or (is_prefix(folded[-1]) and t.startswith(folded[-1]))
+
+    tokens = list(WORD.finditer(text))
+    first = next((i for i, t in enumerate(tokens) if hit(t.group())), 0)
+    start = max(0, first - SNIPPET_WORDS // 4)
+    shown = tokens[start:start + SNIPPET_WORDS]
+    if not shown:
+        return text[:200]
+    begin = 0 if start == 0 else shown[0].start()
+    end = len(text) if start + SNIPPET_WORDS >= len(tokens) else shown[-1].end()
+    out, at = [], begin
+    for t in shown:
+        if hit(t.group()):
+            out += [text[at:t.start()], MARK_OPEN, t.group(), MARK_CLOSE]
+            at = t.end()
+    out.append(text[at:end])
+    return ("…" if begin else "") + "".join(out) + ("…" if end < len(text) else "")
+
+
+def check_limit(limit: int) -> int:
+    if limit < 1:
+        raise BadRequest("limit must be a positive number")
+    return min(limit, MAX_LIMIT)
+
+
+class MessageSearch(Protocol):
+    """What the layers above ask of the search index: `SqliteSearch`, or
+    `backends.pg_search.PgSearch` on a team server (the same methods)."""
+
+    async def open(self) -> bool: ...
+    async def add(self, rows: list[SearchRow]) -> None: ...
+    async def copy_session(self, from_session_id: str, to_session_id: str) -> None: ...
+    async def delete_session(self, session_id: str) -> None: ...
+    async def clear(self) -> None: ...
+    async def search(self, user_id: str, query: str, limit: int) -> list[SearchHit]: ...
+
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS message_text (
+    id INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    message_index INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    text TEXT NOT NULL,
+    UNIQUE (session_id, run_id, message_index)
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS message_fts USING fts5(
+    text, content='message_text', content_rowid='id', tokenize='unicode61', prefix='2 3');
+CREATE TRIGGER IF NOT EXISTS message_text_ai AFTER INSERT ON message_text BEGIN
+    INSERT INTO message_fts(rowid, text) VALUES (new.id, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS message_text_ad AFTER DELETE ON message_text BEGIN
+    INSERT INTO message_fts(message_fts, rowid, text) VALUES ('delete', old.id, old.text);
+END;
+CREATE TRIGGER IF NOT EXISTS message_text_au AFTER UPDATE ON message_text BEGIN
+    INSERT INTO message_fts(message_fts, rowid, text) VALUES ('delete', old.id, old.text);
+    INSERT INTO message_fts(rowid, text) VALUES (new.id, new.text);
+END;
+"""
+# A message already indexed with the same text is left alone (a resumed run's earlier ones).
+ADD_SQL = (
+    "INSERT INTO message_text (session_id, run_id, message_index, role, text) "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, run_id, message_index) DO UPDATE "
+    "SET role = excluded.role, text = excluded.text WHERE text != excluded.text"
+)
+# Newest first: FTS5 walks its matches by rowid, so the first `limit` of the caller's end it.
+SEARCH_SQL = (
+    "SELECT m.session_id, s.title, m.run_id, m.message_index, m.role, "
+    f"snippet(message_fts, 0, '{MARK_OPEN}', '{MARK_CLOSE}', '…', {SNIPPET_WORDS}) AS snippet "
+    "FROM message_fts JOIN message_text m ON m.id = message_fts.rowid "
+    "JOIN sessions s ON s.session_id = m.session_id "
+    "WHERE message_fts MATCH ? AND s.user_id = ? AND s.archived = 0 "
+    "ORDER BY message_fts.rowid DESC LIMIT ?"
+)
+
+
+class SqliteSearch:
+    """FTS5 over the `message_text` table, in the index's own SQLite file and connection."""
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+
+    async def open(self) -> bool:
+        """Create the tables (after the index opened); True when they did not exist yet."""
+        db = self.index.db
+        async with db.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = 'message_text'"
+        ) as cur:
+            fresh = await cur.fetchone() is None
+        await db.executescript(SCHEMA)
+        await db.commit()
+        return fresh
+
+    async def add(self, rows: list[SearchRow]) -> None:
+        if not rows:
+            return
+        await self.index.db.executemany(ADD_SQL, rows)
+        await self.index.db.commit()
+
+    async def copy_session(self, from_session_id: str, to_session_id: str) -> None:
+        """A forked session shares its source's messages: one statement, however many."""
+        await self.index.db.execute(
+            "INSERT OR IGNORE INTO message_text "
+            "(session_id, run_id, message_index, role, text) "
+            "SELECT ?, run_id, message_index, role, text FROM message_text "
+            "WHERE session_id = ?", (to_session_id, from_session_id))
+        await self.index.db.commit()
+
+    async def delete_session(self, session_id: str) -> None:
+        await self.index.db.execute(
+            "DELETE FROM message_text WHERE session_id = ?", (session_id,))
+        await self.index.db.commit()
+
+    async def clear(self) -> None:
+        await self.index.db.execute("DELETE FROM message_text")
+        await self.index.db.commit()
+
+    async def search(self, user_id: str, query: str, limit: int) -> list[SearchHit]:
+        words = query_words(query)
+        if not words:
+            return []
+        async with self.index.db.execute(
+            SEARCH_SQL, (fts_query(words), user_id, check_limit(limit))
+        ) as cur:
+            return cast(list[SearchHit], [dict(r) for r in await cur.fetchall()])

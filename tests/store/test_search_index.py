@@ -1,0 +1,141 @@
+"""Search over message text, on both backends: SQLite's FTS5 (the default) and PostgreSQL's
+full-text (BRAID_DATABASE_URL). The same tests, the same answers: scoped to the caller,
+archived sessions left out, newest first, the match marked, and no query ever an error."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from server.base.errors import BadRequest
+from server.store.search import SearchRow, branch_rows, run_rows
+
+# `pg` by hand: the cluster is asked for inside the test, out of sight of conftest's marking.
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.pg)]
+HOSTILE = ['"', '""', "'", "*", "zebra*", "NEAR(", "NEAR(zebra crossing", "-zebra", "zebra -",
+           "a OR", "AND", "NOT zebra", "(zebra", "zebra)", "^zebra", "zebra:", "text:zebra",
+           "{zebra}", "\\", "%", "_", "&", "|", "!", "<->", "zebra:*", "'zebra'", "\x00",
+           "🦓", "zébra", "斑马", "zebra\u200b", "   ", "", "-", "+", "a" * 1000]
+
+
+@pytest.fixture(params=BACKENDS)
+async def search(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    if request.param == "sqlite":
+        from server.store.index import Index
+        from server.store.search import SqliteSearch
+
+        idx: Any = Index(tmp_path / "index.sqlite3")
+        found: Any = SqliteSearch(idx)
+    else:
+        from server.backends.pg_index import PgIndex
+        from server.backends.pg_search import PgSearch
+
+        idx = PgIndex(request.getfixturevalue("pg_url"))
+        found = PgSearch(idx)
+    await idx.open()
+    assert await found.open() is True  # new: start-up reindexes it
+    assert await found.open() is False
+    found.sessions = idx  # the sessions' rows (their user, title, archived) are the index's
+    yield found
+    await idx.close()
+
+
+def meta(sid: str, user: str = "local", **extra: Any) -> dict[str, Any]:
+    return {"session_id": sid, "user_id": user, "title": extra.pop("title", f"title {sid}"),
+            "created_at": "2026-01-01T00:00:00Z", "forked_from_session_id": None,
+            "root_session_id": sid, **extra}
+
+
+def msg(role: str, content: str | None, **extra: Any) -> dict[str, Any]:
+    return {"id": "m", "role": role, "content": content, "run_id": "r",
+            "created_at": "2026-01-01T00:00:00Z", **extra}
+
+
+async def test_rows_are_user_and_assistant_text_numbered_in_their_run() -> None:
+    msgs = [msg("system", "a note"), msg("user", "hello zebra"),
+            msg("assistant", None, tool_calls=[{"id": "c"}]),
+            msg("tool", "zebra.txt written", tool_call_id="c"),
+            msg("assistant", "done, zebra"), msg("user", "copied", copied_from="x")]
+    assert run_rows("s", "r", msgs) == [SearchRow("s", "r", 1, "user", "hello zebra"),
+                                        SearchRow("s", "r", 4, "assistant", "done, zebra")]
+    # A branch: each message numbered within its own run.
+    branch = [{**msg("user", "one"), "run_id": "a"}, {**msg("assistant", "two"), "run_id": "a"},
+              {**msg("user", "three"), "run_id": "b"}]
+    assert branch_rows("s", branch) == [SearchRow("s", "a", 0, "user", "one"),
+                                        SearchRow("s", "a", 1, "assistant", "two"),
+                                        SearchRow("s", "b", 0, "user", "three")]
+
+
+async def test_finds_words_newest_first_with_the_match_marked(search: Any) -> None:
+    await search.sessions.upsert_session(meta("s1"))
+    await search.sessions.upsert_session(meta("s2", title="Second"))
+    await search.add([SearchRow("s1", "r1", 0, "user", "Where does the Zebra live?"),
+                      SearchRow("s1", "r1", 1, "assistant", "The zebra lives in Africa.")])
+    await search.add([SearchRow("s2", "r2", 0, "user", "Tell me about zebras & <b>lions</b>")])
+    hits = await search.search("local", "zebra", 20)
+    # The last word is a prefix (results while typing): "zebras" too.
+    assert [(h["session_id"], h["run_id"], h["message_index"], h["role"]) for h in hits] == [
+        ("s2", "r2", 0, "user"), ("s1", "r1", 1, "assistant"), ("s1", "r1", 0, "user")]
+    assert hits[0]["title"] == "Second"
+    assert "«zebras»" in hits[0]["snippet"] and "<b>lions</b>" in hits[0]["snippet"]
+    assert "«Zebra»" in hits[2]["snippet"]
+    # Every word must be there; case does not matter.
+    assert [h["message_index"] for h in await search.search("local", "ZEBRA africa", 20)] == [1]
+    assert await search.search("local", "zebra giraffe", 20) == []
+    assert len(await search.search("local", "zebra", 2)) == 2
+    # The last word a prefix from two letters on; one letter is a word of its own.
+    assert len(await search.search("local", "af", 20)) == 1
+    assert await search.search("local", "a", 20) == []
+
+
+async def test_scoped_to_the_caller_and_archived_sessions_left_out(search: Any) -> None:
+    await search.sessions.upsert_session(meta("mine"))
+    await search.sessions.upsert_session(meta("theirs", user="other"))
+    await search.add([SearchRow("mine", "r", 0, "user", "secret plan"),
+                      SearchRow("theirs", "q", 0, "user", "secret other plan")])
+    assert [h["session_id"] for h in await search.search("local", "secret", 20)] == ["mine"]
+    assert [h["session_id"] for h in await search.search("other", "secret", 20)] == ["theirs"]
+    assert await search.search("nobody", "secret", 20) == []
+    await search.sessions.upsert_session(meta("mine", archived=True))
+    assert await search.search("local", "secret", 20) == []
+    await search.sessions.upsert_session(meta("mine", archived=False))  # back again
+    assert len(await search.search("local", "secret", 20)) == 1
+
+
+async def test_hostile_queries_never_fail(search: Any) -> None:
+    await search.sessions.upsert_session(meta("s"))
+    await search.add([SearchRow("s", "r", 0, "user", "zebra crossing ahead, zébra 斑马 🦓")])
+    for q in HOSTILE:
+        assert isinstance(await search.search("local", q, 20), list), q
+    # The words in them still count; operators are plain words or dropped.
+    assert len(await search.search("local", '"zebra', 20)) == 1
+    assert len(await search.search("local", "(zebra) crossing*", 20)) == 1
+    assert len(await search.search("local", "-zebra", 20)) == 1
+    assert len(await search.search("local", "斑马", 20)) == 1
+    assert await search.search("local", '"*"', 20) == []
+    assert await search.search("local", "", 20) == []  # no word: nothing found
+    with pytest.raises(BadRequest):
+        await search.search("local", "a" * 1001, 20)
+
+
+async def test_kept_current_copied_deleted_and_cleared(search: Any) -> None:
+    await search.sessions.upsert_session(meta("s"))
+    await search.add([SearchRow("s", "r", 0, "user", "first draft")])
+    await search.add([SearchRow("s", "r", 0, "user", "first draft"),  # again: no change
+                      SearchRow("s", "r", 1, "assistant", "second thought")])
+    assert len(await search.search("local", "first", 20)) == 1
+    await search.add([SearchRow("s", "r", 1, "assistant", "third time")])  # replaced
+    assert await search.search("local", "second", 20) == []
+    assert len(await search.search("local", "third", 20)) == 1
+    await search.sessions.upsert_session(meta("f"))
+    await search.copy_session("s", "f")
+    await search.copy_session("s", "f")  # twice: one row each
+    assert sorted(h["session_id"] for h in await search.search("local", "third", 20)) == \
+        ["f", "s"]
+    await search.delete_session("s")
+    assert [h["session_id"] for h in await search.search("local", "third", 20)] == ["f"]
+    await search.clear()
+    assert await search.search("local", "third", 20) == []
