@@ -133,7 +133,7 @@ def _label(raw: object) -> str:
     return text or "agent"
 
 
-def _wanted(args: dict[str, Any]) -> list[tuple[str, str]]:
+def check_agents(args: dict[str, Any]) -> list[tuple[str, str]]:
     agents = args.get("agents")
     if not isinstance(agents, list) or not agents:
         raise ToolRefused("agents must be a non-empty list of {label, prompt}")
@@ -171,7 +171,7 @@ async def _write_record(ctx: TurnContext) -> None:
 
 
 async def spawn(braid: Services, ctx: TurnContext, args: dict[str, Any], call_id: str) -> str:
-    wanted = _wanted(args)
+    wanted = check_agents(args)
     depth = depth_of(ctx) + 1
     if depth > braid.settings.subagent_depth:
         raise ToolRefused(

@@ -262,7 +262,7 @@ def respond(request: dict[str, Any]) -> Reply:
     if note is not None and note.conflicts:
         plan.batches = [b for b in conflict_batches(note, messages, last_user + 1) if b] \
             + plan.batches
-    spawned = _tool_results(messages[last_user + 1:]) if any(
+    spawned = _tool_results(messages, last_user + 1) if any(
         b and b[0][0] in (SPAWN, MERGE) for b in plan.batches) else None
     if done < len(plan.batches):
         for name, args in plan.batches[done]:
@@ -290,9 +290,11 @@ class Spawned:
     errors: list[str] = field(default_factory=list)
 
 
-def _tool_results(messages: list[dict[str, Any]]) -> Spawned:
+def _tool_results(messages: list[dict[str, Any]], start: int) -> Spawned:
+    """This turn's results (from `start`); without a spawn in it, the last spawn's result
+    before (a `merge` retried in a later turn merges that spawn's branches)."""
     out = Spawned()
-    for m in messages:
+    for m in messages[start:]:
         if m.get("role") != "tool":
             continue
         text = text_of(m.get("content"))
@@ -307,6 +309,12 @@ def _tool_results(messages: list[dict[str, Any]]) -> Spawned:
             out.spawn = value
         elif isinstance(value, dict) and ("commit_id" in value or "conflicts" in value):
             out.merge = value
+    if not out.spawn:
+        for m in reversed(messages[:start]):
+            text = text_of(m.get("content")) if m.get("role") == "tool" else ""
+            if text.startswith('{"agents"'):
+                out.spawn = json.loads(text)
+                break
     return out
 
 
