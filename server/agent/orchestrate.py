@@ -36,9 +36,11 @@ from server.base import crash
 from server.base.errors import BraidError
 from server.base.ids import now_iso
 from server.base.records import (
+    MessageRecord,
     RunFields,
     SpawnChild,
     SpawnJournal,
+    ToolCall,
     ToolSchema,
     Usage,
     to_json_bytes,
@@ -103,6 +105,20 @@ def schemas() -> list[ToolSchema]:
                           "description": "On conflict: fail (default), ours, theirs, agent."}},
              "required": ["branches"], "additionalProperties": False}}},
     ]
+
+
+def open_calls(messages: list[MessageRecord]) -> list[ToolCall]:
+    """The calls of the last tool batch a kill left unanswered, when one of them is this
+    module's (a resumed run runs them again: turns.py; `continue_run` resumes in place)."""
+    if not messages or messages[-1]["role"] == "user":
+        return []
+    batch = next((m for m in reversed(messages) if m["role"] == "assistant"), None)
+    calls = (batch.get("tool_calls") if batch is not None else None) or []
+    answered = {m.get("tool_call_id") for m in messages if m["role"] == "tool"}
+    found = [c for c in calls if c.get("id") not in answered]
+    if any((c.get("function") or {}).get("name") in NAMES for c in found):
+        return found
+    return []
 
 
 class ToolRefused(Exception):
