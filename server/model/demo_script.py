@@ -18,6 +18,8 @@ VERBS = {"write_file": "wrote", "edit_file": "appended", "delete_file": "deleted
           "read_file": "read", "shell": "ran", "spawn_sub_agents": "spawned",
           "merge_branches": "merged"}
 SPAWN, MERGE = "spawn_sub_agents", "merge_branches"
+# `merge STRATEGY` only with one of these words: "merge them" stays a plain message.
+MERGE_STRATEGIES = ("fail", "ours", "theirs", "agent")
 _BRANCH_LINE = re.compile(r"^- [^:]+: ?(.*)$")
 
 
@@ -114,7 +116,7 @@ def parse(user_text: str, has_shell: bool) -> Plan:
         word, _, rest = raw.rstrip("\r").partition(" ")
         if word not in KEYWORDS:
             continue
-        if word in ("spawn", "merge"):
+        if word == "spawn" or (word == "merge" and rest.strip() in MERGE_STRATEGIES):
             current = _orchestration_line(plan, current, word, rest)
             continue
         call = _tool_call(word, rest, has_shell)
