@@ -195,13 +195,16 @@ async def spawn(braid: Services, ctx: TurnContext, args: dict[str, Any], call_id
             "the user's run, and you are a sub-agent at that depth: do this work yourself")
     journal = ctx.run.get("spawn")
     if journal is None or journal["call_id"] != call_id:  # a new call, not a resumed one
-        await _checkpoint(braid, ctx, "Before sub-agents")
+        if ctx.changed:  # children branch from the files so far (messages need no commit)
+            await _checkpoint(braid, ctx, "Before sub-agents")
         journal = {"call_id": call_id, "base_commit_id": None, "children": [
             {"label": label, "prompt": prompt, "status": "PENDING", "run_id": None,
              "branch": f"sub_{ctx.run_id[:10]}_{label}_{secrets.token_hex(4)}"}
             for label, prompt in wanted]}
         ctx.run["spawn"] = journal
         await _write_record(ctx)  # which children exist, before any branch is made
+    else:  # resumed: a child a kill caught before its run id was journaled is found
+        await _found_runs(braid, ctx, journal)
     journal["base_commit_id"] = await braid.open_child_branches(ctx.handle, journal["children"])
     await _write_record(ctx)
     crash.at("spawn.after_branches")
@@ -210,6 +213,16 @@ async def spawn(braid: Services, ctx: TurnContext, args: dict[str, Any], call_id
     await _run_children(braid, ctx, journal, depth)
     crash.at("spawn.before_result")
     return json.dumps(_result(ctx, journal))
+
+
+async def _found_runs(braid: Services, ctx: TurnContext, journal: SpawnJournal) -> None:
+    unknown = {c["branch"]: c for c in journal["children"] if not c.get("run_id")}
+    if not unknown:
+        return
+    for row in await braid.index.list_runs(ctx.handle.session_id):
+        child = unknown.get(str(row.get("branch") or ""))
+        if child is not None:
+            child["run_id"], child["status"] = row["run_id"], str(row["status"])
 
 
 def _result(ctx: TurnContext, journal: SpawnJournal) -> dict[str, Any]:

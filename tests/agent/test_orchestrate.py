@@ -274,3 +274,31 @@ def test_spawn_arguments_are_checked(raw: dict[str, Any]) -> None:
 
     with pytest.raises(orchestrate.ToolRefused):
         orchestrate.check_agents(raw)
+
+
+def test_through_the_socket_and_http(shared_server: Any) -> None:
+    """A real server: the spawn over the socket streams the children's events (with their
+    parent's run and call, and their branch); the HTTP twin runs one to its end."""
+    srv = shared_server
+    sid = srv.new_session()
+    ws = srv.socket(sid)
+    sent = ws.call("send_message", text="spawn a: write a.txt A\nspawn b: write b.txt B\n"
+                   "merge fail")
+    run_id = sent["data"]["run_id"]
+    started = [ws.event("sub_agent_started")["data"], ws.event("sub_agent_started")["data"]]
+    assert {d["parent_run_id"] for d in started} == {run_id}
+    assert all(d["call_id"] and d["branch"].startswith("sub_") for d in started)
+    done = ws.until(lambda f: f.get("event") == "run_completed"
+                    and f["data"]["run_id"] == run_id, timeout=30)
+    assert done["data"]["messages"][-1]["content"] == "merged: done: wrote a.txt; " \
+        "done: wrote b.txt"
+    child_done = [f["data"] for f in ws.frames if f.get("event") == "run_completed"
+                  and f["data"]["run_id"] != run_id]
+    assert sorted(d["branch"] for d in child_done) == sorted(d["branch"] for d in started)
+    ws.close()
+    run = srv.run(sid, "spawn c: write c.txt C")
+    assert run["status"] == "COMPLETED"
+    assert run["messages"][-1]["content"] == "done: spawned c"
+    status, files = srv.api("GET", f"/api/sessions/{sid}/files?path=")
+    assert status == 200
+    assert sorted(e["path"] for e in files["entries"]) == ["a.txt", "b.txt"]
