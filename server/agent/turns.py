@@ -108,17 +108,27 @@ async def launch(
     active.ctx = ctx
     endpoint, model = braid.model.resolve(handle.meta.get("model"), handle.meta.get("endpoint"))
     ctx.run["model"], ctx.run["endpoint"] = model, endpoint.name
-    await braid.index.upsert_run(handle.session_id, ctx.run)
-    await braid.index.upsert_session(handle.meta, ctx.run["updated_at"])
+    # A sub-agent (never a fork: no siblings) goes to its model while its index rows are
+    # written: with several children at once those writes queue on the one index connection.
+    child = "sub_agent" in ctx.run
+    if not child:
+        await _index_run(braid, handle, ctx)
     braid.bus.publish(handle.session_id, "run_started", {
         "run_id": ctx.run_id, "run": ctx.run.copy(), "branch": active.branch,
         "messages": [m.copy() for m in ctx.messages],
-        "siblings": await siblings_of(braid, handle.session_id, ctx.run_id),
+        "siblings": None if child else await siblings_of(braid, handle.session_id, ctx.run_id),
         # The first turn names the session: the sidebar needs redrawing only then.
         "titled": "session.json" in ctx.pending,
     })
     active.task = asyncio.create_task(drive(braid, ctx, active), name=f"run-{ctx.run_id}")
+    if child:  # queued on the index's connection before anything the turn writes there
+        await _index_run(braid, handle, ctx)
     return active
+
+
+async def _index_run(braid: Services, handle: SessionHandle, ctx: TurnContext) -> None:
+    await braid.index.upsert_run(handle.session_id, ctx.run)
+    await braid.index.upsert_session(handle.meta, ctx.run["updated_at"])
 
 
 async def drive(braid: Services, ctx: TurnContext, active: ActiveRun) -> None:
