@@ -209,8 +209,9 @@ async def spawn(braid: Services, ctx: TurnContext, args: dict[str, Any], call_id
         await _write_record(ctx)  # which children exist, before any branch is made
     else:  # resumed: a child a kill caught before its run id was journaled is found
         await _found_runs(braid, ctx, journal)
+    # Kept with the next write of the journal (a child starting): a resumed call finds the
+    # branches made already by their names.
     journal["base_commit_id"] = await braid.open_child_branches(ctx.handle, journal["children"])
-    await _write_record(ctx)
     crash.at("spawn.after_branches")
     braid.bus.publish(ctx.handle.session_id, "dag_changed",
                       {"branch": str(ctx.run.get("branch") or "")})
