@@ -125,6 +125,10 @@ def open_calls(messages: list[MessageRecord]) -> list[ToolCall]:
     return []
 
 
+class ServerStopping(Exception):
+    """A spawn cut off by a stopping server: the call stays unanswered (turns.py)."""
+
+
 class ToolRefused(Exception):
     """A call the model must correct: its message is the tool result."""
 
@@ -215,7 +219,9 @@ async def spawn(braid: Services, ctx: TurnContext, args: dict[str, Any], call_id
     crash.at("spawn.after_branches")
     braid.bus.publish(ctx.handle.session_id, "dag_changed",
                       {"branch": str(ctx.run.get("branch") or "")})
-    await _run_children(braid, ctx, journal, depth)
+    if await _run_children(braid, ctx, journal, depth) == "shutdown":
+        # The server is stopping: no result, so resuming the run resumes the children.
+        raise ServerStopping("the server stopped while the sub-agents ran")
     crash.at("spawn.before_result")
     return json.dumps(_result(ctx, journal))
 
@@ -311,9 +317,9 @@ class _Children:
 
 
 async def _run_children(braid: Services, ctx: TurnContext, journal: SpawnJournal,
-                        depth: int) -> None:
+                        depth: int) -> str | None:
     """Every unfinished child to its end, at most BRAID_SUBAGENTS_PARALLEL at once; a stop
-    of the parent is passed on to them."""
+    of the parent is passed on to them. Returns the parent's stop reason, if it stopped."""
     children = _Children(braid, ctx, journal, depth)
     watcher = asyncio.create_task(children.watch())
     try:
@@ -321,6 +327,7 @@ async def _run_children(braid: Services, ctx: TurnContext, journal: SpawnJournal
             await asyncio.gather(*(children.one(c) for c in journal["children"]))
     finally:
         watcher.cancel()
+    return children.stopped[0] if children.stopped else None
 
 
 # -- merge_branches -----------------------------------------------------------------------

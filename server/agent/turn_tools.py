@@ -58,6 +58,8 @@ async def settle_inflight(ctx: TurnContext) -> None:
     ctx.inflight = None
     try:
         outcome = await work
+    except orchestrate.ServerStopping:  # left unanswered: resuming the run runs it again
+        return
     except Exception:  # noqa: BLE001 - the call then gets the "stopped" error result
         log.exception("a tool call of run %s failed while it was stopped", ctx.run_id)
         return

@@ -309,16 +309,20 @@ async def _end_extras(braid: Services, ctx: TurnContext) -> tuple[list[FileChip]
 
 
 async def _close_and_commit(ctx: TurnContext, status: str) -> str:
-    _answer_open_calls(ctx)
+    _answer_open_calls(ctx, status)
     return await commit_turn(ctx, "turn", _final_summary(ctx, status), finishing=True)
 
 
-def _answer_open_calls(ctx: TurnContext) -> None:
+def _answer_open_calls(ctx: TurnContext, status: str = "") -> None:
     # A run stopped mid-batch must not leave a tool call without its result: the model API
-    # rejects such a history when the branch is continued.
+    # rejects such a history when the branch is continued. Except a spawn or merge cut off
+    # by a stopping server: resuming the run runs it again (orchestrate.open_calls).
     answered = {m.get("tool_call_id") for m in ctx.messages if m["role"] == "tool"}
     for msg in list(ctx.messages):
         for call in msg.get("tool_calls") or ():
+            if status == "INTERRUPTED" and \
+                    (call.get("function") or {}).get("name") in orchestrate.NAMES:
+                continue
             if call.get("id") not in answered:
                 add_message(ctx, new_message(
                     "tool", ctx.run_id, "error: the run stopped before this tool ran",

@@ -302,3 +302,34 @@ def test_through_the_socket_and_http(shared_server: Any) -> None:
     status, files = srv.api("GET", f"/api/sessions/{sid}/files?path=")
     assert status == 200
     assert sorted(e["path"] for e in files["entries"]) == ["a.txt", "b.txt"]
+
+
+async def test_a_server_stopped_mid_spawn_resumes_its_children_when_the_parent_resumes(
+        make_braid: Any, tmp_path: Any) -> None:
+    from server.features.timetravel import continue_run_to_end
+
+    data = tmp_path / "stopping"
+    braid = await make_braid(data_dir=data)
+    sid, path = await new_session(braid)
+    watch = Watch(braid, sid)
+    run_id = await send_message(braid, USER, sid, "spawn quick: write q.txt q\n"
+                                + slow_child("long", 30, 100) + "\nmerge fail")
+    await watch.until("sub_agent_done", 1)
+    await watch.until("sub_agent_started", 2)
+    quick = next(d for d in watch.of("sub_agent_done"))
+    await braid.stop()  # a server stopped (SIGTERM), its runs stopped as on a shutdown
+    again = await make_braid(data_dir=data)
+    parent = await sessions.get_run(again, USER, sid, run_id)
+    assert parent["status"] == "INTERRUPTED"
+    assert parent["spawn"]["children"][0]["status"] == "COMPLETED"
+    quick_tip = git(path, "rev-parse", quick["branch"]).strip()
+    done = await continue_run_to_end(again, USER, sid, run_id)
+    assert done["status"] == "COMPLETED", done
+    assert done["messages"][-1]["content"].startswith("merged: done: wrote q.txt; long")
+    agents = tool_result(done, "spawn_sub_agents")["agents"]
+    assert [a["status"] for a in agents] == ["COMPLETED", "COMPLETED"]
+    long = await sessions.get_run(again, USER, sid, agents[1]["run_id"])
+    assert long["resumed_from_message_index"] >= 1  # resumed in place, not run anew
+    assert git(path, "rev-parse", quick["branch"]).strip() == quick_tip  # never re-run
+    assert sorted(p.name for p in (path / "workdir").iterdir()) == ["long.txt", "q.txt"]
+    assert_fsck(path)
