@@ -109,11 +109,13 @@ def add_message(ctx: TurnContext, msg: MessageRecord) -> None:
 def open_turn(
     git: GitSession, handle: SessionHandle, text: str, fields: RunFields,
     notes: tuple[str, ...] = (), run_id: str | None = None,
+    fresh: bool = False,
 ) -> TurnContext:
     """Open a turn on the session thread: snapshot user edits, then the user message (after
     any `notes`) and a RUNNING record written to disk; `turns.launch` then drives it.
-    `run_id`: chosen by the caller (a queued message's id, features/queue.py), else new."""
-    _, unholdable = take_user_edits(git)
+    `run_id`: chosen by the caller (a queued message's id, features/queue.py), else new.
+    `fresh`: a worktree just checked out (a sub-agent's), which nobody can have edited."""
+    _, unholdable = (None, []) if fresh else take_user_edits(git)
     crash.at("turn.prepare")
     run_id = run_id or new_message_id()
     run: RunRecord = {**new_run(run_id, handle.session_id, git.branch), **fields}

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from server.agent import approvals
+from server.agent import approvals, orchestrate
 from server.agent.shell import on_own_thread
 from server.agent.tools import ToolResult, Workspace
 from server.agent.turn_context import TurnContext, add_message
@@ -62,6 +62,8 @@ async def settle_inflight(ctx: TurnContext) -> None:
     ctx.inflight = None
     try:
         outcome = await work
+    except orchestrate.ServerStopping:  # left unanswered: resuming the run runs it again
+        return
     except Exception:  # noqa: BLE001 - the call then gets the "stopped" error result
         log.exception("a tool call of run %s failed while it was stopped", ctx.run_id)
         return
@@ -77,6 +79,12 @@ async def run_tool(braid: Services, ctx: TurnContext, call: ToolCall) -> ToolOut
     name = str(fn.get("name") or "")
     bad_args = arguments_error(fn.get("arguments"))
     handle, run_id = ctx.handle, ctx.run_id
+    if name in orchestrate.NAMES and braid.settings.subagent_tools:  # the model's sub-agents
+        if bad_args:
+            return ToolOutcome(bad_args, True, [])
+        content, is_error = await orchestrate.run_call(
+            braid, ctx, name, str(fn.get("arguments") or "{}"), str(call.get("id") or ""))
+        return ToolOutcome(content, is_error, [])
     if name != "shell":
         if bad_args:
             return ToolOutcome(bad_args, True, [])

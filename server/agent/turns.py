@@ -12,6 +12,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+from server.agent import orchestrate
 from server.agent.live_runs import ActiveRun, claim_turn
 from server.agent.tools import Workspace
 from server.agent.turn_changes import files_of
@@ -108,17 +109,27 @@ async def launch(
     active.ctx = ctx
     endpoint, model = braid.model.resolve(handle.meta.get("model"), handle.meta.get("endpoint"))
     ctx.run["model"], ctx.run["endpoint"] = model, endpoint.name
-    await braid.index.upsert_run(handle.session_id, ctx.run)
-    await braid.index.upsert_session(handle.meta, ctx.run["updated_at"])
+    # A sub-agent (never a fork: no siblings) goes to its model while its index rows are
+    # written: with several children at once those writes queue on the one index connection.
+    child = "sub_agent" in ctx.run
+    if not child:
+        await _index_run(braid, handle, ctx)
     braid.bus.publish(handle.session_id, "run_started", {
         "run_id": ctx.run_id, "run": ctx.run.copy(), "branch": active.branch,
         "messages": [m.copy() for m in ctx.messages],
-        "siblings": await siblings_of(braid, handle.session_id, ctx.run_id),
+        "siblings": None if child else await siblings_of(braid, handle.session_id, ctx.run_id),
         # The first turn names the session: the sidebar needs redrawing only then.
         "titled": "session.json" in ctx.pending,
     })
     active.task = asyncio.create_task(drive(braid, ctx, active), name=f"run-{ctx.run_id}")
+    if child:  # queued on the index's connection before anything the turn writes there
+        await _index_run(braid, handle, ctx)
     return active
+
+
+async def _index_run(braid: Services, handle: SessionHandle, ctx: TurnContext) -> None:
+    await braid.index.upsert_run(handle.session_id, ctx.run)
+    await braid.index.upsert_session(handle.meta, ctx.run["updated_at"])
 
 
 async def drive(braid: Services, ctx: TurnContext, active: ActiveRun) -> None:
@@ -132,6 +143,7 @@ async def drive(braid: Services, ctx: TurnContext, active: ActiveRun) -> None:
         # Queued behind BRAID_ACTIVE_TURNS others (live_runs.TurnGate): a stop while
         # waiting ends the turn CANCELLED like a stop mid-stream.
         async with braid.turn_gate.slot():
+            await _answer_resumed_calls(braid, ctx)
             for batch in range(MAX_BATCHES):
                 reply, msg_id = await _model_call(braid, ctx, active, (endpoint, model),
                                                   batch)
@@ -172,11 +184,16 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
     active.partial = ""
     reply = None
     crash.at("turn.model")
-    choice = choice_for_call(endpoint.tool_choice, batch)  # forced: first call only
+    forced = endpoint.sub_tool_choice if "sub_agent" in ctx.run and endpoint.sub_tool_choice \
+        else endpoint.tool_choice
+    choice = choice_for_call(forced, batch)  # forced: first call only
     sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning)
     tools = Workspace.schemas(braid.settings.shell)
+    if braid.settings.subagent_tools:
+        tools += orchestrate.schemas()
     stream = braid.model.stream(sent, tools, model=model, endpoint=endpoint.name,
                                 tool_choice=choice)
+    tag = sub_branch(ctx)
     async with contextlib.aclosing(stream):  # a stop closes the model's stream at once
         async for kind, value in stream:
             if active.stop_requested:  # a cancel some library swallowed: stop here
@@ -184,7 +201,7 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
             if kind == "delta":
                 active.partial += value
                 braid.bus.publish(sid, "message_delta", {
-                    "run_id": ctx.run_id, "message_id": msg_id, "delta": value})
+                    "run_id": ctx.run_id, "message_id": msg_id, "delta": value, **tag})
             elif kind == "reply":
                 reply = value
     assert reply is not None
@@ -201,17 +218,38 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
     return reply, msg_id
 
 
+def sub_branch(ctx: TurnContext) -> EventData:
+    """A sub-agent's run events carry its branch (the page's live cards and lanes)."""
+    return {"branch": str(ctx.run.get("branch"))} if "sub_agent" in ctx.run else {}
+
+
+async def _answer_resumed_calls(braid: Services, ctx: TurnContext) -> None:
+    """A resumed run whose last batch holds a `spawn_sub_agents` or `merge_branches` call a
+    kill left unanswered: that batch's open calls run again (orchestrate.py: its journal
+    keeps finished children from running twice), then the loop goes on."""
+    open_calls = orchestrate.open_calls(ctx.messages)
+    if not open_calls:
+        return
+    for call in open_calls:
+        result = await tool_step(braid, ctx, call)
+        braid.bus.publish(ctx.handle.session_id, "tool_result",
+                          {"run_id": ctx.run_id, "message": result})
+    await _checkpoint_event(braid, ctx, "tool-batch", "Tools resumed")
+
+
 async def _tool_batch(braid: Services, ctx: TurnContext, reply: Any, msg_id: str) -> None:
     """The reply's tool calls, one after the other, then a checkpoint (`BRAID_CHECKPOINT`:
     one per batch, or per call)."""
     sid = ctx.handle.session_id
     mode = braid.settings.checkpoint
+    tag = sub_branch(ctx)
     for call in reply.tool_calls:
         braid.bus.publish(sid, "tool_call", {"run_id": ctx.run_id, "call": call,
-                                             "message_id": msg_id})
+                                             "message_id": msg_id, **tag})
     for call in reply.tool_calls:
         result = await tool_step(braid, ctx, call)
-        braid.bus.publish(sid, "tool_result", {"run_id": ctx.run_id, "message": result})
+        braid.bus.publish(sid, "tool_result", {"run_id": ctx.run_id, "message": result,
+                                               **tag})
         if mode == "tools":
             await _checkpoint_event(braid, ctx, "tool-batch", "Tool call")
     if mode in ("tool-batch", "tools") and (ctx.pending or ctx.changed):
@@ -253,7 +291,7 @@ async def _finish(
     event = {"COMPLETED": "run_completed", "ERROR": "run_error"}.get(status, "run_cancelled")
     data: EventData = {"run_id": ctx.run_id, "run": ctx.run.copy(), "status": status,
                        "messages": [m.copy() for m in ctx.messages], "files": files,
-                       "siblings": siblings}
+                       "siblings": siblings, **sub_branch(ctx)}
     if error:
         data["error"] = error
     braid.bus.publish(sid, event, data)
@@ -275,16 +313,20 @@ async def _end_extras(braid: Services, ctx: TurnContext) -> tuple[list[FileChip]
 
 
 async def _close_and_commit(ctx: TurnContext, status: str) -> str:
-    _answer_open_calls(ctx)
+    _answer_open_calls(ctx, status)
     return await commit_turn(ctx, "turn", _final_summary(ctx, status), finishing=True)
 
 
-def _answer_open_calls(ctx: TurnContext) -> None:
+def _answer_open_calls(ctx: TurnContext, status: str = "") -> None:
     # A run stopped mid-batch must not leave a tool call without its result: the model API
-    # rejects such a history when the branch is continued.
+    # rejects such a history when the branch is continued. Except a spawn or merge cut off
+    # by a stopping server: resuming the run runs it again (orchestrate.open_calls).
     answered = {m.get("tool_call_id") for m in ctx.messages if m["role"] == "tool"}
     for msg in list(ctx.messages):
         for call in msg.get("tool_calls") or ():
+            if status == "INTERRUPTED" and \
+                    (call.get("function") or {}).get("name") in orchestrate.NAMES:
+                continue
             if call.get("id") not in answered:
                 add_message(ctx, new_message(
                     "tool", ctx.run_id, "error: the run stopped before this tool ran",

@@ -89,8 +89,8 @@ class PgRunRegistry(RunRegistry):
             remote.partial += str(data.get("delta") or "")
         elif event == "tool_call":
             remote.partial = ""  # the text so far became a message with tool calls
-        elif event == "approval_needed" and isinstance(data.get("call_id"), str):
-            remote.waiting[data["call_id"]] = cast(WaitingCall, {
+        elif event == "approval_needed" and isinstance(call_id := data.get("call_id"), str):
+            remote.waiting[call_id] = cast(WaitingCall, {
                 k: v for k, v in data.items() if k != "session_id"})
         elif event == "approval_resolved":
             remote.waiting.pop(str(data.get("call_id")), None)

@@ -23,6 +23,7 @@ from server.base.records import (
     SourceMeta,
     SubAgentInfo,
     ToolCall,
+    Usage,
 )
 
 # -- what the page shows of a session (features/sessions.py) ---------------------------------
@@ -377,6 +378,26 @@ class MergeResult(TypedDict):
     strategy: str
 
 
+class ToolConflict(TypedDict):
+    """A conflicted file as the model's `merge_branches` tool reads it."""
+
+    path: str
+    ours: str | None
+    theirs: str | None
+    branch: str
+
+
+class ToolMerge(TypedDict):
+    """What the model's `merge_branches` tool did (agent/orchestrate.py): the merge commit and
+    its parents, or (`commit_id` None) the conflicts that refused it."""
+
+    commit_id: str | None
+    parent_ids: list[str]
+    branches: list[str]
+    strategy: str
+    conflicts: list[ToolConflict]
+
+
 class UsageTotal(TypedDict):
     """The tokens a branch's turns used, added up."""
 
@@ -509,13 +530,19 @@ class EventData(TypedDict, total=False):
     note: MessageRecord
     changes: list[str]
     paths: list[str]
-    call_id: str  # approval_needed, approval_resolved
     tool: str
     args: dict[str, object] | str
     diff: str
     shown_in: str
     decision: str
     queued: list[QueuedMessage]
+    # A child the model spawned (agent/orchestrate.py): its parent's run and tool call
+    # (call_id: also the call an approval_needed / approval_resolved is about).
+    parent_run_id: str | None
+    call_id: str | None
+    depth: int | None
+    resumed: bool
+    usage: Usage
 
 
 class EventFrame(TypedDict):

@@ -303,3 +303,37 @@ async def test_a_request_json_reads_is_still_read() -> None:
         bad = await http.post("/v1/chat/completions", content=b'{"messages": [}')
         assert bad.status_code == 400
         assert "Invalid JSON body: Expecting value" in bad.json()["error"]["message"]
+
+
+async def test_spawn_lines_make_one_call_and_merge_takes_its_branches() -> None:
+    text = ("write a.txt a\nspawn red: write r.txt red\\nsay r\nspawn blue: say b\n"
+            "merge theirs\nmerge them")
+    first = await stream([BASE, user(text)])
+    assert [name for name, _ in first.calls()] == ["write_file"]
+    done_write = [BASE, user(text), {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "write_file",
+                                                      "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    spawn = await stream(done_write)
+    assert spawn.calls() == [("spawn_sub_agents", {"agents": [
+        {"label": "red", "prompt": "write r.txt red\nsay r"},
+        {"label": "blue", "prompt": "say b"}]})]
+    result = {"agents": [{"label": "red", "branch": "sub_x_red_1", "final_text": "r"},
+                         {"label": "blue", "branch": "sub_x_blue_2", "final_text": "b"}]}
+    after = done_write + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c2", "type": "function", "function": {"name": "spawn_sub_agents",
+                                                          "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c2", "content": json.dumps(result)}]
+    merge = await stream(after)  # "merge them" is no instruction: one merge call
+    assert merge.calls() == [("merge_branches", {"branches": ["sub_x_red_1", "sub_x_blue_2"],
+                                                 "strategy": "theirs"})]
+    merged = after + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c3", "type": "function", "function": {"name": "merge_branches",
+                                                          "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c3", "content": '{"commit_id": "abc"}'}]
+    assert (await stream(merged)).content == "merged: r; b"
+    refused = merged[:-1] + [{"role": "tool", "tool_call_id": "c3", "content": json.dumps(
+        {"conflicts": [{"path": "b.txt"}, {"path": "a.txt"}]})}]
+    assert (await stream(refused)).content == "conflicts: a.txt, b.txt"
