@@ -15,7 +15,7 @@ from server.base.results import EventData
 from server.web.errors import Frame
 from server.web.import_views import IMPORT_ERRORS, IMPORT_RESULTS
 from server.web.render.composer import COMPOSER_ERRORS, COMPOSER_RESULTS
-from server.web.render.dag import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, dag_html
+from server.web.render.dag import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, child_ended, dag_html
 from server.web.render.events import VIEWS, is_sub_agent_run
 from server.web.render.fragments import (
     ErrorRenderer,
@@ -119,9 +119,11 @@ def _tool_result(v: View) -> str:
 
 
 def _run_done(v: View) -> str:
-    if is_sub_agent_run(v.data):  # sub_agent_done redraws its card
-        return run_state(v.running)
+    if is_sub_agent_run(v.data):  # its card in the parent's bubble
+        return child_ended(v)
     turn = turn_from_event(v.data, streaming=False)  # the file chips arrive with the bubble
+    if "children" in v.reads:  # its sub-agents' cards, their tokens read
+        turn["children"] = v.reads["children"]
     html = render("_turn.html", turn=turn) + run_state(v.running)
     if v.data.get("error"):
         html += toast(f"Run failed: {v.data['error']}")
