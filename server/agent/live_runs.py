@@ -57,12 +57,15 @@ class ActiveRun:
     started: bool = False
     finishing: bool = False
     stop_requested: bool = False
+    # Set by `stop`: what a tool waiting on other runs (its sub-agents) watches.
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     def stop(self, reason: str) -> None:
         """Ask the turn to stop: cancel it while the model or a tool runs; a turn not yet
         started stops at its first step; one already committing its end is let finish."""
         self.stop_reason = reason
         self.stop_requested = True
+        self.stopping.set()
         task = self.task
         if task is not None and self.started and not self.finishing and not task.done():
             task.cancel()
@@ -132,6 +135,25 @@ class TurnGate:
         finally:
             self.driving -= 1
             self._slots.release()
+
+    @asynccontextmanager
+    async def lend(self) -> AsyncIterator[None]:
+        """Inside `slot`: give the slot up while the turn waits on turns it started (its
+        sub-agents need slots too), and take one again after, in order."""
+        if self._slots is None:
+            yield
+            return
+        self.driving -= 1
+        self._slots.release()
+        try:
+            yield
+        finally:
+            self.waiting += 1
+            try:
+                await self._slots.acquire()
+            finally:
+                self.waiting -= 1
+            self.driving += 1
 
 
 @asynccontextmanager

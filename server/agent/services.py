@@ -7,18 +7,20 @@ Read-only properties: a `Braid` whose `index` is SQLite's or PostgreSQL's fits a
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
 from server.agent.live_runs import RunRegistry, TurnGate
 from server.base.events import EventBus
-from server.base.results import RunStatus
+from server.base.records import RunFields, SpawnChild
+from server.base.results import RunStatus, ToolMerge
 from server.base.settings import Settings
 from server.git.packing import Packer
 from server.model.client import ModelClient
 from server.store.index import SessionIndex
 from server.store.locks import BranchLocks
-from server.store.session_store import SessionStore
+from server.store.session_store import SessionHandle, SessionStore
 from server.store.users import UserStore
 
 
@@ -54,3 +56,12 @@ class Services(Protocol):
     def model(self) -> ModelClient: ...
     @property
     def turn_gate(self) -> TurnGate: ...
+
+    # The model's own sub-agents and merges (agent/orchestrate.py), done by the features
+    # (features/subagents.py, features/merge.py).
+    async def open_child_branches(self, parent: SessionHandle,
+                                  children: list[SpawnChild]) -> str: ...
+    async def run_child(self, parent: SessionHandle, child: SpawnChild, fields: RunFields,
+                        started: Callable[[str], Awaitable[None]]) -> SpawnChild: ...
+    async def merge_in_turn(self, handle: SessionHandle, run_id: str, branches: list[str],
+                            strategy: str, message_index: int) -> ToolMerge: ...

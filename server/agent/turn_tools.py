@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from server.agent import orchestrate
 from server.agent.shell import on_own_thread
 from server.agent.tools import ToolResult, Workspace
 from server.agent.turn_context import TurnContext, add_message
@@ -72,6 +73,12 @@ async def run_tool(braid: Services, ctx: TurnContext, call: ToolCall) -> ToolOut
     name = str(fn.get("name") or "")
     bad_args = arguments_error(fn.get("arguments"))
     handle, run_id = ctx.handle, ctx.run_id
+    if name in orchestrate.NAMES and braid.settings.subagent_tools:  # the model's sub-agents
+        if bad_args:
+            return ToolOutcome(bad_args, True, [])
+        content, is_error = await orchestrate.run_call(
+            braid, ctx, name, str(fn.get("arguments") or "{}"), str(call.get("id") or ""))
+        return ToolOutcome(content, is_error, [])
     if name != "shell":
         if bad_args:
             return ToolOutcome(bad_args, True, [])

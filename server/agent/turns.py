@@ -12,6 +12,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+from server.agent import orchestrate
 from server.agent.live_runs import ActiveRun, claim_turn
 from server.agent.tools import Workspace
 from server.agent.turn_changes import files_of
@@ -131,6 +132,7 @@ async def drive(braid: Services, ctx: TurnContext, active: ActiveRun) -> None:
         # Queued behind BRAID_ACTIVE_TURNS others (live_runs.TurnGate): a stop while
         # waiting ends the turn CANCELLED like a stop mid-stream.
         async with braid.turn_gate.slot():
+            await _answer_resumed_calls(braid, ctx)
             for batch in range(MAX_BATCHES):
                 reply, msg_id = await _model_call(braid, ctx, active, (endpoint, model),
                                                   batch)
@@ -174,8 +176,11 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
     choice = choice_for_call(endpoint.tool_choice, batch)  # forced: first call only
     sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning)
     tools = Workspace.schemas(braid.settings.shell)
+    if braid.settings.subagent_tools:
+        tools += orchestrate.schemas()
     stream = braid.model.stream(sent, tools, model=model, endpoint=endpoint.name,
                                 tool_choice=choice)
+    tag = sub_branch(ctx)
     async with contextlib.aclosing(stream):  # a stop closes the model's stream at once
         async for kind, value in stream:
             if active.stop_requested:  # a cancel some library swallowed: stop here
@@ -183,7 +188,7 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
             if kind == "delta":
                 active.partial += value
                 braid.bus.publish(sid, "message_delta", {
-                    "run_id": ctx.run_id, "message_id": msg_id, "delta": value})
+                    "run_id": ctx.run_id, "message_id": msg_id, "delta": value, **tag})
             elif kind == "reply":
                 reply = value
     assert reply is not None
@@ -200,17 +205,45 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
     return reply, msg_id
 
 
+def sub_branch(ctx: TurnContext) -> EventData:
+    """A sub-agent's run events carry its branch (the page's live cards and lanes)."""
+    return {"branch": str(ctx.run.get("branch"))} if "sub_agent" in ctx.run else {}
+
+
+async def _answer_resumed_calls(braid: Services, ctx: TurnContext) -> None:
+    """A resumed run whose last batch holds a `spawn_sub_agents` or `merge_branches` call a
+    kill left unanswered: that batch's open calls run again (orchestrate.py: its journal
+    keeps finished children from running twice), then the loop goes on."""
+    last = ctx.messages[-1] if ctx.messages else None
+    if last is None or last["role"] == "user":  # a new turn: nothing to look at
+        return
+    batch = next((m for m in reversed(ctx.messages) if m["role"] == "assistant"), None)
+    calls = (batch.get("tool_calls") if batch is not None else None) or []
+    answered = {m.get("tool_call_id") for m in ctx.messages if m["role"] == "tool"}
+    open_calls = [c for c in calls if c.get("id") not in answered]
+    if not any((c.get("function") or {}).get("name") in orchestrate.NAMES
+               for c in open_calls):
+        return
+    for call in open_calls:
+        result = await tool_step(braid, ctx, call)
+        braid.bus.publish(ctx.handle.session_id, "tool_result",
+                          {"run_id": ctx.run_id, "message": result})
+    await _checkpoint_event(braid, ctx, "tool-batch", "Tools resumed")
+
+
 async def _tool_batch(braid: Services, ctx: TurnContext, reply: Any, msg_id: str) -> None:
     """The reply's tool calls, one after the other, then a checkpoint (`BRAID_CHECKPOINT`:
     one per batch, or per call)."""
     sid = ctx.handle.session_id
     mode = braid.settings.checkpoint
+    tag = sub_branch(ctx)
     for call in reply.tool_calls:
         braid.bus.publish(sid, "tool_call", {"run_id": ctx.run_id, "call": call,
-                                             "message_id": msg_id})
+                                             "message_id": msg_id, **tag})
     for call in reply.tool_calls:
         result = await tool_step(braid, ctx, call)
-        braid.bus.publish(sid, "tool_result", {"run_id": ctx.run_id, "message": result})
+        braid.bus.publish(sid, "tool_result", {"run_id": ctx.run_id, "message": result,
+                                               **tag})
         if mode == "tools":
             await _checkpoint_event(braid, ctx, "tool-batch", "Tool call")
     if mode in ("tool-batch", "tools") and (ctx.pending or ctx.changed):
@@ -249,7 +282,7 @@ async def _finish(
     event = {"COMPLETED": "run_completed", "ERROR": "run_error"}.get(status, "run_cancelled")
     data: EventData = {"run_id": ctx.run_id, "run": ctx.run.copy(), "status": status,
                        "messages": [m.copy() for m in ctx.messages], "files": files,
-                       "siblings": siblings}
+                       "siblings": siblings, **sub_branch(ctx)}
     if error:
         data["error"] = error
     braid.bus.publish(sid, event, data)

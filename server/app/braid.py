@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from server.agent.live_runs import TurnGate
@@ -14,11 +15,14 @@ from server.app.memory import give_back_memory, limit_arenas
 from server.backends.choose import make_index, make_team, make_users
 from server.base import memo
 from server.base.pools import IdlingThreadPool
+from server.base.records import RunFields, SpawnChild
+from server.base.results import ToolMerge
 from server.base.settings import Settings
+from server.features import merge, subagents
 from server.git.packing import Packer
 from server.model.client import ModelClient
 from server.store.locks import BranchLocks
-from server.store.session_store import SessionStore
+from server.store.session_store import SessionHandle, SessionStore
 from server.store.users import DEFAULT_USER, new_token
 
 log = logging.getLogger("braid")
@@ -98,6 +102,21 @@ class Braid:
                 await asyncio.to_thread(give_back_memory)
             else:
                 again = 0
+
+    # -- the model's sub-agents and merges (agent.services.Services; agent/orchestrate.py) --
+
+    async def open_child_branches(self, parent: SessionHandle,
+                                  children: list[SpawnChild]) -> str:
+        return await parent.call(lambda git: subagents.open_child_branches(git, children))
+
+    async def run_child(self, parent: SessionHandle, child: SpawnChild, fields: RunFields,
+                        started: Callable[[str], Awaitable[None]]) -> SpawnChild:
+        return await subagents.run_model_child(self, parent, child, fields, started)
+
+    async def merge_in_turn(self, handle: SessionHandle, run_id: str, branches: list[str],
+                            strategy: str, message_index: int) -> ToolMerge:
+        return await handle.call(lambda git: merge.merge_in_turn(
+            git, run_id, branches, strategy, message_index))
 
     async def stop(self) -> None:
         if self._reaper is not None:

@@ -24,6 +24,11 @@ POINTS: dict[str, tuple[str, ...]] = {
     "fork": ("fork.after_init", "fork.after_commits", "fork.after_checkout"),
     "sub-agent": ("subagent.after_worktree", "sub-agent.before_commit",
                   "sub-agent.after_commit"),
+    # The model's tools (agent/orchestrate.py): a spawn with its children's branches made, one
+    # child finished, all finished but the tool result not yet written; a merge tool call's
+    # files written (its commit's points are the merge's `merge.before/after_commit`).
+    "spawn": ("spawn.after_branches", "spawn.after_child", "spawn.before_result"),
+    "merge-tool": ("merge-tool.after_files", "merge-tool.after_commit"),
     "checkout": ("checkout.after_files", "checkout.after_head"),
     "recovery": ("recovery.after_rollback", "recovery.after_commit"),
     # Export to a folder (exporting.py): its files staged in its private folder, half of

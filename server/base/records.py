@@ -80,6 +80,8 @@ class SubAgentInfo(TypedDict, total=False):
     parent_turn_id: str
     base_commit_id: str
     files: list[FileChip]  # a result's: what the child changed (its chips in the parent)
+    depth: int  # levels below the user's run (a child the model spawned: agent/orchestrate.py)
+    call_id: str  # the parent's `spawn_sub_agents` call that made it
 
 
 class MessageExtras(TypedDict, total=False):
@@ -181,6 +183,33 @@ class RunRecord(TypedDict):
     unreverted_at: NotRequired[str]
     undone_revert_commit_id: NotRequired[str]
     merge: NotRequired[MergeInfo]
+    # The model's last `spawn_sub_agents` call (agent/orchestrate.py): its journal (which
+    # children exist, which finished) and the tokens all its children used, summed.
+    spawn: NotRequired[SpawnJournal]
+    sub_agents_usage: NotRequired[Usage]
+
+
+class SpawnChild(TypedDict, total=False):
+    """One child of a `spawn_sub_agents` call, as its journal keeps it."""
+
+    label: str
+    prompt: str
+    branch: str
+    run_id: str | None
+    status: str  # PENDING (not run yet), RUNNING, then the run's final status
+    final_text: str
+    commit_id: str | None
+    files: list[FileChip]
+    usage: Usage
+    error: str | None
+
+
+class SpawnJournal(TypedDict):
+    """A `spawn_sub_agents` call in its parent's run record: what a resume needs."""
+
+    call_id: str
+    base_commit_id: str | None
+    children: list[SpawnChild]
 
 
 class RunFields(TypedDict, total=False):

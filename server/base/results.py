@@ -330,6 +330,26 @@ class MergeResult(TypedDict):
     strategy: str
 
 
+class ToolConflict(TypedDict):
+    """A conflicted file as the model's `merge_branches` tool reads it."""
+
+    path: str
+    ours: str | None
+    theirs: str | None
+    branch: str
+
+
+class ToolMerge(TypedDict):
+    """What the model's `merge_branches` tool did (agent/orchestrate.py): the merge commit and
+    its parents, or (`commit_id` None) the conflicts that refused it."""
+
+    commit_id: str | None
+    parent_ids: list[str]
+    branches: list[str]
+    strategy: str
+    conflicts: list[ToolConflict]
+
+
 class UsageTotal(TypedDict):
     """The tokens a branch's turns used, added up."""
 
@@ -461,6 +481,12 @@ class EventData(TypedDict, total=False):
     note: MessageRecord
     changes: list[str]
     paths: list[str]
+    # A child the model spawned (agent/orchestrate.py): its parent's run and tool call.
+    parent_run_id: str | None
+    call_id: str | None
+    depth: int | None
+    resumed: bool
+    usage: Usage
 
 
 class EventFrame(TypedDict):

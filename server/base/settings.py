@@ -48,6 +48,11 @@ class Settings:
     # Unset: the embedded SQLite files in the data dir. A postgresql:// URL: the index and
     # users in PostgreSQL, and several processes coordinated through it (a team server).
     database_url: str | None = None
+    # The model's `spawn_sub_agents` and `merge_branches` tools (agent/orchestrate.py): on or
+    # off, children run at once, levels of children below the user's run.
+    subagent_tools: bool = True
+    subagents_parallel: int = 4
+    subagent_depth: int = 2
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -95,6 +100,11 @@ class Settings:
         s.import_schemes = _words(env, "BRAID_IMPORT_SCHEMES", s.import_schemes, lower=True)
         s.import_hosts = _words(env, "BRAID_IMPORT_HOSTS", s.import_hosts, lower=True)
         s.socket_inflight = max(1, _whole(env, "BRAID_SOCKET_INFLIGHT", s.socket_inflight))
+        s.subagent_tools = env.get("BRAID_SUBAGENT_TOOLS", "on").lower() not in (
+            "off", "0", "false", "no")
+        s.subagents_parallel = max(1, _whole(env, "BRAID_SUBAGENTS_PARALLEL",
+                                             s.subagents_parallel))
+        s.subagent_depth = _whole(env, "BRAID_SUBAGENT_DEPTH", s.subagent_depth)
         return s
 
 

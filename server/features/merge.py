@@ -22,9 +22,10 @@ from server.agent.turns import launch
 from server.base import crash
 from server.base.errors import BadRequest, Busy, Conflict
 from server.base.records import RunFields, to_json_bytes
-from server.base.results import Conflicted, MergeResult
+from server.base.results import Conflicted, MergeResult, ToolConflict, ToolMerge
 from server.features.subagents import branch_words
 from server.git import lookup
+from server.git.commits import first_parent_line
 from server.git.history import HISTORY, RUNS
 from server.git.session import GitSession
 from server.git.trees import empty_tree
@@ -325,3 +326,41 @@ async def merge_branches(braid: Services, user_id: str, session_id: str, branche
             "final_text": answer_of(ctx.messages), "conflicts": plan.conflicts,
             "run_id": ctx.run_id, "status": ctx.run["status"], "branches": names,
             "strategy": how}
+
+
+# -- the model's `merge_branches` tool (agent/orchestrate.py) ------------------------------
+
+
+def merge_in_turn(git: GitSession, run_id: str, branches: list[str], strategy: str,
+                  message_index: int) -> ToolMerge:
+    """On the session thread of a live turn that holds the branch (its own changes committed
+    just before): merge `branches` into it as one of the turn's checkpoints, kind `merge`,
+    whose parents are HEAD and every branch tip; reverting the turn reverts it. With `fail`
+    and conflicts: the conflicts, nothing written. Branches all merged already (a resumed
+    call whose merge was made before a kill): that merge again."""
+    tips = [git.branch_tip(name) for name in branches]  # NotFound before anything is written
+    head = git.head_commit()
+    if all(tip == head.id or git.repo.descendant_of(head.id, tip) for tip in tips):
+        made = next((c for c in first_parent_line(head)
+                     if len(c.parent_ids) > 1 and set(tips) <= set(c.parent_ids)), None)
+        if made is not None:
+            return {"commit_id": str(made.id), "parent_ids": [str(p) for p in made.parent_ids],
+                    "branches": branches, "strategy": strategy, "conflicts": []}
+    plan = plan_merge(git, branches, strategy)
+    shown: list[ToolConflict] = [{"path": c["path"], "ours": c["ours"], "theirs": c["theirs"],
+                                  "branch": c["branch"]} for c in plan.conflicts]
+    if plan.conflicts and strategy == "fail":
+        return {"commit_id": None, "parent_ids": [], "branches": branches,
+                "strategy": strategy, "conflicts": shown}
+    old_workdir = _workdir_tree(git, head, empty_tree(git.repo).id)
+    written, deleted = atomic.merge_paths(git, old_workdir, plan.workdir_oid)
+    with journal.intent(git, "merge", [*written, *deleted]):
+        changes = atomic.write_workdir(git, plan.workdir_oid, written, deleted)
+        crash.at("merge-tool.after_files")
+        oid = git.write_checkpoint(
+            changes, summary=f"Merge {', '.join(branches)} into {plan.into}"[:200],
+            kind="merge", run_id=run_id, message_index=message_index,
+            extra_parents=plan.tips)
+    crash.at("merge-tool.after_commit")
+    return {"commit_id": str(oid), "parent_ids": [str(p) for p in git.commit(oid).parent_ids],
+            "branches": branches, "strategy": strategy, "conflicts": shown}

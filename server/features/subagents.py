@@ -17,19 +17,32 @@ import contextlib
 import logging
 import re
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from server.agent.interrupted import prune_worktrees
+from server.agent.interrupted import prune_worktrees, recover_worktree
 from server.agent.live_runs import ActiveRun, claim_turn
 from server.agent.turn_changes import files_of
-from server.agent.turn_context import TurnContext, open_turn, snapshot_user_edits
+from server.agent.turn_context import (
+    TurnContext,
+    open_turn,
+    snapshot_user_edits,
+    write_pending_to_disk,
+)
 from server.agent.turns import launch
 from server.base import crash
 from server.base.errors import NotFound
 from server.base.ids import new_message_id, now_iso
-from server.base.records import RunFields, new_message, new_run, to_json_bytes
+from server.base.records import (
+    RunFields,
+    RunRecord,
+    SpawnChild,
+    new_message,
+    new_run,
+    to_json_bytes,
+)
 from server.base.results import EventData, SubAgentResult, SubAgentSummary
 from server.git import lookup
 from server.git.commits import commit_message
@@ -37,6 +50,7 @@ from server.git.history import HISTORY, RUNS
 from server.git.session import WORKTREES, GitSession
 from server.git.workdir.scan import WORKDIR
 from server.store import journal, layout
+from server.store.checkpoints import locate_run
 from server.store.layout import answer_of
 from server.store.session_store import SessionHandle
 
@@ -96,11 +110,7 @@ def open_sub_branch(git: GitSession, branch: str, label: str, prompt: str,
         snapshot_user_edits(git)
     parent_branch = git.branch
     head = git.head_commit()
-    tree = lookup.without(git.repo, head.tree, (HISTORY, RUNS)).id
-    first_line = prompt.strip().splitlines()[0][:80] if prompt.strip() else ""
-    message = commit_message(f"Sub-agent {label}: {first_line}", "sub-agent", None, None)
-    oid = git.repo.create_commit(None, git.signature, git.signature, message, tree, [head.id])
-    git.create_branch(branch, oid)
+    make_sub_branch(git, branch, label, prompt)
     path = git.path / WORKTREES / branch
     path.parent.mkdir(exist_ok=True)
     ref = lookup.reference(git.repo, f"refs/heads/{branch}")
@@ -109,6 +119,18 @@ def open_sub_branch(git: GitSession, branch: str, label: str, prompt: str,
     crash.at("subagent.after_worktree")
     (path / WORKDIR).mkdir(exist_ok=True)  # git keeps no empty folders
     return SubBranch(branch, path, parent_branch, str(head.id))
+
+
+def make_sub_branch(git: GitSession, branch: str, label: str, prompt: str) -> str:
+    """The branch's first `sub-agent` commit: HEAD's state without history/ and runs/ (the
+    child starts a fresh conversation). Returns the commit it branches from (HEAD)."""
+    head = git.head_commit()
+    tree = lookup.without(git.repo, head.tree, (HISTORY, RUNS)).id
+    first_line = prompt.strip().splitlines()[0][:80] if prompt.strip() else ""
+    message = commit_message(f"Sub-agent {label}: {first_line}", "sub-agent", None, None)
+    oid = git.repo.create_commit(None, git.signature, git.signature, message, tree, [head.id])
+    git.create_branch(branch, oid)
+    return str(head.id)
 
 
 def write_result(git: GitSession, parent_branch: str, session_id: str, parent_turn_id: str,
@@ -252,3 +274,104 @@ def _done_event(result: SubAgentResult, summary: SubAgentSummary, shown: str) ->
 def _close_worktree(git: GitSession, branch: str) -> str:
     git.remove_worktree(branch)
     return str(git.branch_tip(branch))
+
+
+# -- children the model spawns (agent/orchestrate.py drives them) -------------------------
+
+
+def open_child_branches(git: GitSession, children: list[SpawnChild]) -> str:
+    """On the spawning run's thread (the user's run's session, or a child's worktree): each
+    child's branch from the run's current state; a branch made already (a resume) is kept.
+    Returns the commit they branch from."""
+    base = str(git.head_oid())
+    for child in children:
+        if lookup.branch_target(git.repo, child["branch"]) is None:
+            base = make_sub_branch(git, child["branch"], child["label"], child["prompt"])
+    return base
+
+
+def add_child_worktree(git: GitSession, branch: str) -> Path:
+    """On the session's own thread: the child's branch checked out under `_worktrees/` (one a
+    dead process left is recovered first: its files committed, nothing lost)."""
+    if branch in git.repo.list_worktrees():
+        recover_worktree(git, branch)
+    path = git.path / WORKTREES / branch
+    path.parent.mkdir(exist_ok=True)
+    ref = lookup.reference(git.repo, f"refs/heads/{branch}")
+    if ref is None:
+        raise NotFound(f"no branch {branch}")
+    git.repo.add_worktree(branch, str(path), ref)
+    (path / WORKDIR).mkdir(exist_ok=True)  # git keeps no empty folders
+    return path
+
+
+def resume_child_turn(git: GitSession, handle: SessionHandle, run_id: str) -> TurnContext:
+    """On the child's worktree: its INTERRUPTED run going on in place, as `continue_run`
+    resumes one (its messages kept, its record RUNNING again)."""
+    view = locate_run(git, run_id)
+    record: RunRecord = {**view.record, "status": "RUNNING", "error": None,
+                         "updated_at": now_iso(),
+                         "resumed_from_message_index": len(view.messages)}
+    first = view.entries[0].seq if view.entries else layout.next_seq(git)
+    prior = [e.message for e in layout.stored_messages(git, git.head_commit()) if e.seq < first]
+    ctx = TurnContext(handle=handle, run=record, run_file=view.record_path, prior=prior,
+                      messages=[m.copy() for m in view.messages],
+                      next_seq=layout.next_seq(git), legacy=layout.is_legacy(git))
+    write_pending_to_disk(git, ctx)
+    return ctx
+
+
+async def run_model_child(braid: Services, parent: SessionHandle, child: SpawnChild,
+                          fields: RunFields, started: Callable[[str], Awaitable[None]]
+                          ) -> SpawnChild:
+    """Run one child the model spawned to its end, on its branch (made already) in its own
+    worktree: a fresh turn holding only its prompt, or its INTERRUPTED run resumed (a
+    `run_id` in `child`). Its result goes back to the caller (the parent's tool call), not
+    into the parent's history. `started(run_id)` is awaited once the child's run exists."""
+    sid, branch = parent.session_id, child["branch"]
+    root = braid.store.get(sid)
+    info = fields.get("sub_agent") or {}
+    handle: SessionHandle | None = None
+    async with claim_turn(braid.locks, braid.runs, sid, branch) as active:
+        try:
+            path = await root.call(lambda git: add_child_worktree(git, branch))
+            handle = SessionHandle(sid, path)
+            resume = child.get("run_id")
+            made = handle
+            ctx = await handle.call(
+                (lambda git: resume_child_turn(git, made, resume)) if resume
+                else (lambda git: open_turn(git, made, child["prompt"], fields)))
+            await started(ctx.run_id)
+            braid.bus.publish(sid, "sub_agent_started", {
+                "run_id": ctx.run_id, "branch": branch, "label": child["label"],
+                "prompt": child["prompt"], "parent_turn_id": str(info.get("parent_turn_id")),
+                "parent_branch": str(info.get("parent_branch")),
+                "parent_run_id": fields.get("parent_run_id"), "call_id": info.get("call_id"),
+                "depth": info.get("depth"), "resumed": bool(resume)})
+            await launch(braid, handle, ctx, active)
+        except BaseException:
+            if handle is not None:
+                handle.close()
+            await root.call(lambda git: git.remove_worktree(branch))
+            raise
+    await active.done.wait()
+    await handle.call(lambda git: None)  # after the turn's last index flush
+    handle.close()
+    out: SpawnChild = {**child, "run_id": ctx.run_id, "status": str(ctx.run["status"]),
+                       "final_text": answer_of(ctx.messages)[:RESULT_CHARS],
+                       "error": ctx.run.get("error"), "usage": {**ctx.run.get("usage", {})}}
+    try:
+        out["commit_id"] = await root.call(lambda git: _close_worktree(git, branch))
+        out["files"] = await root.call(lambda git: files_of(git, ctx.run_id, branch))
+    except RuntimeError:  # the session's thread is gone: the server is stopping
+        log.warning("sub-agent %s ended while the server stopped", branch)
+        return out
+    braid.bus.publish(sid, "sub_agent_done", {
+        "branch": branch, "label": child["label"], "run_id": ctx.run_id,
+        "status": out["status"], "final_text": out["final_text"], "error": out["error"],
+        "commit_id": out.get("commit_id"), "parent_branch": str(info.get("parent_branch")),
+        "parent_turn_id": str(info.get("parent_turn_id")),
+        "parent_run_id": fields.get("parent_run_id"), "call_id": info.get("call_id"),
+        "files": out.get("files") or [], "usage": out["usage"]})
+    braid.bus.publish(sid, "dag_changed", {"branch": branch})
+    return out

@@ -13,9 +13,11 @@ from itertools import repeat
 from typing import Any
 
 KEYWORDS = {"write", "append", "delete", "read", "shell", "batch", "say", "fail", "slow",
-             "recall", "notes"}
+             "recall", "notes", "spawn", "merge"}
 VERBS = {"write_file": "wrote", "edit_file": "appended", "delete_file": "deleted",
-          "read_file": "read", "shell": "ran"}
+          "read_file": "read", "shell": "ran", "spawn_sub_agents": "spawned",
+          "merge_branches": "merged"}
+SPAWN, MERGE = "spawn_sub_agents", "merge_branches"
 _BRANCH_LINE = re.compile(r"^- [^:]+: ?(.*)$")
 
 
@@ -23,7 +25,7 @@ _BRANCH_LINE = re.compile(r"^- [^:]+: ?(.*)$")
 class Plan:
     """What the last user message asks for."""
 
-    batches: list[list[tuple[str, dict[str, str]]]] = field(default_factory=list)
+    batches: list[list[tuple[str, dict[str, Any]]]] = field(default_factory=list)
     says: list[str] = field(default_factory=list)
     fail: str | None = None
     slow_ms: int = 0
@@ -55,7 +57,7 @@ def _unescape(text: str) -> str:
     return text.replace("\\n", "\n")
 
 
-def _tool_call(word: str, rest: str, has_shell: bool) -> tuple[str, dict[str, str]] | None:
+def _tool_call(word: str, rest: str, has_shell: bool) -> tuple[str, dict[str, Any]] | None:
     """The tool call a line asks for, if any."""
     path, _, body = rest.partition(" ")
     if word == "write" and path:
@@ -83,12 +85,37 @@ def _plan_line(plan: Plan, word: str, rest: str) -> None:
         plan.notes = True
 
 
+def _orchestration_line(plan: Plan, current: list[tuple[str, dict[str, Any]]], word: str,
+                        rest: str) -> list[tuple[str, dict[str, Any]]]:
+    """`spawn LABEL: PROMPT` lines make one `spawn_sub_agents` call (a batch of its own);
+    `merge STRATEGY` a `merge_branches` call after it (its branches: the spawn's result's,
+    filled in by `respond`). Returns the batch being gathered."""
+    if word == "spawn":
+        label, _, prompt = rest.partition(":")
+        agent = {"label": label.strip(), "prompt": _unescape(prompt.strip())}
+        spawn = next((b for b in plan.batches if b and b[0][0] == SPAWN), None)
+        if spawn is not None:
+            spawn[0][1]["agents"].append(agent)
+            return current
+        if current:
+            plan.batches.append(current)
+        plan.batches.append([(SPAWN, {"agents": [agent]})])
+        return []
+    if current:
+        plan.batches.append(current)
+    plan.batches.append([(MERGE, {"branches": [], "strategy": rest.strip() or "fail"})])
+    return []
+
+
 def parse(user_text: str, has_shell: bool) -> Plan:
     plan = Plan()
-    current: list[tuple[str, dict[str, str]]] = []
+    current: list[tuple[str, dict[str, Any]]] = []
     for raw in user_text.split("\n"):
         word, _, rest = raw.rstrip("\r").partition(" ")
         if word not in KEYWORDS:
+            continue
+        if word in ("spawn", "merge"):
+            current = _orchestration_line(plan, current, word, rest)
             continue
         call = _tool_call(word, rest, has_shell)
         if call is not None:
@@ -235,7 +262,12 @@ def respond(request: dict[str, Any]) -> Reply:
     if note is not None and note.conflicts:
         plan.batches = [b for b in conflict_batches(note, messages, last_user + 1) if b] \
             + plan.batches
+    spawned = _tool_results(messages[last_user + 1:]) if any(
+        b and b[0][0] in (SPAWN, MERGE) for b in plan.batches) else None
     if done < len(plan.batches):
+        for name, args in plan.batches[done]:
+            if name == MERGE and spawned is not None:  # the branches the spawn returned
+                args["branches"] = [a.get("branch") for a in spawned.spawn.get("agents") or ()]
         # Numbered over the whole conversation so ids stay unique across turns too.
         n = batch_count(messages) + 1
         calls = [
@@ -244,7 +276,53 @@ def respond(request: dict[str, Any]) -> Reply:
             for k, (name, args) in enumerate(plan.batches[done])
         ]
         return Reply(None, calls, plan.slow_ms)
+    if spawned is not None and not plan.says:
+        return Reply(_spawn_answer(plan, spawned), [], plan.slow_ms)
     return Reply(_answer(plan, note, messages, user_text), [], plan.slow_ms)
+
+
+@dataclass
+class Spawned:
+    """What the `spawn_sub_agents` and `merge_branches` calls of this turn returned."""
+
+    spawn: dict[str, Any] = field(default_factory=dict)
+    merge: dict[str, Any] | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+def _tool_results(messages: list[dict[str, Any]]) -> Spawned:
+    out = Spawned()
+    for m in messages:
+        if m.get("role") != "tool":
+            continue
+        text = text_of(m.get("content"))
+        if text.startswith("error:"):
+            out.errors.append(text)
+            continue
+        try:
+            value = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and "agents" in value:
+            out.spawn = value
+        elif isinstance(value, dict) and ("commit_id" in value or "conflicts" in value):
+            out.merge = value
+    return out
+
+
+def _spawn_answer(plan: Plan, spawned: Spawned) -> str:
+    """A spawn turn's answer: `merged: ` + the children's answers after a merge, the
+    conflicted paths after a refused one, else `done: spawned LABELS`; an error as it came."""
+    if spawned.errors:
+        return spawned.errors[-1]
+    agents = spawned.spawn.get("agents") or []
+    merge = spawned.merge
+    if merge is not None and merge.get("conflicts") and not merge.get("commit_id"):
+        paths = sorted({str(c.get("path")) for c in merge["conflicts"]})
+        return "conflicts: " + ", ".join(paths)
+    if merge is not None:
+        return "merged: " + "; ".join(str(a.get("final_text") or "") for a in agents)
+    return "done: spawned " + ", ".join(str(a.get("label")) for a in agents)
 
 
 def _answer(plan: Plan, note: MergeNote | None, messages: list[dict[str, Any]],

@@ -1,0 +1,330 @@
+"""The agent branches itself (DESIGN §4): the model's `spawn_sub_agents` and `merge_branches`
+tools, off with `BRAID_SUBAGENT_TOOLS=off`.
+
+`spawn_sub_agents` first commits the run's state so far (a `tool-batch` checkpoint: the
+children branch from what the parent has done), then journals the call in the parent's run
+record (`spawn`: each child's label, prompt and branch, then its run id and status as it goes)
+before any branch is made, and writes that record again as each child starts and ends. The
+children run in parallel, at most `BRAID_SUBAGENTS_PARALLEL` at once, each a sub-agent on its
+own `sub_…` branch in its own worktree (`Services.run_child`: features/subagents.py); while
+they run the parent gives its turn slot back (`TurnGate.lend`). A child is refused past
+`BRAID_SUBAGENT_DEPTH` levels below the user's run, as a tool result the model reads.
+
+Stop and crash: a parent asked to stop stops its children (same reason) and records their
+statuses; a child stopped alone ends CANCELLED and the call goes on. After kill -9 the
+parent's record (committed INTERRUPTED by recovery) holds the journal; resuming the parent
+(`continue_run`) finds the call unanswered (`turns._answer_resumed_calls`) and runs it again:
+children the journal shows finished are not run again, interrupted ones resume in place,
+ones never started start.
+
+`merge_branches` merges into the branch the model runs on as one of the turn's checkpoints
+(`Services.merge_in_turn`: features/merge.py), a multi-parent `merge` commit; with `fail` and
+conflicts it returns them and changes nothing. A resumed call whose merge was already made
+returns that merge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from server.agent.turn_context import TurnContext, checkpoint_data, commit_turn
+from server.base import crash
+from server.base.errors import BraidError
+from server.base.ids import now_iso
+from server.base.records import (
+    RunFields,
+    SpawnChild,
+    SpawnJournal,
+    ToolSchema,
+    Usage,
+    to_json_bytes,
+)
+
+if TYPE_CHECKING:
+    from server.agent.services import Services
+
+SPAWN = "spawn_sub_agents"
+MERGE = "merge_branches"
+NAMES = frozenset({SPAWN, MERGE})
+MAX_CHILDREN = 8
+MAX_PROMPT = 20_000
+STRATEGIES = ("fail", "ours", "theirs", "agent")
+FINISHED = frozenset({"COMPLETED", "ERROR", "CANCELLED"})
+STOP_POLL = 0.05
+
+SPAWN_DESCRIPTION = (
+    "Run up to 8 sub-agents in parallel, each on its own git branch and worktree that starts "
+    "from your files as they are now. Use it when the work splits into independent parts "
+    "(different files or modules, alternative attempts) that can be done at the same time; "
+    "do small or tightly coupled work yourself. A child sees ONLY its prompt: no chat "
+    "history, none of your notes, so write each prompt as a complete task: the goal, the "
+    "exact files to create or change, constraints, and what to report back. Give children "
+    "disjoint files when you can, so their work merges without conflicts. The call returns "
+    "when every child has ended: for each its label, branch, run_id, status (COMPLETED, "
+    "ERROR, CANCELLED), final_text (its answer), commit_id and the files it changed. Their "
+    "work stays on their branches until you call merge_branches with those branches."
+)
+MERGE_DESCRIPTION = (
+    "Merge branches (usually those spawn_sub_agents returned) into the branch you work on, "
+    "three-way, in the order given, as one merge commit. strategy: 'fail' (default) refuses "
+    "on any conflict and changes nothing, returning conflicts: [{path, ours, theirs, branch}] "
+    "('ours': your side with the branches merged before; 'theirs': that branch's); then "
+    "either retry with 'ours' (keep your side of conflicting hunks) or 'theirs' (take the "
+    "branch's), or 'agent' (conflicting files get <<<<<<< ======= >>>>>>> markers that you "
+    "then fix with your file tools), or edit files yourself and retry. Success returns "
+    "{commit_id, parent_ids}."
+)
+
+
+def schemas() -> list[ToolSchema]:
+    """The two tools' entries in a request's `tools`."""
+    return [
+        {"type": "function", "function": {"name": SPAWN, "description": SPAWN_DESCRIPTION,
+         "parameters": {"type": "object", "properties": {"agents": {
+             "type": "array", "minItems": 1, "maxItems": MAX_CHILDREN,
+             "description": "The children, one per independent part of the work.",
+             "items": {"type": "object", "properties": {
+                 "label": {"type": "string", "description":
+                           "A short name for the child (letters, digits, dashes), e.g. "
+                           "'tests' or 'parser'."},
+                 "prompt": {"type": "string", "description":
+                            "The child's whole task: it sees nothing else."}},
+                 "required": ["label", "prompt"], "additionalProperties": False}}},
+             "required": ["agents"], "additionalProperties": False}}},
+        {"type": "function", "function": {"name": MERGE, "description": MERGE_DESCRIPTION,
+         "parameters": {"type": "object", "properties": {
+             "branches": {"type": "array", "minItems": 1, "items": {"type": "string"},
+                          "description": "Branch names, as spawn_sub_agents returned them."},
+             "strategy": {"type": "string", "enum": list(STRATEGIES),
+                          "description": "On conflict: fail (default), ours, theirs, agent."}},
+             "required": ["branches"], "additionalProperties": False}}},
+    ]
+
+
+class ToolRefused(Exception):
+    """A call the model must correct: its message is the tool result."""
+
+
+async def run_call(braid: Services, ctx: TurnContext, name: str, arguments: str,
+                   call_id: str) -> tuple[str, bool]:
+    """One call of either tool: (result text, is_error)."""
+    try:
+        args = json.loads(arguments or "{}")
+        if not isinstance(args, dict):
+            raise ToolRefused("arguments must be a JSON object")
+        if name == SPAWN:
+            return await spawn(braid, ctx, args, call_id), False
+        return await merge(braid, ctx, args), False
+    except ToolRefused as e:
+        return f"error: {e}", True
+    except BraidError as e:  # a branch not found, already merged, busy...
+        return f"error: {e.message}", True
+
+
+# -- spawn_sub_agents ---------------------------------------------------------------------
+
+
+def _label(raw: object) -> str:
+    text = re.sub(r"[^A-Za-z0-9-]+", "-", str(raw or "")).strip("-")[:24].strip("-")
+    return text or "agent"
+
+
+def _wanted(args: dict[str, Any]) -> list[tuple[str, str]]:
+    agents = args.get("agents")
+    if not isinstance(agents, list) or not agents:
+        raise ToolRefused("agents must be a non-empty list of {label, prompt}")
+    if len(agents) > MAX_CHILDREN:
+        raise ToolRefused(f"at most {MAX_CHILDREN} agents per call; split the work")
+    out = []
+    for item in agents:
+        if not isinstance(item, dict) or not isinstance(item.get("prompt"), str) \
+                or not item["prompt"].strip():
+            raise ToolRefused("each agent needs a non-empty string prompt")
+        out.append((_label(item.get("label")), item["prompt"][:MAX_PROMPT]))
+    return out
+
+
+def depth_of(ctx: TurnContext) -> int:
+    """Levels below the user's run: 0 for the user's own, 1 for its children..."""
+    return int((ctx.run.get("sub_agent") or {}).get("depth") or 0)
+
+
+async def _checkpoint(braid: Services, ctx: TurnContext, summary: str) -> None:
+    """The run's state so far as a checkpoint: what children branch from, and what a merge
+    must not mix with."""
+    if ctx.pending or ctx.changed:
+        commit_id = await commit_turn(ctx, "tool-batch", summary)
+        braid.bus.publish(ctx.handle.session_id, "checkpoint",
+                          checkpoint_data(ctx, commit_id, "tool-batch"))
+
+
+async def _write_record(ctx: TurnContext) -> None:
+    """The parent's record with its journal, atomically where a killed turn's is found
+    (its pending folder: recovery commits it INTERRUPTED, journal included)."""
+    ctx.run["updated_at"] = now_iso()
+    data, rel = to_json_bytes(ctx.run), ctx.run_file
+    await ctx.handle.call(lambda git: git.pending.write(rel, data))
+
+
+async def spawn(braid: Services, ctx: TurnContext, args: dict[str, Any], call_id: str) -> str:
+    wanted = _wanted(args)
+    depth = depth_of(ctx) + 1
+    if depth > braid.settings.subagent_depth:
+        raise ToolRefused(
+            f"sub-agents may be nested at most {braid.settings.subagent_depth} levels below "
+            "the user's run, and you are a sub-agent at that depth: do this work yourself")
+    journal = ctx.run.get("spawn")
+    if journal is None or journal["call_id"] != call_id:  # a new call, not a resumed one
+        await _checkpoint(braid, ctx, "Before sub-agents")
+        journal = {"call_id": call_id, "base_commit_id": None, "children": [
+            {"label": label, "prompt": prompt, "status": "PENDING", "run_id": None,
+             "branch": f"sub_{ctx.run_id[:10]}_{label}_{secrets.token_hex(4)}"}
+            for label, prompt in wanted]}
+        ctx.run["spawn"] = journal
+        await _write_record(ctx)  # which children exist, before any branch is made
+    journal["base_commit_id"] = await braid.open_child_branches(ctx.handle, journal["children"])
+    await _write_record(ctx)
+    crash.at("spawn.after_branches")
+    braid.bus.publish(ctx.handle.session_id, "dag_changed",
+                      {"branch": str(ctx.run.get("branch") or "")})
+    await _run_children(braid, ctx, journal, depth)
+    crash.at("spawn.before_result")
+    return json.dumps(_result(ctx, journal))
+
+
+def _result(ctx: TurnContext, journal: SpawnJournal) -> dict[str, Any]:
+    agents = []
+    total: Usage = {"prompt_tokens": 0, "completion_tokens": 0}
+    for child in journal["children"]:
+        agents.append({k: child.get(k) for k in ("label", "branch", "run_id", "status",
+                                                 "final_text", "commit_id")}
+                      | {"files": child.get("files") or []}
+                      | ({"error": child["error"]} if child.get("error") else {}))
+        used: Usage = child.get("usage") or {}
+        total["prompt_tokens"] = total.get("prompt_tokens", 0) + used.get("prompt_tokens", 0)
+        total["completion_tokens"] = (total.get("completion_tokens", 0)
+                                      + used.get("completion_tokens", 0))
+    # The children's tokens, summed over the run's spawns, in the parent's record too.
+    kept = ctx.run.setdefault("sub_agents_usage", {})
+    kept["prompt_tokens"] = kept.get("prompt_tokens", 0) + total.get("prompt_tokens", 0)
+    kept["completion_tokens"] = (kept.get("completion_tokens", 0)
+                                 + total.get("completion_tokens", 0))
+    return {"agents": agents, "usage": total}
+
+
+def _fields(ctx: TurnContext, journal: SpawnJournal, child: SpawnChild,
+            depth: int) -> RunFields:
+    return {"parent_run_id": ctx.run_id, "sub_agent": {
+        "branch": child["branch"], "label": child["label"],
+        "parent_branch": str(ctx.run.get("branch") or ""), "parent_turn_id": ctx.run_id,
+        "base_commit_id": str(journal.get("base_commit_id") or ""), "depth": depth,
+        "call_id": journal["call_id"]}}
+
+
+class _Children:
+    """The children of one call going to their end; a stop of the parent reaches them."""
+
+    def __init__(self, braid: Services, ctx: TurnContext, journal: SpawnJournal,
+                 depth: int) -> None:
+        self.braid, self.ctx, self.journal, self.depth = braid, ctx, journal, depth
+        self.slots = asyncio.Semaphore(max(1, braid.settings.subagents_parallel))
+        self.stopped: list[str] = []  # the parent's stop reason, once asked
+        self.saving = asyncio.Lock()
+
+    async def save(self) -> None:
+        async with self.saving:
+            await _write_record(self.ctx)
+
+    async def one(self, child: SpawnChild) -> None:
+        if child.get("status") in FINISHED:
+            return  # never run a finished child again
+        async with self.slots:
+            if self.stopped:  # the parent stopped before this child's turn came
+                if self.stopped[0] != "shutdown":
+                    child["status"] = "CANCELLED"
+                    await self.save()
+                return
+
+            async def started(run_id: str) -> None:
+                child["run_id"], child["status"] = run_id, "RUNNING"
+                await self.save()
+
+            fields = _fields(self.ctx, self.journal, child, self.depth)
+            child.update(await self.braid.run_child(self.ctx.handle, child, fields, started))
+            if child.get("status") != "INTERRUPTED":  # a stopping server writes no more
+                await self.save()
+                crash.at("spawn.after_child")
+
+    async def watch(self) -> None:
+        sid = self.ctx.handle.session_id
+        parent = self.braid.runs.find(sid, self.ctx.run_id)
+        if parent is None:
+            return
+        await parent.stopping.wait()
+        self.stopped.append(parent.stop_reason)
+        branches = {c["branch"] for c in self.journal["children"]}
+        while True:  # also a child claimed just as the parent stopped
+            for active in self.braid.runs.for_session(sid):
+                if active.branch in branches and not active.stop_requested:
+                    active.stop(parent.stop_reason)
+            await asyncio.sleep(STOP_POLL)
+
+
+async def _run_children(braid: Services, ctx: TurnContext, journal: SpawnJournal,
+                        depth: int) -> None:
+    """Every unfinished child to its end, at most BRAID_SUBAGENTS_PARALLEL at once; a stop
+    of the parent is passed on to them."""
+    children = _Children(braid, ctx, journal, depth)
+    watcher = asyncio.create_task(children.watch())
+    try:
+        async with braid.turn_gate.lend():  # children need turn slots; the parent waits
+            await asyncio.gather(*(children.one(c) for c in journal["children"]))
+    finally:
+        watcher.cancel()
+
+
+# -- merge_branches -----------------------------------------------------------------------
+
+
+async def merge(braid: Services, ctx: TurnContext, args: dict[str, Any]) -> str:
+    branches = args.get("branches")
+    if not isinstance(branches, list) or not branches or \
+            not all(isinstance(b, str) and b for b in branches):
+        raise ToolRefused("branches must be a non-empty list of branch names")
+    strategy = args.get("strategy") or "fail"
+    if strategy not in STRATEGIES:
+        raise ToolRefused(f"strategy must be one of {', '.join(STRATEGIES)}")
+    into = str(ctx.run.get("branch") or "")
+    if into in branches:
+        raise ToolRefused(f"cannot merge {into}, the branch you work on, into itself")
+    sid = ctx.handle.session_id
+    busy = [b for b in branches if b in await braid.locks.held(sid)]
+    if busy:
+        raise ToolRefused(f"a run is still going on on branch {busy[0]}")
+    await _checkpoint(braid, ctx, "Before merge")
+    done = await braid.merge_in_turn(ctx.handle, ctx.run_id, list(dict.fromkeys(branches)),
+                                     strategy, len(ctx.messages))
+    if done["commit_id"] is None:
+        paths = sorted({c["path"] for c in done["conflicts"]})
+        return json.dumps({"conflicts": done["conflicts"], "note": (
+            f"nothing was changed: the merge conflicts in {', '.join(paths)}. Retry with "
+            "strategy 'ours', 'theirs' or 'agent', or edit the files and retry.")})
+    braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": done["commit_id"],
+                                          "kind": "merge"})
+    braid.bus.publish(sid, "merged", {
+        "run_id": ctx.run_id, "commit_id": done["commit_id"], "parent_ids": done["parent_ids"],
+        "branches": done["branches"], "strategy": strategy,
+        "paths": sorted({c["path"] for c in done["conflicts"]})})
+    braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id})
+    out: dict[str, Any] = {"commit_id": done["commit_id"], "parent_ids": done["parent_ids"]}
+    if done["conflicts"]:
+        paths = sorted({c["path"] for c in done["conflicts"]})
+        out["resolved"] = {"strategy": strategy, "paths": paths}
+        if strategy == "agent":
+            out["note"] = ("these files now hold conflict markers (<<<<<<< ======= >>>>>>>): "
+                           "fix each with your file tools")
+    return json.dumps(out)
