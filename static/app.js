@@ -240,7 +240,7 @@
       const cards = box.querySelectorAll(".sub-card");
       let tokens = 0;
       cards.forEach(function (c) { tokens += Number(c.dataset.tokens) || 0; });
-      const text = cards.length ? cards.length + " sub-agent" + (cards.length === 1 ? "" : "s") + " · " + tokens + " tokens" : "";
+      const text = cards.length ? cards.length + " sub-agent" + (cards.length === 1 ? "" : "s") + (tokens ? " · " + tokens + " tokens" : "") : "";
       if (total.textContent !== text) total.textContent = text;
       total.hidden = !cards.length;
     });

@@ -71,6 +71,7 @@ class ChildCard(TypedDict, total=False):
     commit_id: str | None
     files: list[FileChip]
     usage: Usage | None
+    children: list[ChildCard]  # the ones it spawned itself
 
 
 class Transcript(TypedDict):

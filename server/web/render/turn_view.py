@@ -84,7 +84,9 @@ def card_of_run(run: Mapping[str, Any], messages: list[MessageRecord], *, partia
             "label": str(info.get("label") or ""), "status": status, "prompt": prompt,
             "final_text": answer_of(messages) if status != "RUNNING" else "",
             "live_text": partial, "error": run.get("error"), "files": list(files or []),
-            "usage": run.get("usage") or None}
+            "usage": run.get("usage") or None,
+            # Its own children (a sub-agent may spawn, BRAID_SUBAGENT_DEPTH deep).
+            "children": _spawn_results({"run_id": run.get("run_id"), "parts": messages})}
 
 
 def _card_of_result(parent_run_id: str, call_id: str | None,
@@ -142,6 +144,12 @@ def attach_children(turns: list[TranscriptItem], live: list[ChildCard]) -> list[
         if cards:
             turn["children"] = list(cards.values())
             attached += turn["children"]
+    for card in attached:  # grandchildren in their parent's card (the list grows as it goes)
+        more = found.get(card["run_id"])
+        if more:
+            card["children"] = list({**{c["run_id"]: c for c in card.get("children") or []},
+                                     **more}.values())
+            attached += [c for c in card["children"] if c not in attached]
     return attached
 
 
