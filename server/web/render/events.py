@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from server.agent.orchestrate import SPAWN
 from server.base.errors import BraidError
 from server.base.records import FileChip, RunRecord, Usage
 from server.base.results import (
@@ -70,6 +71,8 @@ async def _run_done(ctx: ActionContext, data: EventData) -> EventReads:
     out: EventReads = {"usage": await model_choice.session_usage(ctx.braid, ctx.user_id,
                                                                  ctx.session_id)}
     # A turn that spawned sub-agents: its children's tokens (their records) for their cards.
+    if not any(m.get("name") == SPAWN for m in data.get("messages") or ()):
+        return out
     turn = turn_from_event(data, streaming=False)
     cards = attach_children([turn], live_cards(ctx.braid, ctx.session_id))
     if cards:

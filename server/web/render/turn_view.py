@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from server.agent.orchestrate import SPAWN
 from server.base.records import FileChip, MessageRecord
 from server.base.results import ChildCard, TranscriptItem
 from server.store.layout import answer_of
@@ -68,8 +69,6 @@ def turn_flags(turn: TranscriptItem) -> TurnFlags:
 # parent; the model's `spawn_sub_agents` leaves its tool result (`{agents: [...]}`) in the
 # parent's own parts; a child still running is read from its live run (events.live_cards).
 
-SPAWN_TOOL = "spawn_sub_agents"
-
 
 def card_of_run(run: Mapping[str, Any], messages: list[MessageRecord], *, partial: str = "",
                 files: list[FileChip] | None = None) -> ChildCard:
@@ -103,7 +102,7 @@ def _spawn_results(turn: TranscriptItem) -> list[ChildCard]:
     """The children of the model's spawn_sub_agents calls, from their tool results."""
     cards: list[ChildCard] = []
     for msg in turn.get("parts") or ():
-        if msg.get("role") != "tool" or msg.get("name") != SPAWN_TOOL:
+        if msg.get("role") != "tool" or msg.get("name") != SPAWN:
             continue
         try:
             result = json.loads(str(msg.get("content") or ""))
