@@ -34,12 +34,14 @@ UNCOVERED = """(root) => {
     if (!el.checkVisibility()) continue;
     el.scrollIntoView({block: "nearest"});
     const r = el.getBoundingClientRect();
-    if (r.left < -0.5 || r.top < -0.5 || r.right > innerWidth + 0.5 || r.bottom > innerHeight + 0.5) {
+    const W = innerWidth + 0.5, H = innerHeight + 0.5;
+    if (r.left < -0.5 || r.top < -0.5 || r.right > W || r.bottom > H) {
       problems.push("outside: " + el.textContent.trim());
       continue;
     }
     const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
-    if (!hit || !(hit === el || el.contains(hit))) problems.push("covered: " + el.textContent.trim());
+    const mine = hit && (hit === el || el.contains(hit));
+    if (!mine) problems.push("covered: " + el.textContent.trim());
   }
   return problems;
 }"""

@@ -6,6 +6,7 @@ from the records alone; Transcript's `dag/node/tip?branch=` shows the child's ch
 
 from __future__ import annotations
 
+import json
 import re
 
 from websockets.sync.client import connect
@@ -79,13 +80,14 @@ def test_a_page_opened_mid_spawn_streams_the_child_and_a_stop_cancels_it(
     turn_id = srv.run(sid, "say hi")["run_id"]
     with connect(f"{srv.ws_url}/ws/sessions/{sid}?format=json",
                  additional_headers={"Authorization": f"Bearer {srv.token}"}) as js:
-        js.send('{"action": "spawn_sub_agent", "parent_turn_id": "%s", "label": "slowpoke", '
-                '"prompt": "slow 200\\nsay %s"}' % (turn_id, " ".join(["word"] * 200)))
+        js.send(json.dumps({"action": "spawn_sub_agent", "parent_turn_id": turn_id,
+                            "label": "slowpoke",
+                            "prompt": "slow 200\nsay " + " ".join(["word"] * 200)}))
         child = ""
         while not child:
             frame = js.recv(timeout=20)
             if '"sub_agent_started"' in frame:
-                child = re.search(r'"run_id": ?"(\w+)"', frame).group(1)  # type: ignore[union-attr]
+                child = json.loads(frame)["data"]["run_id"]
         while '"message_delta"' not in js.recv(timeout=20):
             pass
         status, page = srv.page(f"/s/{sid}")
@@ -95,11 +97,14 @@ def test_a_page_opened_mid_spawn_streams_the_child_and_a_stop_cancels_it(
         assert f'data-parent="{turn_id}"' in page.split(f'id="sub-card-{child}"')[1][:600]
         with connect(f"{srv.ws_url}/ws/sessions/{sid}?format=html",
                      additional_headers={"Authorization": f"Bearer {srv.token}"}) as ws:
-            js.send('{"action": "cancel_run", "run_id": "%s"}' % child)
+            js.send(json.dumps({"action": "cancel_run", "run_id": child}))
             frames = []
             while not any(f'id="sub-card-{child}"' in f and 'data-status="CANCELLED"' in f
                           for f in frames):
                 frames.append(ws.recv(timeout=20))
-        assert ">cancelled<" in frames[-1]
+            assert ">cancelled<" in frames[-1]
+            # Its result turn on the parent branch comes after the child's end event.
+            while "stopped (cancelled)" not in "".join(frames):
+                frames.append(ws.recv(timeout=20))
     status, page = srv.page(f"/s/{sid}")
     assert re.search(rf'id="sub-card-{child}"[^>]*data-status="CANCELLED"', page)

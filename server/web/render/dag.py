@@ -148,8 +148,8 @@ def sub_agent_done(v: View) -> str:
 
 
 def lane_grew(v: View) -> str:
-    """A sub-agent's checkpoint: the graph redrawn with its lane grown (events._checkpoint
-    read it only for a sub-agent's run)."""
+    """A sub-agent's checkpoint: the graph redrawn with its lane grown (only a sub-agent's
+    reach here: events.grows_lane)."""
     layout = v.reads.get("layout")
     return dag_html(layout, v.data["session_id"]) if layout is not None else ""
 

@@ -81,15 +81,16 @@ async def _run_done(ctx: ActionContext, data: EventData) -> EventReads:
     return out
 
 
-async def _checkpoint(ctx: ActionContext, data: EventData) -> EventReads:
-    """A sub-agent's checkpoint: its lane in the graph grew. Others draw nothing."""
-    active = ctx.braid.runs.find(ctx.session_id, str(data.get("run_id") or ""))
-    branch = str(data.get("branch") or (active.branch if active else ""))
+def grows_lane(ctx: ActionContext, data: EventData) -> bool:
+    """Whether a `checkpoint` is a sub-agent's (its lane in the graph grew): decided before
+    any view is built, so a turn's own checkpoints cost the page nothing."""
     from server.features.subagents import PREFIX
 
-    if not branch.startswith(PREFIX):
-        return {}
-    return await _layout(ctx, data)
+    branch = data.get("branch")
+    if not branch:
+        active = ctx.braid.runs.find(ctx.session_id, str(data.get("run_id") or ""))
+        branch = active.branch if active is not None else ""
+    return branch.startswith(PREFIX)
 
 
 async def _transcript(ctx: ActionContext, data: EventData) -> EventReads:
@@ -135,7 +136,7 @@ LOADS: dict[str, Load] = {
     "session_changed": _session_changed,
     "run_continued": _transcript,
     "dag_changed": _layout,
-    "checkpoint": _checkpoint,
+    "checkpoint": _layout,  # a sub-agent's only (frames.HtmlRenderer: grows_lane)
     "session_updated": _session_updated,
 }
 

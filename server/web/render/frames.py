@@ -16,7 +16,7 @@ from server.web.errors import Frame
 from server.web.import_views import IMPORT_ERRORS, IMPORT_RESULTS
 from server.web.render.composer import COMPOSER_ERRORS, COMPOSER_RESULTS
 from server.web.render.dag import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, child_ended, dag_html
-from server.web.render.events import VIEWS, is_sub_agent_run
+from server.web.render.events import VIEWS, grows_lane, is_sub_agent_run
 from server.web.render.fragments import (
     ErrorRenderer,
     EventRenderer,
@@ -59,7 +59,7 @@ class HtmlRenderer:
             if name == "message_delta":  # deltas name nothing; they come often
                 return _delta(frame["data"])
             event = EVENTS.get(name)
-            if event is None:
+            if event is None or (name == "checkpoint" and not grows_lane(self.ctx, frame["data"])):
                 return ""
             view = await VIEWS.get(self.ctx, frame)
             use(view.names)
