@@ -92,22 +92,44 @@ def test_three_children_live_cards_lanes_stop_one_and_the_merge(
     if size["width"] < 760:
         page.click("[data-toggle-dag]")
 
-    # The card's controls are in the window and uncovered, at this size too.
-    beta = card(page, "beta")
-    assert page.evaluate(UNCOVERED, beta.element_handle()) == []
-    # Stop on one child: it ends cancelled, and says so; the others finish.
-    beta.get_by_role("button", name="Stop sub-agent beta").click()
-    expect(beta).to_have_attribute("data-status", "CANCELLED", timeout=TIMEOUT)
-    expect(beta.locator(".sub-status")).to_have_text("cancelled")
-    expect(beta.get_by_role("button", name=re.compile("Stop"))).to_have_count(0)
+    # Two finish while the third still runs: their cards say done, with files and tokens.
     for label, path in (("alpha", "alpha.txt"), ("gamma", "gamma.txt")):
         done = card(page, label)
         expect(done).to_have_attribute("data-status", "COMPLETED", timeout=TIMEOUT)
         expect(done.locator(".sub-card-result")).to_contain_text(f"{label}29")
         expect(done.locator(f".chip[data-path='{path}']")).to_have_count(1)
         expect(done.locator(".sub-tokens")).to_contain_text("tokens")
+    expect(card(page, "beta")).to_have_attribute("data-status", "RUNNING")
+    # Their lanes grew to their last turn; beta's has not got there yet.
+    for label, turns in (("alpha", 1), ("gamma", 1), ("beta", 0)):
+        branch = card(page, label).get_attribute("data-branch")
+        expect(page.locator(f"#dag .dag-node[data-branch='{branch}'][data-kind=turn]")
+               ).to_have_count(turns, timeout=TIMEOUT)
+    # A reload now draws all three from what is at hand (the parent's journal, the live
+    # child with its text so far), and beta keeps streaming into its card.
+    page.reload()
+    page.wait_for_selector("#conn[data-state=open]", timeout=TIMEOUT)
+    expect(page.locator(f"#turn-{parent} .child-cards > .sub-card")).to_have_count(3)
+    for label in ("alpha", "gamma"):
+        expect(card(page, label)).to_have_attribute("data-status", "COMPLETED")
+        expect(card(page, label).locator(".sub-tokens")).to_contain_text("tokens")
+    beta = card(page, "beta")
+    expect(beta).to_have_attribute("data-status", "RUNNING")
+    shown = len(beta.locator(".sub-preview").inner_text())
+    expect(beta.locator(".sub-preview")).not_to_have_text(
+        beta.locator(".sub-preview").inner_text(), timeout=TIMEOUT)  # still growing
+    assert len(beta.locator(".sub-preview").inner_text()) > shown
+
+    # The card's controls are in the window and uncovered, at this size too.
+    assert page.evaluate(UNCOVERED, beta.element_handle()) == []
+    # Stop on one child: it ends cancelled, and says so, in both tabs.
+    beta.get_by_role("button", name="Stop sub-agent beta").click()
+    expect(beta).to_have_attribute("data-status", "CANCELLED", timeout=TIMEOUT)
+    expect(beta.locator(".sub-status")).to_have_text("cancelled")
+    expect(beta.get_by_role("button", name=re.compile("Stop"))).to_have_count(0)
     expect(other.locator(f"#turn-{parent} .sub-card[data-status=CANCELLED]")).to_have_count(
         1, timeout=TIMEOUT)
+    bubble = page.locator(f"#turn-{parent}")
 
     # The parent goes on and merges: the merge node lands in the graph.
     expect(bubble).to_have_attribute("data-status", "COMPLETED", timeout=TIMEOUT)

@@ -116,6 +116,20 @@ def _spawn_results(turn: TranscriptItem) -> list[ChildCard]:
     return cards
 
 
+def _journal_cards(turn: TranscriptItem) -> list[ChildCard]:
+    """The children of the run's latest spawn_sub_agents call as its record's journal keeps
+    them (`run.spawn`, agent/orchestrate.py), with their tokens: while the call goes on (a
+    child that ended while the others run has no tool result yet), or after a kill."""
+    run: Mapping[str, Any] = turn.get("run") or {}
+    journal: Mapping[str, Any] = run.get("spawn") or {}
+    cards = [_card_of_result(str(turn.get("run_id") or ""), journal.get("call_id"), child)
+             for child in journal.get("children") or () if child.get("run_id")]
+    for card in cards:  # a child that was running when its parent stopped (a kill)
+        if card["status"] == "RUNNING" and run.get("status") != "RUNNING":
+            card["status"] = "INTERRUPTED"
+    return cards
+
+
 def result_cards(turns: list[TranscriptItem]) -> dict[str, dict[str, ChildCard]]:
     """Every child the records of these turns name, by parent run and child run."""
     out: dict[str, dict[str, ChildCard]] = {}
@@ -126,7 +140,7 @@ def result_cards(turns: list[TranscriptItem]) -> dict[str, dict[str, ChildCard]]
                 info.get("run_id"):
             card = _card_of_result(str(run["parent_run_id"]), info.get("call_id"), info)
             out.setdefault(card["parent_run_id"], {})[card["run_id"]] = card
-        for card in _spawn_results(turn):
+        for card in _spawn_results(turn) + _journal_cards(turn):  # the journal's has tokens
             out.setdefault(card["parent_run_id"], {})[card["run_id"]] = card
     return out
 
