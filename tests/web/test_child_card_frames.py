@@ -108,3 +108,34 @@ def test_a_page_opened_mid_spawn_streams_the_child_and_a_stop_cancels_it(
                 frames.append(ws.recv(timeout=20))
     status, page = srv.page(f"/s/{sid}")
     assert re.search(rf'id="sub-card-{child}"[^>]*data-status="CANCELLED"', page)
+
+
+def test_a_childs_own_children_are_cards_in_its_card(shared_server: Server) -> None:
+    """Depth: a child that spawns gets its children's cards in its own card, live and in its
+    end's redraw (from its tool result)."""
+    srv = shared_server
+    sid = srv.new_session()
+    with connect(f"{srv.ws_url}/ws/sessions/{sid}?format=html",
+                 additional_headers={"Authorization": f"Bearer {srv.token}"}) as ws:
+        run = srv.run(sid, "spawn outer: spawn inner: say deep")
+        assert run["status"] == "COMPLETED", run
+        frames: list[str] = []
+        parent = run["run_id"]
+        while not any(f'id="turn-{parent}"' in f and 'data-status="COMPLETED"' in f
+                      for f in frames):
+            frames.append(ws.recv(timeout=20))
+    text = "".join(frames)
+    outer = re.search(rf'<div id="children-{parent}" hx-swap-oob="beforeend">\s*'
+                      r'<div class="sub-card" id="sub-card-(\w+)"', text)
+    assert outer is not None
+    inner = re.search(rf'<div id="children-{outer.group(1)}" hx-swap-oob="beforeend">\s*'
+                      rf'<div class="sub-card" id="sub-card-(\w+)"[^>]*data-parent='
+                      rf'"{outer.group(1)}"', text)
+    assert inner is not None, text[:4000]
+    # The outer child's end draws its card with the inner one inside, done.
+    end = next(f for f in frames if f.lstrip().startswith(f'<div class="sub-card" id="sub-card-'
+                                                          f'{outer.group(1)}"')
+               and 'data-status="COMPLETED"' in f.split(">", 1)[0])
+    nested = end.split(f'id="children-{outer.group(1)}"')[1]
+    assert re.search(rf'id="sub-card-{inner.group(1)}"[^>]*data-status="COMPLETED"', nested)
+    assert ">inner<" in nested and "deep" in nested
