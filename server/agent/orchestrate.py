@@ -36,9 +36,11 @@ from server.base import crash
 from server.base.errors import BraidError
 from server.base.ids import now_iso
 from server.base.records import (
+    MessageRecord,
     RunFields,
     SpawnChild,
     SpawnJournal,
+    ToolCall,
     ToolSchema,
     Usage,
     to_json_bytes,
@@ -105,6 +107,20 @@ def schemas() -> list[ToolSchema]:
     ]
 
 
+def open_calls(messages: list[MessageRecord]) -> list[ToolCall]:
+    """The calls of the last tool batch a kill left unanswered, when one of them is this
+    module's (a resumed run runs them again: turns.py; `continue_run` resumes in place)."""
+    if not messages or messages[-1]["role"] == "user":
+        return []
+    batch = next((m for m in reversed(messages) if m["role"] == "assistant"), None)
+    calls = (batch.get("tool_calls") if batch is not None else None) or []
+    answered = {m.get("tool_call_id") for m in messages if m["role"] == "tool"}
+    found = [c for c in calls if c.get("id") not in answered]
+    if any((c.get("function") or {}).get("name") in NAMES for c in found):
+        return found
+    return []
+
+
 class ToolRefused(Exception):
     """A call the model must correct: its message is the tool result."""
 
@@ -133,7 +149,7 @@ def _label(raw: object) -> str:
     return text or "agent"
 
 
-def _wanted(args: dict[str, Any]) -> list[tuple[str, str]]:
+def check_agents(args: dict[str, Any]) -> list[tuple[str, str]]:
     agents = args.get("agents")
     if not isinstance(agents, list) or not agents:
         raise ToolRefused("agents must be a non-empty list of {label, prompt}")
@@ -171,7 +187,7 @@ async def _write_record(ctx: TurnContext) -> None:
 
 
 async def spawn(braid: Services, ctx: TurnContext, args: dict[str, Any], call_id: str) -> str:
-    wanted = _wanted(args)
+    wanted = check_agents(args)
     depth = depth_of(ctx) + 1
     if depth > braid.settings.subagent_depth:
         raise ToolRefused(
@@ -179,13 +195,16 @@ async def spawn(braid: Services, ctx: TurnContext, args: dict[str, Any], call_id
             "the user's run, and you are a sub-agent at that depth: do this work yourself")
     journal = ctx.run.get("spawn")
     if journal is None or journal["call_id"] != call_id:  # a new call, not a resumed one
-        await _checkpoint(braid, ctx, "Before sub-agents")
+        if ctx.changed:  # children branch from the files so far (messages need no commit)
+            await _checkpoint(braid, ctx, "Before sub-agents")
         journal = {"call_id": call_id, "base_commit_id": None, "children": [
             {"label": label, "prompt": prompt, "status": "PENDING", "run_id": None,
              "branch": f"sub_{ctx.run_id[:10]}_{label}_{secrets.token_hex(4)}"}
             for label, prompt in wanted]}
         ctx.run["spawn"] = journal
         await _write_record(ctx)  # which children exist, before any branch is made
+    else:  # resumed: a child a kill caught before its run id was journaled is found
+        await _found_runs(braid, ctx, journal)
     journal["base_commit_id"] = await braid.open_child_branches(ctx.handle, journal["children"])
     await _write_record(ctx)
     crash.at("spawn.after_branches")
@@ -194,6 +213,16 @@ async def spawn(braid: Services, ctx: TurnContext, args: dict[str, Any], call_id
     await _run_children(braid, ctx, journal, depth)
     crash.at("spawn.before_result")
     return json.dumps(_result(ctx, journal))
+
+
+async def _found_runs(braid: Services, ctx: TurnContext, journal: SpawnJournal) -> None:
+    unknown = {c["branch"]: c for c in journal["children"] if not c.get("run_id")}
+    if not unknown:
+        return
+    for row in await braid.index.list_runs(ctx.handle.session_id):
+        child = unknown.get(str(row.get("branch") or ""))
+        if child is not None:
+            child["run_id"], child["status"] = row["run_id"], str(row["status"])
 
 
 def _result(ctx: TurnContext, journal: SpawnJournal) -> dict[str, Any]:

@@ -101,10 +101,12 @@ def add_message(ctx: TurnContext, msg: MessageRecord) -> None:
 def open_turn(
     git: GitSession, handle: SessionHandle, text: str, fields: RunFields,
     notes: tuple[str, ...] = (),
+    fresh: bool = False,
 ) -> TurnContext:
     """Open a turn on the session thread: snapshot user edits, then the user message (after
-    any `notes`) and a RUNNING record written to disk; `turns.launch` then drives it."""
-    _, unholdable = take_user_edits(git)
+    any `notes`) and a RUNNING record written to disk; `turns.launch` then drives it.
+    `fresh`: a worktree just checked out (a sub-agent's), which nobody can have edited."""
+    _, unholdable = (None, []) if fresh else take_user_edits(git)
     crash.at("turn.prepare")
     run_id = new_message_id()
     run: RunRecord = {**new_run(run_id, handle.session_id, git.branch), **fields}

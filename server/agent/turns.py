@@ -214,15 +214,8 @@ async def _answer_resumed_calls(braid: Services, ctx: TurnContext) -> None:
     """A resumed run whose last batch holds a `spawn_sub_agents` or `merge_branches` call a
     kill left unanswered: that batch's open calls run again (orchestrate.py: its journal
     keeps finished children from running twice), then the loop goes on."""
-    last = ctx.messages[-1] if ctx.messages else None
-    if last is None or last["role"] == "user":  # a new turn: nothing to look at
-        return
-    batch = next((m for m in reversed(ctx.messages) if m["role"] == "assistant"), None)
-    calls = (batch.get("tool_calls") if batch is not None else None) or []
-    answered = {m.get("tool_call_id") for m in ctx.messages if m["role"] == "tool"}
-    open_calls = [c for c in calls if c.get("id") not in answered]
-    if not any((c.get("function") or {}).get("name") in orchestrate.NAMES
-               for c in open_calls):
+    open_calls = orchestrate.open_calls(ctx.messages)
+    if not open_calls:
         return
     for call in open_calls:
         result = await tool_step(braid, ctx, call)

@@ -340,8 +340,7 @@ async def run_model_child(braid: Services, parent: SessionHandle, child: SpawnCh
             made = handle
             ctx = await handle.call(
                 (lambda git: resume_child_turn(git, made, resume)) if resume
-                else (lambda git: open_turn(git, made, child["prompt"], fields)))
-            await started(ctx.run_id)
+                else (lambda git: open_turn(git, made, child["prompt"], fields, fresh=True)))
             braid.bus.publish(sid, "sub_agent_started", {
                 "run_id": ctx.run_id, "branch": branch, "label": child["label"],
                 "prompt": child["prompt"], "parent_turn_id": str(info.get("parent_turn_id")),
@@ -349,6 +348,9 @@ async def run_model_child(braid: Services, parent: SessionHandle, child: SpawnCh
                 "parent_run_id": fields.get("parent_run_id"), "call_id": info.get("call_id"),
                 "depth": info.get("depth"), "resumed": bool(resume)})
             await launch(braid, handle, ctx, active)
+            # Journaled while the child's first model call goes out (a kill before this: the
+            # resumed spawn finds the run by its branch, orchestrate.py).
+            await started(ctx.run_id)
         except BaseException:
             if handle is not None:
                 handle.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from server.agent import orchestrate
 from server.agent.live_runs import claim_turn
 from server.agent.turn_context import (
     TurnContext,
@@ -80,6 +81,8 @@ def plan_continue(git: GitSession, run_id: str, options: Options, new_run_id: st
     view = locate_run(git, run_id)
     messages = view.messages
     k = resolve_index(messages, options.continue_from, options.regenerate)
+    if options.continue_from == "end" and orchestrate.open_calls(messages):
+        k = len(messages)  # a spawn or merge a kill cut off: resumed where it was
     if not options.text and not any(m.get("role") == "user" for m in messages[:k]):
         raise BadRequest(f"the first {k} messages hold no user message: give an input")
     status = view.record.get("status")

@@ -18,6 +18,8 @@ VERBS = {"write_file": "wrote", "edit_file": "appended", "delete_file": "deleted
           "read_file": "read", "shell": "ran", "spawn_sub_agents": "spawned",
           "merge_branches": "merged"}
 SPAWN, MERGE = "spawn_sub_agents", "merge_branches"
+# `merge STRATEGY` only with one of these words: "merge them" stays a plain message.
+MERGE_STRATEGIES = ("fail", "ours", "theirs", "agent")
 _BRANCH_LINE = re.compile(r"^- [^:]+: ?(.*)$")
 
 
@@ -114,7 +116,7 @@ def parse(user_text: str, has_shell: bool) -> Plan:
         word, _, rest = raw.rstrip("\r").partition(" ")
         if word not in KEYWORDS:
             continue
-        if word in ("spawn", "merge"):
+        if word == "spawn" or (word == "merge" and rest.strip() in MERGE_STRATEGIES):
             current = _orchestration_line(plan, current, word, rest)
             continue
         call = _tool_call(word, rest, has_shell)
@@ -262,7 +264,7 @@ def respond(request: dict[str, Any]) -> Reply:
     if note is not None and note.conflicts:
         plan.batches = [b for b in conflict_batches(note, messages, last_user + 1) if b] \
             + plan.batches
-    spawned = _tool_results(messages[last_user + 1:]) if any(
+    spawned = _tool_results(messages, last_user + 1) if any(
         b and b[0][0] in (SPAWN, MERGE) for b in plan.batches) else None
     if done < len(plan.batches):
         for name, args in plan.batches[done]:
@@ -290,9 +292,11 @@ class Spawned:
     errors: list[str] = field(default_factory=list)
 
 
-def _tool_results(messages: list[dict[str, Any]]) -> Spawned:
+def _tool_results(messages: list[dict[str, Any]], start: int) -> Spawned:
+    """This turn's results (from `start`); without a spawn in it, the last spawn's result
+    before (a `merge` retried in a later turn merges that spawn's branches)."""
     out = Spawned()
-    for m in messages:
+    for m in messages[start:]:
         if m.get("role") != "tool":
             continue
         text = text_of(m.get("content"))
@@ -307,6 +311,12 @@ def _tool_results(messages: list[dict[str, Any]]) -> Spawned:
             out.spawn = value
         elif isinstance(value, dict) and ("commit_id" in value or "conflicts" in value):
             out.merge = value
+    if not out.spawn:
+        for m in reversed(messages[:start]):
+            text = text_of(m.get("content")) if m.get("role") == "tool" else ""
+            if text.startswith('{"agents"'):
+                out.spawn = json.loads(text)
+                break
     return out
 
 

@@ -147,7 +147,48 @@ def check_checkout(t: Template, repo: Path, tip: str, srv: Server) -> str:
     return "done" if head == t.sibling else "undone"
 
 
+# The model's own sub-agents (agent/orchestrate.py): sa ends at once, sb takes a while (so
+# a kill after one child finished finds the other running), then their merge.
+SPAWN_TEXT = ("spawn sa: write sa.txt A\nspawn sb: slow 40\\nwrite sb.txt B\\nsay b b b b b b b b"
+              "\nmerge fail")
+
+
+def check_spawn(t: Template, repo: Path, tip: str, srv: Server) -> str:
+    """The parent is INTERRUPTED; resumed, it ends with both children's files merged, no
+    child that had finished runs again, and no child runs twice."""
+    runs = srv.api("GET", f"/api/sessions/{t.sid}")[1]["runs"]
+    parent = next(r for r in runs if r["branch"] == "main"
+                  and r["run_id"] not in (t.t1, t.t2, t.t3) and r["status"] != "COMPLETED")
+    assert parent["status"] == "INTERRUPTED", runs
+    prefix = f"sub_{parent['run_id'][:10]}_"
+    children = [r for r in runs if str(r["branch"]).startswith(prefix)]
+    assert all(r["status"] in ("COMPLETED", "INTERRUPTED") for r in children), children
+    finished = {r["branch"]: git(repo, "rev-parse", r["branch"]).strip() for r in children
+                if r["status"] == "COMPLETED"}
+    status, body = srv.api("POST", f"/api/runs/{parent['run_id']}/continue",
+                           {"session_id": t.sid})
+    assert status == 200 and body["status"] == "COMPLETED", body
+    assert not body["forked"], {k: body[k] for k in ("forked", "branch", "message_index")}
+    assert body["messages"][-1]["content"] == "merged: A; b b b b b b b b" or \
+        body["messages"][-1]["content"].startswith("merged: "), body["messages"][-1]
+    assert (repo / "workdir/sa.txt").read_text() == "A\n"
+    assert (repo / "workdir/sb.txt").read_text() == "B\n"
+    merges = git(repo, "log", "--merges", "--format=%H", f"{tip}..main").split()
+    assert len(merges) == 1
+    for branch, before in finished.items():  # a finished child never runs again
+        assert git(repo, "rev-parse", branch).strip() == before
+    branches = [b for b in git(repo, "for-each-ref", "--format=%(refname:short)",
+                               "refs/heads").split() if b.startswith(prefix)]
+    assert len(branches) == 2, branches
+    for branch in branches:  # one run per child, resumed in place if it was interrupted
+        records = git(repo, "ls-tree", "-r", "--name-only", branch, "runs/").split()
+        assert len(records) == 1, (branch, records)
+    return "resumed"
+
+
 OPERATIONS: dict[str, tuple[Callable[[Template], dict[str, Any]], Check]] = {
+    "spawn": (lambda t: {"action": "send_message", "text": SPAWN_TEXT}, check_spawn),
+    "merge-tool": (lambda t: {"action": "send_message", "text": SPAWN_TEXT}, check_spawn),
     "checkpoint": (lambda t: {"action": "send_message",
                               "text": "write g.txt seven\nbatch\nwrite h.txt eight"},
                    check_checkpoint),
