@@ -4,11 +4,14 @@ card per child in the parent's bubble, each streaming a preview of its answer, i
 three lanes in the History graph, labelled by the children's labels; Stop on one child ends
 it cancelled (its card says so) while the others finish; the merge node lands; Transcript
 opens a child's chat; a reload draws the cards again from the records, with their tokens. At a
-phone's size (390×844) and a laptop's, every control of a card in the window and uncovered."""
+phone's size (390×844) and a laptop's, every control of a card in the window and uncovered.
+Set BRAID_SHOTS=DIR to keep a screenshot of the cards mid-spawn and at the end."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,6 +48,14 @@ UNCOVERED = """(root) => {
   }
   return problems;
 }"""
+
+
+def shot(page: Page, name: str, bubble: Any) -> None:
+    shots = os.environ.get("BRAID_SHOTS")
+    if shots:
+        Path(shots).mkdir(parents=True, exist_ok=True)
+        bubble.locator(".child-cards").first.scroll_into_view_if_needed()
+        page.screenshot(path=f"{shots}/{name}-{(page.viewport_size or {}).get('width')}.png")
 
 
 def card(page: Page, label: str) -> Any:
@@ -120,6 +131,7 @@ def test_three_children_live_cards_lanes_stop_one_and_the_merge(
         beta.locator(".sub-preview").inner_text(), timeout=TIMEOUT)  # still growing
     assert len(beta.locator(".sub-preview").inner_text()) > shown
 
+    shot(page, "subagents-running", page.locator(f"#turn-{parent}"))
     # The card's controls are in the window and uncovered, at this size too.
     assert page.evaluate(UNCOVERED, beta.element_handle()) == []
     # Stop on one child: it ends cancelled, and says so, in both tabs.
@@ -164,6 +176,7 @@ def test_three_children_live_cards_lanes_stop_one_and_the_merge(
         "cs => cs.map(c => c.dataset.tokens)"))
     assert total.inner_text().endswith(f"· {tokens} tokens")
     assert page.evaluate(UNCOVERED, card(page, "gamma").element_handle()) == []
+    shot(page, "subagents-done", page.locator(f"#turn-{parent}"))
 
 
 def test_the_users_spawn_gets_a_live_card_in_the_turn_it_came_from(
