@@ -57,6 +57,10 @@ MAX_PROMPT = 20_000
 STRATEGIES = ("fail", "ours", "theirs", "agent")
 FINISHED = frozenset({"COMPLETED", "ERROR", "CANCELLED"})
 STOP_POLL = 0.05
+# Of the children's answers, what the parent's model reads (each child's whole transcript
+# stays on its branch): at most 800 characters each, 3,200 in all (at least 200 each), so
+# eight children's answers leave a small model's context room.
+ANSWER_CHARS, ANSWERS_CHARS, ANSWER_FLOOR = 800, 3200, 200
 
 SPAWN_DESCRIPTION = (
     "Run up to 8 sub-agents in parallel, each on its own git branch and worktree that starts "
@@ -90,7 +94,7 @@ def schemas() -> list[ToolSchema]:
              "type": "array", "minItems": 1, "maxItems": MAX_CHILDREN,
              "description": "The children, one per independent part of the work.",
              "items": {"type": "object", "properties": {
-                 "label": {"type": "string", "description":
+                 "label": {"type": "string", "maxLength": 24, "description":
                            "A short name for the child (letters, digits, dashes), e.g. "
                            "'tests' or 'parser'."},
                  "prompt": {"type": "string", "description":
@@ -228,9 +232,11 @@ async def _found_runs(braid: Services, ctx: TurnContext, journal: SpawnJournal) 
 def _result(ctx: TurnContext, journal: SpawnJournal) -> dict[str, Any]:
     agents = []
     total: Usage = {"prompt_tokens": 0, "completion_tokens": 0}
+    each = max(ANSWER_FLOOR, min(ANSWER_CHARS, ANSWERS_CHARS // len(journal["children"])))
     for child in journal["children"]:
         agents.append({k: child.get(k) for k in ("label", "branch", "run_id", "status",
-                                                 "final_text", "commit_id")}
+                                                 "commit_id")}
+                      | {"final_text": str(child.get("final_text") or "")[:each]}
                       | {"files": child.get("files") or []}
                       | ({"error": child["error"]} if child.get("error") else {}))
         used: Usage = child.get("usage") or {}

@@ -173,7 +173,9 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
     active.partial = ""
     reply = None
     crash.at("turn.model")
-    choice = choice_for_call(endpoint.tool_choice, batch)  # forced: first call only
+    forced = endpoint.sub_tool_choice if "sub_agent" in ctx.run and endpoint.sub_tool_choice \
+        else endpoint.tool_choice
+    choice = choice_for_call(forced, batch)  # forced: first call only
     sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning)
     tools = Workspace.schemas(braid.settings.shell)
     if braid.settings.subagent_tools:

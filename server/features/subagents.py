@@ -348,14 +348,14 @@ async def run_model_child(braid: Services, parent: SessionHandle, child: SpawnCh
                 "parent_run_id": fields.get("parent_run_id"), "call_id": info.get("call_id"),
                 "depth": info.get("depth"), "resumed": bool(resume)})
             await launch(braid, handle, ctx, active)
-            # Journaled while the child's first model call goes out (a kill before this: the
-            # resumed spawn finds the run by its branch, orchestrate.py).
-            await started(ctx.run_id)
         except BaseException:
             if handle is not None:
                 handle.close()
             await root.call(lambda git: git.remove_worktree(branch))
             raise
+    # Journaled while the child's first model call goes out (a kill before this: the resumed
+    # spawn finds the run by its branch, orchestrate.py).
+    await started(ctx.run_id)
     await active.done.wait()
     await handle.call(lambda git: None)  # after the turn's last index flush
     handle.close()

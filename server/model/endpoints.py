@@ -8,6 +8,7 @@ a JSON or TOML file, so a local server and a hosted one can be used side by side
     api_key_env = "LOCAL_KEY"           # the key is read from this variable, never the file
     models = ["smollm2"]                # optional: listed without asking GET /v1/models
     tool_choice = "write_file"          # optional: auto | none | required | a tool's name
+    sub_tool_choice = "write_file"      # optional: the same, for a sub-agent's turn
     tools = ["write_file"]              # optional: only these tools are offered
     named_tool_choice = false           # send a tool name as the OpenAI object form
     send_reasoning = false              # replay reasoning_content to this server
@@ -57,6 +58,9 @@ class Endpoint:
     api_key: str | None = None
     models: tuple[str, ...] = ()
     tool_choice: str | None = None
+    # A sub-agent's turn's (else `tool_choice`): forcing `spawn_sub_agents` on the user's
+    # run must not force every child to spawn again.
+    sub_tool_choice: str | None = None
     tools: tuple[str, ...] | None = None
     named_tool_choice: bool = False
     send_reasoning: bool = False
@@ -149,6 +153,7 @@ def parse_endpoint(entry: object, where: str) -> Endpoint:
         api_key_env=_text(entry, "api_key_env", where),
         models=_names(entry, "models", where) or (),
         tool_choice=_text(entry, "tool_choice", where), tools=_names(entry, "tools", where),
+        sub_tool_choice=_text(entry, "sub_tool_choice", where),
         named_tool_choice=_bool(entry, "named_tool_choice", where),
         send_reasoning=_bool(entry, "send_reasoning", where),
         params=_params(entry, where),

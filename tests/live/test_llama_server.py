@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 from typing import Any
 
 from conftest import assert_fsck, git
-from tests.live.llama import Llama, braid_on, use
+from tests.live.llama import Llama, braid_on, runs_json, use
 
 
 def kinds(path: Path) -> list[str]:
@@ -153,4 +154,51 @@ def test_continue_and_regenerate(server_factory: Any, tmp_path: Path, llama: Lla
     done = ws.until(lambda f: f.get("event") in ("run_completed", "run_error"), timeout=90)
     assert done["event"] == "run_completed", done["data"].get("error")
     assert_fsck(srv.session_path(sid))
+    ws.close()
+
+
+def test_a_forced_spawn_runs_children_whose_files_land_in_the_merge(
+        server_factory: Any, tmp_path: Path, llama: Llama) -> None:
+    """The model is forced to call `spawn_sub_agents` (the 135M model calls tools only when
+    forced); each child is forced to write a file (`sub_tool_choice`); the test merges the
+    branches the spawn returned, and every child's file is in the merged workdir."""
+    path = tmp_path / "spawn.toml"
+    path.write_text(
+        f'[[endpoints]]\nname = "llama-spawn"\nbase_url = "{llama.base_url}"\n'
+        'tool_choice = "spawn_sub_agents"\nsub_tool_choice = "write_file"\n'
+        'params = { max_tokens = 320, temperature = 0, repeat_penalty = 1.3, '
+        'repeat_last_n = 16, parallel_tool_calls = false }\n'
+        f'[[endpoints]]\nname = "llama"\nbase_url = "{llama.base_url}"\n'
+        'tool_choice = "none"\nparams = { max_tokens = 32, temperature = 0 }\n')
+    srv = server_factory(BRAID_ENDPOINTS=str(path), BRAID_MODEL_TIMEOUT="120",
+                         BRAID_MODEL_RETRIES="0", BRAID_SUBAGENTS_PARALLEL="2",
+                         BRAID_CONTEXT_TOKENS="2500")
+    sid = srv.new_session()
+    ws = srv.socket(sid)
+    use(ws, "smollm2@llama-spawn")
+    ws.call("send_message", text="Use two sub-agents: one writes a.txt with the word apple, "
+            "the other writes b.txt with the word banana.")
+    done = ws.until(lambda f: f.get("event") in ("run_completed", "run_error")
+                    and not f["data"].get("branch"), timeout=600)
+    messages = done["data"]["messages"]
+    (tmp_path.parent / "spawn-run.json").write_text(json.dumps(messages, indent=1))
+    assert done["event"] == "run_completed", (done["data"].get("error"), runs_json(messages))
+    calls = [c for m in messages for c in m.get("tool_calls") or ()]
+    assert calls and calls[0]["function"]["name"] == "spawn_sub_agents"
+    result = next(m["content"] for m in messages if m["role"] == "tool")
+    assert not result.startswith("error:"), result
+    agents = json.loads(result)["agents"]
+    assert agents and all(a["status"] == "COMPLETED" for a in agents), agents
+    written = {f["path"] for a in agents for f in a["files"] if f["status"] != "deleted"}
+    assert written, agents  # each child was forced to write a file
+    use(ws, "smollm2@llama")
+    merged = ws.call("merge_branches", branches=[a["branch"] for a in agents],
+                     message="Merge the sub-agents' work", strategy="theirs")
+    assert merged["type"] == "result", merged
+    repo = srv.session_path(sid)
+    parents = git(repo, "log", "-1", "--format=%P", merged["data"]["commit_id"]).split()
+    assert parents[1:] == [a["commit_id"] for a in agents]
+    for name in written:
+        assert (repo / "workdir" / name).is_file(), name
+    assert_fsck(repo)
     ws.close()
