@@ -63,8 +63,10 @@ def test_spawn_two_sub_agents_merge_them_and_inspect_a_child(
     expect(lane.locator(".branch-result")).to_have_text("red", timeout=TIMEOUT)
     expect(page.locator("#dag .dag-node[data-branch^=sub_][data-kind=turn]")).to_contain_text(
         "red")
-    # The child's work stayed out of the parent's transcript; its result message is there.
-    expect(page.locator("#transcript")).not_to_contain_text("write red.txt red")
+    # The child's work is a card in its parent's bubble, never a turn of the parent's
+    # transcript; its result message is there.
+    expect(page.locator(f"#turn-{turn_id} .sub-card")).to_have_count(1)
+    expect(page.locator(f"#turn-{card.get_attribute('data-run-id')}")).to_have_count(0)
     expect(page.locator("#transcript .bubble-assistant").last).to_contain_text(
         "finished on branch")
     # With the child's files as chips (no Revert: they are the child's), whose diff opens.

@@ -125,7 +125,9 @@
   // shows as running; a reconnect, which may have missed events, asks for a full redraw.
   function catchUpQuery() {
     if (opened > 0) return "&catchup=full";
-    const live = Array.from(document.querySelectorAll("#transcript > section.turn[data-status=RUNNING]"))
+    // Sub-agents' cards too: each is redrawn as it is now (it may have ended meanwhile).
+    const live = Array.from(document.querySelectorAll(
+      "#transcript > section.turn[data-status=RUNNING], #transcript .sub-card[data-status=RUNNING]"))
       .map(function (t) { return t.dataset.runId; }).filter(Boolean);
     return live.length ? "&live=" + encodeURIComponent(live.join(",")) : "";
   }
@@ -280,6 +282,35 @@
     const message = e.detail && e.detail.message;
     if (typeof message !== "string" || !COMPLETED.test(message)) return;
     document.querySelectorAll("#toasts .toast-error:not(.toast-sticky)").forEach(function (t) { t.remove(); });
+  });
+
+  // Sub-agents in their parent's bubble: the total of their tokens follows their cards
+  // (each card says its own once it ends), and Transcript opens the child's newest node in
+  // the history panel (its chat and files there).
+  function childTotals() {
+    document.querySelectorAll(".child-cards").forEach(function (box) {
+      const total = box.nextElementSibling;
+      if (!total || !total.classList.contains("child-total")) return;
+      const cards = box.querySelectorAll(".sub-card");
+      let tokens = 0;
+      cards.forEach(function (c) { tokens += Number(c.dataset.tokens) || 0; });
+      const text = cards.length ? cards.length + " sub-agent" + (cards.length === 1 ? "" : "s") + (tokens ? " · " + tokens + " tokens" : "") : "";
+      if (total.textContent !== text) total.textContent = text;
+      total.hidden = !cards.length;
+    });
+  }
+  document.addEventListener("htmx:wsAfterMessage", childTotals);
+  document.addEventListener("click", function (e) {
+    const open = e.target.closest && e.target.closest("[data-open-child]");
+    const app = $("#app");
+    if (!open || !app || !window.htmx) return;
+    const panel = $("#dag-panel");
+    if (panel && panel.classList.contains("collapsed")) {
+      const toggle = $("[data-toggle-dag]", panel);
+      if (toggle) toggle.click();
+    }
+    htmx.ajax("GET", "/s/" + app.dataset.sessionId + "/dag/node/tip?branch=" + encodeURIComponent(open.dataset.openChild),
+      {target: "#dag-detail", swap: "outerHTML"});
   });
 
   function watch() {

@@ -38,7 +38,7 @@
   function refreshDag() {
     const p = panel();
     if (!p || !window.htmx) return;
-    htmx.ajax("GET", "/s/" + p.dataset.sessionId + "/dag?cards=1", {target: "#dag", swap: "outerHTML"});
+    htmx.ajax("GET", "/s/" + p.dataset.sessionId + "/dag", {target: "#dag", swap: "outerHTML"});
   }
 
   document.addEventListener("change", function (e) {

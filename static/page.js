@@ -351,7 +351,7 @@
 // still an error.
 (function () {
   "use strict";
-  const PER_TURN = /^#(turn|footer|live|parts|tool-status|tool-output|tool|diff|chips|revert|nav|meta|answer|msg|approval)-/;
+  const PER_TURN = /^#(turn|footer|live|parts|tool-status|tool-output|tool|diff|chips|revert|nav|meta|answer|msg|approval|children|sub-card)-/;
 
   function targetOf(el) {
     const spec = el.getAttribute("hx-swap-oob") || "true";

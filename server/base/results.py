@@ -68,6 +68,27 @@ class TranscriptItem(TypedDict, total=False):
     streaming: bool
     live_text: str  # a live turn's text streamed so far (web.live)
     waiting: list[WaitingCall]  # a live turn's tool calls waiting for approval (web.live)
+    children: list[ChildCard]  # the sub-agents it spawned, as cards in its bubble
+
+
+class ChildCard(TypedDict, total=False):
+    """A sub-agent as its card in the parent's bubble shows it (web/render/events.py
+    `child_cards`): from its live run, its run record or its parent's records."""
+
+    run_id: str
+    parent_run_id: str  # the run whose bubble shows it
+    call_id: str | None  # the parent's spawn_sub_agents call (None: the user's spawn)
+    branch: str
+    label: str
+    status: str
+    prompt: str
+    final_text: str
+    live_text: str  # what it streams now (a page opened mid-run)
+    error: str | None
+    commit_id: str | None
+    files: list[FileChip]
+    usage: Usage | None
+    children: list[ChildCard]  # the ones it spawned itself
 
 
 class Transcript(TypedDict):

@@ -13,13 +13,14 @@ from typing import TypedDict
 from server.app.braid import Braid
 from server.base.errors import BraidError
 from server.base.records import MessageRecord, RunRecord, RunRow
-from server.base.results import EventData, Transcript, TranscriptItem, WaitingCall
+from server.base.results import ChildCard, EventData, Transcript, TranscriptItem, WaitingCall
 from server.features import queue, sessions
-from server.web.render.events import files_for, siblings_for
+from server.web.render.events import add_child_usage, files_for, siblings_for
 from server.web.render.fragments import turn_from_event
 from server.web.render.frames import HtmlRenderer
 from server.web.render.names import load_names
 from server.web.render.templating import render
+from server.web.render.turn_view import attach_children, card_of_run
 
 
 class LiveTurn(TypedDict):
@@ -34,9 +35,10 @@ class LiveTurn(TypedDict):
 
 
 def snapshot(braid: Braid, session_id: str) -> list[LiveTurn]:
-    """The foreground runs of a session as they are this instant (synchronous on purpose)."""
+    """The live runs of a session as they are this instant (synchronous on purpose): the
+    foreground ones, and the sub-agents (their cards in their parent's bubble)."""
     out: list[LiveTurn] = []
-    for active in braid.runs.foreground(session_id):
+    for active in braid.runs.for_session(session_id):
         ctx = active.ctx
         if ctx is None:  # claimed, not started: its run_started event is still to come
             continue
@@ -61,6 +63,12 @@ def live_turn(item: LiveTurn) -> TranscriptItem:
     turn["live_text"] = item["partial"]
     turn["waiting"] = item["waiting"]
     return turn
+
+
+def child_cards(live: list[LiveTurn]) -> list[ChildCard]:
+    """The cards of the sub-agents among the live runs, as they are now."""
+    return [card_of_run(item["run"], item["messages"], partial=item["partial"])
+            for item in live if item["run"].get("sub_agent")]
 
 
 def merge_live(view: Transcript, live: list[LiveTurn], branch: str) -> Transcript:
@@ -88,8 +96,11 @@ def with_waiting(braid: Braid, session_id: str, view: Transcript) -> Transcript:
 async def page_transcript(braid: Braid, user_id: str, session_id: str,
                           branch: str) -> Transcript:
     live = snapshot(braid, session_id)
-    view = await sessions.transcript(braid, user_id, session_id)
-    return with_waiting(braid, session_id, merge_live(view, live, branch))
+    view = with_waiting(braid, session_id, merge_live(
+        await sessions.transcript(braid, user_id, session_id), live, branch))
+    cards = attach_children(view["turns"], child_cards(live))
+    await add_child_usage(braid, session_id, cards)
+    return view
 
 
 async def catch_up(r: HtmlRenderer, live: list[LiveTurn], full: bool,
@@ -108,6 +119,8 @@ async def catch_up(r: HtmlRenderer, live: list[LiveTurn], full: bool,
         r.drawn = {rid for t in view["turns"] if (rid := t.get("run_id"))} - live_ids
         info = r.ctx.braid.store.get(r.ctx.session_id).meta
         view = with_waiting(r.ctx.braid, r.ctx.session_id, merge_live(view, live, branch))
+        await add_child_usage(r.ctx.braid, r.ctx.session_id,
+                              attach_children(view["turns"], child_cards(live)))
         queued = await queue.list_queue(r.ctx.braid, r.ctx.user_id, r.ctx.session_id)
         return (render("_transcript.html", transcript=view)
                 + await r.run_state() + render("_branch.html", branch=branch)
@@ -115,15 +128,22 @@ async def catch_up(r: HtmlRenderer, live: list[LiveTurn], full: bool,
                 + render("_queue.html", queued=queued["queued"]))
     html = ""
     live_ids = set()
+    cards = child_cards(live)
+    for card in cards:  # a sub-agent's card the page drew: as it is now
+        if card["run_id"] in shown_live:
+            html += render("_sub_agent_card.html", card=card)
+            live_ids.add(card["run_id"])
     for item in live:
         if item["branch"] != branch:
             continue
         live_ids.add(item["run_id"])
-        turn = render("_turn.html", turn=await siblings_for(r.ctx, live_turn(item)))
+        turn = live_turn(item)
+        attach_children([turn], cards)
+        turn_html = render("_turn.html", turn=await siblings_for(r.ctx, turn))
         if item["run_id"] in shown_live:
-            html += turn  # replaces the page's copy (same id)
+            html += turn_html  # replaces the page's copy (same id)
         else:
-            html += f'<div id="transcript" hx-swap-oob="beforeend">{turn}</div>'
+            html += f'<div id="transcript" hx-swap-oob="beforeend">{turn_html}</div>'
     for run_id in shown_live:
         if run_id in live_ids:
             continue
@@ -132,6 +152,10 @@ async def catch_up(r: HtmlRenderer, live: list[LiveTurn], full: bool,
         except BraidError:
             continue
         data: EventData = {"run_id": run_id, "run": run, "messages": run.get("messages") or []}
+        if run.get("sub_agent"):  # a sub-agent's card: how it ended
+            html += render("_sub_agent_card.html", card=card_of_run(
+                run, data["messages"], files=await files_for(r.ctx, data)))
+            continue
         ended = await siblings_for(r.ctx, turn_from_event(data, streaming=False))
         ended["files"] = await files_for(r.ctx, data)
         html += render("_turn.html", turn=ended)

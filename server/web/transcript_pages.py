@@ -7,9 +7,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from server.base.errors import BadRequest, NotFound
-from server.features import sessions
 from server.web import params
 from server.web.auth import user_of
+from server.web.render.events import transcript_with_children
 from server.web.render.templating import render
 
 
@@ -22,8 +22,9 @@ async def older_turns(request: Request) -> Response:
         before = params.message_number(request.query_params.get("before"))
         commit = params.commit_id(request.query_params.get("commit"))
         run = request.query_params.get("run") or None
-        view = await sessions.transcript(braid, user_id, request.path_params["session_id"],
-                                         before=before, commit=commit, down_to=run)
+        view = await transcript_with_children(braid, user_id,
+                                              request.path_params["session_id"],
+                                              before=before, commit=commit, down_to=run)
     except NotFound:
         return HTMLResponse("", status_code=404)
     except BadRequest as e:

@@ -1,6 +1,6 @@
 """The DAG panel's web side: its HTTP partials (the graph, one node) and the socket renderers
-for sub-agents, merges and `dag_changed`. Sub-agent runs stream into their card in the panel,
-never into the parent's transcript."""
+for sub-agents, merges, `dag_changed` and a sub-agent's checkpoints (its lane grows). A
+sub-agent's run streams into its card in its parent's bubble, never into the transcript."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from server.base.errors import BraidError, ErrorInfo
-from server.base.results import MergeResult, TranscriptItem
+from server.base.errors import BraidError, ErrorInfo, NotFound
+from server.base.results import ChildCard, MergeResult, TranscriptItem
 from server.features import dag, sessions
-from server.features.subagents import PREFIX
 from server.web import params
 from server.web.auth import user_of
 from server.web.render import dag_layout
@@ -23,10 +22,12 @@ from server.web.render.fragments import (
     Renderer,
     ResultRenderer,
     View,
+    oob_append,
     run_state,
 )
 from server.web.render.names import branch_label, load_names
-from server.web.render.templating import env, render
+from server.web.render.templating import dom_id, env, render
+from server.web.render.turn_view import card_of_run
 
 
 def short_branch(name: object) -> str:
@@ -49,18 +50,6 @@ async def load_layout(braid: Any, user_id: str, session_id: str,
     return dag_layout.layout(await dag.get_dag(braid, user_id, session_id), count)
 
 
-def sub_cards(braid: Any, session_id: str) -> str:
-    """Cards for the sub-agents running now (a page load or a reconnect)."""
-    cards = []
-    for active in braid.runs.for_session(session_id):
-        if active.branch.startswith(PREFIX) and active.run_id:
-            cards.append(render("_sub_agent_card.html", run_id=active.run_id,
-                                branch=active.branch, label=short_branch(active.branch),
-                                prompt="", status="RUNNING", final_text=""))
-    return f'<div id="sub-agents" class="sub-agents" aria-live="polite" hx-swap-oob="true">' \
-           f'{"".join(cards)}</div>'
-
-
 async def dag_fragment(request: Request) -> Response:
     braid = request.app.state.braid
     user_id = user_of(request)
@@ -73,10 +62,21 @@ async def dag_fragment(request: Request) -> Response:
     except BraidError as e:
         return HTMLResponse(render("_toast.html", message=e.message, level="error"),
                             status_code=404 if e.code == "not_found" else 400)
-    html = dag_html(layout, session_id)
-    if request.query_params.get("cards"):  # a page load or a reconnect: live cards too
-        html += sub_cards(braid, session_id)
-    return HTMLResponse(html)
+    return HTMLResponse(dag_html(layout, session_id))
+
+
+async def _node_commit(braid: Any, user_id: str, request: Request) -> str:
+    """The node asked for: a commit id, or `tip` with `?branch=` (a sub-agent card's
+    Transcript: its branch's newest commit, whichever it is when clicked)."""
+    if request.path_params["commit_id"] != "tip":
+        return params.full_commit_id(request.path_params["commit_id"])
+    branch = request.query_params.get("branch") or ""
+    info = await sessions.session_info(braid, user_id, request.path_params["session_id"],
+                                       runs=False)
+    head = next((b["head"] for b in info["branches"] if b["name"] == branch), None)
+    if head is None:
+        raise NotFound(f"no branch {branch}")
+    return head
 
 
 async def node_fragment(request: Request) -> Response:
@@ -85,7 +85,7 @@ async def node_fragment(request: Request) -> Response:
     braid = request.app.state.braid
     user_id = user_of(request)
     try:
-        commit_id = params.full_commit_id(request.path_params["commit_id"])
+        commit_id = await _node_commit(braid, user_id, request)
         braid.store.get_owned(user_id, request.path_params["session_id"])
         await load_names(braid, request.path_params["session_id"])
         node = await dag.get_node(braid, user_id, request.path_params["session_id"], commit_id)
@@ -108,18 +108,33 @@ def dag_changed(v: View) -> str:
 
 
 def sub_agent_started(v: View) -> str:
+    """The child's card, appended to its parent's bubble (the user's spawn names the turn
+    as `parent_turn_id`, the model's as `parent_run_id` with its `call_id`)."""
     data = v.data
-    card = render("_sub_agent_card.html", run_id=data["run_id"], branch=data["branch"],
-                  label=data.get("label"), prompt=data.get("prompt"), status="RUNNING",
-                  final_text="")
-    return f'<div id="sub-agents" hx-swap-oob="beforeend">{card}</div>' + run_state(v.running)
+    parent = str(data.get("parent_run_id") or data.get("parent_turn_id") or "")
+    card: ChildCard = {"run_id": data["run_id"], "parent_run_id": parent,
+                       "call_id": str(data.get("call_id") or "") or None,
+                       "branch": data.get("branch") or "",
+                       "label": data.get("label") or "", "status": "RUNNING",
+                       "prompt": data.get("prompt") or ""}
+    html = render("_sub_agent_card.html", card=card)
+    return oob_append(f"children-{dom_id(parent)}", html) + run_state(v.running)
+
+
+def child_ended(v: View) -> str:
+    """A child's own end event: its card in the parent's bubble, with status, answer, files
+    and tokens (its run record's)."""
+    card = card_of_run(v.data.get("run") or {}, v.data.get("messages") or [],
+                       files=list(v.data.get("files") or []))
+    card["run_id"] = v.data["run_id"]
+    return render("_sub_agent_card.html", card=card) + run_state(v.running)
 
 
 def sub_agent_done(v: View) -> str:
+    """The result message joins the parent's transcript (its card was redrawn by the
+    child's own end event)."""
     data = v.data
-    html = render("_sub_agent_card.html", run_id=data["run_id"], branch=data["branch"],
-                  label=data.get("label"), prompt="", status=data.get("status") or "",
-                  final_text=data.get("final_text"))
+    html = ""
     summary = data.get("summary")
     # The result joins the parent's transcript only where the page shows that branch.
     if summary and data.get("shown_branch") == data.get("parent_branch"):
@@ -130,6 +145,13 @@ def sub_agent_done(v: View) -> str:
         html += f'<div id="transcript" hx-swap-oob="beforeend">{render("_turn.html", turn=turn)}' \
                 f'</div>'
     return html + run_state(v.running)
+
+
+def lane_grew(v: View) -> str:
+    """A sub-agent's checkpoint: the graph redrawn with its lane grown (only a sub-agent's
+    reach here: events.grows_lane)."""
+    layout = v.reads.get("layout")
+    return dag_html(layout, v.data["session_id"]) if layout is not None else ""
 
 
 def merged(v: View) -> str:
@@ -155,6 +177,7 @@ DAG_EVENTS: dict[str, EventRenderer] = {
     "dag_changed": dag_changed,
     "sub_agent_started": sub_agent_started,
     "sub_agent_done": sub_agent_done,
+    "checkpoint": lane_grew,
     "merged": merged,
 }
 

@@ -11,23 +11,34 @@ The renderers (`render_*.py`, `web/render/dag.py`) are then payload + view -> HT
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from server.agent.orchestrate import SPAWN
 from server.base.errors import BraidError
-from server.base.records import FileChip
-from server.base.results import EventData, EventFrame, RunSummary, TranscriptItem
+from server.base.records import FileChip, RunRecord, Usage
+from server.base.results import (
+    ChildCard,
+    EventData,
+    EventFrame,
+    RunSummary,
+    Transcript,
+    TranscriptItem,
+)
 from server.features import model_choice, sessions
 from server.features.revert import files_of_run
+from server.store import layout
 from server.store.lineage import sibling_map
-from server.web.render.fragments import EventReads, SessionRowView, View
+from server.web.render.fragments import EventReads, SessionRowView, View, turn_from_event
 from server.web.render.names import names_of
+from server.web.render.turn_view import attach_children, card_of_run
 
 if TYPE_CHECKING:
+    from server.app.braid import Braid
+    from server.git.session import GitSession
     from server.web.specs import ActionContext
-
-
 
 
 Load = Callable[["ActionContext", EventData], Awaitable[EventReads]]
@@ -57,12 +68,34 @@ async def _run_started(ctx: ActionContext, data: EventData) -> EventReads:
 async def _run_done(ctx: ActionContext, data: EventData) -> EventReads:
     if is_sub_agent_run(data):
         return {}
-    return {"usage": await model_choice.session_usage(ctx.braid, ctx.user_id,
-                                                      ctx.session_id)}
+    out: EventReads = {"usage": await model_choice.session_usage(ctx.braid, ctx.user_id,
+                                                                 ctx.session_id)}
+    # A turn that spawned sub-agents: its children's tokens (their records) for their cards.
+    if not any(m.get("name") == SPAWN for m in data.get("messages") or ()):
+        return out
+    turn = turn_from_event(data, streaming=False)
+    cards = attach_children([turn], live_cards(ctx.braid, ctx.session_id))
+    if cards:
+        await add_child_usage(ctx.braid, ctx.session_id, cards)
+        out["children"] = turn["children"]
+    return out
+
+
+def grows_lane(ctx: ActionContext, data: EventData) -> bool:
+    """Whether a `checkpoint` is a sub-agent's (its lane in the graph grew): decided before
+    any view is built, so a turn's own checkpoints cost the page nothing."""
+    from server.features.subagents import PREFIX
+
+    branch = data.get("branch")
+    if not branch:
+        active = ctx.braid.runs.find(ctx.session_id, str(data.get("run_id") or ""))
+        branch = active.branch if active is not None else ""
+    return branch.startswith(PREFIX)
 
 
 async def _transcript(ctx: ActionContext, data: EventData) -> EventReads:
-    return {"transcript": await sessions.transcript(ctx.braid, ctx.user_id, ctx.session_id)}
+    return {"transcript": await transcript_with_children(ctx.braid, ctx.user_id,
+                                                         ctx.session_id)}
 
 
 async def _layout(ctx: ActionContext, data: EventData) -> EventReads:
@@ -72,7 +105,7 @@ async def _layout(ctx: ActionContext, data: EventData) -> EventReads:
 
 
 async def _session_changed(ctx: ActionContext, data: EventData) -> EventReads:
-    transcript = await sessions.transcript(ctx.braid, ctx.user_id, ctx.session_id)
+    transcript = await transcript_with_children(ctx.braid, ctx.user_id, ctx.session_id)
     return {"transcript": transcript, **await _layout(ctx, data)}
 
 
@@ -103,6 +136,7 @@ LOADS: dict[str, Load] = {
     "session_changed": _session_changed,
     "run_continued": _transcript,
     "dag_changed": _layout,
+    "checkpoint": _layout,  # a sub-agent's only (frames.HtmlRenderer: grows_lane)
     "session_updated": _session_updated,
 }
 
@@ -139,6 +173,62 @@ class SharedViews:
 
 
 VIEWS = SharedViews()
+
+
+# -- the sub-agents' cards in their parent's bubble ------------------------------------------
+
+
+def live_cards(braid: Braid, session_id: str) -> list[ChildCard]:
+    """The cards of the sub-agents running now, as they are this instant (synchronous)."""
+    cards = []
+    for active in braid.runs.for_session(session_id):
+        ctx = active.ctx
+        if ctx is None or not ctx.run.get("sub_agent"):
+            continue
+        run = {**ctx.run, "status": "RUNNING"}
+        cards.append(card_of_run(run, list(ctx.messages), partial=active.partial))
+    return cards
+
+
+async def add_child_usage(braid: Braid, session_id: str,
+                          cards: list[ChildCard]) -> None:
+    """The tokens of finished children whose cards came from their parent's records: read
+    from each child's own run record, on its branch (one read per child)."""
+    wanted = [c for c in cards if not c.get("usage") and c.get("branch") and c.get("run_id")]
+    if not wanted:
+        return
+
+    def work(git: GitSession) -> dict[str, Usage]:
+        out: dict[str, Usage] = {}
+        for card in wanted:
+            with contextlib.suppress(BraidError, KeyError, ValueError):
+                commit = git.commit(git.branch_tip(card["branch"]))
+                path = layout.find_run_path(git, card["run_id"], commit)
+                if path is not None:
+                    record: RunRecord = git.read_json(commit, path)
+                    out[card["run_id"]] = record.get("usage") or {}
+        return out
+
+    try:
+        usage = await braid.store.get(session_id).call(work)
+    except BraidError:
+        return
+    for card in wanted:
+        card["usage"] = usage.get(card["run_id"]) or None
+
+
+async def transcript_with_children(braid: Braid, user_id: str, session_id: str,
+                                   **kwargs: Any) -> Transcript:
+    """`sessions.transcript` with each turn's sub-agent cards (from records and live runs)."""
+    view = await sessions.transcript(braid, user_id, session_id, **kwargs)
+    await children_for(braid, view.get("session_id", session_id), view["turns"])
+    return view
+
+
+async def children_for(braid: Braid, session_id: str,
+                       turns: list[TranscriptItem]) -> None:
+    cards = attach_children(turns, live_cards(braid, session_id))
+    await add_child_usage(braid, session_id, cards)
 
 
 # -- reads for one connection: its catch-up frame, a result ---------------------------------

@@ -12,6 +12,7 @@ from typing import Any, Protocol, TypedDict, cast
 from server.base.errors import ErrorInfo
 from server.base.records import SessionRow
 from server.base.results import (
+    ChildCard,
     EventData,
     RunSummary,
     SessionInfo,
@@ -46,6 +47,7 @@ class EventReads(TypedDict, total=False):
     info: SessionInfo
     archived: list[SessionRow]
     picker: str
+    children: list[ChildCard]  # a finished turn's sub-agents, their tokens read
 
 
 class SessionRowView(SessionRow):

@@ -15,8 +15,8 @@ from server.base.results import EventData
 from server.web.errors import Frame
 from server.web.import_views import IMPORT_ERRORS, IMPORT_RESULTS
 from server.web.render.composer import COMPOSER_ERRORS, COMPOSER_RESULTS, QUEUE_EVENTS
-from server.web.render.dag import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, dag_html
-from server.web.render.events import VIEWS, is_sub_agent_run
+from server.web.render.dag import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, child_ended, dag_html
+from server.web.render.events import VIEWS, grows_lane, is_sub_agent_run
 from server.web.render.fragments import (
     ErrorRenderer,
     EventRenderer,
@@ -59,7 +59,7 @@ class HtmlRenderer:
             if name == "message_delta":  # deltas name nothing; they come often
                 return _delta(frame["data"])
             event = EVENTS.get(name)
-            if event is None:
+            if event is None or (name == "checkpoint" and not grows_lane(self.ctx, frame["data"])):
                 return ""
             view = await VIEWS.get(self.ctx, frame)
             use(view.names)
@@ -129,9 +129,11 @@ def _approval_resolved(v: View) -> str:
 
 
 def _run_done(v: View) -> str:
-    if is_sub_agent_run(v.data):  # sub_agent_done redraws its card
-        return run_state(v.running)
+    if is_sub_agent_run(v.data):  # its card in the parent's bubble
+        return child_ended(v)
     turn = turn_from_event(v.data, streaming=False)  # the file chips arrive with the bubble
+    if "children" in v.reads:  # its sub-agents' cards, their tokens read
+        turn["children"] = v.reads["children"]
     html = render("_turn.html", turn=turn) + run_state(v.running)
     if v.data.get("error"):
         html += toast(f"Run failed: {v.data['error']}")

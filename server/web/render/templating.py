@@ -17,7 +17,7 @@ from server.base.results import TranscriptItem
 from server.store.search import MARK_CLOSE, MARK_OPEN
 from server.web.render.markdown import render_markdown
 from server.web.render.names import branch_label, humanize, note_for_people, readable
-from server.web.render.turn_view import turn_flags
+from server.web.render.turn_view import children_tokens, tokens_of, turn_flags
 
 ROOT = Path(__file__).resolve().parents[3]
 templates = Jinja2Templates(directory=str(ROOT / "templates"))
@@ -207,6 +207,8 @@ env.globals["blocks"] = blocks
 env.globals["segments"] = segments
 env.globals["rewinds_of"] = rewinds_of
 env.globals["turn_flags"] = turn_flags  # the turn's view model (turn_view.py)
+env.globals["child_tokens"] = tokens_of  # a sub-agent card's tokens
+env.globals["children_tokens"] = children_tokens
 
 
 def render(name: str, **ctx: Any) -> str:
