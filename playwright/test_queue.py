@@ -118,3 +118,25 @@ def test_an_edit_survives_the_queue_redrawn_by_another_send(page: Page, login: A
         assert ws.call("cancel_run", run_id=first)["type"] == "result"
     finally:
         ws.close()
+
+
+def test_an_edit_open_when_its_message_starts_lands_in_the_message_box(
+        page: Page, login: Any, shared_server: Server) -> None:
+    sid = shared_server.new_session()
+    login(page, sid)
+    first = send_from_page(page, LONG)
+    queue_send(page, "say q1")
+    expect(page.locator("#queue .queued")).to_have_count(1, timeout=TIMEOUT)
+    page.locator("#queue .queued-edit-btn").click()
+    page.locator("#queue .queued-edit textarea").fill("say q1 edited late")
+    ws = shared_server.socket(sid)  # the run ends before the edit is saved: q1 starts
+    try:
+        assert ws.call("cancel_run", run_id=first)["type"] == "result"
+    finally:
+        ws.close()
+    expect(page.locator("#queue")).to_be_hidden(timeout=TIMEOUT)
+    # What was typed is not lost: it waits in the message box, with a word saying why.
+    expect(page.locator("#composer-text")).to_have_value("say q1 edited late")
+    expect(page.locator("#toasts .queued-rescued")).to_contain_text(
+        "your edit is in the message box")
+    expect(page.locator("section.turn").nth(1).locator(".bubble-user").first).to_have_text("say q1")

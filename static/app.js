@@ -210,7 +210,8 @@
         const ta = $("textarea", form);
         if (text !== undefined) ta.value = text;
         ta.focus();
-        editing = {id: id, text: ta.value};
+        const shown = $(".queued-text", li);
+        editing = {id: id, text: ta.value, orig: shown ? shown.textContent : ""};
       }
     });
     if (id === null || !document.getElementById("queued-" + id)) editing = null;
@@ -225,7 +226,31 @@
   }, true);
   document.addEventListener("htmx:oobAfterSwap", function (e) {
     const target = e.detail && e.detail.target;
-    if (target && target.id === "queue" && editing) editQueued(editing.id, editing.text);
+    if (!target || target.id !== "queue" || !editing) return;
+    if (document.getElementById("queued-" + editing.id)) { editQueued(editing.id, editing.text); return; }
+    // The message started (or another tab removed it) while it was being edited: what was
+    // typed is not thrown away but put in the message box, to send as a new message.
+    const typed = editing.text.trim();
+    const changed = typed !== editing.orig.trim();
+    editing = null;
+    if (!changed) return;  // nothing typed: the message ran as it was
+    const ta = $("#composer-text");
+    if (!typed || !ta) return;
+    ta.value = ta.value.trim() ? ta.value.replace(/\s*$/, "\n\n") + typed : typed;
+    ta.dispatchEvent(new Event("input", {bubbles: true}));  // kept as the draft
+    ta.focus();
+    const box = document.getElementById("toasts");
+    if (box) {
+      const t = document.createElement("div");
+      t.className = "toast toast-info queued-rescued";
+      t.setAttribute("role", "status");
+      const span = document.createElement("span");
+      span.textContent = "That message started before your edit was saved: your edit is in the message box.";
+      const close = document.createElement("button");
+      close.type = "button"; close.className = "toast-close"; close.setAttribute("aria-label", "Dismiss"); close.textContent = "×";
+      t.append(span, close);
+      box.append(t);
+    }
   });
 
   function autosize(ta) {
