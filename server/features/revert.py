@@ -301,7 +301,7 @@ def do_unrevert(git: GitSession, turn_id: str, force: bool,
             f"{_names(sorted(left))} stay reverted."
     else:
         note = f"The revert of turn {run_id} was undone; its changes to " \
-            f"{_names([c.path for c in changes]) or 'no files'} are back."
+            f"{_names(todo)} are back."  # the files that were reverted, not every file
     newest = max(commits.values(), key=lambda c: c.commit_time)
     record.update({"reverted": False, "reverted_files": sorted(left),
                    "unreverted_at": now_iso(), "undone_revert_commit_id": str(newest.id)})

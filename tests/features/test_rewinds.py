@@ -200,3 +200,17 @@ async def sessions_messages(braid: Braid, s: Session) -> list[dict[str, object]]
             out += [dict(m) for m in ([item["user"]] if item.get("user") else [])
                     + list(item["parts"])]
     return out
+
+
+async def test_the_note_of_a_per_file_redo_names_only_the_files_it_brought_back(
+        braid: Braid) -> None:
+    s = await new_session(braid)
+    tid, _, after = await three_files(s)
+    await revert.revert_turn(braid, USER, s.id, tid, paths=["c.txt"])
+    await revert.unrevert_turn(braid, USER, s.id, tid, paths=["c.txt"])
+    assert s.files() == after
+    notes = [str(m.get("content")) for m in await sessions_messages(braid, s)
+             if m.get("role") == "system" or m.get("kind")]
+    last = notes[-1]
+    assert "c.txt are back" in last, notes
+    assert "a.txt" not in last and "b.txt" not in last, last  # they were never reverted
