@@ -331,7 +331,8 @@ def _spawn_answer(plan: Plan, spawned: Spawned) -> str:
         paths = sorted({str(c.get("path")) for c in merge["conflicts"]})
         return "conflicts: " + ", ".join(paths)
     if merge is not None:
-        return "merged: " + "; ".join(str(a.get("final_text") or "") for a in agents)
+        # A child that ended without an answer (stopped, failed) adds no empty "; ".
+        return "merged: " + "; ".join(t for a in agents if (t := str(a.get("final_text") or "")))
     return "done: spawned " + ", ".join(str(a.get("label")) for a in agents)
 
 

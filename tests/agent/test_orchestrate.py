@@ -238,6 +238,24 @@ async def test_stopping_one_child_lets_the_parent_go_on(braid: Any) -> None:
     assert run["messages"][-1]["content"] == "done: spawned quick, long"
 
 
+async def test_a_merge_after_a_stopped_child_answers_with_the_others_answers(
+        braid: Any) -> None:
+    sid, _ = await new_session(braid)
+    watch = Watch(braid, sid)
+    run_id = await send_message(braid, USER, sid, "spawn quick: write q.txt q\n"
+                                + slow_child("long", 60, 100) + "\nmerge theirs")
+    await watch.until("sub_agent_started", 2)
+    await watch.until("sub_agent_done", 1)
+    long_id = next(d["run_id"] for d in watch.of("sub_agent_started") if d["label"] == "long")
+    await call_action(braid, USER, sid, "cancel_run", run_id=long_id)
+    active = braid.runs.find(sid, run_id)
+    if active is not None:
+        await active.done.wait()
+    run = await sessions.get_run(braid, USER, sid, run_id)
+    # The stopped child has no answer: it adds no empty "; " to the merge turn's answer.
+    assert run["messages"][-1]["content"] == "merged: done: wrote q.txt"
+
+
 async def test_each_childs_turn_and_the_merge_revert_like_any_turn(braid: Any) -> None:
     sid, path = await new_session(braid)
     await sessions.run_to_end(braid, USER, sid, "write keep.txt keep")
