@@ -63,6 +63,11 @@ def test_approve_after_a_reload_and_deny_with_a_reason(page: Page, login: Any,
     card.locator(".deny-btn").click()
     turn = page.locator(f"#turn-{run_id}")
     expect(turn).to_have_attribute("data-status", "COMPLETED", timeout=TIMEOUT)
+    # The closed card says what the user decided, not a bare "error"; a reload too.
+    expect(turn.locator(".tool-status")).to_have_text("denied")
+    page.reload()
+    turn = page.locator(f"#turn-{run_id}")
+    expect(turn.locator(".tool-status")).to_have_text("denied", timeout=TIMEOUT)
     turn.locator(".tool-card > summary").click()
     expect(turn.locator(".tool-card")).to_contain_text("denied by the user: not this file")
     assert not (path / "workdir" / "b.txt").exists()
