@@ -85,3 +85,34 @@ def test_phone_history_button_sits_in_the_top_bar(page: Page, login: Any,
     expect(badge).to_be_visible()
     box = badge.bounding_box()
     assert panel and box and box["x"] + box["width"] <= panel["x"] + panel["width"], (box, panel)
+
+
+def test_resume_shows_on_an_interrupted_turn_that_is_not_the_last(
+        page: Page, server_factory: Any, console_errors: Any) -> None:
+    # A restart with messages queued runs them after the INTERRUPTED run (features/queue.py):
+    # its Resume must stay in reach, not hidden as Regenerate is on all but the last answer.
+    console_errors.allow_server_down()
+    srv = server_factory()
+    sid = srv.new_session()
+    page.goto(f"{srv.base_url}/login?token={srv.token}")
+    page.goto(f"{srv.base_url}/s/{sid}")
+    expect(page.locator("#conn")).to_have_attribute("data-state", "open", timeout=TIMEOUT)
+    page.fill("#composer-text", "slow 400\nsay " + " ".join(["word"] * 24))
+    page.press("#composer-text", "Enter")
+    turn = page.locator("#transcript > section.turn").last
+    expect(turn.locator(".live .live-block").first).to_be_attached(timeout=TIMEOUT)
+    run_id = turn.get_attribute("data-run-id")
+    srv.stop()
+    again = dataclasses.replace(srv, proc=None)
+    again.start()
+    try:
+        later = again.run(sid, "say after the restart")
+        page.reload()
+        expect(page.locator(f"#turn-{later['run_id']}")).to_have_attribute(
+            "data-status", "COMPLETED", timeout=TIMEOUT)
+        back = page.locator(f"#turn-{run_id}")
+        expect(back).to_have_attribute("data-status", "INTERRUPTED")
+        expect(back.locator(".resume-btn")).to_be_visible()
+        expect(page.locator(f"#turn-{later['run_id']} .regen-btn")).to_be_visible()
+    finally:
+        again.stop()
