@@ -337,8 +337,12 @@ def undo_rewind(git: GitSession, rewind_id: str, force: bool) -> RevertResult | 
     text = f"The files-only rewind{which} was undone; " + (
         f"{_names(sorted(result))} are back as they were before it." if result
         else "no file needed changing.")
+    # The summary names the run rewound to (the page reads it as "turn N"), not the rewind's
+    # own id, which names no turn.
     out = commit_files(git, rewind_id, {}, result, "unrevert", text,
-                       {"reverted_run_id": rewind_id, "kind": "unrevert"})
+                       {"reverted_run_id": rewind_id, "kind": "unrevert"},
+                       summary=f"Undo the files rewind{which[:18]}: "
+                               f"{_names(sorted(result)) or 'no file changed'}")
     out["conflicts"] = conflicts
     if "rewound_to" in note:
         out["rewind"] = note["rewound_to"]

@@ -214,3 +214,16 @@ async def test_the_note_of_a_per_file_redo_names_only_the_files_it_brought_back(
     last = notes[-1]
     assert "c.txt are back" in last, notes
     assert "a.txt" not in last and "b.txt" not in last, last  # they were never reverted
+
+
+async def test_the_undo_of_a_rewind_is_summed_up_by_the_run_it_rewound_to(
+        braid: Braid) -> None:
+    s = await new_session(braid)
+    first = await s.turn("write a.txt one")
+    await s.turn("write a.txt two")
+    rewound = await timetravel.rewind_files(braid, USER, s.id, first["run_id"], 1)
+    await revert.unrevert_turn(braid, USER, s.id, rewound["turn_id"])
+    subject = git(s.path, "log", "-1", "--format=%s").strip()
+    # Not the rewind's own id (it names no turn, so the page could not make it readable).
+    assert subject == f"Undo the files rewind to run {first['run_id'][:10]}: a.txt", subject
+    assert rewound["turn_id"][:10] not in subject
