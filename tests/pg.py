@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,3 +102,25 @@ _COUNTER = iter(range(1, 1_000_000))
 def pg_url(pg_cluster: Cluster) -> str:
     """A new, empty database for one test."""
     return pg_cluster.new_database(f"t{os.getpid()}_{next(_COUNTER)}_{int(time.time())}")
+
+
+@pytest.fixture
+def team_pair(tmp_path: Path, pg_url: str) -> Iterator[tuple[Any, Any]]:
+    """A team server: processes A and B (`braid serve`, the root conftest's `Server`) on one
+    data dir and one database; neither may log a traceback on the way."""
+    from conftest import Server, free_port  # the root conftest loads this plugin
+
+    data = tmp_path / "data"
+    env = {"BRAID_DATABASE_URL": pg_url}
+    a = Server(data_dir=data, port=free_port(), env=env).start()
+    b = Server(data_dir=data, port=free_port(), env=env)
+    try:
+        b.start()
+        yield a, b
+    finally:
+        b.stop()
+        a.stop()
+    for server in (a, b):
+        assert server.log_path is not None
+        log = server.log_path.read_text()
+        assert "Traceback" not in log, log

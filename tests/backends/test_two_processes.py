@@ -12,13 +12,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-from conftest import ROOT, Server, WsClient, assert_fsck, free_port, git
+from conftest import ROOT, Server, WsClient, assert_fsck, git
 
 # ~60 s of streaming: every test that starts it stops it (cancel or kill -9), so none waits
 # for its end, and a loaded machine cannot finish it before the test acts (a 12 s run once
@@ -26,23 +22,6 @@ from conftest import ROOT, Server, WsClient, assert_fsck, free_port, git
 SLOW = "slow 400\nsay " + " ".join(f"word{i}" for i in range(150))
 
 
-@pytest.fixture
-def pair(tmp_path: Path, pg_url: str) -> Iterator[tuple[Server, Server]]:
-    """Processes A and B on one data dir and one database."""
-    data = tmp_path / "data"
-    env = {"BRAID_DATABASE_URL": pg_url}
-    a = Server(data_dir=data, port=free_port(), env=env).start()
-    b = Server(data_dir=data, port=free_port(), env=env)
-    try:
-        b.start()
-        yield a, b
-    finally:
-        b.stop()
-        a.stop()
-    for server in (a, b):  # nothing failed on the way, in either process
-        assert server.log_path is not None
-        log = server.log_path.read_text()
-        assert "Traceback" not in log, log
 
 
 def events_of(ws: WsClient, run_id: str, until: str = "dag_changed",
@@ -82,8 +61,8 @@ def statuses(server: Server, sid: str) -> dict[str, str]:
     return {r["run_id"]: r["status"] for r in info["runs"]}
 
 
-def test_two_sends_on_two_processes_make_one_run_and_one_busy(pair: Any) -> None:
-    a, b = pair
+def test_two_sends_on_two_processes_make_one_run_and_one_busy(team_pair: Any) -> None:
+    a, b = team_pair
     sid = a.new_session()
     ws_a, ws_b = a.socket(sid), b.socket(sid)
     # Sent at once: whichever claims the branch first runs, the other is refused.
@@ -113,8 +92,8 @@ def test_two_sends_on_two_processes_make_one_run_and_one_busy(pair: Any) -> None
     assert_fsck(path)
 
 
-def test_every_event_of_a_run_on_b_reaches_a_in_order(pair: Any) -> None:
-    a, b = pair
+def test_every_event_of_a_run_on_b_reaches_a_in_order(team_pair: Any) -> None:
+    a, b = team_pair
     sid = a.new_session()
     ws_a, ws_b = a.socket(sid), b.socket(sid)
     # Tool calls, checkpoints and a final frame far over NOTIFY's 8000 bytes (by reference).
@@ -145,8 +124,8 @@ def test_every_event_of_a_run_on_b_reaches_a_in_order(pair: Any) -> None:
     assert {e["path"] for e in files["entries"]} >= {"a.txt", "b.txt"}
 
 
-def test_cancel_from_a_stops_the_run_on_b(pair: Any) -> None:
-    a, b = pair
+def test_cancel_from_a_stops_the_run_on_b(team_pair: Any) -> None:
+    a, b = team_pair
     sid = a.new_session()
     ws_a, ws_b = a.socket(sid), b.socket(sid)
     run_id = ws_b.call("send_message", text=SLOW)["data"]["run_id"]
@@ -167,8 +146,8 @@ def test_cancel_from_a_stops_the_run_on_b(pair: Any) -> None:
     assert git(a.session_path(sid), "status", "--porcelain") == ""
 
 
-def test_kill_9_of_b_mid_run_is_interrupted_by_a_and_resumable_there(pair: Any) -> None:
-    a, b = pair
+def test_kill_9_of_b_mid_run_is_interrupted_by_a_and_resumable_there(team_pair: Any) -> None:
+    a, b = team_pair
     sid = a.new_session()
     ws_a, ws_b = a.socket(sid), b.socket(sid)
     run_id = ws_b.call("send_message", text=f"write a.txt kept\nbatch\n{SLOW}")["data"][
@@ -201,8 +180,8 @@ def test_kill_9_of_b_mid_run_is_interrupted_by_a_and_resumable_there(pair: Any) 
     assert statuses(a, sid)[run_id] == "COMPLETED"
 
 
-def test_a_user_added_with_the_cli_is_known_to_both(pair: Any) -> None:
-    a, b = pair
+def test_a_user_added_with_the_cli_is_known_to_both(team_pair: Any) -> None:
+    a, b = team_pair
     import os
 
     env = {**os.environ, "BRAID_DATABASE_URL": a.env["BRAID_DATABASE_URL"]}

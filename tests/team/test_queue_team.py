@@ -8,33 +8,14 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-from conftest import Server, assert_fsck, free_port, git
+from conftest import Server, assert_fsck, git
 
 RUN = "slow 100\nsay " + " ".join(f"w{i}" for i in range(30))  # ~3 s
 LONG = "slow 200\nsay " + " ".join(f"w{i}" for i in range(300))  # ~60 s: killed before its end
 
 
-@pytest.fixture
-def pair(tmp_path: Path, pg_url: str) -> Iterator[tuple[Server, Server]]:
-    """Processes A and B on one data dir and one database."""
-    data = tmp_path / "data"
-    env = {"BRAID_DATABASE_URL": pg_url}
-    a = Server(data_dir=data, port=free_port(), env=env).start()
-    b = Server(data_dir=data, port=free_port(), env=env)
-    try:
-        b.start()
-        yield a, b
-    finally:
-        b.stop()
-        a.stop()
-    assert b.log_path is not None
-    assert "Traceback" not in b.log_path.read_text()
 
 
 def settled(srv: Server, sid: str, count: int, timeout: float = 90) -> list[dict[str, Any]]:
@@ -53,8 +34,8 @@ def turn_subjects(srv: Server, sid: str) -> list[str]:
     return git(srv.session_path(sid), "log", "--reverse", "--format=%s").splitlines()
 
 
-def test_a_queue_filled_on_a_runs_on_b(pair: Any) -> None:
-    a, b = pair
+def test_a_queue_filled_on_a_runs_on_b(team_pair: Any) -> None:
+    a, b = team_pair
     sid = a.new_session()
     ws_b, ws_a = b.socket(sid), a.socket(sid)
     try:
@@ -82,8 +63,8 @@ def test_a_queue_filled_on_a_runs_on_b(pair: Any) -> None:
     assert_fsck(b.session_path(sid))
 
 
-def test_what_a_dead_process_queued_behind_its_dead_run_runs_on_the_other(pair: Any) -> None:
-    a, b = pair
+def test_what_a_dead_process_queued_behind_its_dead_run_runs_on_the_other(team_pair: Any) -> None:
+    a, b = team_pair
     sid = a.new_session()
     ws_a = a.socket(sid)
     first = ws_a.call("send_message", text=LONG)["data"]["run_id"]  # the run goes on A

@@ -5,31 +5,9 @@ PostgreSQL): a call waiting in a turn process B drives is shown by process A, an
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-from conftest import Server, WsClient, free_port, git
-
-
-@pytest.fixture
-def pair(tmp_path: Path, pg_url: str) -> Iterator[tuple[Server, Server]]:
-    data = tmp_path / "data"
-    env = {"BRAID_DATABASE_URL": pg_url}
-    a = Server(data_dir=data, port=free_port(), env=env).start()
-    b = Server(data_dir=data, port=free_port(), env=env)
-    try:
-        b.start()
-        yield a, b
-    finally:
-        b.stop()
-        a.stop()
-    for server in (a, b):
-        assert server.log_path is not None
-        log = server.log_path.read_text()
-        assert "Traceback" not in log, log
+from conftest import WsClient, git
 
 
 def waiting(ws: WsClient) -> dict[str, Any]:
@@ -42,8 +20,8 @@ def end_of(ws: WsClient, run_id: str) -> dict[str, Any]:
                          and f["data"]["run_id"] == run_id, timeout=60)["data"])
 
 
-def test_an_answer_on_a_reaches_the_turn_on_b(pair: Any) -> None:
-    a, b = pair
+def test_an_answer_on_a_reaches_the_turn_on_b(team_pair: Any) -> None:
+    a, b = team_pair
     sid = a.new_session()
     status, _ = a.api("PATCH", f"/api/sessions/{sid}", {"approvals": "writes"})
     assert status == 200
@@ -83,8 +61,8 @@ def test_an_answer_on_a_reaches_the_turn_on_b(pair: Any) -> None:
     assert reply["error"]["code"] == "not_found"
 
 
-def test_always_on_a_lets_bs_next_call_run_unasked(pair: Any) -> None:
-    a, b = pair
+def test_always_on_a_lets_bs_next_call_run_unasked(team_pair: Any) -> None:
+    a, b = team_pair
     sid = a.new_session()
     status, _ = a.api("PATCH", f"/api/sessions/{sid}", {"approvals": "writes"})
     assert status == 200
