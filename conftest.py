@@ -162,6 +162,20 @@ class Server:
         assert status == 200, body
         return body
 
+    def settled_runs(self, session_id: str, count: int,
+                     timeout: float = 90) -> list[dict[str, Any]]:
+        """The session's runs once at least `count` exist and none is RUNNING (a queue that
+        has run, a restart that settled)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status, info = self.api("GET", f"/api/sessions/{session_id}")
+            assert status == 200, info
+            runs = info["runs"]
+            if len(runs) >= count and all(r["status"] != "RUNNING" for r in runs):
+                return list(runs)
+            assert time.monotonic() < deadline, runs
+            time.sleep(0.1)
+
     def socket(self, session_id: str, token: str | None = None, **headers: str) -> WsClient:
         from websockets.sync.client import connect
 

@@ -10,7 +10,6 @@ after the restart, in order, each message exactly once.
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +21,6 @@ from server.base.crash import POINTS
 SLOW = "slow 150\nsay " + " ".join(f"w{i}" for i in range(200))  # ~30 s: killed before its end
 SHORT = "slow 50\nsay " + " ".join(f"w{i}" for i in range(10))
 
-
-def runs_when_settled(srv: Server, sid: str, count: int,
-                      timeout: float = 90) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while True:
-        status, info = srv.api("GET", f"/api/sessions/{sid}")
-        assert status == 200, info
-        runs = info["runs"]
-        if len(runs) >= count and all(r["status"] != "RUNNING" for r in runs):
-            return list(runs)
-        assert time.monotonic() < deadline, runs
-        time.sleep(0.1)
 
 
 def user_messages(srv: Server, sid: str, runs: list[dict[str, Any]]) -> list[str]:
@@ -64,7 +51,7 @@ def test_killed_with_a_run_going_and_two_queued(tmp_path: Path) -> None:
     srv.stop(signal.SIGKILL)
     again = Server(data_dir=data, port=free_port()).start()
     try:
-        runs = runs_when_settled(again, sid, 3)
+        runs = again.settled_runs(sid, 3)
         # The INTERRUPTED run does not hold the queue back: both run after it, in order.
         assert [(r["run_id"], r["status"]) for r in runs] == [
             (first, "INTERRUPTED"), (one, "COMPLETED"), (two, "COMPLETED")]
@@ -88,7 +75,7 @@ def test_killed_while_starting_a_queued_message(tmp_path: Path, point: str) -> N
     assert srv.proc.wait(timeout=60) == -signal.SIGKILL, f"{point} was never reached"
     again = Server(data_dir=data, port=free_port()).start()
     try:
-        runs = runs_when_settled(again, sid, 3)
+        runs = again.settled_runs(sid, 3)
         statuses = [(r["run_id"], r["status"]) for r in runs]
         if point == "queue.after_claim":  # not started: it waited again, and ran
             assert statuses == [(first, "COMPLETED"), (one, "COMPLETED"), (two, "COMPLETED")]

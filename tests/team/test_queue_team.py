@@ -7,7 +7,6 @@ Timeouts are generous (this machine runs several suites at once)."""
 from __future__ import annotations
 
 import signal
-import time
 from typing import Any
 
 from conftest import Server, assert_fsck, git
@@ -17,17 +16,6 @@ LONG = "slow 200\nsay " + " ".join(f"w{i}" for i in range(300))  # ~60 s: killed
 
 
 
-
-def settled(srv: Server, sid: str, count: int, timeout: float = 90) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while True:
-        status, info = srv.api("GET", f"/api/sessions/{sid}")
-        assert status == 200, info
-        runs = info["runs"]
-        if len(runs) >= count and all(r["status"] != "RUNNING" for r in runs):
-            return list(runs)
-        assert time.monotonic() < deadline, runs
-        time.sleep(0.2)
 
 
 def turn_subjects(srv: Server, sid: str) -> list[str]:
@@ -51,7 +39,7 @@ def test_a_queue_filled_on_a_runs_on_b(team_pair: Any) -> None:
         a.stop(signal.SIGKILL)
         ws_b.until(lambda f: f.get("event") == "run_completed"
                    and f["data"]["run_id"] == ids[-1], timeout=90)
-        runs = settled(b, sid, 4)
+        runs = b.settled_runs(sid, 4)
         assert [(r["run_id"], r["status"]) for r in runs] == [
             (first, "COMPLETED"), *((i, "COMPLETED") for i in ids)]
         starts = [f["data"]["run_id"] for f in ws_b.frames if f.get("event") == "run_started"]
@@ -73,7 +61,7 @@ def test_what_a_dead_process_queued_behind_its_dead_run_runs_on_the_other(team_p
     ws_a.close()
     a.stop(signal.SIGKILL)
     # B finds A's run dead (INTERRUPTED: it holds nothing), then starts the queue in order.
-    runs = settled(b, sid, 3)
+    runs = b.settled_runs(sid, 3)
     assert [(r["run_id"], r["status"]) for r in runs] == [
         (first, "INTERRUPTED"), (ids[0], "COMPLETED"), (ids[1], "COMPLETED")]
     assert turn_subjects(b, sid)[-2:] == ["Turn: say m0", "Turn: say m1"]

@@ -5,24 +5,12 @@ session), runs in order after it, can be edited and removed while it waits; erro
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from conftest import Server, WsClient, assert_fsck, git
 
 SLOW = "slow 100\nsay " + " ".join(f"w{i}" for i in range(30))
 
-
-def wait_ended(srv: Server, sid: str, count: int, timeout: float = 60) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while True:
-        status, info = srv.api("GET", f"/api/sessions/{sid}")
-        assert status == 200, info
-        runs = info["runs"]
-        if len(runs) >= count and all(r["status"] != "RUNNING" for r in runs):
-            return list(runs)
-        assert time.monotonic() < deadline, runs
-        time.sleep(0.1)
 
 
 def queue_texts(frame: dict[str, Any]) -> list[str]:
@@ -67,7 +55,7 @@ def test_over_the_socket(shared_server: Server, other_token: str) -> None:
         # The queued messages run after the first, in order, each with its run events.
         ended = [f["data"]["run_id"] for f in _ends(ws, 3)]
         assert ended == [first, one["data"]["queued_id"], two]
-        runs = wait_ended(srv, sid, 3)
+        runs = srv.settled_runs(sid, 3)
         assert [r["run_id"] for r in runs] == ended
         assert ws.call("list_queue")["data"] == {"queued": []}
         started = ws.call("update_queued", queued_id=two, text="too late")
@@ -114,7 +102,7 @@ def test_over_http(shared_server: Server, other_token: str) -> None:
         assert srv.api("DELETE", f"/api/sessions/{sid}/queue/{two['queued_id']}") == (200, two)
         status, body = srv.api("DELETE", f"/api/sessions/{sid}/queue/{two['queued_id']}")
         assert status == 404 and body["error"]["code"] == "not_found"
-        runs = wait_ended(srv, sid, 2)
+        runs = srv.settled_runs(sid, 2)
         assert runs[1]["run_id"] == one["queued_id"] and runs[1]["status"] == "COMPLETED"
         status, run = srv.api("GET", f"/api/runs/{one['queued_id']}?session_id={sid}")
         assert [m["content"] for m in run["messages"] if m["role"] == "user"] == ["say ONE"]
