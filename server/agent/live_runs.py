@@ -134,12 +134,7 @@ class TurnGate:
         if self._slots is None:
             yield
             return
-        self.waiting += 1
-        try:
-            await self._slots.acquire()
-        finally:
-            self.waiting -= 1
-        self.driving += 1
+        await self._take(self._slots)
         try:
             yield
         finally:
@@ -158,12 +153,16 @@ class TurnGate:
         try:
             yield
         finally:
-            self.waiting += 1
-            try:
-                await self._slots.acquire()
-            finally:
-                self.waiting -= 1
-            self.driving += 1
+            await self._take(self._slots)
+
+    async def _take(self, slots: asyncio.Semaphore) -> None:
+        """Wait for a slot (counted as waiting meanwhile), then count it as driving."""
+        self.waiting += 1
+        try:
+            await slots.acquire()
+        finally:
+            self.waiting -= 1
+        self.driving += 1
 
 
 @asynccontextmanager
