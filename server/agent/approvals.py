@@ -36,8 +36,13 @@ if TYPE_CHECKING:
     from server.agent.turn_context import TurnContext
 
 MODES = ("auto", "shell", "writes")
+# The session's `shell_network` (DESIGN §4 "The shell"): ask the user per host, any, none.
+NETWORK_MODES = ("ask", "on", "off")
 DECISIONS = ("approve", "deny", "always")
-WRITES = frozenset({"write_file", "edit_file", "apply_patch", "delete_file", "shell"})
+# Every tool of the model's that changes files: a merge brings other branches' files (and,
+# with `agent`, conflict markers) into the branch, so it asks like a write.
+WRITES = frozenset({"write_file", "edit_file", "apply_patch", "delete_file", "shell",
+                    "merge_branches"})
 MAX_PREVIEW = 200_000  # bytes of a file read for a diff; larger files show the arguments
 MAX_DIFF = 100_000
 
@@ -45,6 +50,11 @@ MAX_DIFF = 100_000
 def mode_of(meta: SessionMeta) -> str:
     mode = meta.get("approvals")
     return mode if mode in MODES else "auto"
+
+
+def network_of(meta: SessionMeta) -> str:
+    mode = meta.get("shell_network")
+    return mode if mode in NETWORK_MODES else "ask"
 
 
 def needs_approval(meta: SessionMeta, tool: str) -> bool:

@@ -14,6 +14,7 @@ scattered with the few objects that outlive them, and it is never given back who
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from typing import Protocol
 from server.base.records import MessageRecord, RunRecord, RunRow
 from server.base.results import WaitingCall
 from server.store.locks import BranchLocks, Lease
+
+ANSWERED_KEPT = 4096  # answered calls remembered (a few bytes each)
 
 
 class RunningTurn(Protocol):
@@ -81,6 +84,9 @@ class RunRegistry:
 
     def __init__(self) -> None:
         self._by_branch: dict[tuple[str, str], ActiveRun] = {}
+        # Tool calls answered here (session, run, call) → the decision, the newest
+        # ANSWERED_KEPT: a second answer to one call is a `conflict`, never a silent 200.
+        self._answered: OrderedDict[tuple[str, str, str], str] = OrderedDict()
         # Told when a run (not a claim that never started one) has freed its branch: the
         # app starts the next queued message there (features/queue.py).
         self.on_free: Callable[[ActiveRun], None] | None = None
@@ -100,6 +106,20 @@ class RunRegistry:
             active.done.set()
         if active.run_id and self.on_free is not None:
             self.on_free(active)
+
+    def answered(self, session_id: str, run_id: str, call_id: str) -> str | None:
+        """The decision a call of this process's runs was given, if it was answered."""
+        return self._answered.get((session_id, run_id, call_id))
+
+    def mark_answered(self, session_id: str, run_id: str, call_id: str, decision: str) -> bool:
+        """Take the one answer a call gets: False if it had one already."""
+        key = (session_id, run_id, call_id)
+        if key in self._answered:
+            return False
+        self._answered[key] = decision
+        while len(self._answered) > ANSWERED_KEPT:
+            self._answered.popitem(last=False)
+        return True
 
     def for_session(self, session_id: str) -> list[ActiveRun]:
         return [a for (sid, _), a in self._by_branch.items() if sid == session_id]

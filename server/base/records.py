@@ -292,6 +292,7 @@ SessionMeta = TypedDict("SessionMeta", {
     "import": NotRequired[ImportSummary],
     "approvals": NotRequired[str],  # auto (absent) | shell | writes
     "approvals_always": NotRequired[list[str]],  # tools the user answered "always"
+    "shell_network": NotRequired[str],  # ask (absent) | on | off: the shell's network
 })
 
 

@@ -124,6 +124,7 @@ SessionInfo = TypedDict("SessionInfo", {
     "endpoint": NotRequired[str],
     "approvals": NotRequired[str],  # auto | shell | writes (agent/approvals.py)
     "approvals_always": NotRequired[list[str]],  # tools answered "always"
+    "shell_network": NotRequired[str],  # ask | on | off (agent/approvals.py)
 })
 
 
@@ -238,7 +239,9 @@ class SessionChanges(TypedDict, total=False):
     archived: bool
     model: str | None
     approvals: str
-    approvals_always: list[str]  # set by `approve_tool_call` (always), not by clients
+    # Set by `approve_tool_call` (always); a client sends a shorter list to take one back.
+    approvals_always: list[str]
+    shell_network: str  # ask | on | off
 
 
 class ApprovalResult(TypedDict):
