@@ -93,13 +93,15 @@ def test_a_fork_keeps_the_settings(server_factory: Any) -> None:
 
 def test_the_models_merge_waits_under_writes(server: Server) -> None:
     sid = server.new_session()
-    status, _ = server.api("PATCH", f"/api/sessions/{sid}", {
-        "approvals": "writes", "approvals_always": ["write_file"]})
+    status, _ = server.api("PATCH", f"/api/sessions/{sid}", {"approvals": "writes"})
     assert status == 200
     ws = server.socket(sid)
     path = server.session_path(sid)
     run_id = ws.call("send_message", text="spawn a: write merged.txt from a\\nsay a\nmerge ours")[
         "data"]["run_id"]
+    child = needed(ws, "write_file")  # the child's own write asks first
+    ws.call("approve_tool_call", run_id=child["run_id"], call_id=child["call_id"],
+            decision="approve")
     wait = needed(ws, "merge_branches")
     assert wait["run_id"] == run_id
     # The child's file is on its branch, not in the parent's workdir, until the answer.
