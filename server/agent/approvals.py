@@ -116,7 +116,10 @@ async def _wait(braid: Services, active: ActiveRun, waiting: WaitingCall) -> tup
         data["label"] = waiting["label"]
     braid.bus.publish(sid, "approval_needed", data)
     try:
-        decision, reason = await future
+        # Waiting on the user holds no turn slot: an unanswered call must not keep another
+        # user's turn (or this user's next one) waiting (issue 34).
+        async with braid.turn_gate.lend():
+            decision, reason = await future
     finally:
         active.waiting.pop(call_id, None)
         active.answers.pop(call_id, None)

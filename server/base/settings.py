@@ -45,6 +45,13 @@ class Settings:
     # At most this many turns drive (model loop, tools, checkpoints) at once, the others
     # wait in order (live_runs.TurnGate); 0: no bound.
     active_turns: int = 16
+    # Fair shares (DESIGN §4): one user's turns driving at once, queued messages (and their
+    # bytes), sub-agent runs at once and per message; past them `too_many`.
+    user_turns: int = 4
+    user_queue: int = 100
+    user_queue_bytes: int = 10 * 1000 * 1000
+    user_subagents: int = 16
+    message_subagents: int = 32
     # Unset: the embedded SQLite files in the data dir. A postgresql:// URL: the index and
     # users in PostgreSQL, and several processes coordinated through it (a team server).
     database_url: str | None = None
@@ -78,6 +85,9 @@ class Settings:
         s.idle_seconds = _number(env, "BRAID_IDLE_SECONDS", s.idle_seconds)
         s.open_sessions = int(_number(env, "BRAID_OPEN_SESSIONS", s.open_sessions))
         s.active_turns = max(0, int(_number(env, "BRAID_ACTIVE_TURNS", s.active_turns)))
+        s.user_turns = _whole(env, "BRAID_USER_TURNS", s.user_turns)
+        s.user_queue = _whole(env, "BRAID_USER_QUEUE", s.user_queue)
+        s.user_subagents = _whole(env, "BRAID_USER_SUBAGENTS", s.user_subagents)
         s.database_url = env.get("BRAID_DATABASE_URL") or None
         if s.database_url and not s.database_url.startswith(("postgresql://", "postgres://")):
             raise ValueError("BRAID_DATABASE_URL must be a postgresql:// URL")
