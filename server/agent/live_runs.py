@@ -88,6 +88,16 @@ class RunRegistry:
         # Tool calls answered here (session, run, call) → the decision, the newest
         # ANSWERED_KEPT: a second answer to one call is a `conflict`, never a silent 200.
         self._answered: OrderedDict[tuple[str, str, str], str] = OrderedDict()
+        # Sub-agent worktrees in use, by session: from before a worktree is made until it is
+        # removed (a child's outlives its run's branch lock by its last commit). A spawn
+        # prunes what a dead server left, never these: the user's Spawn once removed the
+        # worktrees of the model's live children (issue 34). Read on the session's thread
+        # as a copy (`frozenset`, made whole under the GIL).
+        self._worktrees: dict[str, set[str]] = {}
+        # Sub-agent runs going on, by user, and started, by the user's run they serve
+        # (fair shares: BRAID_USER_SUBAGENTS at once, MESSAGE_SUBAGENTS per message).
+        self.children_live: dict[str, int] = {}
+        self.children_started: dict[str, int] = {}
         # Told when a run (not a claim that never started one) has freed its branch: the
         # app starts the next queued message there (features/queue.py).
         self.on_free: Callable[[ActiveRun], None] | None = None
@@ -105,6 +115,7 @@ class RunRegistry:
                 await active.lease.release()
         finally:
             active.done.set()
+        self.children_started.pop(active.run_id, None)  # a user's run: its count ends
         if active.run_id and self.on_free is not None:
             self.on_free(active)
 
@@ -121,6 +132,41 @@ class RunRegistry:
         while len(self._answered) > ANSWERED_KEPT:
             self._answered.popitem(last=False)
         return True
+
+    def worktrees(self, session_id: str) -> set[str]:
+        """The session's sub-agent worktrees in use (the set itself: add, discard)."""
+        return self._worktrees.setdefault(session_id, set())
+
+    def worktree_done(self, session_id: str, branch: str) -> None:
+        found = self._worktrees.get(session_id)
+        if found is not None:
+            found.discard(branch)
+            if not found:
+                del self._worktrees[session_id]
+
+    def take_children(self, user_id: str, root_run_id: str, count: int, at_once: int,
+                      per_message: int) -> str | None:
+        """Count `count` sub-agent runs of the user, for the user's run `root_run_id`;
+        the reason, and nothing counted, when that would pass a bound (0: none)."""
+        live = self.children_live.get(user_id, 0)
+        started = self.children_started.get(root_run_id, 0)
+        if at_once and live + count > at_once:
+            return (f"{live} sub-agent runs of this user are going on (at most {at_once} at "
+                    "once)")
+        if per_message and started + count > per_message:
+            return (f"{started} sub-agent runs were started for this message already (at "
+                    f"most {per_message})")
+        self.children_live[user_id] = live + count
+        if root_run_id:  # the user's own Spawn counts at once only
+            self.children_started[root_run_id] = started + count
+        return None
+
+    def child_ended(self, user_id: str, count: int = 1) -> None:
+        left = self.children_live.get(user_id, 0) - count
+        if left > 0:
+            self.children_live[user_id] = left
+        else:
+            self.children_live.pop(user_id, None)
 
     def for_session(self, session_id: str) -> list[ActiveRun]:
         return [a for (sid, _), a in self._by_branch.items() if sid == session_id]

@@ -559,7 +559,12 @@ class EventData(TypedDict, total=False):
     diff: str
     shown_in: str
     decision: str
+    # queue_changed: what changed (added, updated, removed, started), the message added or
+    # edited (`queued`), the ids waiting now in order.
     queued: list[QueuedMessage]
+    change: str
+    queued_id: str
+    ids: list[str]
     # A child the model spawned (agent/orchestrate.py): its parent's run and tool call
     # (call_id: also the call an approval_needed / approval_resolved is about).
     parent_run_id: str | None

@@ -4,6 +4,7 @@ as JSON or as HTML fragments for htmx (`?format=html`, the default)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections import deque
@@ -12,6 +13,7 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server.base.errors import BadRequest, BraidError, NotFound
+from server.base.events import FELL_BEHIND
 from server.base.results import EventFrame
 from server.web import hostile, live
 from server.web.actions import ACTIONS
@@ -26,6 +28,7 @@ MAX_FRAME = 1_000_000
 # this get an error frame; only beyond it does the protocol close the socket (1009).
 WS_MAX_SIZE = 16_000_000
 OUT_QUEUE = 64  # frames waiting for a client that does not read
+BEHIND = "fell behind: reconnect to catch up"  # a socket the bus let go (events.py)
 
 
 def parse_frame(text: str) -> dict[str, Any]:
@@ -126,7 +129,13 @@ class Connection:
 
     async def forward_events(self, queue: asyncio.Queue[EventFrame]) -> None:
         while True:
-            await self.emit(await queue.get())
+            frame = await queue.get()
+            if frame is FELL_BEHIND:  # the bus let this socket go: close it (not resent)
+                self.close()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.ws.close(code=4008, reason=BEHIND), 5)
+                return
+            await self.emit(frame)
 
     def finished(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)

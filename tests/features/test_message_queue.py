@@ -45,7 +45,8 @@ async def test_queued_while_busy_then_run_in_order(braid: Braid) -> None:
     one = await call_action(braid, USER, sid, "send_message", text="say one", queue=True)
     assert set(one) == {"queued_id"} and len(one["queued_id"]) == 32
     changed = await next_event(events, "queue_changed")
-    assert [q["text"] for q in changed["queued"]] == ["say one"]
+    assert changed["change"] == "added" and [q["text"] for q in changed["queued"]] == ["say one"]
+    assert changed["ids"] == [one["queued_id"]]
     two = await call_action(braid, USER, sid, "send_message", text="say two", queue=True)
     listed = await call_action(braid, USER, sid, "list_queue")
     assert [(q["queued_id"], q["text"]) for q in listed["queued"]] == [
@@ -82,10 +83,16 @@ async def test_edit_and_remove_while_queued_only(braid: Braid) -> None:
     assert edited == {"queued_id": two["queued_id"]}
     removed = await call_action(braid, USER, sid, "cancel_queued", queued_id=one["queued_id"])
     assert removed == {"queued_id": one["queued_id"]}
-    while True:  # every change is told, the last one with the queue as it is now
+    told = []
+    while True:  # every change is told: what changed, and the ids waiting after it
         changed = await next_event(events, "queue_changed")
-        if [q["text"] for q in changed["queued"]] == ["say TWO", "say three"]:
+        told.append((changed["change"], changed["queued_id"],
+                     [q["text"] for q in changed["queued"]]))
+        if changed["change"] == "removed":
+            assert changed["ids"] == [two["queued_id"], three["queued_id"]]
             break
+    assert told[-2:] == [("updated", two["queued_id"], ["say TWO"]),
+                         ("removed", one["queued_id"], [])]
     # Removed: nothing to edit or remove any more.
     for name, extra in (("update_queued", {"text": "x"}), ("cancel_queued", {})):
         with pytest.raises(NotFound):

@@ -14,6 +14,7 @@ from server.base.records import SessionRow
 from server.base.results import (
     ChildCard,
     EventData,
+    QueuedMessage,
     RunSummary,
     SessionInfo,
     Transcript,
@@ -48,6 +49,7 @@ class EventReads(TypedDict, total=False):
     archived: list[SessionRow]
     picker: str
     children: list[ChildCard]  # a finished turn's sub-agents, their tokens read
+    queue: list[QueuedMessage]  # the session's queue now (queue_changed)
 
 
 class SessionRowView(SessionRow):
