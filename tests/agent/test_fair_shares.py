@@ -6,13 +6,14 @@ data dir, real git repositories; the loopback load test is tests/web/test_fair_l
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from conftest import git, new_session, next_event, run_turn
 from server.agent import turns
 from server.app.braid import Braid
-from server.features import session_meta
+from server.features import session_meta, sessions
 from server.store.users import DEFAULT_USER
 
 USER = DEFAULT_USER
@@ -101,3 +102,57 @@ async def test_a_stop_while_taking_the_slot_back_gives_none_twice(
     await until(lambda: braid.turn_gate.waiting == 1)
     await turns.cancel_run(braid, USER, busy, first)
     assert (await next_event(events, "run_completed"))["run_id"] == second
+
+
+def spawn_result(run: dict[str, Any]) -> str:
+    calls = {c["id"]: c["function"]["name"] for m in run["messages"]
+             for c in m.get("tool_calls") or ()}
+    found = [m["content"] for m in run["messages"] if m["role"] == "tool"
+             and calls.get(m.get("tool_call_id")) == "spawn_sub_agents"]
+    return str(found[-1])
+
+
+async def test_sub_agents_past_a_users_share_are_a_tool_result(make_braid: MakeBraid) -> None:
+    braid = await make_braid(user_subagents=2, message_subagents=3)
+    sid, path = await new_session(braid)
+    run = await run_turn(braid, sid, "spawn a: say a\nspawn b: say b\nspawn c: say c")
+    assert run["status"] == "COMPLETED"
+    assert spawn_result(run).startswith("error: too many sub-agents: 0 sub-agent runs of this "
+                                        "user are going on (at most 2 at once)")
+    assert "sub_" not in git(path, "branch")  # refused before any branch was made
+    # Per message: two children (2), then each one's own child: the third fits, the fourth
+    # is refused (3 for the message), whichever child asks last.
+    braid.settings.user_subagents = 16
+    run = await run_turn(braid, sid, "spawn a: spawn x: say x\nspawn b: spawn y: say y")
+    assert run["status"] == "COMPLETED"
+    children = [await sessions.get_run(braid, USER, sid, a["run_id"]) for a in
+                json.loads(spawn_result(run))["agents"]]
+    results = sorted(spawn_result(c) for c in children)
+    assert results[0].startswith("error: too many sub-agents: 3 sub-agent runs were started "
+                                 "for this message already (at most 3)"), results
+    assert not results[1].startswith("error:")
+    assert braid.runs.children_live == {} and braid.runs.children_started == {}
+    assert git(path, "worktree", "list").count("\n") == 1  # finished children's are gone
+
+
+async def test_the_users_spawn_past_the_share_is_too_many(make_braid: MakeBraid) -> None:
+    from server.base.errors import TooMany
+    from server.features import subagents
+
+    braid = await make_braid(user_subagents=1)
+    sid, _ = await new_session(braid)
+    first = await run_turn(braid, sid, "say base")
+    events = braid.bus.subscribe(sid)
+    run_id = await turns.send_message(braid, USER, sid, "spawn slow: " + HOLDER.replace(
+        "\n", "\\n"))
+    await next_event(events, "sub_agent_started")
+    try:
+        await subagents.spawn_sub_agent(braid, USER, sid, first["run_id"], "say no")
+    except TooMany as e:
+        assert "at most 1 at once" in e.message
+    else:
+        raise AssertionError("the user's spawn passed the share")
+    await turns.cancel_run(braid, USER, sid, run_id)
+    await until(lambda: not braid.runs.children_live)
+    done = await subagents.spawn_sub_agent(braid, USER, sid, first["run_id"], "say yes")
+    assert done["status"] == "COMPLETED"

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import call_action, git, new_session, next_event
 from server.app.braid import Braid
-from server.base.errors import BadRequest, Busy, NotFound
+from server.base.errors import BadRequest, Busy, NotFound, TooMany
 from server.features import sessions
 from server.store.users import DEFAULT_USER
 
@@ -149,3 +149,33 @@ async def test_a_deleted_session_starts_nothing_of_its_queue(braid: Braid) -> No
     assert await braid.queue.waiting(sid) == []
     assert await braid.index.list_runs(sid) == []
     assert run["run_id"]
+
+
+async def test_a_users_queue_is_bounded_in_messages_and_bytes(make_braid: Any) -> None:
+    """Past BRAID_USER_QUEUE messages, or the bytes a user may queue, a message is refused
+    `too_many` and nothing of it is kept; another user's queue is not counted."""
+    braid = await make_braid(user_queue=3, user_queue_bytes=1000)
+    sid, _ = await new_session(braid)
+    other, _ = await new_session(braid, "other")
+    await call_action(braid, USER, sid, "send_message", text=SLOW)
+    await call_action(braid, "other", other, "send_message", text=SLOW)
+    for i in range(3):
+        await call_action(braid, USER, sid, "send_message", text=f"say {i}", queue=True)
+    with pytest.raises(TooMany) as refused:
+        await call_action(braid, USER, sid, "send_message", text="say 3", queue=True)
+    assert refused.value.code == "too_many" and "at most 3" in refused.value.message
+    assert len((await call_action(braid, USER, sid, "list_queue"))["queued"]) == 3
+    # The other user has a share of their own, in bytes too.
+    await call_action(braid, "other", other, "send_message", text="x" * 900, queue=True)
+    with pytest.raises(TooMany):
+        await call_action(braid, "other", other, "send_message", text="y" * 200, queue=True)
+    queued = (await call_action(braid, "other", other, "list_queue"))["queued"]
+    with pytest.raises(TooMany):  # an edit may not grow past the share either
+        await call_action(braid, "other", other, "update_queued",
+                          queued_id=queued[0]["queued_id"], text="z" * 1200)
+    assert [q["text"] for q in queued] == ["x" * 900]
+    assert (await call_action(braid, "other", other, "list_queue"))["queued"] == queued
+    # As the queue runs, room comes back.
+    await wait_runs(braid, sid, 4)
+    added = await call_action(braid, USER, sid, "send_message", text="say again", queue=True)
+    assert set(added) in ({"queued_id"}, {"run_id"})
