@@ -53,6 +53,7 @@ SPAWN = "spawn_sub_agents"
 MERGE = "merge_branches"
 NAMES = frozenset({SPAWN, MERGE})
 MAX_CHILDREN = 8
+MESSAGE_SUBAGENTS = 32  # sub-agent runs one user message may start, all levels (fair shares)
 MAX_PROMPT = 20_000
 STRATEGIES = ("fail", "ours", "theirs", "agent")
 FINISHED = frozenset({"COMPLETED", "ERROR", "CANCELLED"})
@@ -210,7 +211,7 @@ async def spawn(braid: Services, ctx: TurnContext, args: dict[str, Any], call_id
     refused = braid.runs.take_children(
         ctx.handle.user_id, root_run_of(ctx), unfinished,
         braid.settings.user_subagents if fresh else 0,
-        braid.settings.message_subagents if fresh else 0)
+        MESSAGE_SUBAGENTS if fresh else 0)
     if refused:
         raise ToolRefused(f"too many sub-agents: {refused}; do this work yourself, or spawn "
                           "fewer once some have ended")

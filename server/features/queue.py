@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from server.agent.services import Services
 
 log = logging.getLogger("braid.queue")
+USER_QUEUE_BYTES = 10_000_000  # a user's queued messages' text at most (with BRAID_USER_QUEUE)
 EVENT_TEXT = 2000  # characters of a queued message's text in `queue_changed`
 SWEEP_SECONDS = 2.0  # how often the app looks for waiting messages on free branches
 
@@ -92,7 +93,7 @@ async def _within_share(braid: Services, user_id: str, more: int, more_bytes: in
     """Refuse (`too_many`) what would take the user past their share of queued messages
     (BRAID_USER_QUEUE) or of their bytes."""
     count, size = await braid.queue.user_load(user_id)
-    limit, max_bytes = braid.settings.user_queue, braid.settings.user_queue_bytes
+    limit, max_bytes = braid.settings.user_queue, USER_QUEUE_BYTES
     if limit and count + more > limit:
         raise TooMany(f"{count} messages are queued already (at most {limit} for a user); "
                       "send this one when some have run")

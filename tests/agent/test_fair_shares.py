@@ -10,8 +10,10 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+
 from conftest import git, new_session, next_event, run_turn
-from server.agent import turns
+from server.agent import orchestrate, turns
 from server.app.braid import Braid
 from server.features import session_meta, sessions
 from server.store.users import DEFAULT_USER
@@ -112,8 +114,10 @@ def spawn_result(run: dict[str, Any]) -> str:
     return str(found[-1])
 
 
-async def test_sub_agents_past_a_users_share_are_a_tool_result(make_braid: MakeBraid) -> None:
-    braid = await make_braid(user_subagents=2, message_subagents=3)
+async def test_sub_agents_past_a_users_share_are_a_tool_result(
+        make_braid: MakeBraid, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(orchestrate, "MESSAGE_SUBAGENTS", 3)
+    braid = await make_braid(user_subagents=2)
     sid, path = await new_session(braid)
     run = await run_turn(braid, sid, "spawn a: say a\nspawn b: say b\nspawn c: say c")
     assert run["status"] == "COMPLETED"

@@ -13,7 +13,7 @@ import pytest
 from conftest import call_action, git, new_session, next_event
 from server.app.braid import Braid
 from server.base.errors import BadRequest, Busy, NotFound, TooMany
-from server.features import sessions
+from server.features import queue, sessions
 from server.store.users import DEFAULT_USER
 
 USER = DEFAULT_USER
@@ -151,10 +151,12 @@ async def test_a_deleted_session_starts_nothing_of_its_queue(braid: Braid) -> No
     assert run["run_id"]
 
 
-async def test_a_users_queue_is_bounded_in_messages_and_bytes(make_braid: Any) -> None:
+async def test_a_users_queue_is_bounded_in_messages_and_bytes(
+        make_braid: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past BRAID_USER_QUEUE messages, or the bytes a user may queue, a message is refused
     `too_many` and nothing of it is kept; another user's queue is not counted."""
-    braid = await make_braid(user_queue=3, user_queue_bytes=1000)
+    monkeypatch.setattr(queue, "USER_QUEUE_BYTES", 1000)
+    braid = await make_braid(user_queue=3)
     sid, _ = await new_session(braid)
     other, _ = await new_session(braid, "other")
     await call_action(braid, USER, sid, "send_message", text=SLOW)

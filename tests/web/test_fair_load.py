@@ -137,7 +137,7 @@ def test_the_users_spawn_never_touches_the_models_children(server_factory: Any) 
         ws.until(lambda f: f.get("event") == "sub_agent_started", timeout=30)
         results: list[tuple[int, Any]] = []
 
-        def spawn(label: str) -> None:
+        def spawn(label: str, results: list[tuple[int, Any]] = results) -> None:
             results.append(srv.api("POST", f"/api/sessions/{sid}/sub_agents", {
                 "parent_turn_id": first["run_id"], "prompt": "write u.txt u\nsay u",
                 "label": label}))
