@@ -8,8 +8,8 @@ Two users, real servers (`braid serve` in a subprocess, the embedded demo model)
   approvals  user A's one message has 4 children × 2 grandchildren, each grandchild's write
              waiting for an answer nobody gives (BRAID_ACTIVE_TURNS=8): on main they hold
              every slot, and B waits until they are stopped (reported as the wait cut off);
-  flood      user A has 16 long turns going on (16 sessions, BRAID_ACTIVE_TURNS=16), B's
-             turn meanwhile (median of 5);
+  flood      user A has 16 turns of ~5 s going on (16 sessions, BRAID_ACTIVE_TURNS=16),
+             B's turn meanwhile (median of 5);
   queue      a socket of A's that never reads, while A queues 80 messages of 100 KB: the
              median time of one add, the server's RSS growth, and B's turn after.
 
@@ -111,18 +111,21 @@ def call(ws: Any, action: str, **params: Any) -> dict[str, Any]:
 def turn(ws: Any, text: str, cut: float = CUT) -> float:
     """Seconds from send to the run's end (`cut` if it has not ended by then)."""
     start = time.perf_counter()
-    run_id = call(ws, "send_message", text=text)["data"]["run_id"]
+    sent = call(ws, "send_message", text=text)
+    assert "data" in sent, sent
+    run_id = sent["data"]["run_id"]
+    deadline, cancelled = start + cut, False
     while True:
-        left = cut - (time.perf_counter() - start)
-        if left <= 0:
-            return cut
+        wait = 60.0 if cancelled else max(deadline - time.perf_counter(), 0.001)
         try:
-            frame = json.loads(ws.recv(timeout=left))
-        except TimeoutError:
-            return cut
+            frame = json.loads(ws.recv(timeout=wait))
+        except TimeoutError:  # starved: stopped, so the next turn may start
+            cancelled = True
+            ws.send(json.dumps({"action": "cancel_run", "run_id": run_id}))
+            continue
         if frame.get("event") in ("run_completed", "run_error", "run_cancelled") \
                 and frame["data"]["run_id"] == run_id:
-            return time.perf_counter() - start
+            return cut if cancelled else time.perf_counter() - start
 
 
 def b_turns(srv: Srv, count: int) -> list[float]:
@@ -177,7 +180,7 @@ def measure(tree: Path, work: Path) -> dict[str, str]:
         for _ in range(16):
             sid = srv.api("POST", "/api/sessions", {})["session_id"]
             ws = srv.socket(sid)
-            call(ws, "send_message", text="slow 100\nsay " + " ".join(["w"] * 200))
+            call(ws, "send_message", text="slow 50\nsay " + " ".join(["w"] * 100))
             held.append(ws)
         time.sleep(0.5)
         loaded = statistics.median(b_turns(srv, 5))
