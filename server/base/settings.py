@@ -19,8 +19,18 @@ class Settings:
     openai_base_url: str | None = None
     openai_api_key: str | None = None
     checkpoint: str = "tool-batch"
-    shell: bool = False
-    shell_timeout: float = 30.0
+    # The shell (DESIGN §4 "The shell"): `sandbox` (the default; `on` is the same), `host`
+    # (no sandbox: the operator's explicit choice) or `off`. `shell` says whether the model
+    # is offered it: off, or sandbox where no sandbox can be made (`shell_unavailable`: why,
+    # set at start-up, app/braid.py).
+    shell_mode: str = "sandbox"
+    shell: bool = True
+    shell_unavailable: str | None = None
+    shell_timeout: float = 600.0
+    shell_max_procs: int = 256
+    shell_max_memory: int = 2 * 1024**3
+    shell_max_write: int = 2 * 1024**3
+    shell_hosts: tuple[str, ...] = ()  # private hosts/CIDRs its proxy may reach
     model_timeout: float = 120.0  # seconds between streamed chunks
     model_retries: int = 2  # retries of a request that failed before streaming
     endpoints_file: Path | None = None
@@ -81,7 +91,13 @@ class Settings:
         s.database_url = env.get("BRAID_DATABASE_URL") or None
         if s.database_url and not s.database_url.startswith(("postgresql://", "postgres://")):
             raise ValueError("BRAID_DATABASE_URL must be a postgresql:// URL")
-        s.shell = env.get("BRAID_SHELL", "off").lower() in ("on", "1", "true", "yes")
+        s.shell_mode = _shell_mode(env.get("BRAID_SHELL", ""))
+        s.shell = s.shell_mode != "off"
+        s.shell_timeout = _number(env, "BRAID_SHELL_TIMEOUT", s.shell_timeout) or s.shell_timeout
+        s.shell_max_procs = max(1, _whole(env, "BRAID_SHELL_MAX_PROCS", s.shell_max_procs))
+        s.shell_max_memory = _whole(env, "BRAID_SHELL_MAX_MEMORY", s.shell_max_memory)
+        s.shell_max_write = _whole(env, "BRAID_SHELL_MAX_WRITE", s.shell_max_write)
+        s.shell_hosts = _words(env, "BRAID_SHELL_HOSTS", s.shell_hosts, lower=True)
         tokens = env.get("BRAID_CONTEXT_TOKENS", "").strip()
         if tokens:
             if not tokens.isdigit() or int(tokens) < 100:
@@ -119,6 +135,17 @@ def _number(env: dict[str, str], name: str, default: float) -> float:
     if value < 0 or value != value:
         raise ValueError(f"{name} must not be negative")
     return value
+
+
+def _shell_mode(raw: str) -> str:
+    word = raw.strip().lower()
+    if word in ("", "sandbox", "on", "1", "true", "yes"):
+        return "sandbox"
+    if word in ("off", "0", "false", "no"):
+        return "off"
+    if word == "host":
+        return "host"
+    raise ValueError("BRAID_SHELL must be sandbox (on), host or off")
 
 
 def _whole(env: dict[str, str], name: str, default: int) -> int:

@@ -85,8 +85,17 @@ def _me() -> str:
     return f"{os.getpid()}-{_started('self')}"
 
 
+_verdict: list[str | None] = []
+
+
 def why_not() -> str | None:
-    """None when this process can make a command's cgroup; else the reason."""
+    """None when this process can make a command's cgroup; else the reason (asked once)."""
+    if not _verdict:
+        _verdict.append(_probe())
+    return _verdict[0]
+
+
+def _probe() -> str | None:
     try:
         probe = Cgroup.make(Limits(), "probe")
     except OSError as e:
