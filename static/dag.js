@@ -1,46 +1,46 @@
 // The DAG panel: collapse/expand (remembered), ticked branches kept across re-renders, the
 // spawn form closing after it is sent, a click on a graph dot opening that node, closing the
 // node/conflict boxes, and a fresh graph after a reconnect. Everything else is htmx.
-(function () {
-  "use strict";
-  const KEY = "braid.dag.collapsed";
-  const ticked = new Set();
-  let opened = 0;
+import {feature} from "./core.js";
+const KEY = "braid.dag.collapsed";
+const ticked = new Set();
+let opened = 0;
 
-  function panel() { return document.getElementById("dag-panel"); }
+function panel() { return document.getElementById("dag-panel"); }
 
-  function setCollapsed(collapsed) {
-    const p = panel();
-    if (!p) return;
-    p.classList.toggle("collapsed", collapsed);
-    document.body.classList.toggle("dag-collapsed", collapsed);
-    const btn = p.querySelector("[data-toggle-dag]");
-    if (btn) btn.setAttribute("aria-expanded", collapsed ? "false" : "true");
-    try { localStorage.setItem(KEY, collapsed ? "1" : "0"); } catch (err) { /* private mode */ }
-  }
+function setCollapsed(collapsed) {
+  const p = panel();
+  if (!p) return;
+  p.classList.toggle("collapsed", collapsed);
+  document.body.classList.toggle("dag-collapsed", collapsed);
+  const btn = p.querySelector("[data-toggle-dag]");
+  if (btn) btn.setAttribute("aria-expanded", collapsed ? "false" : "true");
+  try { localStorage.setItem(KEY, collapsed ? "1" : "0"); } catch (err) { /* private mode */ }
+}
 
-  function restoreTicks() {
-    document.querySelectorAll("#dag input[name=branches]").forEach(function (box) {
-      box.checked = !box.disabled && ticked.has(box.value);
-    });
-    syncMerge();
-  }
+function restoreTicks() {
+  document.querySelectorAll("#dag input[name=branches]").forEach(function (box) {
+    box.checked = !box.disabled && ticked.has(box.value);
+  });
+  syncMerge();
+}
 
-  // Merge is for ticked branches: with none ticked there is nothing to press.
-  function syncMerge() {
-    const btn = document.getElementById("merge-btn");
-    if (!btn) return;
-    const none = !document.querySelector("#dag input[name=branches]:checked");
-    btn.disabled = none;
-    btn.title = none ? "Tick the branches to merge" : "";
-  }
+// Merge is for ticked branches: with none ticked there is nothing to press.
+function syncMerge() {
+  const btn = document.getElementById("merge-btn");
+  if (!btn) return;
+  const none = !document.querySelector("#dag input[name=branches]:checked");
+  btn.disabled = none;
+  btn.title = none ? "Tick the branches to merge" : "";
+}
 
-  function refreshDag() {
-    const p = panel();
-    if (!p || !window.htmx) return;
-    htmx.ajax("GET", "/s/" + p.dataset.sessionId + "/dag", {target: "#dag", swap: "outerHTML"});
-  }
+function refreshDag() {
+  const p = panel();
+  if (!p || !window.htmx) return;
+  htmx.ajax("GET", "/s/" + p.dataset.sessionId + "/dag", {target: "#dag", swap: "outerHTML"});
+}
 
+feature("dag", function () {
   document.addEventListener("change", function (e) {
     const box = e.target;
     if (box && box.name === "branches" && box.closest("#dag")) {
@@ -144,11 +144,11 @@
     if (opened > 1) refreshDag();  // events sent while the socket was down are lost
   });
 
-  document.addEventListener("DOMContentLoaded", function () {
+  (function () {
     let collapsed = false;
     try { collapsed = localStorage.getItem(KEY) === "1"; } catch (err) { /* private mode */ }
     // On a phone the panel is an overlay: always start closed.
     if (window.matchMedia && window.matchMedia("(max-width: 760px)").matches) collapsed = true;
     setCollapsed(collapsed);
-  });
-})();
+  })();
+});

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from markupsafe import escape
-
 from server.base.results import EventData
 from server.web.errors import Frame
 from server.web.import_views import IMPORT_ERRORS, IMPORT_RESULTS
@@ -22,6 +20,7 @@ from server.web.render.fragments import (
     EventRenderer,
     ResultRenderer,
     View,
+    append_frame,
     oob_append,
     run_state,
     session_list,
@@ -102,12 +101,14 @@ def _run_restarted(v: View) -> str:
 
 
 def _delta(data: EventData) -> str:
-    return oob_append(f"live-{dom_id(data['run_id'])}", f"<span>{escape(data['delta'])}</span>")
+    """Not HTML: a data frame the page appends as text to the turn's live block (static/core.js
+    dataFrame), never parsed as markup; a page that does not show the turn drops it."""
+    return append_frame(f"live-{dom_id(data['run_id'])}", data["delta"])
 
 
 def _tool_call(v: View) -> str:
     card = render("_tool_card.html", run_id=v.data["run_id"], call=v.data["call"], result=None)
-    return oob_append(f"parts-{dom_id(v.data['run_id'])}", card)
+    return oob_append(f"parts-{dom_id(v.data['run_id'])}", card, turn_part=True)
 
 
 def _tool_result(v: View) -> str:
@@ -121,7 +122,8 @@ def _tool_result(v: View) -> str:
 def _approval_needed(v: View) -> str:
     """The waiting call as a card in the bubble of the run that shows it."""
     card = render("_approval.html", waiting=v.data, resolved=None)
-    return oob_append(f"parts-{dom_id(v.data.get('shown_in') or v.data['run_id'])}", card)
+    return oob_append(f"parts-{dom_id(v.data.get('shown_in') or v.data['run_id'])}", card,
+                      turn_part=True)
 
 
 def _approval_resolved(v: View) -> str:
