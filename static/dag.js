@@ -1,12 +1,13 @@
 // The DAG panel: collapse/expand (remembered), ticked branches kept across re-renders, the
 // spawn form closing after it is sent, a click on a graph dot opening that node, closing the
 // node/conflict boxes, and a fresh graph after a reconnect. Everything else is htmx.
-import {feature} from "./core.js";
+import {feature, keymap} from "./core.js";
 const KEY = "braid.dag.collapsed";
 const ticked = new Set();
 let opened = 0;
 
 function panel() { return document.getElementById("dag-panel"); }
+function isPhone() { return !!window.matchMedia && window.matchMedia("(max-width: 760px)").matches; }
 
 function setCollapsed(collapsed) {
   const p = panel();
@@ -139,6 +140,17 @@ feature("dag", function () {
   document.addEventListener("htmx:oobAfterSwap", restoreTicks);
   document.addEventListener("htmx:afterSwap", restoreTicks);
 
+  // On a phone the open panel is a sheet over the page: Esc or a tap beside it closes it.
+  function sheetOpen() { const p = panel(); return !!p && isPhone() && !p.classList.contains("collapsed"); }
+  keymap.bind("Escape", {name: "close-history-sheet", order: 55, when: sheetOpen,
+    run: function () { setCollapsed(true); }});
+  document.addEventListener("click", function (e) {
+    const t = e.target;
+    if (!sheetOpen() || !(t instanceof Element) || panel().contains(t)) return;
+    if (t.closest("#toasts, dialog, [data-open-child], [data-toggle-dag]")) return;
+    setCollapsed(true);
+  });
+
   document.addEventListener("htmx:wsOpen", function () {
     opened += 1;
     if (opened > 1) refreshDag();  // events sent while the socket was down are lost
@@ -148,7 +160,7 @@ feature("dag", function () {
     let collapsed = false;
     try { collapsed = localStorage.getItem(KEY) === "1"; } catch (err) { /* private mode */ }
     // On a phone the panel is an overlay: always start closed.
-    if (window.matchMedia && window.matchMedia("(max-width: 760px)").matches) collapsed = true;
+    if (isPhone()) collapsed = true;
     setCollapsed(collapsed);
   })();
 });

@@ -103,8 +103,13 @@ function refresh() {
 feature("search", function () {
   on("click", "a.search-hit", onHit);
   // Opened from a result in another session: after the page has scrolled to its end.
-  const m = location.hash.match(/^#turn-([\w-]+)$/);
-  if (m) requestAnimationFrame(function () { jump(m[1]); });
+  // The same for a link followed within the page (only its #turn- part changed).
+  function fromHash() {
+    const m = location.hash.match(/^#turn-([\w-]+)$/);
+    if (m) requestAnimationFrame(function () { jump(m[1]); });
+  }
+  fromHash();
+  window.addEventListener("hashchange", fromHash);
   refresh();
   document.addEventListener("htmx:afterSettle", refresh);
   document.addEventListener("htmx:oobAfterSwap", refresh);

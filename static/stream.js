@@ -92,7 +92,10 @@ feature("stream", function () {
   document.addEventListener("htmx:oobBeforeSwap", function (e) {
     const d = e.detail;
     if (!d || !d.target || !d.fragment || d.target.dataset.status !== "RUNNING") return;
-    if (!d.fragment.querySelector(":scope > section.turn[data-status=COMPLETED]")) return;
+    const ended = Array.from(d.fragment.children || []).some(function (el) {
+      return el.matches("section.turn[data-status=COMPLETED]");
+    });
+    if (!ended) return;
     $$("#toasts .toast-error:not(.toast-sticky)").forEach(function (t) { t.remove(); });
   });
   const t = $("#transcript");

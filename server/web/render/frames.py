@@ -134,6 +134,7 @@ def _run_done(v: View) -> str:
     if is_sub_agent_run(v.data):  # its card in the parent's bubble
         return child_ended(v)
     turn = turn_from_event(v.data, streaming=False)  # the file chips arrive with the bubble
+    turn["just_ended"] = True  # its reader is on it: a long answer does not fold
     if "children" in v.reads:  # its sub-agents' cards, their tokens read
         turn["children"] = v.reads["children"]
     html = render("_turn.html", turn=turn) + run_state(v.running)
