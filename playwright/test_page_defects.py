@@ -6,6 +6,7 @@ sheet has a way out."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from playwright.sync_api import Page, expect
@@ -174,3 +175,37 @@ def test_the_phone_history_sheet_has_a_way_out(page: Page, login: Any, shared_se
     open_sheet()
     page.mouse.click(20, 500)  # the page beside the sheet
     expect(panel).to_have_class("dag-panel collapsed")
+
+
+def test_the_header_follows_the_branch_shown(page: Page, login: Any, shared_server: Server,
+                                             console_errors: Any) -> None:
+    sid = shared_server.new_session()
+    shared_server.run(sid, "say hello")
+    second = shared_server.run(sid, "say a short one")["run_id"]
+    login(page, sid)
+    tokens = page.locator("#session-tokens")
+    expect(tokens).to_have_text(re.compile(r"\d+ tokens"), timeout=TIMEOUT)
+    on_main = tokens.inner_text()
+    # The first turn named the session: the ⋯ menu's Name says so.
+    name = page.locator("#session-title").inner_text()
+    page.click(".session-menu-btn")
+    expect(page.locator("#rename-input")).to_have_value(name)
+    page.keyboard.press("Escape")
+    # Edit & rerun with a much longer answer: the header counts the new branch's tokens.
+    turn = page.locator(f"#turn-{second}")
+    turn.locator(".msg-user details.edit-rerun > summary").click()
+    turn.locator(".msg-user details.edit-rerun textarea").fill("say " + "many words " * 200)
+    turn.locator(".msg-user details.edit-rerun button[type=submit]").click()
+    edited = page.locator("#transcript > section.turn").last
+    expect(edited).not_to_have_attribute("data-run-id", second, timeout=TIMEOUT)
+    expect(edited).to_have_attribute("data-status", "COMPLETED", timeout=TIMEOUT)
+    expect(tokens).not_to_have_text(on_main, timeout=TIMEOUT)
+    on_edit = tokens.inner_text()
+    # ‹ shows main again, and its count; › the edit's.
+    edited.locator(".switch-prev").click()
+    expect(page.locator(f"#turn-{second}")).to_be_visible(timeout=TIMEOUT)
+    expect(tokens).to_have_text(on_main, timeout=TIMEOUT)
+    page.locator(f"#turn-{second} .switch-next").click()
+    expect(tokens).to_have_text(on_edit, timeout=TIMEOUT)
+    page.click(".session-menu-btn")
+    expect(page.locator("#rename-input")).to_have_value(page.locator("#session-title").inner_text())

@@ -54,6 +54,10 @@ feature("menus", function () {
     const d = e.target;
     if (d && d.classList && d.classList.contains("session-menu") && d.open) {
       const input = d.querySelector("#rename-input");
+      // The name as the header shows it now (a first turn, a checkout or an Edit & rerun may
+      // have named the session since the menu was drawn).
+      const title = document.getElementById("session-title");
+      if (input && title && title.dataset.title) input.value = title.dataset.title;
       if (input) { input.focus(); input.select(); }
     }
   }, true);

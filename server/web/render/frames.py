@@ -147,6 +147,7 @@ def _session_changed(v: View) -> str:
     html = render("_transcript.html", transcript=v.reads["transcript"]) + run_state(v.running)
     if v.data.get("branch"):
         html += render("_branch.html", branch=v.data["branch"])
+    html += render("_session_tokens.html", usage=v.reads["usage"], oob=True)
     return html + dag_html(v.reads["layout"], v.data["session_id"])  # marks the branch shown
 
 
