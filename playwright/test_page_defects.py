@@ -209,3 +209,28 @@ def test_the_header_follows_the_branch_shown(page: Page, login: Any, shared_serv
     expect(tokens).to_have_text(on_edit, timeout=TIMEOUT)
     page.click(".session-menu-btn")
     expect(page.locator("#rename-input")).to_have_value(page.locator("#session-title").inner_text())
+
+
+def test_a_conflict_on_a_sibling_branch_names_it_for_people(
+        page: Page, login: Any, shared_server: Server, console_errors: Any) -> None:
+    sid = shared_server.new_session()
+    first = shared_server.run(sid, "say hi")["run_id"]
+    login(page, sid)
+    turn = page.locator(f"#turn-{first}")
+    turn.locator(".msg-user details.edit-rerun > summary").click()
+    turn.locator(".msg-user details.edit-rerun textarea").fill("say hi again")
+    turn.locator(".msg-user details.edit-rerun button[type=submit]").click()
+    edited = page.locator("#transcript > section.turn").last
+    expect(edited).not_to_have_attribute("data-run-id", first, timeout=TIMEOUT)
+    expect(edited).to_have_attribute("data-status", "COMPLETED", timeout=TIMEOUT)
+    expect(page.locator("#branch-badge")).to_have_attribute("data-branch", re.compile("^run/"))
+    shared_server.spawn_conflicting(sid, str(edited.get_attribute("data-run-id")))
+    rows = page.locator("#dag .dag-branch[data-branch^=sub_]")
+    expect(rows).to_have_count(2, timeout=TIMEOUT)
+    for i in range(2):
+        rows.nth(i).locator("input[type=checkbox]").check()
+    page.click("#merge-btn")
+    conflicts = page.locator("#dag-conflicts")
+    expect(conflicts).to_contain_text("same.txt", timeout=TIMEOUT)
+    expect(conflicts).to_contain_text("Edit of")  # the branch merged into, by its name
+    assert "run/" not in conflicts.inner_text()  # never its hash (only on hover)
