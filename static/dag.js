@@ -57,6 +57,7 @@ feature("dag", function () {
     const t = e.target;
     if (!t || !t.closest) return;
     if (t.closest("[data-toggle-dag]")) { setCollapsed(!panel().classList.contains("collapsed")); return; }
+    if (t.closest("[data-close-dag]")) { setCollapsed(true); document.querySelector("#dag-panel .dag-toggle").focus(); return; }
     const close = t.closest(".dag-close");
     if (close) {
       const box = document.querySelector(close.dataset.close);
