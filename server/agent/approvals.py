@@ -36,8 +36,6 @@ if TYPE_CHECKING:
     from server.agent.turn_context import TurnContext
 
 MODES = ("auto", "shell", "writes")
-# The session's `shell_network` (DESIGN §4 "The shell"): ask the user per host, any, none.
-NETWORK_MODES = ("ask", "on", "off")
 DECISIONS = ("approve", "deny", "always")
 # Every tool of the model's that changes files: a merge brings other branches' files (and,
 # with `agent`, conflict markers) into the branch, so it asks like a write.
@@ -50,11 +48,6 @@ MAX_DIFF = 100_000
 def mode_of(meta: SessionMeta) -> str:
     mode = meta.get("approvals")
     return mode if mode in MODES else "auto"
-
-
-def network_of(meta: SessionMeta) -> str:
-    mode = meta.get("shell_network")
-    return mode if mode in NETWORK_MODES else "ask"
 
 
 def needs_approval(meta: SessionMeta, tool: str) -> bool:
@@ -100,6 +93,23 @@ async def gate(braid: Services, ctx: TurnContext, call: ToolCall) -> str | None:
         waiting["label"] = str(label)
     decision, reason = await _wait(braid, active, waiting)
     return denied_text(reason) if decision == "deny" else None
+
+
+async def ask_network(braid: Services, ctx: TurnContext, call_id: str, host: str,
+                      port: int) -> tuple[str, str]:
+    """A sandboxed command of this turn wants to reach `host` (agent/network.py): the user's
+    (decision, reason). Without a live run to show it in, the answer is a denial."""
+    sid, run_id = ctx.handle.session_id, ctx.run_id
+    active = braid.runs.find(sid, run_id)
+    if active is None:
+        return "deny", "no one to ask"
+    waiting: WaitingCall = {"run_id": run_id, "call_id": call_id, "tool": "network",
+                            "args": {"host": host, "port": port}, "branch": active.branch,
+                            "shown_in": _shown_in(braid, ctx, active)}
+    label = (ctx.run.get("sub_agent") or {}).get("label")
+    if label:
+        waiting["label"] = str(label)
+    return await _wait(braid, active, waiting)
 
 
 async def _wait(braid: Services, active: ActiveRun, waiting: WaitingCall) -> tuple[str, str]:

@@ -13,7 +13,7 @@ import asyncio
 import shutil
 from typing import TYPE_CHECKING, cast
 
-from server.agent import approvals
+from server.agent import approvals, network
 from server.base.errors import Conflict, NotFound
 from server.base.ids import is_session_id, now_iso
 from server.base.records import SessionMeta, to_json_bytes
@@ -41,10 +41,12 @@ def _summary(changes: SessionChanges) -> str:
         parts.append(f"Model: {changes['model'] or 'default'}")
     if "approvals" in changes:
         parts.append(f"Approvals: {changes['approvals']}")
-    if "approvals_always" in changes:
-        parts.append(f"Always allow: {', '.join(changes['approvals_always']) or 'none'}")
+    if "shell_network_hosts" in changes:
+        parts.append(f"Network hosts: {', '.join(changes['shell_network_hosts']) or 'none'}")
     if "shell_network" in changes:
         parts.append(f"Shell network: {changes['shell_network']}")
+    if "approvals_always" in changes:
+        parts.append(f"Always allow: {', '.join(changes['approvals_always']) or 'none'}")
     return "; ".join(parts)
 
 
@@ -62,36 +64,22 @@ def write_meta(git: GitSession, meta: SessionMeta, summary: str) -> None:
         git.commit_on_branch(branch, {"session.json": data}, summary=summary, kind="user-edit")
 
 
+# A change to its default value is kept as no key (`auto`, `ask`, no list, not archived,
+# the server's model); the title is always kept.
+DEFAULTS: dict[str, object] = {"archived": False, "model": None, "approvals": "auto",
+                               "approvals_always": [], "shell_network": "ask",
+                               "shell_network_hosts": []}
+
+
 def _changed(meta: SessionMeta, changes: SessionChanges) -> SessionMeta:
     """`meta` with `changes`: an absent key means the default model, not archived."""
     out = meta.copy()
-    if "title" in changes:
-        out["title"] = changes["title"]
-    if "archived" in changes:
-        if changes["archived"]:
-            out["archived"] = True
+    kept = cast("dict[str, object]", out)
+    for key, value in changes.items():
+        if key != "title" and value == DEFAULTS.get(key):
+            kept.pop(key, None)
         else:
-            out.pop("archived", None)
-    if "model" in changes:
-        if changes["model"] is None:
-            out.pop("model", None)
-        else:
-            out["model"] = changes["model"]
-    if "approvals" in changes:  # auto, the default, is kept as no key
-        if changes["approvals"] == "auto":
-            out.pop("approvals", None)
-        else:
-            out["approvals"] = changes["approvals"]
-    if "approvals_always" in changes:
-        if changes["approvals_always"]:
-            out["approvals_always"] = changes["approvals_always"]
-        else:
-            out.pop("approvals_always", None)
-    if "shell_network" in changes:  # ask, the default, is kept as no key
-        if changes["shell_network"] == "ask":
-            out.pop("shell_network", None)
-        else:
-            out["shell_network"] = changes["shell_network"]
+            kept[key] = value
     return out
 
 
@@ -160,7 +148,14 @@ async def settle(braid: Services, session_id: str, run_id: str, call_id: str, de
     waiting = active.waiting.get(call_id) if active is not None else None
     if active is None or waiting is None or call_id not in active.answers:
         return False
-    if decision == "always":
+    if waiting["tool"] == network.TOOL and decision != "deny":
+        # A host allowed once is allowed for the session (approve and always alike).
+        handle = braid.store.get(session_id)
+        args = waiting["args"]
+        host = str(args.get("host")) if isinstance(args, dict) else ""
+        hosts = sorted({*network.allowed_hosts(handle.meta), host} - {""})
+        await update_session(braid, handle.user_id, session_id, {"shell_network_hosts": hosts})
+    elif decision == "always":
         handle = braid.store.get(session_id)
         always = sorted({*(handle.meta.get("approvals_always") or ()), waiting["tool"]})
         await update_session(braid, handle.user_id, session_id, {"approvals_always": always})

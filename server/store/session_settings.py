@@ -21,7 +21,7 @@ from server.base.records import SessionMeta
 
 # The keys that are the session's: what `update_session` changes (and the first turn's title).
 SETTINGS = ("title", "model", "endpoint", "archived", "approvals", "approvals_always",
-            "shell_network", "tools_off")
+            "shell_network", "shell_network_hosts", "tools_off")
 FILE = "braid-settings.json"
 
 

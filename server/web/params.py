@@ -14,7 +14,8 @@ import unicodedata
 from collections.abc import Callable
 from typing import Any
 
-from server.agent.approvals import DECISIONS, MODES, NETWORK_MODES
+from server.agent.approvals import DECISIONS, MODES
+from server.agent.network import MODES as NETWORK_MODES
 from server.agent.turns import MAX_TEXT
 from server.base.errors import BadRequest, NotFound
 from server.base.ids import is_message_id
@@ -29,8 +30,7 @@ from server.store.search import DEFAULT_LIMIT, MAX_LIMIT
 _FALSE = ("", "false", "0", "off", "no")
 _TRUE = ("true", "1", "on", "yes")
 MAX_ALWAYS = 200
-# A tool name, or `network:HOST[:PORT]` (a host the shell's proxy lets through unasked).
-ALWAYS_ITEM = re.compile(r"[A-Za-z0-9_.\-]{1,100}(:[A-Za-z0-9_.:\[\]\-]{1,300})?")
+ALWAYS_ITEM = re.compile(r"[A-Za-z0-9_.\-]{1,100}")  # a tool's name
 
 Parser = Callable[[object], Any]
 
@@ -266,16 +266,22 @@ def session_changes(raw: object) -> SessionChanges:
     if "shell_network" in raw:
         changes["shell_network"] = one_of(raw["shell_network"], "shell_network",
                                           NETWORK_MODES)
+    if "shell_network_hosts" in raw:
+        hosts = raw["shell_network_hosts"]
+        if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+            raise BadRequest("shell_network_hosts must be a list of host names")
+        changes["shell_network_hosts"] = sorted({one_line(h, "host", 253).lower()
+                                                 for h in hosts})
     return changes
 
 
 def always_list(value: object) -> list[str]:
-    """The tools (and `network:HOST` entries) that run unasked in a session."""
+    """The tools that run unasked in a session."""
     if not isinstance(value, list) or len(value) > MAX_ALWAYS:
         raise BadRequest(f"approvals_always must be a list of at most {MAX_ALWAYS} tool names")
     for item in value:
         if not isinstance(item, str) or not ALWAYS_ITEM.fullmatch(item):
-            raise BadRequest("approvals_always holds tool names (or network:HOST)")
+            raise BadRequest("approvals_always holds tool names")
     return sorted(set(value))
 
 
