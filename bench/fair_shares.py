@@ -83,7 +83,7 @@ class Srv:
     def socket(self, sid: str, token: str = TOKEN) -> Any:
         return connect(f"ws://127.0.0.1:{self.port}/ws/sessions/{sid}?format=json",
                        additional_headers={"Authorization": f"Bearer {token}"},
-                       max_size=None)
+                       max_size=None, ping_interval=None)
 
     def rss(self) -> float:
         with open(f"/proc/{self.proc.pid}/status") as f:
