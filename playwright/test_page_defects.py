@@ -6,6 +6,7 @@ sheet has a way out."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -234,3 +235,39 @@ def test_a_conflict_on_a_sibling_branch_names_it_for_people(
     expect(conflicts).to_contain_text("same.txt", timeout=TIMEOUT)
     expect(conflicts).to_contain_text("Edit of")  # the branch merged into, by its name
     assert "run/" not in conflicts.inner_text()  # never its hash (only on hover)
+
+
+def interrupted_mid_answer(page: Page, server_factory: Any) -> tuple[Any, str, str]:
+    """A server stopped while the page watched an answer stream, started again, and a turn
+    run after the restart: (the new server, the interrupted run's id, the later run's id)."""
+    srv = server_factory()
+    sid = srv.new_session()
+    page.goto(f"{srv.base_url}/login?token={srv.token}")
+    page.goto(f"{srv.base_url}/s/{sid}")
+    expect(page.locator("#conn")).to_have_attribute("data-state", "open", timeout=TIMEOUT)
+    page.fill("#composer-text", "slow 300\nsay " + " ".join(f"streamed{i}" for i in range(40)))
+    page.press("#composer-text", "Enter")
+    turn = page.locator("#transcript > section.turn").last
+    expect(turn.locator(".live")).to_contain_text("streamed3", timeout=TIMEOUT)
+    run_id = str(turn.get_attribute("data-run-id"))
+    srv.stop()
+    again = dataclasses.replace(srv, proc=None)
+    again.start()
+    later = again.run(sid, "say after the restart")["run_id"]
+    page.reload()
+    expect(page.locator(f"#turn-{later}")).to_have_attribute("data-status", "COMPLETED",
+                                                             timeout=TIMEOUT)
+    return again, run_id, later
+
+
+def test_an_interrupted_run_keeps_what_streamed(page: Page, server_factory: Any,
+                                                console_errors: Any) -> None:
+    console_errors.allow_server_down()
+    srv, run_id, _ = interrupted_mid_answer(page, server_factory)
+    try:
+        back = page.locator(f"#turn-{run_id}")
+        expect(back).to_have_attribute("data-status", "INTERRUPTED")
+        expect(back.locator(".md.partial")).to_contain_text("streamed0 streamed1 streamed2")
+    finally:
+        srv.stop()
+
