@@ -76,19 +76,25 @@ def test_toasts_do_not_pile_up(page: Page, login: Any, shared_server: Server,
                                console_errors: Any) -> None:
     sid = shared_server.new_session()
     login(page, sid)
+    # The most toasts ever shown at once (counted as they come, whatever the machine's speed).
+    page.evaluate("""() => {
+        const box = document.getElementById('toasts');
+        window.mostToasts = 0;
+        new MutationObserver(() => {
+            window.mostToasts = Math.max(window.mostToasts, box.querySelectorAll('.toast').length);
+        }).observe(box, {childList: true});
+    }""")
     toasts = page.locator("#toasts .toast")
     for _ in range(4):  # the same error four times: one toast says it
         send_bad_action(page, "frobnicate")
-        expect(toasts.first).to_be_visible(timeout=TIMEOUT)
-    page.wait_for_timeout(300)
-    expect(toasts).to_have_count(1)
-    expect(toasts.first).to_contain_text("frobnicate")
+        expect(toasts.first).to_contain_text("frobnicate", timeout=TIMEOUT)
+    assert page.evaluate("window.mostToasts") == 1
     for i in range(5):  # five other errors: at most three at once, the newest kept
         send_bad_action(page, f"frob{i}")
         expect(toasts.last).to_contain_text(f"frob{i}", timeout=TIMEOUT)
-    expect(toasts).to_have_count(3)
+    assert 1 <= page.evaluate("window.mostToasts") <= 3
     # They go by themselves, soon: nothing stays over the controls under them.
-    expect(toasts).to_have_count(0, timeout=8_000)
+    expect(toasts).to_have_count(0, timeout=10_000)
 
 
 def test_a_one_file_turn_has_one_revert_button(page: Page, login: Any, shared_server: Server,
