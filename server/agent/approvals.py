@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING
 
 from server.agent.live_runs import ActiveRun
 from server.agent.tool_paths import PathEscape, resolve_in
+from server.base import events
 from server.base.records import SessionMeta, ToolCall
-from server.base.results import EventData, WaitingCall
+from server.base.results import WaitingCall
 from server.git.workdir.scan import WORKDIR
 
 if TYPE_CHECKING:
@@ -97,22 +98,13 @@ async def _wait(braid: Services, active: ActiveRun, waiting: WaitingCall) -> tup
     future: asyncio.Future[tuple[str, str]] = asyncio.get_running_loop().create_future()
     active.waiting[call_id] = waiting
     active.answers[call_id] = future
-    data: EventData = {"run_id": waiting["run_id"], "call_id": call_id, "tool": waiting["tool"],
-                       "args": waiting["args"], "shown_in": waiting["shown_in"],
-                       "branch": waiting["branch"]}
-    if "diff" in waiting:
-        data["diff"] = waiting["diff"]
-    if "label" in waiting:
-        data["label"] = waiting["label"]
-    braid.bus.publish(sid, "approval_needed", data)
+    braid.bus.publish(sid, events.approval_needed(waiting))
     try:
         decision, reason = await future
     finally:
         active.waiting.pop(call_id, None)
         active.answers.pop(call_id, None)
-    braid.bus.publish(sid, "approval_resolved", {
-        "run_id": waiting["run_id"], "call_id": call_id, "tool": waiting["tool"],
-        "decision": decision, "reason": reason, "shown_in": waiting["shown_in"]})
+    braid.bus.publish(sid, events.approval_resolved(waiting, decision, reason))
     return decision, reason
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from server.base import crash, names
+from server.base import crash, events, names
+from server.base.events import Event
 from server.base.ids import new_message_id, now_iso
 from server.base.records import (
     MessageRecord,
@@ -24,7 +25,6 @@ from server.base.records import (
     new_run,
     to_json_bytes,
 )
-from server.base.results import EventData
 from server.git.history import history_path
 from server.git.session import Change, GitSession
 from server.git.workdir.scan import WORKDIR, why_left_out
@@ -165,12 +165,10 @@ def checkpoint_changes(ctx: TurnContext) -> tuple[dict[str, Change], int]:
     return changes, len(ctx.messages)
 
 
-def checkpoint_data(ctx: TurnContext, commit_id: str, kind: str) -> EventData:
+def checkpoint_event(ctx: TurnContext, commit_id: str, kind: str
+                     ) -> Event[Literal["checkpoint"]]:
     """The `checkpoint` event of the turn's last commit: with the names it left out."""
-    data: EventData = {"run_id": ctx.run_id, "commit_id": commit_id, "kind": kind}
-    if ctx.last_skipped:
-        data["skipped"] = list(ctx.last_skipped)
-    return data
+    return events.checkpoint(ctx.run_id, commit_id, kind, skipped=list(ctx.last_skipped))
 
 
 def write_turn_commit(git: GitSession, run_id: str, changes: dict[str, Change], index: int,

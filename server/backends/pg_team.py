@@ -31,6 +31,7 @@ from server.backends.pg_conn import PgThread
 from server.backends.pg_index import PgIndex
 from server.backends.pg_locks import PgBranchLocks
 from server.backends.pg_runs import PgRunRegistry, RemoteRun
+from server.base import events
 from server.base.errors import BraidError, Busy
 from server.base.ids import new_message_id
 from server.base.records import RunRow
@@ -209,10 +210,9 @@ class Team:
                 done += 1
                 log.warning("run %s of session %s: its process is gone; INTERRUPTED",
                             run_id, sid)
-                self.bus.publish(sid, "run_cancelled", {
-                    "run_id": run_id, "run": run, "status": "INTERRUPTED",
-                    "messages": [], "reason": "its process stopped"})
-                self.bus.publish(sid, "dag_changed", {"run_id": run_id})
+                self.bus.publish(sid, events.run_ended("INTERRUPTED", run_id, run, [],
+                                                       reason="its process stopped"))
+                self.bus.publish(sid, events.dag_changed(run_id=run_id))
         return done
 
     # -- cancel across processes ----------------------------------------------------------

@@ -19,7 +19,7 @@ from pygit2.enums import FileMode, MergeFavor, MergeFlag
 from server.agent.live_runs import claim_turn
 from server.agent.turn_context import TurnContext, open_turn, snapshot_user_edits
 from server.agent.turns import launch
-from server.base import crash
+from server.base import crash, events
 from server.base.errors import BadRequest, Busy, Conflict
 from server.base.records import RunFields, to_json_bytes
 from server.base.results import Conflicted, MergeResult, ToolConflict, ToolMerge
@@ -313,12 +313,10 @@ async def merge_branches(braid: Services, user_id: str, session_id: str, branche
         ctx, plan, (commit_id, *parent_ids) = await handle.call(
             lambda git: _start_merge(git, handle, into, names, how, text, braid.model.model,
                                      by_hand))
-        braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": commit_id,
-                                              "kind": "merge"})
-        braid.bus.publish(sid, "merged", {"run_id": ctx.run_id, "commit_id": commit_id,
-                                          "parent_ids": parent_ids, "branches": names,
-                                          "strategy": how, "conflicts": plan.conflicts})
-        braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id})
+        braid.bus.publish(sid, events.checkpoint(ctx.run_id, commit_id, "merge"))
+        braid.bus.publish(sid, events.merged(ctx.run_id, commit_id, parent_ids, names, how,
+                                             conflicts=plan.conflicts))
+        braid.bus.publish(sid, events.dag_changed(run_id=ctx.run_id))
         await launch(braid, handle, ctx, active)
     await active.done.wait()
     await handle.call(lambda git: None)  # after the turn's last index flush

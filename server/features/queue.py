@@ -31,7 +31,7 @@ from server.agent.interrupted import find_record
 from server.agent.live_runs import claim_turn
 from server.agent.turn_context import TurnContext, open_turn
 from server.agent.turns import launch, start_turn
-from server.base import crash
+from server.base import crash, events
 from server.base.errors import Busy, NotFound
 from server.base.records import QueueRow, RunRecord
 from server.base.results import Queued, QueuedMessage, QueueList, RunStarted
@@ -62,7 +62,7 @@ async def list_queue(braid: Services, user_id: str, session_id: str) -> QueueLis
 async def publish(braid: Services, session_id: str) -> None:
     """`queue_changed` with the session's queue as it is now (every tab redraws it)."""
     rows = await braid.queue.waiting(session_id)
-    braid.bus.publish(session_id, "queue_changed", {"queued": [_shown(r) for r in rows]})
+    braid.bus.publish(session_id, events.queue_changed([_shown(r) for r in rows]))
 
 
 async def send(braid: Services, user_id: str, session_id: str, text: str,

@@ -14,6 +14,7 @@ import shutil
 from typing import TYPE_CHECKING, cast
 
 from server.agent import approvals
+from server.base import events
 from server.base.errors import NotFound
 from server.base.ids import is_session_id, now_iso
 from server.base.records import SessionMeta, to_json_bytes
@@ -109,8 +110,7 @@ async def update_session(braid: Services, user_id: str, session_id: str,
             kept.clear()
             kept.update(meta)
             await braid.index.upsert_session(handle.meta, now_iso())
-            braid.bus.publish(handle.session_id, "session_updated",
-                              {"changes": sorted(changes)})
+            braid.bus.publish(handle.session_id, events.session_updated(sorted(changes)))
     return await session_info(braid, user_id, handle.session_id)
 
 
@@ -157,7 +157,7 @@ async def delete_session(braid: Services, user_id: str, session_id: str) -> None
         active.stop("cancel")
     for active in braid.runs.for_session(handle.session_id):
         await active.done.wait()
-    braid.bus.publish(handle.session_id, "session_deleted", {})
+    braid.bus.publish(handle.session_id, events.session_deleted())
     await _drop(braid, handle)
 
 

@@ -11,6 +11,7 @@ import pygit2
 from server.agent import approvals
 from server.agent.turn_changes import annotate_turns
 from server.agent.turn_context import snapshot_user_edits
+from server.base import events
 from server.base.errors import Busy, NotFound
 from server.base.records import MessageRecord, RunRecord, RunRow, SessionRow
 from server.base.results import (
@@ -259,8 +260,7 @@ async def checkout(braid: Services, user_id: str, session_id: str, ref: str) -> 
         return {"branch": git.branch, "head": str(git.head_oid())}
 
     result = await handle.call(work)
-    braid.bus.publish(handle.session_id, "session_changed",
-                      {"branch": result["branch"], "head": result["head"]})
+    braid.bus.publish(handle.session_id, events.session_changed(result["branch"], result["head"]))
     return result
 
 

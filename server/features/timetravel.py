@@ -32,6 +32,7 @@ from server.agent.turn_context import (
     write_pending_to_disk,
 )
 from server.agent.turns import launch
+from server.base import events
 from server.base.errors import BadRequest, Busy, Conflict
 from server.base.ids import new_message_id, now_iso
 from server.base.records import (
@@ -264,15 +265,12 @@ async def continue_run(
         if marked is not None:
             await braid.index.upsert_run(sid, marked)
         # The page re-renders the branch now shown; `run_started` then adds the live turn.
-        braid.bus.publish(sid, "run_continued", {
-            "run_id": ctx.run_id, "branch": plan.branch, "head": head, "forked": plan.fork,
-            "source_run_id": run_id, "message_index": plan.message_index,
-        })
+        braid.bus.publish(sid, events.run_continued(ctx.run_id, plan.branch, head, plan.fork,
+                                                    run_id, plan.message_index))
         await launch(braid, handle, ctx, active)
     if plan.fork:
-        braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": head,
-                                              "kind": "fork"})
-    braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id, "branch": plan.branch})
+        braid.bus.publish(sid, events.checkpoint(ctx.run_id, head, "fork"))
+    braid.bus.publish(sid, events.dag_changed(run_id=ctx.run_id, branch=plan.branch))
     return _result(ctx.run, plan)
 
 

@@ -51,11 +51,11 @@ def is_sub_agent_run(data: EventData) -> bool:
     return bool(run.get("sub_agent")) or str(run.get("branch") or "").startswith(PREFIX)
 
 
-async def _nothing(ctx: ActionContext, data: EventData) -> EventReads:
+async def reads_nothing(ctx: ActionContext, data: EventData) -> EventReads:
     return {}
 
 
-async def _run_started(ctx: ActionContext, data: EventData) -> EventReads:
+async def reads_run_started(ctx: ActionContext, data: EventData) -> EventReads:
     if is_sub_agent_run(data):
         return {}
     meta = ctx.braid.store.get(ctx.session_id).meta
@@ -65,7 +65,7 @@ async def _run_started(ctx: ActionContext, data: EventData) -> EventReads:
     return out
 
 
-async def _run_done(ctx: ActionContext, data: EventData) -> EventReads:
+async def reads_run_done(ctx: ActionContext, data: EventData) -> EventReads:
     if is_sub_agent_run(data):
         return {}
     out: EventReads = {"usage": await model_choice.session_usage(ctx.braid, ctx.user_id,
@@ -93,23 +93,23 @@ def grows_lane(ctx: ActionContext, data: EventData) -> bool:
     return branch.startswith(PREFIX)
 
 
-async def _transcript(ctx: ActionContext, data: EventData) -> EventReads:
+async def reads_transcript(ctx: ActionContext, data: EventData) -> EventReads:
     return {"transcript": await transcript_with_children(ctx.braid, ctx.user_id,
                                                          ctx.session_id)}
 
 
-async def _layout(ctx: ActionContext, data: EventData) -> EventReads:
+async def reads_layout(ctx: ActionContext, data: EventData) -> EventReads:
     from server.web.render.dag import load_layout
 
     return {"layout": await load_layout(ctx.braid, ctx.user_id, ctx.session_id)}
 
 
-async def _session_changed(ctx: ActionContext, data: EventData) -> EventReads:
+async def reads_session_changed(ctx: ActionContext, data: EventData) -> EventReads:
     transcript = await transcript_with_children(ctx.braid, ctx.user_id, ctx.session_id)
-    return {"transcript": transcript, **await _layout(ctx, data)}
+    return {"transcript": transcript, **await reads_layout(ctx, data)}
 
 
-async def _session_updated(ctx: ActionContext, data: EventData) -> EventReads:
+async def reads_session_updated(ctx: ActionContext, data: EventData) -> EventReads:
     from server.web.model_actions import picker_html
 
     out: EventReads = {"info": await sessions.session_info(ctx.braid, ctx.user_id, ctx.session_id,
@@ -127,24 +127,12 @@ async def session_rows(ctx: ActionContext) -> list[SessionRowView]:
     return order_by_lineage(await sessions.list_sessions(ctx.braid, ctx.user_id))
 
 
-# What each event reads beyond its payload; an event not named reads only the names.
-LOADS: dict[str, Load] = {
-    "run_started": _run_started,
-    "run_completed": _run_done,
-    "run_error": _run_done,
-    "run_cancelled": _run_done,
-    "session_changed": _session_changed,
-    "run_continued": _transcript,
-    "dag_changed": _layout,
-    "checkpoint": _layout,  # a sub-agent's only (frames.HtmlRenderer: grows_lane)
-    "session_updated": _session_updated,
-}
-
-
-async def build(ctx: ActionContext, frame: EventFrame) -> View:
+async def build(ctx: ActionContext, frame: EventFrame, load: Load) -> View:
+    """The event's view: its payload, the session's names, and what `load` (its row of
+    frames.RENDERINGS) reads beyond them."""
     data = frame.get("data") or EventData()
     names = await names_of(ctx.braid.index, ctx.session_id)
-    reads = await LOADS.get(frame.get("event") or "", _nothing)(ctx, data)
+    reads = await load(ctx, data)
     running = [a.run_id for a in ctx.braid.runs.foreground(ctx.session_id)]
     return View(data=data, names=names, running=running, reads=reads)
 
@@ -160,11 +148,11 @@ class SharedViews:
         self._views: OrderedDict[tuple[int, str, str],
                                  tuple[EventFrame, asyncio.Future[View]]] = OrderedDict()
 
-    async def get(self, ctx: ActionContext, frame: EventFrame) -> View:
+    async def get(self, ctx: ActionContext, frame: EventFrame, load: Load) -> View:
         key = (id(frame), ctx.user_id, ctx.session_id)
         hit = self._views.get(key)
         if hit is None or hit[0] is not frame:
-            hit = (frame, asyncio.ensure_future(build(ctx, frame)))
+            hit = (frame, asyncio.ensure_future(build(ctx, frame, load)))
             self._views[key] = hit
             while len(self._views) > self.size:
                 self._views.popitem(last=False)
