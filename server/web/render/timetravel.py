@@ -16,5 +16,6 @@ def run_continued(v: View) -> str:
                                            if t.get("run_id") != v.data["run_id"]]}
     return (render("_transcript.html", transcript=view)
             + render("_branch.html", branch=v.data.get("branch"))
+            + render("_session_tokens.html", usage=v.reads["usage"], oob=True)
             + run_state(v.running))
 
