@@ -358,3 +358,38 @@ async def test_demo_model_resolves_listed_conflicts_then_answers_merged() -> Non
     later = [*messages, {"role": "assistant", "content": "merged: red; blue"},
              {"role": "user", "content": "hi"}]
     assert (await ask(later)).content == "echo: hi"
+
+
+async def file_and_folder(braid: Braid) -> tuple[Session, list[str]]:
+    """One child makes a file `p`, the other a folder `p/` holding `q`."""
+    s = await Session.start(braid)
+    made_file = await s.spawn("write p file p\nsay file", "file")
+    made_folder = await s.spawn("write p/q in the folder\nsay folder", "folder")
+    return s, [made_file["branch"], made_folder["branch"]]
+
+
+@pytest.mark.parametrize("how", ["ours", "theirs", "agent", "by hand"])
+async def test_a_file_and_a_folder_of_one_name_are_both_kept_and_reported(
+        braid: Braid, how: str) -> None:
+    """Before, the incoming `p/q` vanished under `ours`, `agent` and a hand resolution (the
+    file `p` written over the folder), and the conflict said the other side deleted `p`."""
+    s, branches = await file_and_folder(braid)
+    folder_branch = branches[1]
+    if how == "by hand":
+        result = await s.merge(branches, resolutions={"p": "mine\n"})
+    else:
+        result = await s.merge(branches, strategy=how)
+    (conflict,) = result["conflicts"]
+    assert conflict["path"] == "p" and conflict["theirs"] == "(a folder: p/q)"
+    assert conflict["ours"] == "file p\n" and conflict["editable"] is False
+    files = s.files()
+    kept = {"ours": {"p": "file p\n", f"p~{folder_branch}/q": "in the folder\n"},
+            "by hand": {"p": "mine\n", f"p~{folder_branch}/q": "in the folder\n"},
+            "theirs": {"p/q": "in the folder\n", "p~main": "file p\n"},
+            "agent": {"p/q": "in the folder\n", "p~main": "file p\n"}}[how]
+    assert {k: v for k, v in files.items() if k.startswith("p")} == kept
+    tree = git(s.path, "ls-tree", "-r", "--name-only", result["commit_id"], "workdir/").split()
+    assert sorted(p for p in tree if p.startswith("workdir/p")) == sorted(
+        f"workdir/{p}" for p in kept)
+    assert git(s.path, "status", "--porcelain") == ""
+    assert_fsck(s.path)
