@@ -14,7 +14,7 @@ import shutil
 from typing import TYPE_CHECKING, cast
 
 from server.agent import approvals, network
-from server.base import events
+from server.base import events, titles
 from server.base.errors import NotFound
 from server.base.ids import is_session_id, now_iso
 from server.base.records import SessionMeta, to_json_bytes
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from server.agent.services import Services
     from server.store.session_store import SessionHandle
 
-MAX_TITLE = 120
+MAX_TITLE = titles.MAX_TITLE
 MAX_MODEL = 200
 DELETED_PREFIX = ".deleted-"
 
