@@ -361,10 +361,15 @@ async def call_action(braid: Any, user_id: str, session_id: str, name: str,
     return await action.call(braid, user_id, session_id, **parse_params(action, raw))
 
 
-async def run_turn(braid: Any, session_id: str, text: str, user_id: str = "local") -> Any:
-    from server.features import sessions
+async def run_to_end(braid: Any, user_id: str, session_id: str, text: str) -> Any:
+    """Start a turn and wait for it: `send_message`'s HTTP twin (the finished run)."""
+    from server.features.queue import send_to_end
 
-    return await sessions.run_to_end(braid, user_id, session_id, text)
+    return await send_to_end(braid, user_id, session_id, text)
+
+
+async def run_turn(braid: Any, session_id: str, text: str, user_id: str = "local") -> Any:
+    return await run_to_end(braid, user_id, session_id, text)
 
 
 async def next_event(queue: asyncio.Queue[dict[str, Any]], name: str) -> dict[str, Any]:

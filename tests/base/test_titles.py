@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from conftest import git
+from conftest import git, run_to_end
 from server.app.braid import Braid
 from server.base import titles
 from server.base.errors import BadRequest
@@ -31,7 +31,7 @@ async def test_a_first_message_title_keeps_no_control_or_bidi_character(braid: B
     """Before, the first line went into session.json as it was: ESC reached `git log` and a
     right-to-left override reversed the sidebar, where a rename to the same text is refused."""
     sid = (await sessions.create_session(braid, "local"))["session_id"]
-    await sessions.run_to_end(braid, "local", sid, f"\n{NASTY}\nsay hi")
+    await run_to_end(braid, "local", sid, f"\n{NASTY}\nsay hi")
     path = braid.store.path(sid)
     title = json.loads(git(path, "show", "HEAD:session.json"))["title"]
     assert title == "[31mred[0m evil name"  # its first line: U+2028 ends a line too

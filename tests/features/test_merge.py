@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_fsck, call_action, git
+from conftest import assert_fsck, call_action, git, run_to_end
 from server.app.braid import Braid
 from server.base.errors import BadRequest, Busy, Conflict, Forbidden, NotFound
 from server.features import dag, merge, revert, sessions, subagents, timetravel
@@ -25,7 +25,7 @@ class Session:
     @classmethod
     async def start(cls, braid: Braid, text: str = "write base.txt base") -> Session:
         sid = (await sessions.create_session(braid, USER))["session_id"]
-        run = await sessions.run_to_end(braid, USER, sid, text)
+        run = await run_to_end(braid, USER, sid, text)
         return cls(braid, sid, run["run_id"])
 
     async def spawn(self, prompt: str, label: str | None = None) -> dict[str, Any]:
@@ -102,7 +102,7 @@ async def test_merging_two_branches_makes_one_commit_with_three_parents(braid: B
         "main": None, branches[0]: "red", branches[1]: "blue"}
 
     # The demo model's merge answer belongs to the merge turn only.
-    later = await sessions.run_to_end(braid, USER, s.id, "hello")
+    later = await run_to_end(braid, USER, s.id, "hello")
     assert later["messages"][-1]["content"] == "echo: hello"
 
 
@@ -174,7 +174,7 @@ async def test_a_resolution_beats_the_strategy_and_the_rest_follow_it(braid: Bra
 async def test_ours_is_the_branch_merged_into_and_theirs_the_incoming(braid: Braid) -> None:
     s = await Session.start(braid, "write same.txt base")
     child = await s.spawn("write same.txt child\nsay done", "child")
-    await sessions.run_to_end(braid, USER, s.id, "write same.txt parent")
+    await run_to_end(braid, USER, s.id, "write same.txt parent")
     with pytest.raises(Conflict) as err:
         await s.merge([child["branch"]])
     [conflict] = err.value.details["conflicts"]
