@@ -28,6 +28,7 @@ from server.agent.tool_paths import PathEscape, resolve_in
 from server.base import events
 from server.base.records import SessionMeta, ToolCall
 from server.base.results import WaitingCall
+from server.git.branches import is_sub
 from server.git.workdir.scan import WORKDIR
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ def _shown_in(braid: Services, ctx: TurnContext, active: ActiveRun) -> str:
     """The run whose bubble shows the call: its own; for a sub-agent, the nearest run up its
     parents that is not a sub-agent (the one the user watches, or the finished turn the user
     spawned it from)."""
-    if not ctx.run.get("sub_agent") and not active.branch.startswith("sub_"):
+    if not ctx.run.get("sub_agent") and not is_sub(active.branch):
         return ctx.run_id
     live = {a.run_id: a for a in braid.runs.for_session(active.session_id)}
     parent = ctx.run.get("parent_run_id")
@@ -146,7 +147,7 @@ def _shown_in(braid: Services, ctx: TurnContext, active: ActiveRun) -> str:
     while parent and parent in live and parent not in seen:
         seen.add(parent)
         up = live[parent]
-        if not up.branch.startswith("sub_"):
+        if not is_sub(up.branch):
             return parent
         above = up.ctx.run.get("parent_run_id") if up.ctx is not None else None
         parent = above if isinstance(above, str) else None

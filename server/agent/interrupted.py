@@ -24,6 +24,7 @@ from server.base import crash
 from server.base.errors import NotFound
 from server.base.ids import now_iso
 from server.base.records import RunRecord, RunRow, to_json_bytes
+from server.git.branches import is_sub
 from server.git.history import HISTORY, RUNS
 from server.git.session import WORKTREES, Change, GitSession
 from server.git.workdir import guarded
@@ -112,7 +113,7 @@ async def interrupt_run(braid: Services, row: RunRow, since: float | None = None
     try:
         run_id = row["run_id"]
         run = await handle.call(lambda git: interrupt_on_disk(git, run_id, since))
-        if run is None and str(row.get("branch") or "").startswith("sub_"):
+        if run is None and is_sub(str(row.get("branch") or "")):
             branch = str(row["branch"])  # its files are in its worktree
             run = await handle.call(lambda git: recover_worktree(git, branch, run_id))
     except Exception:  # noqa: BLE001 - one broken session must not stop the server

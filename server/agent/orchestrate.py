@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import secrets
 from typing import TYPE_CHECKING, Any
 
 from server.agent.turn_context import TurnContext, checkpoint_event, commit_turn
@@ -45,6 +44,7 @@ from server.base.records import (
     Usage,
     to_json_bytes,
 )
+from server.git.branches import sub_branch
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -206,7 +206,7 @@ async def spawn(braid: Services, ctx: TurnContext, args: dict[str, Any], call_id
             await _checkpoint(braid, ctx, "Before sub-agents")
         journal = {"call_id": call_id, "base_commit_id": None, "children": [
             {"label": label, "prompt": prompt, "status": "PENDING", "run_id": None,
-             "branch": f"sub_{ctx.run_id[:10]}_{label}_{secrets.token_hex(4)}"}
+             "branch": sub_branch(ctx.run_id, label)}
             for label, prompt in wanted]}
         ctx.run["spawn"] = journal
         await _write_record(ctx)  # which children exist, before any branch is made

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from server.base import crash, events, names, titles
+from server.base import crash, events, names
 from server.base.events import Event
 from server.base.ids import new_message_id, now_iso
 from server.base.records import (
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("braid")
 BULK_EDITS = 300
-TITLE_CHARS = titles.FIRST_LINE
+TITLE_CHARS = names.TITLE_FIRST_LINE
 
 
 @dataclass
@@ -95,8 +95,8 @@ def take_user_edits(git: GitSession) -> tuple[str | None, list[str]]:
 def first_line_title(text: str) -> str:
     """A new session's title (DESIGN §4): its first message's first line (the first with
     anything on it), at most TITLE_CHARS characters."""
-    line = next((t for t in map(titles.plain, text.splitlines()) if t), "")
-    return titles.plain(line, TITLE_CHARS) or "Untitled"
+    line = next((t for t in map(names.plain_title, text.splitlines()) if t), "")
+    return names.plain_title(line, TITLE_CHARS) or "Untitled"
 
 
 def add_message(ctx: TurnContext, msg: MessageRecord) -> None:

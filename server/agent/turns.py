@@ -37,6 +37,7 @@ from server.base.records import (
     new_message,
 )
 from server.base.results import RunStatus
+from server.git.branches import is_sub
 from server.git.session import GitSession
 from server.git.workdir.scan import WORKDIR
 from server.model.client import ModelError
@@ -389,7 +390,7 @@ async def cancel_run(braid: Services, user_id: str, session_id: str,
     if not live:
         raise NotFound("no run is going on in this session")
     # Without a run id, stop what the user is watching rather than a sub-agent.
-    active = next((a for a in live if not a.branch.startswith("sub_")), live[0])
+    active = next((a for a in live if not is_sub(a.branch)), live[0])
     active.stop("cancel")
     await active.done.wait()
     runs = await braid.index.list_runs(handle.session_id)

@@ -37,6 +37,7 @@ from server.base.ids import new_message_id
 from server.base.records import RunRow
 from server.base.results import EventFrame, RunStatus
 from server.features.session_meta import settle
+from server.git.branches import is_sub
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -228,7 +229,7 @@ class Team:
         rows = [r for r in rows if run_id is None or r["run_id"] == run_id]
         if not rows:
             return None
-        target = next((r for r in rows if not r["branch"].startswith("sub_")), rows[0])
+        target = next((r for r in rows if not is_sub(r["branch"])), rows[0])
         wanted = str(target["run_id"])
         await self._send_cancel(session_id, wanted)
         status = "RUNNING"

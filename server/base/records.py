@@ -18,7 +18,6 @@ from typing import Any, NotRequired, TypedDict, Unpack, cast
 
 import orjson
 
-from server.base import titles
 from server.base.ids import new_message_id, now_iso
 
 
@@ -302,7 +301,7 @@ def new_session_meta(session_id: str, title: str, user_id: str, *,
                      forked_from_session_id: str | None = None,
                      root_session_id: str | None = None) -> SessionMeta:
     meta: SessionMeta = {
-        "session_id": session_id, "title": titles.plain(title), "user_id": user_id,
+        "session_id": session_id, "title": title, "user_id": user_id,
         "created_at": now_iso(),
         "forked_from_session_id": forked_from_session_id,
         "root_session_id": root_session_id or session_id}

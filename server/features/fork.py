@@ -27,6 +27,7 @@ from server.agent.turn_context import snapshot_user_edits
 from server.base import crash
 from server.base.errors import Busy
 from server.base.ids import new_session_id
+from server.base.names import plain_title
 from server.base.records import SessionMeta, new_session_meta, to_json_bytes
 from server.base.results import ForkedSession
 from server.git.commits import commit_message
@@ -177,7 +178,7 @@ async def fork_session(braid: Services, user_id: str, session_id: str) -> Forked
         raise Busy("a run is going on in this session; fork it when the run ends")
     new_id = new_session_id()
     meta = new_session_meta(
-        new_id, fork_title(source.meta.get("title") or ""), source.user_id,
+        new_id, plain_title(fork_title(source.meta.get("title") or "")), source.user_id,
         forked_from_session_id=source.session_id,
         root_session_id=source.meta.get("root_session_id") or source.session_id)
     target = braid.store.path(new_id)

@@ -23,8 +23,8 @@ from server.base import crash, events
 from server.base.errors import BadRequest, Busy, Conflict
 from server.base.records import RunFields, to_json_bytes
 from server.base.results import Conflicted, MergeResult, ToolConflict, ToolMerge
-from server.features.subagents import branch_words
 from server.git import lookup
+from server.git.branches import branch_words
 from server.git.commits import first_parent_line
 from server.git.history import HISTORY, RUNS
 from server.git.session import GitSession

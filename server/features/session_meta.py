@@ -14,19 +14,20 @@ import shutil
 from typing import TYPE_CHECKING, cast
 
 from server.agent import approvals, network
-from server.base import events, titles
+from server.base import events, names
 from server.base.errors import NotFound
 from server.base.ids import is_session_id, now_iso
 from server.base.records import SessionMeta, to_json_bytes
 from server.base.results import ApprovalResult, SessionChanges, SessionInfo
 from server.git import lookup
+from server.git.branches import is_sub
 from server.git.session import GitSession
 
 if TYPE_CHECKING:
     from server.agent.services import Services
     from server.store.session_store import SessionHandle
 
-MAX_TITLE = titles.MAX_TITLE
+MAX_TITLE = names.MAX_TITLE
 MAX_MODEL = 200
 DELETED_PREFIX = ".deleted-"
 
@@ -54,7 +55,7 @@ def write_meta(git: GitSession, meta: SessionMeta, summary: str) -> None:
     """Commit `session.json` on each branch whose copy differs (not on sub-agent branches)."""
     data = to_json_bytes(meta)
     for branch, tip in sorted(git.branches().items()):
-        if branch.startswith("sub_"):
+        if is_sub(branch):
             continue
         commit = git.commit(tip)
         found = lookup.entry(commit.tree, "session.json")  # not `tree[name]`: it leaks

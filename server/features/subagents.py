@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
-import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +44,7 @@ from server.base.records import (
 )
 from server.base.results import SubAgentResult, SubAgentSummary
 from server.git import lookup
+from server.git.branches import clean_label, sub_branch
 from server.git.commits import commit_message
 from server.git.history import HISTORY, RUNS
 from server.git.session import WORKTREES, GitSession
@@ -60,39 +59,8 @@ if TYPE_CHECKING:
     from server.agent.services import Services
 
 log = logging.getLogger("braid.subagents")
-PREFIX = "sub_"
-MAX_LABEL = 24
 RESULT_CHARS = 2000
 _FINISHING: set[asyncio.Task[SubAgentResult]] = set()
-
-
-def clean_label(label: str | None) -> str:
-    """A label safe inside a branch and a worktree name: no `/`, no `_` (the separator)."""
-    if label is None:
-        return "agent"
-    cleaned = re.sub(r"[^A-Za-z0-9-]+", "-", label).strip("-")[:MAX_LABEL].strip("-")
-    return cleaned or "agent"
-
-
-def is_sub_branch(name: str) -> bool:
-    return name.startswith(PREFIX)
-
-
-def branch_words(branch: str) -> str:
-    """A branch as people read it: `sub-agent LABEL` for a sub-agent's, else its name."""
-    parts = branch.split("_")
-    if branch.startswith(PREFIX) and len(parts) >= 4:
-        return f"sub-agent {'_'.join(parts[2:-1])}"
-    return branch
-
-
-def short_name(branch: str) -> str:
-    """`sub_<turn>_<label>_<hex8>` reads as `label·hex4`; other names as they are."""
-    if branch.startswith(PREFIX):
-        parts = branch.split("_")
-        if len(parts) >= 4:
-            return f"{'_'.join(parts[2:-1])}·{parts[-1][:4]}"
-    return branch
 
 
 @dataclass(frozen=True)
@@ -193,7 +161,7 @@ async def spawn_sub_agent(braid: Services, user_id: str, session_id: str,
     if not any(r["run_id"] == parent_turn_id for r in await braid.index.list_runs(sid)):
         raise NotFound(f"no turn {parent_turn_id}")
     name = clean_label(label)
-    branch = f"{PREFIX}{parent_turn_id[:10]}_{name}_{secrets.token_hex(4)}"
+    branch = sub_branch(parent_turn_id, name)
     sub: SubBranch | None = None
     child: SessionHandle | None = None
     async with claim_turn(braid.locks, braid.runs, sid, branch) as active:

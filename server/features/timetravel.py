@@ -45,6 +45,7 @@ from server.base.records import (
 )
 from server.base.results import CheckpointList, ContinuedRun, ContinueResult, RevertResult
 from server.features.revert import commit_files, exclusive
+from server.git.branches import run_branch
 from server.git.session import Change, GitSession
 from server.git.trees import tree_delta
 from server.git.workdir.scan import WORKDIR, workdir_tree
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
     from server.store.session_store import SessionHandle
 
 RESUMABLE = frozenset({"ERROR", "INTERRUPTED"})
-BRANCH_PREFIX = "run/"
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def plan_continue(git: GitSession, run_id: str, options: Options, new_run_id: st
     # still the last thing on its branch; everything else becomes a sibling run.
     in_place = (status in RESUMABLE or status == "RUNNING") and not options.fork \
         and not options.regenerate and k == len(messages) and ends_branch
-    branch = view.branch if in_place else f"{BRANCH_PREFIX}{new_run_id}"
+    branch = view.branch if in_place else run_branch(new_run_id)
     return Plan(run_id, not in_place, k, branch, str(view.tip.id), new_run_id, options)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pygit2
 
-from server.base import titles
+from server.base import names
 from server.base.records import Skipped
 from server.base.results import CommitNode
 
@@ -55,8 +55,8 @@ class CommitInfo:
 
 def commit_message(summary: str, kind: str, run_id: str | None, message_index: int | None,
                    skipped: Sequence[Skipped] = ()) -> str:
-    # The subject: one printable line (base/titles.py's rule), so no escape reaches `git log`.
-    subject = titles.plain(summary.splitlines()[0], SUBJECT_CHARS) if summary.strip() else ""
+    # The subject: one printable line (base/names.py's title rule), so no escape reaches `git log`.
+    subject = names.plain_title(summary.splitlines()[0], SUBJECT_CHARS) if summary.strip() else ""
     lines = [subject or kind, ""]
     if skipped:  # names git cannot hold, left out (DESIGN §4 "Boundaries"): before the trailers
         lines.append(f"{SKIPPED_HEAD} ({len(skipped)}):")

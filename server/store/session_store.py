@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from server.base.errors import NotFound
 from server.base.ids import is_session_id, new_session_id
+from server.base.names import plain_title
 from server.base.pools import IdlingThreadPool, SerialLane
 from server.base.records import SessionMeta, new_session_meta
 from server.git.session import GitSession
@@ -174,7 +175,7 @@ class SessionStore:
         """A new session folder made by `build(path, meta)` (an import writes its own first
         commit); if `build` fails, nothing of the folder is left."""
         session_id = new_session_id()
-        meta = new_session_meta(session_id, title.strip()[:120], user_id,
+        meta = new_session_meta(session_id, plain_title(title), user_id,
                                 forked_from_session_id=forked_from_session_id,
                                 root_session_id=root_session_id)
         if model is not None:  # an import's choice

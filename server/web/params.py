@@ -15,7 +15,7 @@ from typing import Any
 from server.agent.approvals import DECISIONS, MODES
 from server.agent.network import MODES as NETWORK_MODES
 from server.agent.turns import MAX_TEXT
-from server.base import titles
+from server.base import names
 from server.base.errors import BadRequest, NotFound
 from server.base.ids import is_message_id
 from server.base.names import is_utf8
@@ -232,8 +232,8 @@ def one_line(value: object, name: str, limit: int) -> str:
     if len(cleaned) > limit:
         raise BadRequest(f"{name} is longer than {limit} characters")
     # Control characters (NUL, newlines, escapes), bidi overrides, line separators and lone
-    # surrogates cannot be shown on one line or stored as UTF-8 (base/titles.py's rule).
-    why = titles.refusal(cleaned)
+    # surrogates cannot be shown on one line or stored as UTF-8 (base/names.py's title rule).
+    why = names.title_refusal(cleaned)
     if why:
         raise BadRequest(f"{name} {why}")
     return cleaned

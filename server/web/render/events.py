@@ -29,6 +29,7 @@ from server.base.results import (
 )
 from server.features import model_choice, sessions
 from server.features.revert import files_of_run
+from server.git.branches import is_sub
 from server.store import layout
 from server.store.lineage import sibling_map
 from server.web.render.fragments import EventReads, SessionRowView, View, turn_from_event
@@ -45,10 +46,8 @@ Load = Callable[["ActionContext", EventData], Awaitable[EventReads]]
 
 
 def is_sub_agent_run(data: EventData) -> bool:
-    from server.features.subagents import PREFIX
-
     run: Mapping[str, object] = data.get("run") or {}  # a record, or an index row
-    return bool(run.get("sub_agent")) or str(run.get("branch") or "").startswith(PREFIX)
+    return bool(run.get("sub_agent")) or is_sub(str(run.get("branch") or ""))
 
 
 async def reads_nothing(ctx: ActionContext, data: EventData) -> EventReads:
@@ -84,13 +83,11 @@ async def reads_run_done(ctx: ActionContext, data: EventData) -> EventReads:
 def grows_lane(ctx: ActionContext, data: EventData) -> bool:
     """Whether a `checkpoint` is a sub-agent's (its lane in the graph grew): decided before
     any view is built, so a turn's own checkpoints cost the page nothing."""
-    from server.features.subagents import PREFIX
-
     branch = data.get("branch")
     if not branch:
         active = ctx.braid.runs.find(ctx.session_id, str(data.get("run_id") or ""))
         branch = active.branch if active is not None else ""
-    return branch.startswith(PREFIX)
+    return is_sub(branch)
 
 
 async def _usage(ctx: ActionContext) -> EventReads:
