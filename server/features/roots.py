@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from server.base.errors import BadRequest, Forbidden
+from server.base.settings import variable_of
 from server.store.users import DEFAULT_USER, off_loop
 
 NAME_MAX = 255  # bytes of one name (Linux, macOS): longer is ENAMETOOLONG, not a 500
@@ -38,7 +39,7 @@ class Roots:
     @classmethod
     def of(cls, settings: Settings, user_id: str, given: list[str] | None) -> Roots:
         if user_id == DEFAULT_USER:
-            paths, hint = list(settings.import_roots), "BRAID_IMPORT_ROOTS"
+            paths, hint = list(settings.import_roots), variable_of("import_roots")
         else:
             paths = [Path(p) for p in given or []]
             hint = f"braid user add {user_id} --roots"
