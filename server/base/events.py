@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Generic, Literal, TypedDict, TypeVar, get_args
+from typing import Generic, Literal, TypedDict, TypeVar, cast, get_args
 
 from server.base.records import (
     FileChip,
@@ -293,13 +293,29 @@ def files_uploaded(run_id: str, run: RunRecord, messages: list[MessageRecord], p
                                     "paths": paths, "commit_id": commit_id, "files": files})
 
 
-def queue_changed(queued: list[QueuedMessage]) -> Event[Literal["queue_changed"]]:
-    return Event("queue_changed", {"queued": queued})
+def queue_changed(change: str, queued_id: str, queued: list[QueuedMessage], ids: list[str]
+                  ) -> Event[Literal["queue_changed"]]:
+    """What changed in the queue (`change`: added, updated, removed or started; the message
+    added or edited in `queued`, its text cut short) and the ids waiting now, in order."""
+    return Event("queue_changed", {"change": change, "queued_id": queued_id, "queued": queued,
+                                   "ids": ids})
+
+
+# Frames one subscriber may leave unread. Past that it has fallen behind (a socket whose
+# client does not read): its frames are dropped, it is unsubscribed and handed one
+# `fell_behind` frame, and its transport closes it (the page reconnects and catches up).
+# Without the bound, a socket that never read held every frame: 80 queued messages of
+# 100 KB took a server from 90 to 489 MB (issue 34).
+MAX_UNREAD = 2048
+# Not an event of §5 (never sent, no constructor, no rendering): the transport's signal.
+FELL_BEHIND = cast(EventFrame, {"type": "event", "event": "fell_behind", "data": {}})
 
 
 class EventBus:
-    def __init__(self) -> None:
+    def __init__(self, max_unread: int = MAX_UNREAD) -> None:
         self._subscribers: dict[str, set[asyncio.Queue[EventFrame]]] = defaultdict(set)
+        self.max_unread = max_unread
+        self.fallen = 0  # subscribers dropped for falling behind, since start
 
     def subscribe(self, session_id: str) -> asyncio.Queue[EventFrame]:
         queue: asyncio.Queue[EventFrame] = asyncio.Queue()
@@ -322,6 +338,13 @@ class EventBus:
 
     def deliver(self, session_id: str, frame: EventFrame) -> None:
         """Hand a frame to every subscriber of the session (a team's bus: one from another
-        process too)."""
+        process too); one that has fallen behind is let go instead."""
         for queue in list(self._subscribers.get(session_id, ())):
-            queue.put_nowait(frame)
+            if queue.qsize() < self.max_unread:
+                queue.put_nowait(frame)
+                continue
+            self.unsubscribe(session_id, queue)
+            self.fallen += 1
+            while not queue.empty():
+                queue.get_nowait()
+            queue.put_nowait(FELL_BEHIND)

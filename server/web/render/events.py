@@ -123,6 +123,13 @@ async def reads_session_updated(ctx: ActionContext, data: EventData) -> EventRea
     return out
 
 
+async def reads_queue(ctx: ActionContext, data: EventData) -> EventReads:
+    """The queue as it is now: `queue_changed` carries only what changed."""
+    from server.features.queue import list_queue
+
+    return {"queue": (await list_queue(ctx.braid, ctx.user_id, ctx.session_id))["queued"]}
+
+
 async def session_rows(ctx: ActionContext) -> list[SessionRowView]:
     from server.web.render.fragments import order_by_lineage
 

@@ -36,6 +36,7 @@ from server.web.render.events import (
     is_sub_agent_run,
     reads_layout,
     reads_nothing,
+    reads_queue,
     reads_run_done,
     reads_run_started,
     reads_session_changed,
@@ -235,7 +236,7 @@ RENDERINGS: dict[EventName, Rendering] = {
     "session_updated": Rendering(session_updated, reads_session_updated),
     "session_deleted": Rendering(session_deleted),
     "files_uploaded": Rendering(uploaded),
-    "queue_changed": Rendering(queue_changed),
+    "queue_changed": Rendering(queue_changed, reads_queue),
 }
 
 RESULTS: dict[str, ResultRenderer] = {**REVERT_RESULTS, **DAG_RESULTS, **SESSION_RESULTS,
