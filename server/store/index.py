@@ -77,6 +77,9 @@ class Index:
         self._db = await aiosqlite.connect(self.path)
         self._db.row_factory = aiosqlite.Row
         await self._db.execute("PRAGMA journal_mode=WAL")
+        # A run's row is what the page lists and what recovery reads: once a commit returns
+        # it survives a power cut (WAL's NORMAL could lose the last ones: DESIGN "Durability").
+        await self._db.execute("PRAGMA synchronous=FULL")
         await self._db.executescript(SCHEMA)
         async with self._db.execute("PRAGMA table_info(sessions)") as cur:
             have = {r[1] for r in await cur.fetchall()}
