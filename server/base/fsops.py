@@ -12,6 +12,8 @@ system or the file system lacks them.
   (`sync_dir`, `sync_all`: DESIGN "Durability").
 - `sync_dir(path)`: fsync a folder, so the names made or renamed in it survive a power cut
   (a file's own fsync keeps its data, not its name).
+- `sync_tree(path, pool)`: a folder just made whole (a new session, an import, a fork):
+  every file and folder in it, then its own name.
 - `sync_all(calls, pool)`: run a batch of syncs at once on a pool: the file system folds
   syncs that wait together into one journal commit, so a dozen cost about one.
 """
@@ -119,3 +121,28 @@ def sync_all(calls: Sequence[Callable[[], None]], pool: Executor | None) -> None
             error = error or e
     if error is not None:
         raise error
+
+
+def sync_file(path: Path | str | bytes) -> None:
+    """fsync the file `path` (not following a symlink: a link's own entry is its folder's)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # gone, or a symlink (ELOOP)
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_tree(path: Path, pool: Executor | None = None) -> None:
+    """Everything under `path` (files, then folders), then the folder holding it."""
+    files: list[Callable[[], None]] = []
+    folders: list[Callable[[], None]] = []
+    for top, dirs, names in os.walk(path):
+        folders.append(functools.partial(sync_dir, top))
+        files += [functools.partial(sync_file, os.path.join(top, n)) for n in names]
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
+    sync_all(files, pool)
+    sync_all(folders, pool)
+    sync_dir(path.parent)
