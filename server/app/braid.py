@@ -69,7 +69,7 @@ class Braid:
         fresh_index = await self.index.open()
         fresh_index = await self.search.open() or fresh_index  # an older index: rebuilt
         await self.queue.open()
-        self._marker, unclean = power_cut.mark_running(self.data_dir)
+        self._marker, unclean = power_cut.mark_running(self.data_dir)  # (when it began)
         await recovery.start_up(self, self.team, fresh_index, unclean)
         power_cut.clear_markers(self.data_dir, self._marker)
         self._reaper = asyncio.create_task(self._release_idle(), name="braid-idle")

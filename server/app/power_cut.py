@@ -7,8 +7,12 @@ leave behind (what Braid syncs today never leaves it; an older Braid, a disk tha
 another program's writes may): a ref at a commit whose objects are not all there is moved
 back along its reflog to the newest commit that is whole (a ref with none goes, unless HEAD
 is on it), and an index file that does not check out is removed (it is rebuilt from HEAD).
-Runs whose records were rolled back are then found by the usual recovery (INTERRUPTED, or
-forgotten when nothing of them is on disk: `agent.interrupted.interrupt_run`).
+Only the sessions written since the dead process started are looked at (`written_since`).
+After the intents are settled, each of them has its index brought in line with git
+(`reconcile`: a run committed but never indexed, as a kill between the two leaves, is
+indexed; a finished run git no longer has is forgotten); runs left RUNNING are then
+committed INTERRUPTED by the usual recovery (or forgotten when nothing of them is on disk:
+`agent.interrupted.interrupt_run`).
 
 A commit is whole when it, the first `DEPTH` commits behind it and all their trees can be
 read and every blob they name exists (blobs are not read: the objects Braid writes are
@@ -26,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import pygit2
 
+from server.app.reindex import read_session
 from server.base.fsops import sync_dir
 from server.git.session import GitSession
 
@@ -37,11 +42,12 @@ MARKERS = ".running"
 DEPTH = 50  # commits behind each tip checked: a cut loses only the last seconds' writes
 
 
-def mark_running(data_dir: Path) -> tuple[Path, bool]:
-    """This process's marker (made and synced now), and whether others were left behind."""
+def mark_running(data_dir: Path) -> tuple[Path, float | None]:
+    """This process's marker (made and synced now), and when the oldest process that left
+    one behind started (None: none did)."""
     folder = data_dir / MARKERS
     folder.mkdir(exist_ok=True)
-    left = any(folder.iterdir())
+    left = min((m.stat().st_mtime for m in folder.iterdir()), default=None)
     mine = folder / f"{os.getpid()}-{secrets.token_hex(4)}"
     fd = os.open(mine, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
@@ -60,10 +66,15 @@ def clear_markers(data_dir: Path, keep: Path) -> None:
             marker.unlink(missing_ok=True)
 
 
-async def check_sessions(braid: Services) -> None:
-    """Every session: a torn index file removed, refs at missing objects rolled back."""
+async def check_sessions(braid: Services, since: float) -> list[str]:
+    """Every session written since `since` (when the dead process started): a torn index
+    file removed, refs at missing objects rolled back. Returns those sessions."""
+    touched = []
     for session_id in braid.store.all_ids():
         path = braid.store.path(session_id)
+        if not written_since(path / ".git", since):
+            continue
+        touched.append(session_id)
         if drop_torn_index(path / ".git" / "index"):
             log.warning("session %s: its index file was torn (a power cut); rebuilt",
                         session_id)
@@ -74,6 +85,40 @@ async def check_sessions(braid: Services) -> None:
             continue
         for line in fixed:
             log.warning("session %s: %s", session_id, line)
+    return touched
+
+
+def written_since(git_dir: Path, since: float) -> bool:
+    """Whether a commit, a checkout or a live turn wrote in `git_dir` since `since`: its
+    index, HEAD's log and each branch's log are written by every one of them."""
+    paths = [git_dir / "index", git_dir / "logs" / "HEAD", git_dir / "braid-pending"]
+    for top, _, names in os.walk(git_dir / "logs" / "refs"):
+        paths += [Path(top) / n for n in names]
+    for path in paths:
+        try:
+            if path.stat().st_mtime >= since - 1:  # a second's slack for coarse clocks
+                return True
+        except FileNotFoundError:
+            continue
+    return False
+
+
+async def reconcile(braid: Services, session_id: str) -> None:
+    """The index brought in line with git for one session: every run record git holds
+    indexed as git has it (a kill between a commit and its index write left it out), and
+    a finished run the index holds but git does not (rolled back by a cut) forgotten. A
+    RUNNING one is left to the usual recovery (INTERRUPTED, or forgotten)."""
+    handle = braid.store.get(session_id)
+    meta, runs = await handle.call(read_session)
+    await braid.index.upsert_session(meta)
+    known = {r["run_id"] for r in runs}
+    for run in runs:
+        await braid.index.upsert_run(session_id, run)
+    for row in await braid.index.list_runs(session_id):
+        if row["run_id"] not in known and row["status"] != "RUNNING":
+            log.warning("run %s of session %s is not in git (a power cut): forgotten",
+                        row["run_id"], session_id)
+            await braid.index.delete_run(session_id, row["run_id"])
 
 
 def drop_torn_index(index: Path) -> bool:

@@ -31,19 +31,22 @@ log = logging.getLogger("braid.recovery")
 
 
 async def start_up(braid: Services, team: Team | None, fresh_index: bool,
-                   unclean: bool = False) -> None:
+                   unclean: float | None = None) -> None:
     """Everything a killed process left, before any request is served. `team`: the team
-    server this process joins (PostgreSQL), or None; `unclean`: a process before this one
-    did not stop cleanly (killed, or a power cut: refs checked first, power_cut.py)."""
+    server this process joins (PostgreSQL), or None; `unclean`: when a process that did not
+    stop cleanly (killed, or a power cut) started (its sessions checked: power_cut.py)."""
     # With other live processes on the data dir (a team server), their operations are
     # not half done: only runs whose process is gone are recovered (pg_team.py).
     alone = await team.start() if team is not None else True
-    if alone and unclean:
-        await power_cut.check_sessions(braid)
+    touched = await power_cut.check_sessions(braid, unclean) \
+        if alone and unclean is not None else []
     if alone:
         await purge_deleted(braid)  # deletions a killed server left half done
         # Half-done operations first, so runs are recovered on a consistent working tree.
         await recover_operations(braid)
+    for session_id in touched:  # after the intents, before runs left RUNNING are recovered
+        if braid.store.path(session_id).exists():
+            await power_cut.reconcile(braid, session_id)
     if fresh_index:
         await reindex(braid)
     if team is not None:
@@ -52,6 +55,9 @@ async def start_up(braid: Services, team: Team | None, fresh_index: bool,
         await recover_interrupted(braid)
     if alone:
         await prune_orphan_worktrees(braid)
+    for session_id in touched:  # what the worktrees' recovery committed, indexed too
+        if braid.store.path(session_id).exists():
+            await power_cut.reconcile(braid, session_id)
     if team is not None:
         await team.started()
 

@@ -199,7 +199,8 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
 def test_power_cut_at_each_crash_point(template: Template, tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     rows = []
-    for n, (op, point) in enumerate(POINTS):
+    only = os.environ.get("BRAID_FAULT_ONLY")  # while developing: one operation's points
+    for n, (op, point) in enumerate(p for p in POINTS if not only or only in p):
         rows.append((op, point, cut_case(template, op, point, tmp_path / f"case{n}")))
     with capsys.disabled():
         print("\n\npower cut after a kill at each crash point, then restart")
@@ -258,6 +259,9 @@ def test_power_cut_at_random_points(tmp_path: Path,
     try:
         srv = CutServer(data_dir=data_dir, port=free_port(), env=env).start()
         sid = srv.new_session()
+        # As a session made long ago would be (on disk by the kernel's writeback), so a
+        # server that syncs nothing is seen losing turns, not only its newest session.
+        sync_tree(data_dir / "sessions" / sid)
         seen.sessions.add(sid)
         for n in range(CUTS + 1):
             if n:
@@ -272,6 +276,7 @@ def test_power_cut_at_random_points(tmp_path: Path,
                 break
             if sid not in seen.sessions:  # lost to the cut (a server that does not sync)
                 sid = srv.new_session()
+                sync_tree(data_dir / "sessions" / sid)
                 seen.sessions.add(sid)
             done_before = len(seen.done)
             worker = threading.Thread(target=client, daemon=True,
