@@ -22,12 +22,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import conftest
 from conftest import Server, free_port, git, upload
 from server.base.fsops import sync_tree
+from tests.faults import test_crash_matrix as crash_matrix
 from tests.faults.test_crash_matrix import (
     OPERATIONS,
     Template,
@@ -46,6 +48,8 @@ def server_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
     other = os.environ.get("BRAID_POWERCUT_SERVER")
     if other:
         monkeypatch.setattr(conftest, "ROOT", Path(other))
+    # The crash matrix's helpers start servers on the mount too: give them its patience.
+    monkeypatch.setattr(crash_matrix, "Server", CutServer)
 
 
 def on_mount(work: Path) -> tuple[Mount, Path]:
@@ -63,6 +67,13 @@ def on_mount(work: Path) -> tuple[Mount, Path]:
 
 
 class CutServer(Server):
+    """A server on the power-cut mount: every file operation is a round trip to a Python
+    process, so its start is given longer."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("start_seconds", 180)
+        super().__init__(*args, **kwargs)
+
     def completed_runs(self, sid: str) -> set[str]:
         status, info = self.api("GET", f"/api/sessions/{sid}")
         assert status == 200, info
