@@ -293,7 +293,13 @@ def test_power_cut_at_random_points(tmp_path: Path,
             worker = threading.Thread(target=client, daemon=True,
                                       args=(srv, sid, home, rng, f"c{n}", seen))
             worker.start()
-            delay = rng.uniform(0.5, 8.0)
+            # A random moment after the first completion (at least one to lose, whatever
+            # the machine's speed), inside the operations that follow it.
+            deadline = time.monotonic() + 300
+            while len(seen.done) == done_before and worker.is_alive() \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)
+            delay = rng.uniform(0.0, 4.0)
             time.sleep(delay)
             srv.stop(signal.SIGKILL)
             worker.join(timeout=60)
@@ -304,7 +310,7 @@ def test_power_cut_at_random_points(tmp_path: Path,
     with capsys.disabled():
         print("\n\npower cut at random moments of turns, uploads and imports")
         for n, delay, made, lost in rows:
-            print(f"cut {n:>2} after {delay:4.1f} s ({made} completions seen, client stopped "
+            print(f"cut {n:>2} {delay:4.1f} s after a completion ({made} seen, client stopped "
                   f"by {seen.stopped_by[n - 1] if n <= len(seen.stopped_by) else '?'}): "
                   f"{'; '.join(lost) or 'nothing lost'}")
     assert not [r for r in rows if r[3]], rows
