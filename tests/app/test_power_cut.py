@@ -10,6 +10,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import Server, assert_fsck, git
 
 
@@ -17,6 +19,7 @@ def loose_path(repo: Path, oid: str) -> Path:
     return repo / ".git" / "objects" / oid[:2] / oid[2:]
 
 
+@pytest.mark.slow
 def test_a_branch_at_a_missing_commit_goes_back_to_the_last_whole_one(
         server_factory: Any) -> None:
     srv: Server = server_factory()
