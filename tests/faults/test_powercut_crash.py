@@ -204,7 +204,12 @@ def cut_case(template: Template, op: str, point: str, work: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
-    return build_template(tmp_path_factory.mktemp("powercut") / "template")
+    saved = crash_matrix.Server
+    crash_matrix.Server = CutServer  # off the mount, but on a machine that may be busy
+    try:
+        return build_template(tmp_path_factory.mktemp("powercut") / "template")
+    finally:
+        crash_matrix.Server = saved
 
 
 def test_power_cut_at_each_crash_point(template: Template, tmp_path: Path,
