@@ -156,12 +156,37 @@ def repair_refs(git: GitSession) -> list[str]:
         if back is not None:
             ref.set_target(back, "braid: back to the last whole commit after a power cut")
             done.append(f"{name} was at a missing object: moved back to {back}")
+            for log_file in (git.common / "logs" / name, Path(repo.path) / "logs" / "HEAD"):
+                prune_reflog(repo, log_file)
         elif name != head_branch:
             ref.delete()
             done.append(f"{name} was at a missing object, none before it whole: removed")
         else:
             done.append(f"{name} (HEAD) is at a missing object and none before it is whole")
     return done
+
+
+def prune_reflog(repo: pygit2.Repository, path: Path) -> None:
+    """Drop the reflog lines naming a commit that is gone (`git fsck` reports them)."""
+    try:
+        lines = path.read_bytes().splitlines(keepends=True)
+    except FileNotFoundError:
+        return
+    zero = b"0" * 40
+    kept = [line for line in lines
+            if all(oid == zero or pygit2.Oid(hex=oid.decode()) in repo
+                   for oid in line.split(b" ", 2)[:2] if len(oid) == 40)]
+    if len(kept) == len(lines):
+        return
+    tmp = path.with_name(path.name + ".braid-new")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, b"".join(kept))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    sync_dir(path.parent)
 
 
 def _log(ref: pygit2.Reference) -> list[pygit2.RefLogEntry]:
