@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from server.base.errors import NotFound
+from server.base.fsops import sync_dir, sync_tree
 from server.base.ids import is_session_id, new_session_id
 from server.base.names import plain_title
 from server.base.pools import IdlingThreadPool, SerialLane
 from server.base.records import SessionMeta, new_session_meta
+from server.git.loose import WRITERS
 from server.git.session import GitSession
 from server.store import session_settings
 
@@ -118,6 +120,8 @@ class SessionStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
+        sync_dir(self.root)  # once a start: the folder's name (and its parents') kept
+        sync_dir(self.root.parent)
         self._handles: dict[str, SessionHandle] = {}  # in use: held until released
         self._known: weakref.WeakValueDictionary[str, SessionHandle] = \
             weakref.WeakValueDictionary()  # every handle someone holds
@@ -185,6 +189,8 @@ class SessionStore:
         loop = asyncio.get_running_loop()
         try:
             made = await loop.run_in_executor(None, build, path, meta)
+            # Whole on disk before anyone is told it exists (DESIGN "Durability").
+            await loop.run_in_executor(None, sync_tree, path, WRITERS)
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise
