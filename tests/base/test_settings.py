@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"\b(?:BRAID|OPENAI)_[A-Z_]*[A-Z]\b")
 # Not settings: marks the server puts in its own children's environment to find them again.
 MARKS = {"BRAID_SHELL_TAG", "BRAID_SERVER_MALLOC"}
+# Not settings either: read by a test harness, never by the server (tests/faults/).
+MARKS |= {"BRAID_POWERCUT_SERVER"}
 
 
 def variables(*, later: bool = True) -> set[str]:
