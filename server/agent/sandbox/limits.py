@@ -215,8 +215,8 @@ def sweep() -> int:
             continue
         for home in own.glob(f"{PREFIX}*"):
             pid, _, started = home.name[len(PREFIX):].partition("-")
-            if home.name != f"{PREFIX}{_me()}" and started and _started(pid) == started:
-                continue  # another server's, running
+            if home.name == f"{PREFIX}{_me()}" or (started and _started(pid) == started):
+                continue  # this process's own, or another server's that runs
             for folder in [p for p in home.iterdir() if p.is_dir()]:
                 Cgroup([folder]).close()
                 gone += 1
