@@ -68,6 +68,7 @@ class TranscriptItem(TypedDict, total=False):
     streaming: bool
     live_text: str  # a live turn's text streamed so far (web.live)
     waiting: list[WaitingCall]  # a live turn's tool calls waiting for approval (web.live)
+    live_output: dict[str, str]  # a live turn's running commands' output so far, by call id
     children: list[ChildCard]  # the sub-agents it spawned, as cards in its bubble
 
 

@@ -58,6 +58,8 @@ class HtmlRenderer:
             name = frame.get("event") or ""
             if name == "message_delta":  # deltas name nothing; they come often
                 return _delta(frame["data"])
+            if name == "tool_output":  # nor does a command's output
+                return _output(frame["data"])
             event = EVENTS.get(name)
             if event is None or (name == "checkpoint" and not grows_lane(self.ctx, frame["data"])):
                 return ""
@@ -103,6 +105,12 @@ def _run_restarted(v: View) -> str:
 
 def _delta(data: EventData) -> str:
     return oob_append(f"live-{dom_id(data['run_id'])}", f"<span>{escape(data['delta'])}</span>")
+
+
+def _output(data: EventData) -> str:
+    """A running command's output joins its card (tool-output-RUN-CALL), as text."""
+    tid = dom_id(f"{data['run_id']}-{data.get('call_id') or ''}")
+    return oob_append(f"tool-output-{tid}", f"<span>{escape(data.get('text') or '')}</span>")
 
 
 def _tool_call(v: View) -> str:
