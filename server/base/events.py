@@ -13,7 +13,7 @@ EVENTS = frozenset({
     "run_completed", "run_error", "run_cancelled", "reverted", "sub_agent_started",
     "sub_agent_done", "merged", "dag_changed", "session_changed", "run_continued",
     "session_updated", "session_deleted", "files_uploaded", "approval_needed",
-    "approval_resolved", "queue_changed",
+    "approval_resolved", "queue_changed", "tool_output",
 })
 
 

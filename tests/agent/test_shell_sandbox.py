@@ -237,3 +237,38 @@ def test_the_shell_mode_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="BRAID_SHELL"):
         Settings.from_env({"BRAID_SHELL": "maybe"})
     assert json.dumps(os.environ.get("BRAID_SHELL", ""))  # the suite's own choice is kept
+
+
+def test_output_streams_as_it_comes_and_a_page_opened_meanwhile_shows_it(
+        sandbox_server: Server) -> None:
+    sid = sandbox_server.new_session()
+    ws, run_id = start(sandbox_server, sid, "shell for i in 1 2 3; do echo line$i; sleep 1; "
+                       "done; echo marker-4761 > /dev/null; sleep 4761\nsay done")
+    pieces: list[str] = []
+    while "line3" not in "".join(pieces):
+        frame = ws.until(lambda f: f.get("event") in ("tool_output", "tool_result"), timeout=60)
+        assert frame["event"] == "tool_output", "the output came only with the result"
+        assert frame["data"]["run_id"] == run_id and frame["data"]["call_id"]
+        pieces.append(frame["data"]["text"])
+    assert len(pieces) >= 2 and "".join(pieces) == "line1\nline2\nline3\n"
+    status, page = sandbox_server.page(f"/s/{sid}")  # a reload mid-command
+    assert status == 200 and "line1\nline2\nline3" in page
+    assert ws.call("cancel_run", run_id=run_id)["type"] == "result"
+    ws.close()
+
+
+def test_long_output_is_bounded_in_the_page_and_the_record(sandbox_server: Server) -> None:
+    sid = sandbox_server.new_session()
+    ws, run_id = start(sandbox_server, sid, "shell head -c 3000000 /dev/zero | tr '\\0' x; "
+                       "echo; echo the-end\nsay done")
+    streamed = 0
+    while True:
+        frame = ws.until(lambda f: f.get("event") in ("tool_output", "run_completed"),
+                         timeout=120)
+        if frame["event"] == "run_completed":
+            break
+        streamed += len(frame["data"]["text"])
+    ws.close()
+    assert 200_000 < streamed < 300_000  # 256 KiB, then a line saying the rest is left out
+    text = output(finished(sandbox_server, sid, run_id))
+    assert "the-end" in text and "bytes of output omitted" in text and len(text) < 25_000
