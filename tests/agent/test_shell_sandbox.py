@@ -272,3 +272,24 @@ def test_long_output_is_bounded_in_the_page_and_the_record(sandbox_server: Serve
     assert 200_000 < streamed < 300_000  # 256 KiB, then a line saying the rest is left out
     text = output(finished(sandbox_server, sid, run_id))
     assert "the-end" in text and "bytes of output omitted" in text and len(text) < 25_000
+
+
+def test_bytes_written_stop_at_the_bound(server_factory: Any) -> None:
+    # 3 GiB asked for, against a bound of 64 MiB (BRAID_SHELL_MAX_WRITE; 2 GiB by default):
+    # one big file stops at the bound (RLIMIT_FSIZE), /tmp is a tmpfs of that size, and many
+    # files together end the command (its processes' I/O accounting is watched).
+    bound = 64 * 1024**2
+    srv = server_factory(BRAID_SHELL="sandbox", BRAID_SHELL_MAX_WRITE=str(bound))
+    sid = srv.new_session()
+    run = shell_run(srv, sid, "head -c 3G /dev/zero > big; ls -l big; "
+                    "head -c 3G /dev/zero > /tmp/big; ls -l /tmp/big")
+    work = srv.session_path(sid) / "workdir"
+    assert (work / "big").stat().st_size <= bound
+    text = output(run)
+    assert "File size limit exceeded" in text or "No space left" in text
+    run = shell_run(srv, sid, "rm -f big; for i in $(seq 48); do head -c 64M /dev/zero "
+                    "> part$i 2>/dev/null; done; echo wrote-all")
+    text = output(run)
+    assert "wrote-all" not in text and f"wrote more than {bound} bytes" in text
+    written = sum(p.stat().st_size for p in work.glob("part*"))
+    assert written < 3 * 1024**3

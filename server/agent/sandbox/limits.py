@@ -147,6 +147,18 @@ class Cgroup:
                 found.update(int(p) for p in path.read_text().split())
         return sorted(found)
 
+    def written(self) -> int:
+        """Bytes the command's processes sent to storage so far (`write_bytes` of
+        /proc/PID/io). A process's count holds those of the children it reaped, and the
+        sandbox's PID 1 reaps every orphan, so the live members' sum is the whole command's."""
+        total = 0
+        for pid in self.pids():
+            with contextlib.suppress(OSError, ValueError):
+                for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+                    if line.startswith("write_bytes:"):
+                        total += int(line.split()[1])
+        return total
+
     def oom_killed(self) -> bool:
         """Whether the memory bound killed a process of the command."""
         for folder in self.folders:
