@@ -27,7 +27,7 @@ TOKEN = "shell-bench-token-0123456789"
 COMMANDS = {
     "say (no shell)": "say ok",
     "shell true": "shell true\nsay ok",
-    "shell python3 -c pass": "shell python3 -c pass\nsay ok",
+    "shell python3 -c pass": "shell /usr/bin/python3 -c pass\nsay ok",
     "shell ls -R (1,000 files)": "shell ls -R tree > /dev/null\nsay ok",
 }
 MAKE_TREE = ("shell mkdir -p tree && cd tree && for d in $(seq 10); do mkdir -p d$d; "
