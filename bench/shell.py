@@ -92,6 +92,30 @@ class Served:
         self.proc.wait(30)
 
 
+def bare_ms(samples: int) -> tuple[float, float]:
+    """`bash -c true` started the way each mode starts it, without a server: (host, sandbox)
+    medians, interleaved. The sandbox side makes and removes its cgroup as the shell does."""
+    sys.path.insert(0, str(ROOT))
+    from server.agent.sandbox import box
+    from server.agent.sandbox.limits import Cgroup, Limits
+
+    host: list[float] = []
+    boxed: list[float] = []
+    with tempfile.TemporaryDirectory() as work:
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            subprocess.run(["bash", "-c", "true"], cwd=work, check=True)
+            host.append((time.perf_counter() - t0) * 1000)
+            t0 = time.perf_counter()
+            group = Cgroup.make(Limits(), "bench")
+            subprocess.run(box.sandboxed_argv(["bash", "-c", "true"], workdir=Path(work),
+                                              env=box.base_env(), cgroup=group), check=True)
+            if group is not None:
+                group.close()
+            boxed.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(host), statistics.median(boxed)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=30)
@@ -112,11 +136,14 @@ def main() -> None:
         finally:
             sandbox.close()
             host.close()
+    bare = bare_ms(args.samples)
     print(f"{'turn':<28} {'host ms':>9} {'sandbox ms':>11} {'added ms':>9} {'ratio':>6}"
           f"   (median of {args.samples}, interleaved; whole turn through the socket)")
     for name, times in results.items():
         h, s = statistics.median(times["host"]), statistics.median(times["sandbox"])
         print(f"{name:<28} {h:>9.1f} {s:>11.1f} {s - h:>9.1f} {s / h:>6.2f}")
+    h, s = bare
+    print(f"{'bash -c true, no server':<28} {h:>9.1f} {s:>11.1f} {s - h:>9.1f} {s / h:>6.2f}")
 
 
 if __name__ == "__main__":
