@@ -293,3 +293,23 @@ def test_bytes_written_stop_at_the_bound(server_factory: Any) -> None:
     assert "wrote-all" not in text and f"wrote more than {bound} bytes" in text
     written = sum(p.stat().st_size for p in work.glob("part*"))
     assert written < 3 * 1024**3
+
+
+def test_where_no_sandbox_can_be_made_the_shell_is_not_offered(server_factory: Any,
+                                                               tmp_path: Path) -> None:
+    # A bwrap that cannot make a sandbox (as where user namespaces are off): never a
+    # command run unsandboxed instead; the log and the page say why.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "bwrap").write_text("#!/bin/sh\necho 'setting up uid map: Permission denied' >&2\n"
+                                "exit 1\n")
+    (fake / "bwrap").chmod(0o755)
+    srv = server_factory(BRAID_SHELL="sandbox", PATH=f"{fake}:{os.environ['PATH']}")
+    sid = srv.new_session()
+    run = srv.run(sid, "shell echo ran > ran.txt")
+    assert [m["role"] for m in run["messages"]] == ["user", "assistant"]
+    assert not (srv.session_path(sid) / "workdir" / "ran.txt").exists()
+    status, page = srv.page(f"/s/{sid}")
+    assert status == 200 and 'id="shell-off"' in page and "Permission denied" in page
+    assert srv.log_path is not None
+    assert "the shell is not offered" in srv.log_path.read_text()
