@@ -57,8 +57,6 @@ class Braid:
         self.turn_gate = TurnGate(settings.active_turns)  # BRAID_ACTIVE_TURNS at once
         self._reaper: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
-        # Why the shell is not offered though BRAID_SHELL asks for it (no sandbox here).
-        self.shell_unavailable: str | None = None
 
     async def start(self) -> str:
         """Open the index and recover runs a killed server left RUNNING. Returns the default
@@ -83,7 +81,7 @@ class Braid:
     def _shell_check(self) -> None:
         """Whether the shell can be offered (DESIGN §4 "The shell"): in `sandbox` mode only
         where a sandbox can be made here, never silently unsandboxed; the reason goes to
-        the log and the page (`shell_unavailable`). A kill -9 during a command
+        the log and the page (`settings.shell_unavailable`). A kill -9 during a command
         left its cgroup and processes: they end now."""
         settings = self.settings
         if settings.shell_mode == "host":
@@ -93,8 +91,8 @@ class Braid:
             return
         why = box.why_not()
         if why is not None:
-            settings.shell_mode = "off"
-            self.shell_unavailable = why
+            settings.shell = False
+            settings.shell_unavailable = why
             log.warning("the shell is not offered: no sandbox can be made here (%s)", why)
             return
         swept = sandbox_limits.sweep() if sandbox_limits.why_not() is None else 0

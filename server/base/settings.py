@@ -81,17 +81,6 @@ def _choice(*options: str) -> Kind[str]:
     return Kind(" | ".join(options), parse)
 
 
-def _shell_mode(raw: str) -> str:
-    word = raw.strip().lower()
-    if word in ("sandbox", *YES):
-        return "sandbox"
-    if word in NO:
-        return "off"
-    if word == "host":
-        return "host"
-    raise ValueError("sandbox (or on), host or off")
-
-
 def _words(raw: str) -> tuple[str, ...]:
     return tuple(w.strip().lower() for w in raw.split(",") if w.strip())
 
@@ -113,8 +102,21 @@ WHOLE: Kind[int] = Kind("whole number", _whole())
 BYTES: Kind[int] = Kind("bytes", _whole())
 SECONDS: Kind[float] = Kind("seconds", _number)
 WORDS: Kind[tuple[str, ...]] = Kind("comma-separated", _words)
-SHELL_MODE: Kind[str] = Kind("sandbox | host | off", _shell_mode)
 POSTGRES: Kind[str | None] = Kind("postgresql:// URL", _postgres)
+
+
+def _shell_mode(raw: str) -> str:
+    word = raw.strip().lower()
+    if word in ("sandbox", *YES):
+        return "sandbox"
+    if word in NO:
+        return "off"
+    if word == "host":
+        return "host"
+    raise ValueError("sandbox (on), host or off")
+
+
+SHELL_MODE: Kind[str] = Kind("sandbox | host | off", _shell_mode)
 
 
 def _at_least(least: int) -> Kind[int]:
@@ -176,11 +178,10 @@ class Settings:
                                   "the newest messages that fit this many tokens are sent")
     checkpoint: str = setting("BRAID_CHECKPOINT", _choice(*CHECKPOINT_MODES), "tool-batch",
                               "when a turn commits its files")
-    # The shell (DESIGN §4 "The shell"): `sandbox` (`on` is the same), `host` (no sandbox:
-    # the operator's explicit choice) or `off`. Where no sandbox can be made, start-up turns
-    # `sandbox` into `off` and says why (app/braid.py `shell_unavailable`).
+    # The shell (DESIGN §4 "The shell"): `sandbox` (the default; `on` is the same), `host`
+    # (no sandbox: the operator's explicit choice) or `off`.
     shell_mode: str = setting("BRAID_SHELL", SHELL_MODE, "sandbox",
-                              "the agent's shell: sandbox (on) | host (unsandboxed) | off")
+                              "the agent's shell: sandbox (on), host (unsandboxed) or off")
     shell_timeout: float = setting("BRAID_SHELL_TIMEOUT", SECONDS, 600.0,
                                    "seconds a shell command may run")
     shell_hosts: tuple[str, ...] = setting("BRAID_SHELL_HOSTS", WORDS, (),
@@ -257,11 +258,13 @@ class Settings:
                                    "tests: the crash point the process stops at")
     crash_mode: str = setting("BRAID_CRASH_MODE", _choice("kill", "raise"), "kill",
                               "tests: how it stops there")
+    # Not settings but what start-up learns: whether the model is offered the shell (off, or
+    # `sandbox` where no sandbox can be made), and why not (app/braid.py).
+    shell: bool = field(default=True, compare=False)
+    shell_unavailable: str | None = field(default=None, compare=False)
 
-    @property
-    def shell(self) -> bool:
-        """Whether the model is offered the shell."""
-        return self.shell_mode != "off"
+    def __post_init__(self) -> None:
+        self.shell = self.shell_mode != "off"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *,
@@ -287,6 +290,8 @@ class Settings:
 def _fields() -> Iterator[tuple[dataclasses.Field[Any], Setting]]:
     for f in dataclasses.fields(Settings):
         meta = f.metadata
+        if "variable" not in meta:
+            continue
         yield f, Setting(meta["variable"], f.name, cast(Kind[Any], meta["kind"]).name,
                          meta["shown"], meta["help"], meta["later"],
                          meta["secret"])

@@ -53,6 +53,15 @@ def test_every_yes_no_setting_takes_one_grammar_and_refuses_anything_else() -> N
         Settings.from_env({"BRAID_SHELL": "of"})
 
 
+def test_the_shell_takes_the_same_yes_no_words_beside_sandbox_and_host() -> None:
+    assert [Settings.from_env({"BRAID_SHELL": w}).shell_mode for w in YES + NO] == (
+        ["sandbox"] * len(YES) + ["off"] * len(NO))
+    assert Settings.from_env({"BRAID_SHELL": "Host"}).shell_mode == "host"
+    assert Settings.from_env({}).shell and not Settings.from_env({"BRAID_SHELL": "0"}).shell
+    with pytest.raises(ValueError, match="^BRAID_SHELL must be sandbox"):
+        Settings.from_env({"BRAID_SHELL": "of"})
+
+
 def test_no_browser_takes_on_as_the_other_yes_nos_do() -> None:
     assert Settings.from_env({"BRAID_NO_BROWSER": "on"}).no_browser is True
     assert Settings.from_env({}).no_browser is False
