@@ -237,9 +237,10 @@ class _Sandboxed:
             self.notes.append(f"note: no network for this command ({e.strerror or e})")
 
     def kill(self) -> None:
+        """From any thread (a Stop on the event loop too): one pass, no waiting."""
         self.killed.set()
         if self.group is not None:
-            self.group.kill()
+            self.group.kill(until_empty=False)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, 9)  # bwrap: its PID 1, and so the namespace, dies with it
 

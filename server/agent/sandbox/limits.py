@@ -170,10 +170,17 @@ class Cgroup:
                             return True
         return False
 
-    def kill(self) -> None:
+    def kill(self, *, until_empty: bool = True) -> None:
         """SIGKILL every process in the cgroup until none is left (a fork during the sweep
-        joins the cgroup, so the next look finds it)."""
-        _kill_all(self)
+        joins the cgroup, so the next look finds it); one pass only, without waiting, when
+        `until_empty` is False (a caller on the event loop: the command's own thread then
+        finishes the job)."""
+        if until_empty:
+            _kill_all(self)
+            return
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
     def close(self) -> None:
         self.kill()
