@@ -54,7 +54,8 @@ class Braid:
         self._draining: set[asyncio.Task[object]] = set()
         self.packer = Packer()  # packs idle sessions' loose objects in the background
         self.model = ModelClient(settings)
-        self.turn_gate = TurnGate(settings.active_turns)  # BRAID_ACTIVE_TURNS at once
+        # BRAID_ACTIVE_TURNS at once, BRAID_USER_TURNS of one user's
+        self.turn_gate = TurnGate(settings.active_turns, settings.user_turns)
         self._reaper: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
 

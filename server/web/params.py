@@ -9,6 +9,7 @@ a `NotFound` only once every parameter has parsed, so a malformed parameter is a
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +29,8 @@ from server.store.search import DEFAULT_LIMIT, MAX_LIMIT
 
 _FALSE = ("", "false", "0", "off", "no")
 _TRUE = ("true", "1", "on", "yes")
+MAX_ALWAYS = 200
+ALWAYS_ITEM = re.compile(r"[A-Za-z0-9_.\-]{1,100}")  # a tool's name
 
 Parser = Callable[[object], Any]
 
@@ -258,6 +261,8 @@ def session_changes(raw: object) -> SessionChanges:
             one_line(model, "model", MAX_MODEL)
     if "approvals" in raw:
         changes["approvals"] = one_of(raw["approvals"], "approvals", MODES)
+    if "approvals_always" in raw:  # how an Always is taken back
+        changes["approvals_always"] = always_list(raw["approvals_always"])
     if "shell_network" in raw:
         changes["shell_network"] = one_of(raw["shell_network"], "shell_network",
                                           NETWORK_MODES)
@@ -268,6 +273,16 @@ def session_changes(raw: object) -> SessionChanges:
         changes["shell_network_hosts"] = sorted({one_line(h, "host", 253).lower()
                                                  for h in hosts})
     return changes
+
+
+def always_list(value: object) -> list[str]:
+    """The tools that run unasked in a session."""
+    if not isinstance(value, list) or len(value) > MAX_ALWAYS:
+        raise BadRequest(f"approvals_always must be a list of at most {MAX_ALWAYS} tool names")
+    for item in value:
+        if not isinstance(item, str) or not ALWAYS_ITEM.fullmatch(item):
+            raise BadRequest("approvals_always holds tool names")
+    return sorted(set(value))
 
 
 def one_of(value: object, name: str, choices: tuple[str, ...]) -> str:
