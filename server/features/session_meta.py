@@ -14,11 +14,13 @@ import shutil
 from typing import TYPE_CHECKING, cast
 
 from server.agent import approvals, network
+from server.base import events, names
 from server.base.errors import Conflict, NotFound
 from server.base.ids import is_session_id, now_iso
 from server.base.records import SessionMeta, to_json_bytes
 from server.base.results import ApprovalResult, SessionChanges, SessionInfo
 from server.git import lookup
+from server.git.branches import is_sub
 from server.git.session import GitSession
 from server.store import session_settings
 
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from server.agent.services import Services
     from server.store.session_store import SessionHandle
 
-MAX_TITLE = 120
+MAX_TITLE = names.MAX_TITLE
 MAX_MODEL = 200
 DELETED_PREFIX = ".deleted-"
 
@@ -55,7 +57,7 @@ def write_meta(git: GitSession, meta: SessionMeta, summary: str) -> None:
     session_settings.save(git.path, meta)  # the session's, whatever branch is shown
     data = to_json_bytes(meta)
     for branch, tip in sorted(git.branches().items()):
-        if branch.startswith("sub_"):
+        if is_sub(branch):
             continue
         commit = git.commit(tip)
         found = lookup.entry(commit.tree, "session.json")  # not `tree[name]`: it leaks
@@ -109,8 +111,7 @@ async def update_session(braid: Services, user_id: str, session_id: str,
             kept.clear()
             kept.update(meta)
             await braid.index.upsert_session(handle.meta, now_iso())
-            braid.bus.publish(handle.session_id, "session_updated",
-                              {"changes": sorted(changes)})
+            braid.bus.publish(handle.session_id, events.session_updated(sorted(changes)))
     return await session_info(braid, user_id, handle.session_id)
 
 
@@ -171,7 +172,7 @@ async def delete_session(braid: Services, user_id: str, session_id: str) -> None
         active.stop("cancel")
     for active in braid.runs.for_session(handle.session_id):
         await active.done.wait()
-    braid.bus.publish(handle.session_id, "session_deleted", {})
+    braid.bus.publish(handle.session_id, events.session_deleted())
     await _drop(braid, handle)
 
 
