@@ -111,6 +111,7 @@ async def session_page(request: Request) -> Response:
     return templates.TemplateResponse(request, "session.html", {
         "session": info, "transcript": view, "sessions": rows, "current_id": session_id,
         "running": running, "branch": info["branch"], "queued": queued,
+        "shell_unavailable": braid.settings.shell_unavailable,
     })
 
 
