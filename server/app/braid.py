@@ -10,6 +10,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from server.agent.live_runs import ActiveRun, TurnGate
+from server.agent.mcp_servers import config as mcp_config
+from server.agent.mcp_servers.launch import sweep_orphans
+from server.agent.mcp_servers.pool import McpPool
 from server.app import recovery
 from server.app.memory import give_back_memory, limit_arenas
 from server.backends.choose import make_index, make_queue, make_search, make_team, make_users
@@ -53,6 +56,9 @@ class Braid:
         self.packer = Packer()  # packs idle sessions' loose objects in the background
         self.model = ModelClient(settings)
         self.turn_gate = TurnGate(settings.active_turns)  # BRAID_ACTIVE_TURNS at once
+        # MCP servers' tools (BRAID_MCP): a connection per session, started on first use.
+        self.mcp = McpPool(mcp_config.load(settings), self.data_dir, settings.mcp_timeout,
+                           settings.idle_seconds, settings.mcp_hosts)
         self._reaper: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -65,6 +71,10 @@ class Braid:
         asyncio.get_running_loop().set_default_executor(IdlingThreadPool(
             max_workers=min(32, (os.cpu_count() or 1) + 4),
             idle_seconds=self.settings.idle_seconds, name="braid-pool"))
+        # Servers a killed Braid on this data dir left behind (their Braid is gone).
+        killed = sweep_orphans(self.data_dir)
+        if killed:
+            log.warning("stopped %d MCP server process(es) left by an earlier run", len(killed))
         fresh_index = await self.index.open()
         fresh_index = await self.search.open() or fresh_index  # an older index: rebuilt
         await self.queue.open()
@@ -119,6 +129,7 @@ class Braid:
         while True:
             await asyncio.sleep(step)
             live = frozenset(a.session_id for a in self.runs.all())
+            await self.mcp.sweep_idle()
             closing = self.store.release_idle(self.settings.idle_seconds,
                                               self.settings.open_sessions, live)
             if closing:
@@ -170,6 +181,7 @@ class Braid:
                 await asyncio.wait_for(active.done.wait(), timeout=10)
             except TimeoutError:
                 log.warning("run %s did not stop in time", active.run_id)
+        await self.mcp.close()
         await self.packer.close()
         await self.model.close()
         if self.team is not None:

@@ -292,6 +292,7 @@ SessionMeta = TypedDict("SessionMeta", {
     "import": NotRequired[ImportSummary],
     "approvals": NotRequired[str],  # auto (absent) | shell | writes
     "approvals_always": NotRequired[list[str]],  # tools the user answered "always"
+    "tools_off": NotRequired[list[str]],  # tools the model is not offered in this session
 })
 
 

@@ -124,6 +124,7 @@ SessionInfo = TypedDict("SessionInfo", {
     "endpoint": NotRequired[str],
     "approvals": NotRequired[str],  # auto | shell | writes (agent/approvals.py)
     "approvals_always": NotRequired[list[str]],  # tools answered "always"
+    "tools_off": NotRequired[list[str]],  # tools switched off for this session
 })
 
 
@@ -230,6 +231,23 @@ class SearchResults(TypedDict):
     results: list[SearchHit]
 
 
+class ToolInfo(TypedDict):
+    """A tool the session's model may be offered (`list_tools`): `server` is None for a
+    built-in one; `tokens`, what its definition costs of the context budget."""
+
+    name: str
+    server: str | None
+    description: str
+    read_only: bool
+    off: bool
+    tokens: int
+
+
+class ToolList(TypedDict):
+    tools: list[ToolInfo]
+    unavailable: dict[str, str]  # a configured MCP server whose tools are not offered: why
+
+
 class SessionChanges(TypedDict, total=False):
     """What `update_session` changes: a new title, archived or not, a model (None: the
     server's default)."""
@@ -239,6 +257,7 @@ class SessionChanges(TypedDict, total=False):
     model: str | None
     approvals: str
     approvals_always: list[str]  # set by `approve_tool_call` (always), not by clients
+    tools_off: list[str]  # tools the model is not offered in this session
 
 
 class ApprovalResult(TypedDict):

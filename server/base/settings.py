@@ -53,6 +53,11 @@ class Settings:
     subagent_tools: bool = True
     subagents_parallel: int = 4
     subagent_depth: int = 2
+    # MCP servers (DESIGN §4 "MCP tools"): the `mcpServers` file, private hosts an HTTP server
+    # may be on, seconds a call (or a server's start) may take.
+    mcp_file: Path | None = None
+    mcp_hosts: tuple[str, ...] = ()
+    mcp_timeout: float = 60.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -105,6 +110,10 @@ class Settings:
         s.subagents_parallel = max(1, _whole(env, "BRAID_SUBAGENTS_PARALLEL",
                                              s.subagents_parallel))
         s.subagent_depth = _whole(env, "BRAID_SUBAGENT_DEPTH", s.subagent_depth)
+        if env.get("BRAID_MCP"):
+            s.mcp_file = Path(env["BRAID_MCP"]).expanduser()
+        s.mcp_hosts = _words(env, "BRAID_MCP_HOSTS", s.mcp_hosts, lower=True)
+        s.mcp_timeout = _number(env, "BRAID_MCP_TIMEOUT", s.mcp_timeout) or s.mcp_timeout
         return s
 
 

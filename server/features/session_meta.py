@@ -14,12 +14,14 @@ import shutil
 from typing import TYPE_CHECKING, cast
 
 from server.agent import approvals
+from server.agent.mcp_servers.config import split_name
 from server.base.errors import NotFound
 from server.base.ids import is_session_id, now_iso
 from server.base.records import SessionMeta, to_json_bytes
-from server.base.results import ApprovalResult, SessionChanges, SessionInfo
+from server.base.results import ApprovalResult, SessionChanges, SessionInfo, ToolInfo, ToolList
 from server.git import lookup
 from server.git.session import GitSession
+from server.git.workdir.scan import WORKDIR
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 MAX_TITLE = 120
 MAX_MODEL = 200
 DELETED_PREFIX = ".deleted-"
+READS = frozenset({"read_file", "list_files"})  # the built-in tools that change nothing
 
 
 def _summary(changes: SessionChanges) -> str:
@@ -42,6 +45,8 @@ def _summary(changes: SessionChanges) -> str:
         parts.append(f"Approvals: {changes['approvals']}")
     if "approvals_always" in changes:
         parts.append(f"Always allow: {', '.join(changes['approvals_always'])}")
+    if "tools_off" in changes:
+        parts.append(f"Tools off: {', '.join(changes['tools_off']) or 'none'}")
     return "; ".join(parts)
 
 
@@ -80,6 +85,11 @@ def _changed(meta: SessionMeta, changes: SessionChanges) -> SessionMeta:
             out["approvals"] = changes["approvals"]
     if "approvals_always" in changes:
         out["approvals_always"] = changes["approvals_always"]
+    if "tools_off" in changes:
+        if changes["tools_off"]:
+            out["tools_off"] = changes["tools_off"]
+        else:
+            out.pop("tools_off", None)
     return out
 
 
@@ -112,6 +122,25 @@ async def update_session(braid: Services, user_id: str, session_id: str,
             braid.bus.publish(handle.session_id, "session_updated",
                               {"changes": sorted(changes)})
     return await session_info(braid, user_id, handle.session_id)
+
+
+async def list_tools(braid: Services, user_id: str, session_id: str) -> ToolList:
+    """The tools the session's model may be offered, each with whether it is switched off
+    (`tools_off`) and what its definition costs of the context budget; and the configured
+    MCP servers whose tools are not offered, with why."""
+    from server.agent.turns import definition_cost, session_tools
+
+    handle = braid.store.get_owned(user_id, session_id)
+    off = set(handle.meta.get("tools_off") or ())
+    out: list[ToolInfo] = []
+    for tool in await session_tools(braid, handle.session_id, handle.path / WORKDIR):
+        name = tool["function"]["name"]
+        server = split_name(name)
+        out.append({"name": name, "server": server[0] if server else None,
+                    "description": tool["function"].get("description") or "",
+                    "read_only": braid.mcp.read_only(name) if server else name in READS,
+                    "off": name in off, "tokens": definition_cost(tool)})
+    return {"tools": out, "unavailable": braid.mcp.why_not()}
 
 
 async def approve_tool_call(braid: Services, user_id: str, session_id: str, run_id: str,
@@ -157,6 +186,7 @@ async def delete_session(braid: Services, user_id: str, session_id: str) -> None
         active.stop("cancel")
     for active in braid.runs.for_session(handle.session_id):
         await active.done.wait()
+    await braid.mcp.stop_session(handle.session_id)  # its MCP servers go with it
     braid.bus.publish(handle.session_id, "session_deleted", {})
     await _drop(braid, handle)
 

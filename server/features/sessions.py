@@ -77,6 +77,7 @@ def _describe(git: GitSession, handle: SessionHandle) -> SessionInfo:
         "import": handle.meta.get("import"),
         "approvals": approvals.mode_of(handle.meta),
         "approvals_always": list(handle.meta.get("approvals_always") or ()),
+        "tools_off": list(handle.meta.get("tools_off") or ()),
     }
 
 

@@ -9,6 +9,7 @@ a `NotFound` only once every parameter has parsed, so a malformed parameter is a
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Callable
 from typing import Any
@@ -257,7 +258,17 @@ def session_changes(raw: object) -> SessionChanges:
             one_line(model, "model", MAX_MODEL)
     if "approvals" in raw:
         changes["approvals"] = one_of(raw["approvals"], "approvals", MODES)
+    if "tools_off" in raw:
+        changes["tools_off"] = tool_names(raw["tools_off"])
     return changes
+
+
+def tool_names(raw: object) -> list[str]:
+    """`tools_off`: a list of tool names (as the model sees them), sorted, each once."""
+    if not isinstance(raw, list) or len(raw) > 500 or not all(
+            isinstance(n, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", n) for n in raw):
+        raise BadRequest("tools_off must be a list of tool names")
+    return sorted(set(raw))
 
 
 def one_of(value: object, name: str, choices: tuple[str, ...]) -> str:
