@@ -18,7 +18,7 @@ from server.base.settings import NO, YES, Settings, table
 ROOT = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"\b(?:BRAID|OPENAI)_[A-Z_]*[A-Z]\b")
 # Not settings: marks the server puts in its own children's environment to find them again.
-MARKS = {"BRAID_SHELL_TAG", "BRAID_SERVER_MALLOC"}
+MARKS = {"BRAID_SHELL_TAG", "BRAID_SERVER_MALLOC", "BRAID_MCP_OWNER"}  # marks, not settings
 
 
 def variables(*, later: bool = True) -> set[str]:
