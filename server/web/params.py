@@ -264,7 +264,12 @@ def session_changes(raw: object) -> SessionChanges:
 
 
 def tool_names(raw: object) -> list[str]:
-    """`tools_off`: a list of tool names (as the model sees them), sorted, each once."""
+    """`tools_off`: a list of tool names (as the model sees them), sorted, each once. The
+    page's form sends its always-present empty field with them ("" alone: none off)."""
+    if raw == "":
+        return []
+    if isinstance(raw, list):
+        raw = [n for n in raw if n != ""]
     if not isinstance(raw, list) or len(raw) > 500 or not all(
             isinstance(n, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", n) for n in raw):
         raise BadRequest("tools_off must be a list of tool names")

@@ -23,7 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, Tool
 
 from server.agent.mcp_servers.config import HttpServer, ServerEntry, StdioServer
-from server.agent.mcp_servers.launch import Refused, stdio_params
+from server.agent.mcp_servers.launch import Failed, Refused, stdio_params
 
 log = logging.getLogger("braid")
 STDERR_TAIL = 2000  # characters of a server's stderr quoted when it will not start
@@ -31,10 +31,6 @@ CLOSE_WAIT = 5.0  # seconds a server is given to stop before its task is cancell
 # A start may take longer than a call: a server in Python imports its SDK first (seconds on
 # a busy machine). The longer of this and BRAID_MCP_TIMEOUT.
 START_TIMEOUT = 60.0
-
-
-class Failed(Exception):
-    """A server that could not answer: the message is the call's error result."""
 
 
 class Connection:

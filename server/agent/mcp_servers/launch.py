@@ -16,16 +16,22 @@ import os
 import shutil
 import signal
 from pathlib import Path
-
-from mcp.client.stdio import StdioServerParameters
+from typing import TYPE_CHECKING
 
 from server.agent.mcp_servers.config import StdioServer
+
+if TYPE_CHECKING:
+    from mcp.client.stdio import StdioServerParameters
 
 OWNER = "BRAID_MCP_OWNER"
 
 
 class Refused(Exception):
     """A server Braid will not start (the message is what the model and the user read)."""
+
+
+class Failed(Exception):
+    """A server that could not answer: the message is the call's error result."""
 
 
 def owner_of(data_dir: Path) -> str:
@@ -40,6 +46,8 @@ def sandbox_argv(argv: list[str], workdir: Path) -> list[str] | None:
 
 def stdio_params(entry: StdioServer, workdir: Path, data_dir: Path) -> StdioServerParameters:
     """The server's command line, environment and folder (its session's workdir)."""
+    from mcp.client.stdio import StdioServerParameters  # the SDK costs ~2 s of CPU to import
+
     argv = [entry.command, *entry.args]
     if entry.sandbox:
         boxed = sandbox_argv(argv, workdir)

@@ -15,9 +15,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from mcp.types import CallToolResult, Tool
+from typing import TYPE_CHECKING, Any
 
 from server.agent.mcp_servers.config import (
     HttpServer,
@@ -27,9 +25,14 @@ from server.agent.mcp_servers.config import (
     split_name,
     tool_name,
 )
-from server.agent.mcp_servers.connection import Connection, Failed
+from server.agent.mcp_servers.launch import Failed
 from server.base.errors import BraidError
 from server.base.records import ToolSchema
+
+if TYPE_CHECKING:
+    from mcp.types import CallToolResult, Tool
+
+    from server.agent.mcp_servers.connection import Connection
 
 log = logging.getLogger("braid")
 Key = tuple[str, str, str]  # session id, workdir, server name
@@ -126,6 +129,9 @@ class McpPool:
             if conn is not None and not conn.closed:
                 conn.last_used = time.monotonic()
                 return conn
+            # The SDK is imported on the first start: a Braid without MCP servers never pays it.
+            from server.agent.mcp_servers.connection import Connection
+
             entry = self.servers[server]
             conn = Connection(entry, workdir, self.data_dir, self.timeout)
             try:
