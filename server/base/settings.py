@@ -105,6 +105,20 @@ WORDS: Kind[tuple[str, ...]] = Kind("comma-separated", _words)
 POSTGRES: Kind[str | None] = Kind("postgresql:// URL", _postgres)
 
 
+def _shell_mode(raw: str) -> str:
+    word = raw.strip().lower()
+    if word in ("sandbox", *YES):
+        return "sandbox"
+    if word in NO:
+        return "off"
+    if word == "host":
+        return "host"
+    raise ValueError("sandbox (on), host or off")
+
+
+SHELL_MODE: Kind[str] = Kind("sandbox | host | off", _shell_mode)
+
+
 def _at_least(least: int) -> Kind[int]:
     return Kind(f"whole number ≥ {least}", _whole(least))
 
@@ -164,18 +178,21 @@ class Settings:
                                   "the newest messages that fit this many tokens are sent")
     checkpoint: str = setting("BRAID_CHECKPOINT", _choice(*CHECKPOINT_MODES), "tool-batch",
                               "when a turn commits its files")
-    shell: bool = setting("BRAID_SHELL", YES_NO, False, "the agent's shell tool")
-    shell_timeout: float = setting("BRAID_SHELL_TIMEOUT", SECONDS, 30.0,
+    # The shell (DESIGN §4 "The shell"): `sandbox` (the default; `on` is the same), `host`
+    # (no sandbox: the operator's explicit choice) or `off`.
+    shell_mode: str = setting("BRAID_SHELL", SHELL_MODE, "sandbox",
+                              "the agent's shell: sandbox (on), host (unsandboxed) or off")
+    shell_timeout: float = setting("BRAID_SHELL_TIMEOUT", SECONDS, 600.0,
                                    "seconds a shell command may run")
     shell_hosts: tuple[str, ...] = setting("BRAID_SHELL_HOSTS", WORDS, (),
                                            "private hosts or CIDRs a sandboxed command may "
-                                           "reach through the proxy", later=True)
-    shell_max_procs: int = setting("BRAID_SHELL_MAX_PROCS", WHOLE, 256,
-                                   "processes of a command at once", later=True)
+                                           "reach through the proxy")
+    shell_max_procs: int = setting("BRAID_SHELL_MAX_PROCS", _at_least(1), 256,
+                                   "processes of a command at once")
     shell_max_memory: int = setting("BRAID_SHELL_MAX_MEMORY", BYTES, 2 * GIB,
-                                    "memory of a command", later=True)
+                                    "memory of a command")
     shell_max_write: int = setting("BRAID_SHELL_MAX_WRITE", BYTES, 2 * GIB,
-                                   "bytes a command may write", later=True)
+                                   "bytes a command may write")
     # MCP servers (DESIGN §4 "MCP tools", agent/mcp_servers/).
     mcp_file: Path | None = setting("BRAID_MCP", MAYBE_PATH, None,
                                     "a JSON file of MCP servers (the mcpServers form)")
@@ -241,6 +258,13 @@ class Settings:
                                    "tests: the crash point the process stops at")
     crash_mode: str = setting("BRAID_CRASH_MODE", _choice("kill", "raise"), "kill",
                               "tests: how it stops there")
+    # Not settings but what start-up learns: whether the model is offered the shell (off, or
+    # `sandbox` where no sandbox can be made), and why not (app/braid.py).
+    shell: bool = field(default=True, compare=False)
+    shell_unavailable: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        self.shell = self.shell_mode != "off"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *,
@@ -266,6 +290,8 @@ class Settings:
 def _fields() -> Iterator[tuple[dataclasses.Field[Any], Setting]]:
     for f in dataclasses.fields(Settings):
         meta = f.metadata
+        if "variable" not in meta:
+            continue
         yield f, Setting(meta["variable"], f.name, cast(Kind[Any], meta["kind"]).name,
                          meta["shown"], meta["help"], meta["later"],
                          meta["secret"])

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from server.agent.approvals import DECISIONS, MODES
+from server.agent.network import MODES as NETWORK_MODES
 from server.agent.turns import MAX_TEXT
 from server.base.errors import BadRequest, NotFound
 from server.base.ids import is_message_id
@@ -260,6 +261,15 @@ def session_changes(raw: object) -> SessionChanges:
         changes["approvals"] = one_of(raw["approvals"], "approvals", MODES)
     if "tools_off" in raw:
         changes["tools_off"] = tool_names(raw["tools_off"])
+    if "shell_network" in raw:
+        changes["shell_network"] = one_of(raw["shell_network"], "shell_network",
+                                          NETWORK_MODES)
+    if "shell_network_hosts" in raw:
+        hosts = raw["shell_network_hosts"]
+        if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+            raise BadRequest("shell_network_hosts must be a list of host names")
+        changes["shell_network_hosts"] = sorted({one_line(h, "host", 253).lower()
+                                                 for h in hosts})
     return changes
 
 

@@ -21,6 +21,7 @@ import pytest
 from conftest import call_action, free_port, git, new_session, next_event, run_turn
 from server.agent.mcp_servers import config
 from server.agent.mcp_servers.launch import OWNER, owner_of, sweep_orphans
+from server.agent.sandbox import box
 from server.app.braid import Braid
 from server.base.errors import BadRequest, Forbidden
 from server.features import revert, search, session_meta
@@ -38,13 +39,17 @@ def servers_file(tmp_path: Path, **entries: dict[str, Any]) -> Path:
 
 
 def stdio(**extra: Any) -> dict[str, Any]:
-    # Unsandboxed, the operator's explicit choice: the shell's sandbox is not here yet.
-    return {"command": sys.executable, "args": [str(SERVER)], "sandbox": False, **extra}
+    """The test server over stdio, in the session's sandbox (the default)."""
+    return {"command": sys.executable, "args": [str(SERVER)], **extra}
+
+
+needs_sandbox = pytest.mark.skipif(box.why_not() is not None,
+                                   reason=f"no sandbox here: {box.why_not()}")
 
 
 @pytest.fixture
 async def mcp_braid(make_braid: MakeBraid, tmp_path: Path) -> Braid:
-    return await make_braid(mcp_file=servers_file(tmp_path, files=stdio()), mcp_timeout=5.0)
+    return await make_braid(mcp_file=servers_file(tmp_path, files=stdio()), mcp_timeout=15.0)
 
 
 def tool_messages(run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -190,7 +195,7 @@ async def test_a_failing_server_gives_an_error_result_and_the_run_completes(
     [result] = tool_messages(run)
     assert result["is_error"] and result["content"].startswith("error: MCP server 'files'")
     if tool == "hang":
-        assert "did not answer within 5s" in result["content"]
+        assert "did not answer within 15s" in result["content"]
     assert run["messages"][-1]["content"] == "went on"
     assert await gone(before)  # the failed server is stopped, the next call starts another
     again = await run_turn(mcp_braid, sid, "call mcp__files__whoami {}")
@@ -220,7 +225,10 @@ async def test_stop_cancels_a_call_in_flight(mcp_braid: Braid) -> None:
 @pytest.mark.slow
 async def test_two_users_never_share_a_server_process(mcp_braid: Braid) -> None:
     mcp_braid.users.set_token("bob")
-    mine, _ = await new_session(mcp_braid)
+    mine, my_path = await new_session(mcp_braid)
+    (my_path / "workdir/mine.txt").write_text("my own")
+    own = await run_turn(mcp_braid, mine, 'call mcp__files__read {"path": "mine.txt"}')
+    assert tool_messages(own)[0]["content"] == "my own"
     theirs, _ = await new_session(mcp_braid, "bob")
     a = await run_turn(mcp_braid, mine, "call mcp__files__whoami {}")
     b = await run_turn(mcp_braid, theirs, "call mcp__files__whoami {}", user_id="bob")
@@ -263,18 +271,43 @@ async def test_a_server_that_will_not_start_is_an_error_result(make_braid: MakeB
 
 
 @pytest.mark.slow
+@needs_sandbox
+async def test_the_sandboxed_server_cannot_read_another_session_or_the_home(
+        mcp_braid: Braid) -> None:
+    mine, my_path = await new_session(mcp_braid)
+    (my_path / "workdir/mine.txt").write_text("my own")
+    own = await run_turn(mcp_braid, mine, 'call mcp__files__read {"path": "mine.txt"}')
+    assert tool_messages(own)[0]["content"] == "my own"
+    other, other_path = await new_session(mcp_braid)
+    (other_path / "workdir/secret.txt").write_text("other session's")
+    home_file = Path.home() / ".braid-mcp-test-secret"
+    home_file.write_text("the server's home")
+    try:
+        for path in (other_path / "workdir/secret.txt", home_file,
+                     mcp_braid.data_dir / "token"):
+            run = await run_turn(mcp_braid, mine,
+                                 f"call mcp__files__read {json.dumps({'path': str(path)})}")
+            [result] = tool_messages(run)
+            assert result["is_error"], result  # not there: the sandbox shows neither
+            assert "other session's" not in result["content"]
+            assert "home" not in result["content"] and run["status"] == "COMPLETED"
+    finally:
+        home_file.unlink()
+    # What the operator runs unsandboxed ("sandbox": false) is the server's own user.
+    assert config.parse({"mcpServers": {"x": stdio(sandbox=False)}})["x"].sandbox is False
+
+
+@pytest.mark.slow
 async def test_a_sandboxed_server_is_refused_where_no_sandbox_can_be_made(
-        make_braid: MakeBraid, tmp_path: Path) -> None:
-    entry = {"command": sys.executable, "args": [str(SERVER)]}  # sandboxed: the default
-    braid = await make_braid(mcp_file=servers_file(tmp_path, boxed=entry))
-    sid, path = await new_session(braid)
+        make_braid: MakeBraid, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(box, "why_not", lambda: "bubblewrap (bwrap) is not installed")
+    braid = await make_braid(mcp_file=servers_file(tmp_path, boxed=stdio()))
+    sid, _ = await new_session(braid)
     run = await run_turn(braid, sid, "call mcp__boxed__whoami {}")
     [result] = tool_messages(run)
-    if "pid" in result["content"]:  # the sandbox is here: the server runs in it
-        assert not result.get("is_error")
-        return
-    assert result["is_error"] and "no sandbox" in result["content"]
-    assert "sandbox\": false" in result["content"]
+    assert result["is_error"] and "no sandbox can be made here" in result["content"]
+    assert "bwrap" in result["content"] and "sandbox\": false" in result["content"]
+    assert run["status"] == "COMPLETED"
 
 
 # -- streamable HTTP on loopback ------------------------------------------------------------

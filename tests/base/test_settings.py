@@ -33,8 +33,7 @@ def test_each_variable_is_declared_once() -> None:
 
 def test_every_yes_no_setting_takes_one_grammar_and_refuses_anything_else() -> None:
     yes_no = [r for r in table() if r.kind == "yes/no"]
-    assert {r.variable for r in yes_no} >= {"BRAID_SHELL", "BRAID_SUBAGENT_TOOLS",
-                                            "BRAID_NO_BROWSER"}
+    assert {r.variable for r in yes_no} >= {"BRAID_SUBAGENT_TOOLS", "BRAID_NO_BROWSER"}
     for r in yes_no:
         for word in YES + tuple(w.upper() for w in YES):
             assert getattr(Settings.from_env({r.variable: word}), r.attribute) is True
@@ -44,6 +43,15 @@ def test_every_yes_no_setting_takes_one_grammar_and_refuses_anything_else() -> N
         # turned the shell off and BRAID_NO_BROWSER=on opened a browser: each guessed.
         with pytest.raises(ValueError, match=f"^{r.variable} must be on or off"):
             Settings.from_env({r.variable: "of"})
+
+
+def test_the_shell_takes_the_same_yes_no_words_beside_sandbox_and_host() -> None:
+    assert [Settings.from_env({"BRAID_SHELL": w}).shell_mode for w in YES + NO] == (
+        ["sandbox"] * len(YES) + ["off"] * len(NO))
+    assert Settings.from_env({"BRAID_SHELL": "Host"}).shell_mode == "host"
+    assert Settings.from_env({}).shell and not Settings.from_env({"BRAID_SHELL": "0"}).shell
+    with pytest.raises(ValueError, match="^BRAID_SHELL must be sandbox"):
+        Settings.from_env({"BRAID_SHELL": "of"})
 
 
 def test_no_browser_takes_on_as_the_other_yes_nos_do() -> None:

@@ -24,6 +24,7 @@ from mcp.types import CallToolResult, Tool
 
 from server.agent.mcp_servers.config import HttpServer, ServerEntry, StdioServer
 from server.agent.mcp_servers.launch import Failed, Refused, stdio_params
+from server.agent.sandbox.limits import Limits
 
 log = logging.getLogger("braid")
 STDERR_TAIL = 2000  # characters of a server's stderr quoted when it will not start
@@ -35,8 +36,9 @@ START_TIMEOUT = 60.0
 
 class Connection:
     def __init__(self, entry: ServerEntry, workdir: Path, data_dir: Path,
-                 timeout: float) -> None:
+                 timeout: float, limits: Limits) -> None:
         self.entry, self.workdir, self.data_dir, self.timeout = entry, workdir, data_dir, timeout
+        self.limits = limits
         self.tools: list[Tool] = []
         self.last_used = time.monotonic()
         self.calls = 0  # in flight: an idle sweep leaves a busy connection alone
@@ -93,7 +95,7 @@ class Connection:
     def _transport(self) -> Any:
         entry = self.entry
         if isinstance(entry, StdioServer):
-            params = stdio_params(entry, self.workdir, self.data_dir)
+            params = stdio_params(entry, self.workdir, self.data_dir, self.limits)
             self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
             return stdio_client(params, errlog=self._stderr)
         assert isinstance(entry, HttpServer)

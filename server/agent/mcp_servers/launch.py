@@ -1,8 +1,9 @@
 """How a stdio MCP server is started, in one place (`stdio_params`), and what a killed Braid
 leaves behind (`sweep_orphans`).
 
-A server runs in its session's sandbox (DESIGN §4 "The shell"); where the sandbox cannot be
-made, a server is refused, never started unsandboxed, unless its entry says
+A server runs in its session's sandbox (DESIGN §4 "The shell", agent/sandbox/): its workdir,
+the system read-only, no network but its own loopback, the shell's limits; where the sandbox
+cannot be made, a server is refused, never started unsandboxed, unless its entry says
 `"sandbox": false` (the operator's explicit choice). Every server is started under
 `setpriv --pdeathsig KILL`, so it dies with the Braid process that started it, and carries
 `BRAID_MCP_OWNER=<data dir>:<pid>` in its environment: at the next start the processes whose
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from server.agent.mcp_servers.config import StdioServer
+from server.agent.sandbox import box
+from server.agent.sandbox.limits import Limits
 
 if TYPE_CHECKING:
     from mcp.client.stdio import StdioServerParameters
@@ -39,26 +42,63 @@ def owner_of(data_dir: Path) -> str:
     return hashlib.sha256(str(Path(data_dir).resolve()).encode()).hexdigest()[:16]
 
 
-def sandbox_argv(argv: list[str], workdir: Path) -> list[str] | None:
-    """`argv` inside the session's sandbox, or None where no sandbox can be made."""
-    return None  # the shell's sandbox module takes this place once it exists
+def sandbox_argv(entry: StdioServer, workdir: Path, env: dict[str, str],
+                 limits: Limits) -> list[str]:
+    """The server inside its session's sandbox (agent/sandbox/box.py: the workdir read-write,
+    the system read-only, no network, the shell's limits), with its command and the files its
+    arguments name visible read-only, each with the installation it belongs to; Refused
+    where no sandbox can be made."""
+    why = box.why_not()
+    if why is not None:
+        raise Refused(f"MCP server {entry.name!r} was not started: no sandbox can be made here "
+                      f"({why}), and its entry does not say \"sandbox\": false")
+    command = shutil.which(entry.command) or entry.command
+    argv = [_placed(command), *(_placed(a) if _is_path(a) else a for a in entry.args)]
+    # The command's installation where it is named (a venv) and where it really is (the
+    # interpreter the venv's `python` links to).
+    readonly = {_installation(argv[0]), _installation(os.path.realpath(argv[0])),
+                *(Path(a) for a in argv[1:] if _is_path(a))}
+    return box.sandboxed_argv(argv, workdir=workdir, env=box.base_env(env),
+                              readonly=sorted(p for p in readonly if not _system(p)),
+                              limits=limits)
 
 
-def stdio_params(entry: StdioServer, workdir: Path, data_dir: Path) -> StdioServerParameters:
-    """The server's command line, environment and folder (its session's workdir)."""
+def _is_path(arg: str) -> bool:
+    return arg.startswith("/") and os.path.exists(arg)
+
+
+def _placed(path: str) -> str:
+    """A file where it really is (its folder's symlinks resolved), keeping its own name: a
+    venv's `bin/python` must stay inside the venv for Python to find its packages."""
+    p = Path(path)
+    return str(p.parent.resolve() / p.name) if p.is_absolute() else path
+
+
+def _installation(command: str) -> Path:
+    """What a command needs beside itself: the folder above its `bin/` (a venv, a
+    node_modules/.bin's package tree), else its own folder."""
+    folder = Path(command).parent
+    return folder.parent if folder.name in ("bin", ".bin") else folder
+
+
+def _system(path: Path) -> bool:
+    """Shown to every sandbox already (or too wide to show: the root)."""
+    text = str(path.resolve())
+    return text == "/" or any(text == s or text.startswith(s + "/") for s in box.SYSTEM)
+
+
+def stdio_params(entry: StdioServer, workdir: Path, data_dir: Path,
+                 limits: Limits) -> StdioServerParameters:
+    """The server's command line, environment and folder (its session's workdir): in the
+    sandbox, or, where the entry says `"sandbox": false`, as the server's own user."""
     from mcp.client.stdio import StdioServerParameters  # the SDK costs ~2 s of CPU to import
 
-    argv = [entry.command, *entry.args]
-    if entry.sandbox:
-        boxed = sandbox_argv(argv, workdir)
-        if boxed is None:
-            raise Refused(f"MCP server {entry.name!r} was not started: no sandbox can be "
-                          "made here, and its entry does not say \"sandbox\": false")
-        argv = boxed
+    env = {**entry.env, OWNER: f"{owner_of(data_dir)}:{os.getpid()}"}
+    argv = sandbox_argv(entry, workdir, env, limits) if entry.sandbox \
+        else [entry.command, *entry.args]
     setpriv = shutil.which("setpriv")
     if setpriv is not None:
         argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]
-    env = {**entry.env, OWNER: f"{owner_of(data_dir)}:{os.getpid()}"}
     return StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(workdir),
                                  encoding_error_handler="replace")
 

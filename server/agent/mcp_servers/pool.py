@@ -26,6 +26,7 @@ from server.agent.mcp_servers.config import (
     tool_name,
 )
 from server.agent.mcp_servers.launch import Failed
+from server.agent.sandbox.limits import Limits
 from server.base.errors import BraidError
 from server.base.records import ToolSchema
 
@@ -54,8 +55,10 @@ class OfferedTool:
 
 class McpPool:
     def __init__(self, servers: dict[str, ServerEntry], data_dir: Path, timeout: float,
-                 idle_seconds: float, hosts: tuple[str, ...] = ()) -> None:
+                 idle_seconds: float, hosts: tuple[str, ...] = (),
+                 limits: Limits | None = None) -> None:
         self.servers, self.hosts = servers, hosts  # hosts: BRAID_MCP_HOSTS
+        self.limits = limits or Limits()  # a sandboxed server's (the shell's)
         self.data_dir, self.timeout, self.idle_seconds = data_dir, timeout, idle_seconds
         self._live: dict[Key, Connection] = {}
         self._starting: dict[Key, asyncio.Lock] = {}
@@ -133,7 +136,7 @@ class McpPool:
             from server.agent.mcp_servers.connection import Connection
 
             entry = self.servers[server]
-            conn = Connection(entry, workdir, self.data_dir, self.timeout)
+            conn = Connection(entry, workdir, self.data_dir, self.timeout, self.limits)
             try:
                 if isinstance(entry, HttpServer):  # resolved at each start: DNS changes
                     await asyncio.to_thread(check_url, self.hosts, entry.url)
