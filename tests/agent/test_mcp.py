@@ -56,22 +56,43 @@ def tool_messages(run: dict[str, Any]) -> list[dict[str, Any]]:
     return [m for m in run["messages"] if m["role"] == "tool"]
 
 
-def pid_of(text: str) -> int:
-    found = re.search(r"pid (\d+)", text)
+def instance_of(run: dict[str, Any]) -> str:
+    """Which server process answered `whoami` (its pid is its sandbox's, not the host's)."""
+    text = tool_messages(run)[0]["content"]
+    found = re.search(r"instance (\w+)", text)
     assert found, text
-    return int(found.group(1))
+    return found.group(1)
 
 
-async def gone(pid: int, within: float = 10.0) -> bool:
-    """Whether the process ends within `within` seconds (the loop goes on meanwhile: the
+def host_pids(session_id: str) -> set[int]:
+    """The host's ids of the session's MCP server processes (found by their owner tag)."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            environ = (proc / "environ").read_bytes() if proc.name.isdigit() else b""
+        except OSError:
+            continue
+        if any(item.startswith(f"{OWNER}=".encode()) and item.endswith(f":{session_id}".encode())
+               for item in environ.split(b"\0")):
+            found.add(int(proc.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+async def gone(pids: set[int], within: float = 10.0) -> bool:
+    """Whether the processes end within `within` seconds (the loop goes on meanwhile: the
     idle sweep runs on it)."""
+    assert pids
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return True
-        if stat.rpartition(")")[2].split()[0] == "Z":
+        if not any(map(alive, pids)):
             return True
         await asyncio.sleep(0.05)
     return False
@@ -91,7 +112,8 @@ async def test_a_call_reaches_the_stdio_server_in_the_sessions_workdir(mcp_braid
     assert git(path, "grep", "-l", "mcp__files__whoami", "HEAD", "--", "history").strip()
     # The same server answers the session's next call (started once, on first use).
     again = await run_turn(mcp_braid, sid, "call mcp__files__whoami {}")
-    assert pid_of(tool_messages(again)[0]["content"]) == pid_of(result["content"])
+    assert instance_of(again) == instance_of(run)
+    assert len(host_pids(sid)) == 1
 
 
 @pytest.mark.slow
@@ -189,7 +211,7 @@ async def test_a_failing_server_gives_an_error_result_and_the_run_completes(
         mcp_braid: Braid, tool: str) -> None:
     sid, _ = await new_session(mcp_braid)
     first = await run_turn(mcp_braid, sid, "call mcp__files__whoami {}")
-    before = pid_of(tool_messages(first)[0]["content"])
+    before, pids = instance_of(first), host_pids(sid)
     run = await run_turn(mcp_braid, sid, f"call mcp__files__{tool} {{}}\nsay went on")
     assert run["status"] == "COMPLETED"
     [result] = tool_messages(run)
@@ -197,17 +219,18 @@ async def test_a_failing_server_gives_an_error_result_and_the_run_completes(
     if tool == "hang":
         assert "did not answer within 15s" in result["content"]
     assert run["messages"][-1]["content"] == "went on"
-    assert await gone(before)  # the failed server is stopped, the next call starts another
+    assert await gone(pids)  # the failed server is stopped, the next call starts another
     again = await run_turn(mcp_braid, sid, "call mcp__files__whoami {}")
     assert not tool_messages(again)[0].get("is_error")
-    assert pid_of(tool_messages(again)[0]["content"]) != before
+    assert instance_of(again) != before
 
 
 @pytest.mark.slow
 async def test_stop_cancels_a_call_in_flight(mcp_braid: Braid) -> None:
     sid, _ = await new_session(mcp_braid)
     first = await run_turn(mcp_braid, sid, "call mcp__files__whoami {}")
-    pid = pid_of(tool_messages(first)[0]["content"])
+    assert instance_of(first)
+    pids = host_pids(sid)
     events = mcp_braid.bus.subscribe(sid)
     from server.agent.turns import cancel_run, send_message
 
@@ -219,36 +242,33 @@ async def test_stop_cancels_a_call_in_flight(mcp_braid: Braid) -> None:
     assert done["status"] == "CANCELLED"
     [result] = [m for m in done["messages"] if m["role"] == "tool"]
     assert result["is_error"]
-    assert await gone(pid)
+    assert await gone(pids)
 
 
 @pytest.mark.slow
 async def test_two_users_never_share_a_server_process(mcp_braid: Braid) -> None:
     mcp_braid.users.set_token("bob")
-    mine, my_path = await new_session(mcp_braid)
-    (my_path / "workdir/mine.txt").write_text("my own")
-    own = await run_turn(mcp_braid, mine, 'call mcp__files__read {"path": "mine.txt"}')
-    assert tool_messages(own)[0]["content"] == "my own"
+    mine, _ = await new_session(mcp_braid)
     theirs, _ = await new_session(mcp_braid, "bob")
     a = await run_turn(mcp_braid, mine, "call mcp__files__whoami {}")
     b = await run_turn(mcp_braid, theirs, "call mcp__files__whoami {}", user_id="bob")
-    pid_a, pid_b = (pid_of(tool_messages(r)[0]["content"]) for r in (a, b))
-    assert pid_a != pid_b
+    assert instance_of(a) != instance_of(b)
+    pids_a, pids_b = host_pids(mine), host_pids(theirs)
+    assert pids_a and pids_b and not pids_a & pids_b
     # Deleting a session stops its server; the other user's goes on.
     await session_meta.delete_session(mcp_braid, "bob", theirs)
-    assert await gone(pid_b) and not await gone(pid_a, within=0.2)
+    assert await gone(pids_b) and not await gone(pids_a, within=0.2)
 
 
 @pytest.mark.slow
 async def test_an_idle_server_is_stopped_and_started_again_on_the_next_call(
         make_braid: MakeBraid, tmp_path: Path) -> None:
-    braid = await make_braid(mcp_file=servers_file(tmp_path, files=stdio()), idle_seconds=0.5)
+    braid = await make_braid(mcp_file=servers_file(tmp_path, files=stdio()), idle_seconds=3)
     sid, _ = await new_session(braid)
-    first = pid_of(tool_messages(await run_turn(braid, sid, "call mcp__files__whoami {}"))[0][
-        "content"])
-    assert await gone(first, within=15)
+    first = instance_of(await run_turn(braid, sid, "call mcp__files__whoami {}"))
+    assert await gone(host_pids(sid), within=15)
     second = await run_turn(braid, sid, "call mcp__files__whoami {}")
-    assert pid_of(tool_messages(second)[0]["content"]) != first
+    assert instance_of(second) != first
 
 
 @pytest.mark.slow

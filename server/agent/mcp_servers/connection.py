@@ -36,9 +36,9 @@ START_TIMEOUT = 60.0
 
 class Connection:
     def __init__(self, entry: ServerEntry, workdir: Path, data_dir: Path,
-                 timeout: float, limits: Limits) -> None:
+                 timeout: float, limits: Limits, session_id: str) -> None:
         self.entry, self.workdir, self.data_dir, self.timeout = entry, workdir, data_dir, timeout
-        self.limits = limits
+        self.limits, self.session_id = limits, session_id
         self.tools: list[Tool] = []
         self.last_used = time.monotonic()
         self.calls = 0  # in flight: an idle sweep leaves a busy connection alone
@@ -95,7 +95,8 @@ class Connection:
     def _transport(self) -> Any:
         entry = self.entry
         if isinstance(entry, StdioServer):
-            params = stdio_params(entry, self.workdir, self.data_dir, self.limits)
+            params = stdio_params(entry, self.workdir, self.data_dir, self.limits,
+                                  self.session_id)
             self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
             return stdio_client(params, errlog=self._stderr)
         assert isinstance(entry, HttpServer)

@@ -5,10 +5,11 @@ A server runs in its session's sandbox (DESIGN §4 "The shell", agent/sandbox/):
 the system read-only, no network but its own loopback, the shell's limits; where the sandbox
 cannot be made, a server is refused, never started unsandboxed, unless its entry says
 `"sandbox": false` (the operator's explicit choice). Every server is started under
-`setpriv --pdeathsig KILL`, so it dies with the Braid process that started it, and carries
-`BRAID_MCP_OWNER=<data dir>:<pid>` in its environment: at the next start the processes whose
-owner is this data dir and whose Braid is gone are killed (what a server left running
-behind, such as its own children, included)."""
+`setpriv --pdeathsig KILL` (and bubblewrap's `--die-with-parent` in the sandbox), so it dies
+with the Braid process that started it, and carries `BRAID_MCP_OWNER=<data dir>:<pid>:
+<session>` in its environment: at the next start the processes whose owner is this data dir
+and whose Braid is gone are killed (what a server left running behind, such as its own
+children, included)."""
 
 from __future__ import annotations
 
@@ -87,13 +88,13 @@ def _system(path: Path) -> bool:
     return text == "/" or any(text == s or text.startswith(s + "/") for s in box.SYSTEM)
 
 
-def stdio_params(entry: StdioServer, workdir: Path, data_dir: Path,
-                 limits: Limits) -> StdioServerParameters:
+def stdio_params(entry: StdioServer, workdir: Path, data_dir: Path, limits: Limits,
+                 session_id: str) -> StdioServerParameters:
     """The server's command line, environment and folder (its session's workdir): in the
     sandbox, or, where the entry says `"sandbox": false`, as the server's own user."""
     from mcp.client.stdio import StdioServerParameters  # the SDK costs ~2 s of CPU to import
 
-    env = {**entry.env, OWNER: f"{owner_of(data_dir)}:{os.getpid()}"}
+    env = {**entry.env, OWNER: f"{owner_of(data_dir)}:{os.getpid()}:{session_id}"}
     argv = sandbox_argv(entry, workdir, env, limits) if entry.sandbox \
         else [entry.command, *entry.args]
     setpriv = shutil.which("setpriv")
@@ -114,7 +115,8 @@ def sweep_orphans(data_dir: Path) -> list[int]:
         tag = _owner_tag(entry)
         if tag is None:
             continue
-        owner, _, pid = tag.partition(":")
+        owner, _, rest = tag.partition(":")
+        pid = rest.partition(":")[0]
         if owner != mine or (pid.isdigit() and _alive(int(pid))):
             continue
         try:

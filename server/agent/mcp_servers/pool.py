@@ -136,7 +136,8 @@ class McpPool:
             from server.agent.mcp_servers.connection import Connection
 
             entry = self.servers[server]
-            conn = Connection(entry, workdir, self.data_dir, self.timeout, self.limits)
+            conn = Connection(entry, workdir, self.data_dir, self.timeout, self.limits,
+                              session_id)
             try:
                 if isinstance(entry, HttpServer):  # resolved at each start: DNS changes
                     await asyncio.to_thread(check_url, self.hosts, entry.url)
