@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from server.agent.sandbox import box  # noqa: E402
 from server.app.braid import Braid  # noqa: E402
 from server.base.settings import Settings  # noqa: E402
 from server.features import sessions  # noqa: E402
@@ -44,8 +45,10 @@ async def timed_turn(braid: Braid, sid: str, text: str) -> float:
 async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "mcp.json"
+        # In the session's sandbox where one can be made (as a user's server runs).
         config.write_text(json.dumps({"mcpServers": {"files": {
-            "command": sys.executable, "args": [str(SERVER)], "sandbox": False}}}))
+            "command": sys.executable, "args": [str(SERVER)],
+            "sandbox": box.why_not() is None}}}))
         braid = Braid(Settings(data_dir=Path(tmp) / "data", mcp_file=config,
                                idle_seconds=3600))
         await braid.start()
@@ -65,7 +68,8 @@ async def main() -> None:
         finally:
             await braid.stop()
     b, m, f = (statistics.median(x) * 1000 for x in (builtin, mcp, first))
-    print(f"whole turn, median of {SAMPLES} each (ms)")
+    where = "in the sandbox" if box.why_not() is None else "unsandboxed (no sandbox here)"
+    print(f"whole turn, median of {SAMPLES} each (ms); the MCP server {where}")
     print(f"{'built-in read_file':<34}{b:>10.1f}")
     print(f"{'mcp__files__read (stdio)':<34}{m:>10.1f}   x{m / b:.2f}")
     print(f"{'first MCP call (server start)':<34}{f:>10.1f}   x{f / b:.2f}"

@@ -60,7 +60,8 @@ def test_a_calls_card_and_the_sessions_tools_switched_off_and_on(
     expect(page.locator("#tools-list [data-tool='read_file']")).to_be_visible()
     expect(page.locator("#tools-cost")).to_contain_text("tokens of the context budget")
 
-    row.locator("input[type=checkbox]").check()
+    # A click, not check(): the change redraws the session menu (every tab's), box included.
+    row.locator("input[type=checkbox]").click()
     expect(page.locator("#session-tools > summary")).to_contain_text("(1 off)",
                                                                      timeout=TIMEOUT)
     assert meta(shared_server, sid)["tools_off"] == ["mcp__files__write"]
@@ -72,6 +73,6 @@ def test_a_calls_card_and_the_sessions_tools_switched_off_and_on(
     page.click("#session-tools > summary")
     box = page.locator("#tools-list [data-tool='mcp__files__write'] input[type=checkbox]")
     expect(box).to_be_checked(timeout=TIMEOUT)
-    box.uncheck()
+    box.click()
     expect(page.locator("#session-tools > summary")).to_have_text("Tools", timeout=TIMEOUT)
     assert "tools_off" not in meta(shared_server, sid)

@@ -117,6 +117,24 @@ async def test_a_call_reaches_the_stdio_server_in_the_sessions_workdir(mcp_braid
 
 
 @pytest.mark.slow
+async def test_a_sub_agents_call_reaches_a_server_in_its_own_worktree(mcp_braid: Braid) -> None:
+    sid, path = await new_session(mcp_braid)
+    events = mcp_braid.bus.subscribe(sid)
+    run = await run_turn(mcp_braid, sid, "spawn kid: call mcp__files__whoami {}")
+    assert run["status"] == "COMPLETED", run.get("error")
+    seen = []
+    while not events.empty():
+        frame = events.get_nowait()
+        if frame["event"] == "tool_result" and frame["data"].get("branch"):
+            seen.append(frame["data"]["message"]["content"])
+    [child] = [c for c in seen if "instance" in c]
+    where = child.rpartition(" in ")[2]
+    assert "/_worktrees/" in where and where.endswith("/workdir")
+    assert where != str(path / "workdir")
+    assert not host_pids(sid)  # the child's server ended with its worktree
+
+
+@pytest.mark.slow
 async def test_the_sessions_tools_are_listed_with_their_cost_and_switched_off(
         mcp_braid: Braid) -> None:
     sid, _ = await new_session(mcp_braid)

@@ -169,6 +169,10 @@ class McpPool:
         await self._stop([k for k, c in self._live.items()
                           if k[1] == str(workdir) and c.calls])
 
+    async def stop_workdir(self, workdir: Path) -> None:
+        """A sub-agent's worktree goes: the servers working in it too."""
+        await self._stop([k for k in self._live if k[1] == str(workdir)])
+
     async def sweep_idle(self) -> None:
         now = time.monotonic()
         await self._stop([k for k, c in self._live.items() if c.closed or (
