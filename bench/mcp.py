@@ -19,7 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# This file's own folder first on the path would make `import mcp` find this script, not the
+# SDK: the repository's root takes its place.
+HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+sys.path.insert(0, str(HERE.parent))
 
 from server.agent.sandbox import box  # noqa: E402
 from server.app.braid import Braid  # noqa: E402
