@@ -37,7 +37,10 @@ if TYPE_CHECKING:
 
 MODES = ("auto", "shell", "writes")
 DECISIONS = ("approve", "deny", "always")
-WRITES = frozenset({"write_file", "edit_file", "apply_patch", "delete_file", "shell"})
+# Every tool of the model's that changes files: a merge brings other branches' files (and,
+# with `agent`, conflict markers) into the branch, so it asks like a write.
+WRITES = frozenset({"write_file", "edit_file", "apply_patch", "delete_file", "shell",
+                    "merge_branches"})
 MAX_PREVIEW = 200_000  # bytes of a file read for a diff; larger files show the arguments
 MAX_DIFF = 100_000
 
@@ -125,7 +128,10 @@ async def _wait(braid: Services, active: ActiveRun, waiting: WaitingCall) -> tup
         data["label"] = waiting["label"]
     braid.bus.publish(sid, "approval_needed", data)
     try:
-        decision, reason = await future
+        # Waiting on the user holds no turn slot: an unanswered call must not keep another
+        # user's turn (or this user's next one) waiting (issue 34).
+        async with braid.turn_gate.lend():
+            decision, reason = await future
     finally:
         active.waiting.pop(call_id, None)
         active.answers.pop(call_id, None)

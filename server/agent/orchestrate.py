@@ -53,6 +53,7 @@ SPAWN = "spawn_sub_agents"
 MERGE = "merge_branches"
 NAMES = frozenset({SPAWN, MERGE})
 MAX_CHILDREN = 8
+MESSAGE_SUBAGENTS = 32  # sub-agent runs one user message may start, all levels (fair shares)
 MAX_PROMPT = 20_000
 STRATEGIES = ("fail", "ours", "theirs", "agent")
 FINISHED = frozenset({"COMPLETED", "ERROR", "CANCELLED"})
@@ -202,6 +203,32 @@ async def spawn(braid: Services, ctx: TurnContext, args: dict[str, Any], call_id
             f"sub-agents may be nested at most {braid.settings.subagent_depth} levels below "
             "the user's run, and you are a sub-agent at that depth: do this work yourself")
     journal = ctx.run.get("spawn")
+    fresh = journal is None or journal["call_id"] != call_id  # not a resumed call
+    unfinished = len(wanted) if fresh or journal is None else \
+        sum(1 for c in journal["children"] if c.get("status") not in FINISHED)
+    # The user's fair share (DESIGN §4): counted before any branch is made, refused as a
+    # tool result the model reads. A resumed call's children were let in once already.
+    refused = braid.runs.take_children(
+        ctx.handle.user_id, root_run_of(ctx), unfinished,
+        braid.settings.user_subagents if fresh else 0,
+        MESSAGE_SUBAGENTS if fresh else 0)
+    if refused:
+        raise ToolRefused(f"too many sub-agents: {refused}; do this work yourself, or spawn "
+                          "fewer once some have ended")
+    try:
+        return await _spawn(braid, ctx, wanted, call_id, depth)
+    finally:
+        braid.runs.child_ended(ctx.handle.user_id, unfinished)
+
+
+def root_run_of(ctx: TurnContext) -> str:
+    """The user's run a run serves: its own id, or a sub-agent's first ancestor's."""
+    return str((ctx.run.get("sub_agent") or {}).get("root_run_id") or ctx.run_id)
+
+
+async def _spawn(braid: Services, ctx: TurnContext, wanted: list[tuple[str, str]],
+                 call_id: str, depth: int) -> str:
+    journal = ctx.run.get("spawn")
     if journal is None or journal["call_id"] != call_id:  # a new call, not a resumed one
         if ctx.changed:  # children branch from the files so far (messages need no commit)
             await _checkpoint(braid, ctx, "Before sub-agents")
@@ -264,7 +291,7 @@ def _fields(ctx: TurnContext, journal: SpawnJournal, child: SpawnChild,
         "branch": child["branch"], "label": child["label"],
         "parent_branch": str(ctx.run.get("branch") or ""), "parent_turn_id": ctx.run_id,
         "base_commit_id": str(journal.get("base_commit_id") or ""), "depth": depth,
-        "call_id": journal["call_id"]}}
+        "call_id": journal["call_id"], "root_run_id": root_run_of(ctx)}}
 
 
 class _Children:

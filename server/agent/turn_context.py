@@ -29,7 +29,7 @@ from server.git.history import history_path
 from server.git.session import Change, GitSession
 from server.git.workdir.scan import WORKDIR, why_left_out
 from server.git.workdir.staging import DISK
-from server.store import layout
+from server.store import layout, session_settings
 
 if TYPE_CHECKING:
     from server.store.session_store import SessionHandle
@@ -131,6 +131,7 @@ def open_turn(
     if not handle.meta.get("title"):  # a session is named by its first message until renamed
         handle.meta["title"] = first_line_title(text)
         ctx.pending["session.json"] = to_json_bytes(handle.meta)
+        session_settings.save(git.path, handle.meta)  # the session's title, on any branch
     write_pending_to_disk(git, ctx)
     return ctx
 

@@ -145,9 +145,10 @@ async def drive(braid: Services, ctx: TurnContext, active: ActiveRun) -> None:
     try:
         if active.stop_requested:  # cancelled between `launch` and this first step
             raise asyncio.CancelledError
-        # Queued behind BRAID_ACTIVE_TURNS others (live_runs.TurnGate): a stop while
+        # Queued behind BRAID_ACTIVE_TURNS others, or the user's BRAID_USER_TURNS
+        # (live_runs.TurnGate): a stop while
         # waiting ends the turn CANCELLED like a stop mid-stream.
-        async with braid.turn_gate.slot():
+        async with braid.turn_gate.slot(ctx.handle.user_id):
             await _answer_resumed_calls(braid, ctx)
             for batch in range(MAX_BATCHES):
                 reply, msg_id = await _model_call(braid, ctx, active, (endpoint, model),

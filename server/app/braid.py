@@ -57,7 +57,8 @@ class Braid:
         self._draining: set[asyncio.Task[object]] = set()
         self.packer = Packer()  # packs idle sessions' loose objects in the background
         self.model = ModelClient(settings)
-        self.turn_gate = TurnGate(settings.active_turns)  # BRAID_ACTIVE_TURNS at once
+        # BRAID_ACTIVE_TURNS at once, BRAID_USER_TURNS of one user's
+        self.turn_gate = TurnGate(settings.active_turns, settings.user_turns)
         # MCP servers' tools (BRAID_MCP): a connection per session, started on first use.
         self.mcp = McpPool(mcp_config.load(settings), self.data_dir, settings.mcp_timeout,
                            settings.idle_seconds, settings.mcp_hosts, sandbox_limits.Limits(

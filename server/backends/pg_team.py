@@ -36,6 +36,7 @@ from server.base.ids import new_message_id
 from server.base.records import RunRow
 from server.base.results import EventFrame, RunStatus
 from server.features.session_meta import settle
+from server.store import session_settings
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -292,7 +293,7 @@ class Team:
                 return
             try:
                 handle = self.braid.store.get(sid)
-                meta = json.loads((handle.path / "session.json").read_text())
+                meta = session_settings.load(handle.path)
             except (BraidError, OSError, ValueError):
                 return
             kept = cast("dict[str, object]", handle.meta)  # the same object: others hold it

@@ -17,9 +17,20 @@ EVENTS = frozenset({
 })
 
 
+# Frames one subscriber may leave unread. Past that it has fallen behind (a socket whose
+# client does not read): its frames are dropped, it is unsubscribed and handed one
+# `fell_behind` frame, and its transport closes it (the page reconnects and catches up).
+# Without the bound, a socket that never read held every frame: 80 queued messages of
+# 100 KB took a server from 90 to 489 MB (issue 34).
+MAX_UNREAD = 2048
+FELL_BEHIND: EventFrame = {"type": "event", "event": "fell_behind", "data": {}}
+
+
 class EventBus:
-    def __init__(self) -> None:
+    def __init__(self, max_unread: int = MAX_UNREAD) -> None:
         self._subscribers: dict[str, set[asyncio.Queue[EventFrame]]] = defaultdict(set)
+        self.max_unread = max_unread
+        self.fallen = 0  # subscribers dropped for falling behind, since start
 
     def subscribe(self, session_id: str) -> asyncio.Queue[EventFrame]:
         queue: asyncio.Queue[EventFrame] = asyncio.Queue()
@@ -41,6 +52,13 @@ class EventBus:
 
     def deliver(self, session_id: str, frame: EventFrame) -> None:
         """Hand a frame to every subscriber of the session (a team's bus: one from another
-        process too)."""
+        process too); one that has fallen behind is let go instead."""
         for queue in list(self._subscribers.get(session_id, ())):
-            queue.put_nowait(frame)
+            if queue.qsize() < self.max_unread:
+                queue.put_nowait(frame)
+                continue
+            self.unsubscribe(session_id, queue)
+            self.fallen += 1
+            while not queue.empty():
+                queue.get_nowait()
+            queue.put_nowait(FELL_BEHIND)

@@ -79,6 +79,7 @@ class SubAgentInfo(TypedDict, total=False):
     parent_branch: str
     parent_turn_id: str
     base_commit_id: str
+    root_run_id: str  # a model-spawned child's: the user's run it serves (fair shares)
     files: list[FileChip]  # a result's: what the child changed (its chips in the parent)
     depth: int  # levels below the user's run (a child the model spawned: agent/orchestrate.py)
     call_id: str  # the parent's `spawn_sub_agents` call that made it

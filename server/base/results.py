@@ -259,7 +259,8 @@ class SessionChanges(TypedDict, total=False):
     archived: bool
     model: str | None
     approvals: str
-    approvals_always: list[str]  # set by `approve_tool_call` (always), not by clients
+    # Set by `approve_tool_call` (always); a client sends a shorter list to take one back.
+    approvals_always: list[str]
     tools_off: list[str]  # tools the model is not offered in this session
     shell_network: str  # ask | on | off: a sandboxed command's web access
     shell_network_hosts: list[str]  # hosts allowed (approved; a client may take them back)
@@ -581,7 +582,12 @@ class EventData(TypedDict, total=False):
     diff: str
     shown_in: str
     decision: str
+    # queue_changed: what changed (added, updated, removed, started), the message added or
+    # edited (`queued`), the ids waiting now in order.
     queued: list[QueuedMessage]
+    change: str
+    queued_id: str
+    ids: list[str]
     # A child the model spawned (agent/orchestrate.py): its parent's run and tool call
     # (call_id: also the call an approval_needed / approval_resolved is about).
     parent_run_id: str | None

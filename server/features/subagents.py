@@ -18,6 +18,7 @@ import logging
 import re
 import secrets
 from collections.abc import Awaitable, Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +34,7 @@ from server.agent.turn_context import (
 )
 from server.agent.turns import launch
 from server.base import crash
-from server.base.errors import NotFound
+from server.base.errors import NotFound, TooMany
 from server.base.ids import new_message_id, now_iso
 from server.base.records import (
     RunFields,
@@ -103,10 +104,13 @@ class SubBranch:
 
 
 def open_sub_branch(git: GitSession, branch: str, label: str, prompt: str,
-                    snapshot: bool, live: set[str]) -> SubBranch:
+                    snapshot: bool, live: set[str],
+                    in_use: AbstractSet[str] = frozenset()) -> SubBranch:
     """On the parent's thread: snapshot user edits, write the `sub-agent` commit (the parent's
-    state without history/ and runs/) on a new branch, and check it out as a worktree."""
-    prune_worktrees(git, keep=live)
+    state without history/ and runs/) on a new branch, and check it out as a worktree.
+    Worktrees a dead server left are pruned first: not those of live runs (`live`) nor any
+    in use (`in_use`, read now: a model's child may have made one since `live` was read)."""
+    prune_worktrees(git, keep=live | frozenset(in_use))
     if snapshot:
         snapshot_user_edits(git)
     parent_branch = git.branch
@@ -195,30 +199,41 @@ async def spawn_sub_agent(braid: Services, user_id: str, session_id: str,
     branch = f"{PREFIX}{parent_turn_id[:10]}_{name}_{secrets.token_hex(4)}"
     sub: SubBranch | None = None
     child: SessionHandle | None = None
-    async with claim_turn(braid.locks, braid.runs, sid, branch) as active:
-        try:
-            live = await braid.locks.held(sid)
-            parent_branch = await handle.call(lambda git: git.branch)
-            # Never snapshot under a live turn: its tools' files would pass for user edits.
-            snapshot = parent_branch not in live
-            sub = await handle.call(
-                lambda git: open_sub_branch(git, branch, name, prompt, snapshot, live))
-            braid.bus.publish(sid, "dag_changed", {"branch": branch})
-            child = SessionHandle(sid, sub.path)
-            fields: RunFields = {"parent_run_id": parent_turn_id, "sub_agent": {
-                "branch": branch, "label": name, "parent_branch": sub.parent_branch,
-                "parent_turn_id": parent_turn_id, "base_commit_id": sub.base_commit_id}}
-            ctx = await child.call(lambda git: open_turn(git, child, prompt, fields))
-            braid.bus.publish(sid, "sub_agent_started", {
-                "run_id": ctx.run_id, "branch": branch, "label": name, "prompt": prompt,
-                "parent_turn_id": parent_turn_id, "parent_branch": sub.parent_branch})
-            await launch(braid, child, ctx, active)
-        except BaseException:  # the worktree goes too (claim_turn frees the branch)
-            if child is not None:
-                child.close()
-            if sub is not None:
-                await handle.call(lambda git: git.remove_worktree(branch))
-            raise
+    refused = braid.runs.take_children(handle.user_id, "", 1, braid.settings.user_subagents, 0)
+    if refused:
+        raise TooMany(f"too many sub-agents: {refused}")
+    in_use = braid.runs.worktrees(sid)
+    in_use.add(branch)
+    try:
+        async with claim_turn(braid.locks, braid.runs, sid, branch) as active:
+            try:
+                live = await braid.locks.held(sid)
+                parent_branch = await handle.call(lambda git: git.branch)
+                # Never snapshot under a live turn: its tools' files would pass for user
+                # edits.
+                snapshot = parent_branch not in live
+                sub = await handle.call(lambda git: open_sub_branch(
+                    git, branch, name, prompt, snapshot, live, in_use))
+                braid.bus.publish(sid, "dag_changed", {"branch": branch})
+                child = SessionHandle(sid, sub.path)
+                fields: RunFields = {"parent_run_id": parent_turn_id, "sub_agent": {
+                    "branch": branch, "label": name, "parent_branch": sub.parent_branch,
+                    "parent_turn_id": parent_turn_id, "base_commit_id": sub.base_commit_id}}
+                ctx = await child.call(lambda git: open_turn(git, child, prompt, fields))
+                braid.bus.publish(sid, "sub_agent_started", {
+                    "run_id": ctx.run_id, "branch": branch, "label": name, "prompt": prompt,
+                    "parent_turn_id": parent_turn_id, "parent_branch": sub.parent_branch})
+                await launch(braid, child, ctx, active)
+            except BaseException:  # the worktree goes too (claim_turn frees the branch)
+                if child is not None:
+                    child.close()
+                if sub is not None:
+                    await handle.call(lambda git: git.remove_worktree(branch))
+                raise
+    except BaseException:
+        braid.runs.worktree_done(sid, branch)
+        braid.runs.child_ended(handle.user_id)
+        raise
     spawn = _Spawn(braid, handle, parent_turn_id, name, sub, child)
     # Shielded: the result is written and the worktree removed even if the caller goes away.
     finishing = asyncio.create_task(_finish(spawn, ctx, active), name=f"sub-{branch}")
@@ -241,7 +256,11 @@ async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> SubAgen
         "commit_id": None, "parent_branch": sub.parent_branch,
         "parent_turn_id": spawn.parent_turn_id}
     try:
-        result["commit_id"] = await handle.call(lambda git: _close_worktree(git, branch))
+        try:
+            result["commit_id"] = await handle.call(lambda git: _close_worktree(git, branch))
+        finally:
+            braid.runs.worktree_done(sid, branch)
+            braid.runs.child_ended(handle.user_id)
         # What the child changed, as chips on its result in the parent's transcript.
         result["files"] = await handle.call(lambda git: files_of(git, ctx.run_id, branch))
         if status != "INTERRUPTED":  # a stopping server writes nothing more
@@ -335,6 +354,8 @@ async def run_model_child(braid: Services, parent: SessionHandle, child: SpawnCh
     root = braid.store.get(sid)
     info = fields.get("sub_agent") or {}
     handle: SessionHandle | None = None
+    in_use = braid.runs.worktrees(sid)
+    in_use.add(branch)  # before the worktree is made: no spawn prunes it from now on
     async with claim_turn(braid.locks, braid.runs, sid, branch) as active:
         try:
             path = await root.call(lambda git: add_child_worktree(git, branch))
@@ -354,7 +375,10 @@ async def run_model_child(braid: Services, parent: SessionHandle, child: SpawnCh
         except BaseException:
             if handle is not None:
                 handle.close()
-            await root.call(lambda git: git.remove_worktree(branch))
+            try:
+                await root.call(lambda git: git.remove_worktree(branch))
+            finally:
+                braid.runs.worktree_done(sid, branch)
             raise
     # Journaled while the child's first model call goes out (a kill before this: the resumed
     # spawn finds the run by its branch, orchestrate.py).
@@ -367,7 +391,10 @@ async def run_model_child(braid: Services, parent: SessionHandle, child: SpawnCh
                        "final_text": answer_of(ctx.messages)[:RESULT_CHARS],
                        "error": ctx.run.get("error"), "usage": {**ctx.run.get("usage", {})}}
     try:
-        out["commit_id"] = await root.call(lambda git: _close_worktree(git, branch))
+        try:  # the worktree goes at once; the branch stays (DESIGN §4 "Sub-agents")
+            out["commit_id"] = await root.call(lambda git: _close_worktree(git, branch))
+        finally:
+            braid.runs.worktree_done(sid, branch)
         out["files"] = await root.call(lambda git: files_of(git, ctx.run_id, branch))
     except RuntimeError:  # the session's thread is gone: the server is stopping
         log.warning("sub-agent %s ended while the server stopped", branch)

@@ -7,7 +7,6 @@ per-session write lock and the rule that a repository is never used by two threa
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import time
 import weakref
@@ -21,6 +20,7 @@ from server.base.ids import is_session_id, new_session_id
 from server.base.pools import IdlingThreadPool, SerialLane
 from server.base.records import SessionMeta, new_session_meta
 from server.git.session import GitSession
+from server.store import session_settings
 
 T = TypeVar("T")
 # The threads all sessions' git work shares; each thread goes once idle for IDLE_SECONDS.
@@ -45,7 +45,8 @@ class SessionHandle:
         self._open = False
         self._pending = 0
         self.last_used = time.monotonic()
-        self.meta: SessionMeta = json.loads((path / "session.json").read_text())
+        # session.json under the session's own settings (not an old branch's copy)
+        self.meta: SessionMeta = session_settings.load(path)
 
     @property
     def user_id(self) -> str:

@@ -29,6 +29,8 @@ from server.store.search import DEFAULT_LIMIT, MAX_LIMIT
 
 _FALSE = ("", "false", "0", "off", "no")
 _TRUE = ("true", "1", "on", "yes")
+MAX_ALWAYS = 200
+ALWAYS_ITEM = re.compile(r"[A-Za-z0-9_.\-]{1,100}")  # a tool's name
 
 Parser = Callable[[object], Any]
 
@@ -261,6 +263,8 @@ def session_changes(raw: object) -> SessionChanges:
         changes["approvals"] = one_of(raw["approvals"], "approvals", MODES)
     if "tools_off" in raw:
         changes["tools_off"] = tool_names(raw["tools_off"])
+    if "approvals_always" in raw:  # how an Always is taken back
+        changes["approvals_always"] = always_list(raw["approvals_always"])
     if "shell_network" in raw:
         changes["shell_network"] = one_of(raw["shell_network"], "shell_network",
                                           NETWORK_MODES)
@@ -284,6 +288,16 @@ def tool_names(raw: object) -> list[str]:
             isinstance(n, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", n) for n in raw):
         raise BadRequest("tools_off must be a list of tool names")
     return sorted(set(raw))
+
+
+def always_list(value: object) -> list[str]:
+    """The tools that run unasked in a session."""
+    if not isinstance(value, list) or len(value) > MAX_ALWAYS:
+        raise BadRequest(f"approvals_always must be a list of at most {MAX_ALWAYS} tool names")
+    for item in value:
+        if not isinstance(item, str) or not ALWAYS_ITEM.fullmatch(item):
+            raise BadRequest("approvals_always holds tool names")
+    return sorted(set(value))
 
 
 def one_of(value: object, name: str, choices: tuple[str, ...]) -> str:

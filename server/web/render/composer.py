@@ -34,7 +34,7 @@ async def _refused(r: Renderer, error: ErrorInfo) -> str:
 
 
 def _queue_changed(v: View) -> str:
-    return render("_queue.html", queued=v.data.get("queued") or [])
+    return render("_queue.html", queued=v.reads.get("queue") or [])
 
 
 COMPOSER_RESULTS: dict[str, ResultRenderer] = {"send_message": _sent}

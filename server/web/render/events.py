@@ -126,6 +126,13 @@ async def _session_updated(ctx: ActionContext, data: EventData) -> EventReads:
     return out
 
 
+async def _queue(ctx: ActionContext, data: EventData) -> EventReads:
+    """The queue as it is now: `queue_changed` carries only what changed."""
+    from server.features.queue import list_queue
+
+    return {"queue": (await list_queue(ctx.braid, ctx.user_id, ctx.session_id))["queued"]}
+
+
 async def session_rows(ctx: ActionContext) -> list[SessionRowView]:
     from server.web.render.fragments import order_by_lineage
 
@@ -143,6 +150,7 @@ LOADS: dict[str, Load] = {
     "dag_changed": _layout,
     "checkpoint": _layout,  # a sub-agent's only (frames.HtmlRenderer: grows_lane)
     "session_updated": _session_updated,
+    "queue_changed": _queue,
 }
 
 
