@@ -23,6 +23,7 @@ from typing import Protocol
 
 from server.base.records import MessageRecord, RunRecord, RunRow
 from server.base.results import WaitingCall
+from server.git.branches import is_sub
 from server.store.locks import BranchLocks, Lease
 
 ANSWERED_KEPT = 4096  # answered calls remembered (a few bytes each)
@@ -57,6 +58,7 @@ class ActiveRun:
     # What a page opened mid-run shows: the turn so far and the text streaming now.
     ctx: RunningTurn | None = None
     partial: str = ""
+    partial_id: str = ""  # the id the streaming message will have (its partial copy's too)
     # Where the task is: a cancel must neither hit a task before its first step (it would
     # run none of its code, so never commit nor free its branch) nor one committing its end.
     started: bool = False
@@ -176,7 +178,7 @@ class RunRegistry:
 
     def foreground(self, session_id: str) -> list[ActiveRun]:
         """Live runs the user is watching: sub-agents run on their own `sub_` branches."""
-        return [a for a in self.for_session(session_id) if not a.branch.startswith("sub_")]
+        return [a for a in self.for_session(session_id) if not is_sub(a.branch)]
 
     def find(self, session_id: str, run_id: str) -> ActiveRun | None:
         for active in self.for_session(session_id):

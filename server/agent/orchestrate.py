@@ -20,7 +20,9 @@ ones never started start.
 `merge_branches` merges into the branch the model runs on as one of the turn's checkpoints
 (`Services.merge_in_turn`: features/merge.py), a multi-parent `merge` commit; with `fail` and
 conflicts it returns them and changes nothing. A resumed call whose merge was already made
-returns that merge.
+returns that merge. A sub-agent branch whose last run the user stopped (CANCELLED) is left
+out (named in the result's `skipped`; refused when nothing else is left): the user said no to
+that work, and the model passes on every branch the spawn returned.
 """
 
 from __future__ import annotations
@@ -28,11 +30,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import secrets
 from typing import TYPE_CHECKING, Any
 
-from server.agent.turn_context import TurnContext, checkpoint_data, commit_turn
-from server.base import crash
+from server.agent.turn_context import TurnContext, checkpoint_event, commit_turn
+from server.base import crash, events
 from server.base.errors import BraidError
 from server.base.ids import now_iso
 from server.base.records import (
@@ -45,6 +46,7 @@ from server.base.records import (
     Usage,
     to_json_bytes,
 )
+from server.git.branches import sub_branch
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -83,7 +85,8 @@ MERGE_DESCRIPTION = (
     "either retry with 'ours' (keep your side of conflicting hunks) or 'theirs' (take the "
     "branch's), or 'agent' (conflicting files get <<<<<<< ======= >>>>>>> markers that you "
     "then fix with your file tools), or edit files yourself and retry. Success returns "
-    "{commit_id, parent_ids}."
+    "{commit_id, parent_ids}. A sub-agent the user stopped (CANCELLED) is never merged: "
+    "its branch is left out and named in skipped."
 )
 
 
@@ -183,8 +186,7 @@ async def _checkpoint(braid: Services, ctx: TurnContext, summary: str) -> None:
     must not mix with."""
     if ctx.pending or ctx.changed:
         commit_id = await commit_turn(ctx, "tool-batch", summary)
-        braid.bus.publish(ctx.handle.session_id, "checkpoint",
-                          checkpoint_data(ctx, commit_id, "tool-batch"))
+        braid.bus.publish(ctx.handle.session_id, checkpoint_event(ctx, commit_id, "tool-batch"))
 
 
 async def _write_record(ctx: TurnContext) -> None:
@@ -234,7 +236,7 @@ async def _spawn(braid: Services, ctx: TurnContext, wanted: list[tuple[str, str]
             await _checkpoint(braid, ctx, "Before sub-agents")
         journal = {"call_id": call_id, "base_commit_id": None, "children": [
             {"label": label, "prompt": prompt, "status": "PENDING", "run_id": None,
-             "branch": f"sub_{ctx.run_id[:10]}_{label}_{secrets.token_hex(4)}"}
+             "branch": sub_branch(ctx.run_id, label)}
             for label, prompt in wanted]}
         ctx.run["spawn"] = journal
         await _write_record(ctx)  # which children exist, before any branch is made
@@ -244,8 +246,8 @@ async def _spawn(braid: Services, ctx: TurnContext, wanted: list[tuple[str, str]
     # branches made already by their names.
     journal["base_commit_id"] = await braid.open_child_branches(ctx.handle, journal["children"])
     crash.at("spawn.after_branches")
-    braid.bus.publish(ctx.handle.session_id, "dag_changed",
-                      {"branch": str(ctx.run.get("branch") or "")})
+    braid.bus.publish(ctx.handle.session_id,
+                      events.dag_changed(branch=str(ctx.run.get("branch") or "")))
     if await _run_children(braid, ctx, journal, depth) == "shutdown":
         # The server is stopping: no result, so resuming the run resumes the children.
         raise ServerStopping("the server stopped while the sub-agents ran")
@@ -360,6 +362,16 @@ async def _run_children(braid: Services, ctx: TurnContext, journal: SpawnJournal
 # -- merge_branches -----------------------------------------------------------------------
 
 
+async def stopped_children(braid: Services, session_id: str, branches: list[str]) -> list[str]:
+    """The sub-agent branches among `branches` whose last run the user stopped (CANCELLED):
+    the user said no to that work, so the model's merge leaves it out."""
+    last: dict[str, str] = {}
+    for row in await braid.index.list_runs(session_id):  # oldest first: the last one wins
+        last[str(row.get("branch") or "")] = str(row["status"])
+    return [b for b in dict.fromkeys(branches)
+            if b.startswith("sub_") and last.get(b) == "CANCELLED"]
+
+
 async def merge(braid: Services, ctx: TurnContext, args: dict[str, Any]) -> str:
     branches = args.get("branches")
     if not isinstance(branches, list) or not branches or \
@@ -375,22 +387,29 @@ async def merge(braid: Services, ctx: TurnContext, args: dict[str, Any]) -> str:
     busy = [b for b in branches if b in await braid.locks.held(sid)]
     if busy:
         raise ToolRefused(f"a run is still going on on branch {busy[0]}")
+    stopped = await stopped_children(braid, sid, branches)
+    wanted = [b for b in dict.fromkeys(branches) if b not in stopped]
+    if not wanted:
+        raise ToolRefused(f"nothing to merge: {', '.join(stopped)} "
+                          f"{'was' if len(stopped) == 1 else 'were'} stopped by the user")
     await _checkpoint(braid, ctx, "Before merge")
-    done = await braid.merge_in_turn(ctx.handle, ctx.run_id, list(dict.fromkeys(branches)),
-                                     strategy, len(ctx.messages))
+    done = await braid.merge_in_turn(ctx.handle, ctx.run_id, wanted, strategy,
+                                     len(ctx.messages))
     if done["commit_id"] is None:
         paths = sorted({c["path"] for c in done["conflicts"]})
         return json.dumps({"conflicts": done["conflicts"], "note": (
             f"nothing was changed: the merge conflicts in {', '.join(paths)}. Retry with "
             "strategy 'ours', 'theirs' or 'agent', or edit the files and retry.")})
-    braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": done["commit_id"],
-                                          "kind": "merge"})
-    braid.bus.publish(sid, "merged", {
-        "run_id": ctx.run_id, "commit_id": done["commit_id"], "parent_ids": done["parent_ids"],
-        "branches": done["branches"], "strategy": strategy,
-        "paths": sorted({c["path"] for c in done["conflicts"]})})
-    braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id})
+    braid.bus.publish(sid, events.checkpoint(ctx.run_id, done["commit_id"], "merge"))
+    braid.bus.publish(sid, events.merged(
+        ctx.run_id, done["commit_id"], done["parent_ids"], done["branches"], strategy,
+        paths=sorted({c["path"] for c in done["conflicts"]})))
+    braid.bus.publish(sid, events.dag_changed(run_id=ctx.run_id))
     out: dict[str, Any] = {"commit_id": done["commit_id"], "parent_ids": done["parent_ids"]}
+    if stopped:
+        out["skipped"] = stopped
+        out["skipped_note"] = ("not merged: the user stopped the sub-agents on these "
+                               "branches (their runs ended CANCELLED)")
     if done["conflicts"]:
         paths = sorted({c["path"] for c in done["conflicts"]})
         out["resolved"] = {"strategy": strategy, "paths": paths}

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from server.agent import orchestrate, shell
@@ -20,16 +21,17 @@ from server.agent.turn_changes import files_of
 from server.agent.turn_context import (
     TurnContext,
     add_message,
-    checkpoint_data,
+    checkpoint_event,
     commit_turn,
     open_turn,
 )
 from server.agent.turn_tools import batch_summary, settle_inflight, tool_step
-from server.base import crash
+from server.base import crash, events
 from server.base.errors import Busy, NotFound
-from server.base.ids import new_message_id
+from server.base.ids import new_message_id, now_iso
 from server.base.records import (
     FileChip,
+    MessageRecord,
     ModelMessage,
     RunFields,
     RunRecord,
@@ -37,8 +39,11 @@ from server.base.records import (
     ToolSchema,
     Usage,
     new_message,
+    to_json_bytes,
 )
-from server.base.results import EventData, RunStatus
+from server.base.results import RunStatus
+from server.git.branches import is_sub
+from server.git.history import history_path
 from server.git.session import GitSession
 from server.git.workdir.scan import WORKDIR
 from server.model.client import ModelError
@@ -62,6 +67,7 @@ SYSTEM_PROMPT = (
 )
 log = logging.getLogger("braid")
 MAX_BATCHES = 40
+PARTIAL_SAVE_SECONDS = 1.0  # how often a long answer's text so far is made durable
 DEFAULT_CONTEXT_TOKENS = 32_000
 MAX_TEXT = 100_000
 FINAL = ("COMPLETED", "ERROR", "CANCELLED", "INTERRUPTED", "REGENERATED")
@@ -119,13 +125,11 @@ async def launch(
     child = "sub_agent" in ctx.run
     if not child:
         await _index_run(braid, handle, ctx)
-    braid.bus.publish(handle.session_id, "run_started", {
-        "run_id": ctx.run_id, "run": ctx.run.copy(), "branch": active.branch,
-        "messages": [m.copy() for m in ctx.messages],
-        "siblings": None if child else await siblings_of(braid, handle.session_id, ctx.run_id),
+    braid.bus.publish(handle.session_id, events.run_started(
+        ctx.run_id, ctx.run.copy(), active.branch, [m.copy() for m in ctx.messages],
+        None if child else await siblings_of(braid, handle.session_id, ctx.run_id),
         # The first turn names the session: the sidebar needs redrawing only then.
-        "titled": "session.json" in ctx.pending,
-    })
+        titled="session.json" in ctx.pending))
     active.task = asyncio.create_task(drive(braid, ctx, active), name=f"run-{ctx.run_id}")
     if child:  # queued on the index's connection before anything the turn writes there
         await _index_run(braid, handle, ctx)
@@ -177,7 +181,7 @@ async def drive(braid: Services, ctx: TurnContext, active: ActiveRun) -> None:
     active.finishing = True
     await settle_inflight(ctx)
     if active.partial:  # the text streamed when the call broke off
-        add_message(ctx, new_message("assistant", ctx.run_id, active.partial, partial=True))
+        add_message(ctx, _partial_message(ctx, active))
     await _finish(braid, ctx, active, status, error)
 
 
@@ -188,7 +192,8 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
     sid = ctx.handle.session_id
     msg_id = ctx.run_id if not any(m["role"] == "assistant" for m in ctx.messages) \
         else new_message_id()
-    active.partial = ""
+    active.partial, active.partial_id = "", msg_id
+    saved = _PartialSaver(ctx, active)
     reply = None
     crash.at("turn.model")
     forced = endpoint.sub_tool_choice if "sub_agent" in ctx.run and endpoint.sub_tool_choice \
@@ -206,11 +211,14 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
                 raise asyncio.CancelledError
             if kind == "delta":
                 active.partial += value
-                braid.bus.publish(sid, "message_delta", {
-                    "run_id": ctx.run_id, "message_id": msg_id, "delta": value, **tag})
+                braid.bus.publish(sid, events.message_delta(ctx.run_id, msg_id, value,
+                                                            branch=tag))
+                await saved.maybe()
             elif kind == "reply":
                 reply = value
     assert reply is not None
+    if reply.tool_calls:  # its calls' results are not on disk: a kill keeps no half of it
+        await saved.drop()
     _add_usage(ctx.run, reply.usage)
     msg = new_message("assistant", ctx.run_id, reply.content,
                       tool_calls=reply.tool_calls or None, reasoning=reply.reasoning or None,
@@ -250,9 +258,59 @@ async def offered_tools(braid: Services, ctx: TurnContext) -> tuple[list[ToolSch
     return tools, sum(map(definition_cost, tools))
 
 
-def sub_branch(ctx: TurnContext) -> EventData:
+def _partial_message(ctx: TurnContext, active: ActiveRun) -> MessageRecord:
+    """The text streamed so far, as the message it would have become (same id, so the same
+    history file: the reply, when it comes, takes its place)."""
+    msg = new_message("assistant", ctx.run_id, active.partial, partial=True)
+    msg["id"] = active.partial_id or msg["id"]
+    return msg
+
+
+class _PartialSaver:
+    """What a model call streamed so far, written to the pending folder at most once every
+    PARTIAL_SAVE_SECONDS (never a write per delta): kill -9 mid-answer leaves it for recovery
+    to commit with the INTERRUPTED run, as a stop (SIGTERM) already does. A short answer is
+    never written before its turn's commit."""
+
+    def __init__(self, ctx: TurnContext, active: ActiveRun) -> None:
+        self.ctx, self.active = ctx, active
+        self.rel = history_path(ctx.next_seq, "assistant", active.partial_id, ctx.legacy)
+        self.due = time.monotonic() + PARTIAL_SAVE_SECONDS
+        self.written = False
+
+    async def maybe(self) -> None:
+        if time.monotonic() < self.due:
+            return
+        data, rel = to_json_bytes(_partial_message(self.ctx, self.active)), self.rel
+        run_data = self._record(len(self.ctx.messages) + 1)  # its count holds the partial
+
+        def write(git: GitSession) -> None:
+            git.pending.write(rel, data)
+            git.pending.write(self.ctx.run_file, run_data)
+
+        await self.ctx.handle.call(write)
+        self.written = True
+        self.due = time.monotonic() + PARTIAL_SAVE_SECONDS
+
+    def _record(self, count: int) -> bytes:
+        # Newer than the committed record: recovery takes the pending one (find_record).
+        return to_json_bytes({**self.ctx.run, "message_count": count, "updated_at": now_iso()})
+
+    async def drop(self) -> None:
+        if not self.written:
+            return
+        rel, run_data = self.rel, self._record(len(self.ctx.messages))
+
+        def undo(git: GitSession) -> None:
+            git.pending.drop([rel])
+            git.pending.write(self.ctx.run_file, run_data)
+
+        await self.ctx.handle.call(undo)
+
+
+def sub_branch(ctx: TurnContext) -> str | None:
     """A sub-agent's run events carry its branch (the page's live cards and lanes)."""
-    return {"branch": str(ctx.run.get("branch"))} if "sub_agent" in ctx.run else {}
+    return str(ctx.run.get("branch")) if "sub_agent" in ctx.run else None
 
 
 async def _answer_resumed_calls(braid: Services, ctx: TurnContext) -> None:
@@ -264,8 +322,7 @@ async def _answer_resumed_calls(braid: Services, ctx: TurnContext) -> None:
         return
     for call in open_calls:
         result = await tool_step(braid, ctx, call)
-        braid.bus.publish(ctx.handle.session_id, "tool_result",
-                          {"run_id": ctx.run_id, "message": result})
+        braid.bus.publish(ctx.handle.session_id, events.tool_result(ctx.run_id, result))
     await _checkpoint_event(braid, ctx, "tool-batch", "Tools resumed")
 
 
@@ -276,12 +333,10 @@ async def _tool_batch(braid: Services, ctx: TurnContext, reply: Any, msg_id: str
     mode = braid.settings.checkpoint
     tag = sub_branch(ctx)
     for call in reply.tool_calls:
-        braid.bus.publish(sid, "tool_call", {"run_id": ctx.run_id, "call": call,
-                                             "message_id": msg_id, **tag})
+        braid.bus.publish(sid, events.tool_call(ctx.run_id, call, msg_id, branch=tag))
     for call in reply.tool_calls:
         result = await tool_step(braid, ctx, call)
-        braid.bus.publish(sid, "tool_result", {"run_id": ctx.run_id, "message": result,
-                                               **tag})
+        braid.bus.publish(sid, events.tool_result(ctx.run_id, result, branch=tag))
         if mode == "tools":
             await _checkpoint_event(braid, ctx, "tool-batch", "Tool call")
     if mode in ("tool-batch", "tools") and (ctx.pending or ctx.changed):
@@ -307,7 +362,7 @@ async def _finish(
             # for the next turn's user-edit snapshot.
             ctx.changed.clear()
             commit_id = await _close_and_commit(ctx, status)
-        braid.bus.publish(sid, "checkpoint", checkpoint_data(ctx, commit_id, "turn"))
+        braid.bus.publish(sid, checkpoint_event(ctx, commit_id, "turn"))
         # Its messages' words for search (store/search.py), before the record says it ended:
         # a kill in between leaves the run RUNNING in the index, and recovery adds them.
         await braid.search.add(run_rows(sid, ctx.run_id, ctx.messages))
@@ -320,14 +375,10 @@ async def _finish(
         log.exception("run %s ended without its last commit", ctx.run_id)
     finally:
         await braid.runs.end(active)
-    event = {"COMPLETED": "run_completed", "ERROR": "run_error"}.get(status, "run_cancelled")
-    data: EventData = {"run_id": ctx.run_id, "run": ctx.run.copy(), "status": status,
-                       "messages": [m.copy() for m in ctx.messages], "files": files,
-                       "siblings": siblings, **sub_branch(ctx)}
-    if error:
-        data["error"] = error
-    braid.bus.publish(sid, event, data)
-    braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id})
+    braid.bus.publish(sid, events.run_ended(
+        status, ctx.run_id, ctx.run.copy(), [m.copy() for m in ctx.messages], files=files,
+        siblings=siblings, branch=sub_branch(ctx), error=error))
+    braid.bus.publish(sid, events.dag_changed(run_id=ctx.run_id))
     braid.packer.touch(sid, ctx.handle.path)
 
 
@@ -368,8 +419,7 @@ def _answer_open_calls(ctx: TurnContext, status: str = "") -> None:
 
 async def _checkpoint_event(braid: Services, ctx: TurnContext, kind: str, summary: str) -> None:
     commit_id = await commit_turn(ctx, kind, summary)
-    braid.bus.publish(ctx.handle.session_id, "checkpoint",
-                      checkpoint_data(ctx, commit_id, kind))
+    braid.bus.publish(ctx.handle.session_id, checkpoint_event(ctx, commit_id, kind))
 
 
 async def siblings_of(braid: Services, session_id: str, run_id: str) -> Siblings | None:
@@ -431,7 +481,7 @@ async def cancel_run(braid: Services, user_id: str, session_id: str,
     if not live:
         raise NotFound("no run is going on in this session")
     # Without a run id, stop what the user is watching rather than a sub-agent.
-    active = next((a for a in live if not a.branch.startswith("sub_")), live[0])
+    active = next((a for a in live if not is_sub(a.branch)), live[0])
     active.stop("cancel")
     await active.done.wait()
     runs = await braid.index.list_runs(handle.session_id)

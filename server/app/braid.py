@@ -15,7 +15,7 @@ from server.agent.mcp_servers.launch import sweep_orphans
 from server.agent.mcp_servers.pool import McpPool
 from server.agent.sandbox import box
 from server.agent.sandbox import limits as sandbox_limits
-from server.app import recovery
+from server.app import power_cut, recovery
 from server.app.memory import give_back_memory, limit_arenas
 from server.backends.choose import make_index, make_queue, make_search, make_team, make_users
 from server.base import memo
@@ -66,6 +66,7 @@ class Braid:
                                write=settings.shell_max_write, timeout=settings.shell_timeout))
         self._reaper: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._marker: Path | None = None  # a clean stop removes it (app/power_cut.py)
 
     async def start(self) -> str:
         """Open the index and recover runs a killed server left RUNNING. Returns the default
@@ -84,7 +85,9 @@ class Braid:
         fresh_index = await self.index.open()
         fresh_index = await self.search.open() or fresh_index  # an older index: rebuilt
         await self.queue.open()
-        await recovery.start_up(self, self.team, fresh_index)
+        self._marker, unclean = power_cut.mark_running(self.data_dir)  # (when it began)
+        await recovery.start_up(self, self.team, fresh_index, unclean)
+        power_cut.clear_markers(self.data_dir, self._marker)
         self._reaper = asyncio.create_task(self._release_idle(), name="braid-idle")
         # After recovery (a run left RUNNING is INTERRUPTED and holds nothing): what waited
         # starts now, and later whatever a free branch can take (queue.sweep).
@@ -214,6 +217,8 @@ class Braid:
         await self.mcp.close()
         await self.packer.close()
         await self.model.close()
+        if self._marker is not None:  # stopped cleanly: nothing to check at the next start
+            self._marker.unlink(missing_ok=True)
         if self.team is not None:
             await self.team.stop()
         await self.index.close()

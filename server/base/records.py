@@ -303,7 +303,8 @@ def new_session_meta(session_id: str, title: str, user_id: str, *,
                      forked_from_session_id: str | None = None,
                      root_session_id: str | None = None) -> SessionMeta:
     meta: SessionMeta = {
-        "session_id": session_id, "title": title, "user_id": user_id, "created_at": now_iso(),
+        "session_id": session_id, "title": title, "user_id": user_id,
+        "created_at": now_iso(),
         "forked_from_session_id": forked_from_session_id,
         "root_session_id": root_session_id or session_id}
     return meta

@@ -597,9 +597,20 @@ class EventData(TypedDict, total=False):
     usage: Usage
 
 
+# Every event of DESIGN §5, by name; base/events.py makes each (one constructor an event),
+# web/render/event_table.py says how each reaches a page and a script.
+EventName = Literal[
+    "run_started", "message_delta", "tool_call", "tool_result", "tool_output", "checkpoint",
+    "run_completed", "run_error", "run_cancelled", "reverted", "sub_agent_started",
+    "sub_agent_done", "merged", "dag_changed", "session_changed", "run_continued",
+    "session_updated", "session_deleted", "files_uploaded", "approval_needed",
+    "approval_resolved", "queue_changed",
+]
+
+
 class EventFrame(TypedDict):
     """What the bus hands each subscriber: `{type: "event", event, data}`."""
 
     type: Literal["event"]
-    event: str
+    event: EventName
     data: EventData

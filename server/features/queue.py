@@ -33,7 +33,7 @@ from server.agent.interrupted import find_record
 from server.agent.live_runs import claim_turn
 from server.agent.turn_context import TurnContext, open_turn
 from server.agent.turns import launch, start_turn
-from server.base import crash
+from server.base import crash, events
 from server.base.errors import Busy, NotFound, TooMany
 from server.base.records import QueueRow, RunRecord
 from server.base.results import Queued, QueuedMessage, QueueList, RunStarted
@@ -85,8 +85,7 @@ async def publish(braid: Services, session_id: str, change: str, queued_id: str,
     if row is not None:  # its text cut short: a tab reads the whole queue (`list_queue`)
         shown = [_shown(row)]
         shown[0]["text"] = row["text"][:EVENT_TEXT]
-    braid.bus.publish(session_id, "queue_changed", {
-        "change": change, "queued_id": queued_id, "queued": shown, "ids": ids})
+    braid.bus.publish(session_id, events.queue_changed(change, queued_id, shown, ids))
 
 
 async def _within_share(braid: Services, user_id: str, more: int, more_bytes: int) -> None:

@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, cast
 
 from server.agent import approvals, network
 from server.agent.mcp_servers.config import split_name
+from server.base import events, names
 from server.base.errors import Conflict, NotFound
 from server.base.ids import is_session_id, now_iso
 from server.base.records import SessionMeta, to_json_bytes
 from server.base.results import ApprovalResult, SessionChanges, SessionInfo, ToolInfo, ToolList
 from server.git import lookup
+from server.git.branches import is_sub
 from server.git.session import GitSession
 from server.git.workdir.scan import WORKDIR
 from server.store import session_settings
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from server.agent.services import Services
     from server.store.session_store import SessionHandle
 
-MAX_TITLE = 120
+MAX_TITLE = names.MAX_TITLE
 MAX_MODEL = 200
 DELETED_PREFIX = ".deleted-"
 READS = frozenset({"read_file", "list_files"})  # the built-in tools that change nothing
@@ -60,7 +62,7 @@ def write_meta(git: GitSession, meta: SessionMeta, summary: str) -> None:
     session_settings.save(git.path, meta)  # the session's, whatever branch is shown
     data = to_json_bytes(meta)
     for branch, tip in sorted(git.branches().items()):
-        if branch.startswith("sub_"):
+        if is_sub(branch):
             continue
         commit = git.commit(tip)
         found = lookup.entry(commit.tree, "session.json")  # not `tree[name]`: it leaks
@@ -114,8 +116,7 @@ async def update_session(braid: Services, user_id: str, session_id: str,
             kept.clear()
             kept.update(meta)
             await braid.index.upsert_session(handle.meta, now_iso())
-            braid.bus.publish(handle.session_id, "session_updated",
-                              {"changes": sorted(changes)})
+            braid.bus.publish(handle.session_id, events.session_updated(sorted(changes)))
     return await session_info(braid, user_id, handle.session_id)
 
 
@@ -196,7 +197,7 @@ async def delete_session(braid: Services, user_id: str, session_id: str) -> None
     for active in braid.runs.for_session(handle.session_id):
         await active.done.wait()
     await braid.mcp.stop_session(handle.session_id)  # its MCP servers go with it
-    braid.bus.publish(handle.session_id, "session_deleted", {})
+    braid.bus.publish(handle.session_id, events.session_deleted())
     await _drop(braid, handle)
 
 

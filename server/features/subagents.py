@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
-import secrets
 from collections.abc import Awaitable, Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -33,8 +31,9 @@ from server.agent.turn_context import (
     write_pending_to_disk,
 )
 from server.agent.turns import launch
-from server.base import crash
+from server.base import crash, events
 from server.base.errors import NotFound, TooMany
+from server.base.events import SubAgentEnd
 from server.base.ids import new_message_id, now_iso
 from server.base.records import (
     RunFields,
@@ -44,8 +43,9 @@ from server.base.records import (
     new_run,
     to_json_bytes,
 )
-from server.base.results import EventData, SubAgentResult, SubAgentSummary
+from server.base.results import SubAgentResult, SubAgentSummary
 from server.git import lookup
+from server.git.branches import clean_label, sub_branch
 from server.git.commits import commit_message
 from server.git.history import HISTORY, RUNS
 from server.git.session import WORKTREES, GitSession
@@ -60,39 +60,8 @@ if TYPE_CHECKING:
     from server.agent.services import Services
 
 log = logging.getLogger("braid.subagents")
-PREFIX = "sub_"
-MAX_LABEL = 24
 RESULT_CHARS = 2000
 _FINISHING: set[asyncio.Task[SubAgentResult]] = set()
-
-
-def clean_label(label: str | None) -> str:
-    """A label safe inside a branch and a worktree name: no `/`, no `_` (the separator)."""
-    if label is None:
-        return "agent"
-    cleaned = re.sub(r"[^A-Za-z0-9-]+", "-", label).strip("-")[:MAX_LABEL].strip("-")
-    return cleaned or "agent"
-
-
-def is_sub_branch(name: str) -> bool:
-    return name.startswith(PREFIX)
-
-
-def branch_words(branch: str) -> str:
-    """A branch as people read it: `sub-agent LABEL` for a sub-agent's, else its name."""
-    parts = branch.split("_")
-    if branch.startswith(PREFIX) and len(parts) >= 4:
-        return f"sub-agent {'_'.join(parts[2:-1])}"
-    return branch
-
-
-def short_name(branch: str) -> str:
-    """`sub_<turn>_<label>_<hex8>` reads as `label·hex4`; other names as they are."""
-    if branch.startswith(PREFIX):
-        parts = branch.split("_")
-        if len(parts) >= 4:
-            return f"{'_'.join(parts[2:-1])}·{parts[-1][:4]}"
-    return branch
 
 
 @dataclass(frozen=True)
@@ -196,7 +165,7 @@ async def spawn_sub_agent(braid: Services, user_id: str, session_id: str,
     if not any(r["run_id"] == parent_turn_id for r in await braid.index.list_runs(sid)):
         raise NotFound(f"no turn {parent_turn_id}")
     name = clean_label(label)
-    branch = f"{PREFIX}{parent_turn_id[:10]}_{name}_{secrets.token_hex(4)}"
+    branch = sub_branch(parent_turn_id, name)
     sub: SubBranch | None = None
     child: SessionHandle | None = None
     refused = braid.runs.take_children(handle.user_id, "", 1, braid.settings.user_subagents, 0)
@@ -214,15 +183,14 @@ async def spawn_sub_agent(braid: Services, user_id: str, session_id: str,
                 snapshot = parent_branch not in live
                 sub = await handle.call(lambda git: open_sub_branch(
                     git, branch, name, prompt, snapshot, live, in_use))
-                braid.bus.publish(sid, "dag_changed", {"branch": branch})
+                braid.bus.publish(sid, events.dag_changed(branch=branch))
                 child = SessionHandle(sid, sub.path)
                 fields: RunFields = {"parent_run_id": parent_turn_id, "sub_agent": {
                     "branch": branch, "label": name, "parent_branch": sub.parent_branch,
                     "parent_turn_id": parent_turn_id, "base_commit_id": sub.base_commit_id}}
                 ctx = await child.call(lambda git: open_turn(git, child, prompt, fields))
-                braid.bus.publish(sid, "sub_agent_started", {
-                    "run_id": ctx.run_id, "branch": branch, "label": name, "prompt": prompt,
-                    "parent_turn_id": parent_turn_id, "parent_branch": sub.parent_branch})
+                braid.bus.publish(sid, events.sub_agent_started(
+                    ctx.run_id, branch, name, prompt, parent_turn_id, sub.parent_branch))
                 await launch(braid, child, ctx, active)
             except BaseException:  # the worktree goes too (claim_turn frees the branch)
                 if child is not None:
@@ -274,23 +242,22 @@ async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> SubAgen
             result["summary_run_id"] = summary["run_id"]
             result["summary_commit_id"] = summary["commit_id"]
             # `shown_branch`: the parent's transcript shows the result only on that branch.
-            braid.bus.publish(sid, "sub_agent_done", _done_event(result, summary, shown))
-            braid.bus.publish(sid, "dag_changed", {"branch": branch})
+            braid.bus.publish(sid, events.sub_agent_done(
+                _end_of(result), shown={"summary": summary, "shown_branch": shown}))
+            braid.bus.publish(sid, events.dag_changed(branch=branch))
     except RuntimeError:  # the session's thread is gone: the server is stopping
         log.warning("sub-agent %s ended while the server stopped", branch)
     return result
 
 
-def _done_event(result: SubAgentResult, summary: SubAgentSummary, shown: str) -> EventData:
-    """`sub_agent_done`: the result, the summary written on the parent branch, and the
-    branch the parent shows (its transcript shows the result only there)."""
+def _end_of(result: SubAgentResult) -> SubAgentEnd:
+    """`sub_agent_done`'s account of the result (with the summary written on the parent
+    branch and the branch the parent shows: its transcript shows the result only there)."""
     return {"branch": result["branch"], "label": result["label"], "run_id": result["run_id"],
             "status": result["status"], "final_text": result["final_text"],
             "error": result["error"], "commit_id": result["commit_id"],
             "parent_branch": result["parent_branch"],
-            "parent_turn_id": result["parent_turn_id"],
-            "summary_run_id": summary["run_id"], "summary_commit_id": summary["commit_id"],
-            "summary": summary, "shown_branch": shown, "files": result.get("files") or []}
+            "parent_turn_id": result["parent_turn_id"], "files": result.get("files") or []}
 
 
 def _close_worktree(git: GitSession, branch: str) -> str:
@@ -365,12 +332,12 @@ async def run_model_child(braid: Services, parent: SessionHandle, child: SpawnCh
             ctx = await handle.call(
                 (lambda git: resume_child_turn(git, made, resume)) if resume
                 else (lambda git: open_turn(git, made, child["prompt"], fields, fresh=True)))
-            braid.bus.publish(sid, "sub_agent_started", {
-                "run_id": ctx.run_id, "branch": branch, "label": child["label"],
-                "prompt": child["prompt"], "parent_turn_id": str(info.get("parent_turn_id")),
-                "parent_branch": str(info.get("parent_branch")),
-                "parent_run_id": fields.get("parent_run_id"), "call_id": info.get("call_id"),
-                "depth": info.get("depth"), "resumed": bool(resume)})
+            braid.bus.publish(sid, events.sub_agent_started(
+                ctx.run_id, branch, child["label"], child["prompt"],
+                str(info.get("parent_turn_id")), str(info.get("parent_branch")),
+                spawn={"parent_run_id": fields.get("parent_run_id"),
+                       "call_id": info.get("call_id"), "depth": info.get("depth"),
+                       "resumed": bool(resume)}))
             await launch(braid, handle, ctx, active)
         except BaseException:
             if handle is not None:
@@ -399,12 +366,13 @@ async def run_model_child(braid: Services, parent: SessionHandle, child: SpawnCh
     except RuntimeError:  # the session's thread is gone: the server is stopping
         log.warning("sub-agent %s ended while the server stopped", branch)
         return out
-    braid.bus.publish(sid, "sub_agent_done", {
-        "branch": branch, "label": child["label"], "run_id": ctx.run_id,
-        "status": out["status"], "final_text": out["final_text"], "error": out["error"],
-        "commit_id": out.get("commit_id"), "parent_branch": str(info.get("parent_branch")),
-        "parent_turn_id": str(info.get("parent_turn_id")),
-        "parent_run_id": fields.get("parent_run_id"), "call_id": info.get("call_id"),
-        "files": out.get("files") or [], "usage": out["usage"]})
-    braid.bus.publish(sid, "dag_changed", {"branch": branch})
+    braid.bus.publish(sid, events.sub_agent_done(
+        {"branch": branch, "label": child["label"], "run_id": ctx.run_id,
+         "status": out["status"], "final_text": out["final_text"], "error": out["error"],
+         "commit_id": out.get("commit_id"), "parent_branch": str(info.get("parent_branch")),
+         "parent_turn_id": str(info.get("parent_turn_id")), "files": out.get("files") or []},
+        spawn={"parent_run_id": fields.get("parent_run_id"), "call_id": info.get("call_id"),
+               "depth": info.get("depth"), "resumed": bool(resume)},
+        usage=out["usage"]))
+    braid.bus.publish(sid, events.dag_changed(branch=branch))
     return out

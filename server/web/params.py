@@ -10,13 +10,13 @@ a `NotFound` only once every parameter has parsed, so a malformed parameter is a
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Callable
 from typing import Any
 
 from server.agent.approvals import DECISIONS, MODES
 from server.agent.network import MODES as NETWORK_MODES
 from server.agent.turns import MAX_TEXT
+from server.base import names
 from server.base.errors import BadRequest, NotFound
 from server.base.ids import is_message_id
 from server.base.names import is_utf8
@@ -234,11 +234,11 @@ def one_line(value: object, name: str, limit: int) -> str:
         raise BadRequest(f"{name} must not be empty")
     if len(cleaned) > limit:
         raise BadRequest(f"{name} is longer than {limit} characters")
-    for ch in cleaned:
-        # Control characters (NUL, newlines, escapes), line separators and lone surrogates
-        # cannot be shown on one line or stored as UTF-8 (a zero-width joiner, in emoji, can).
-        if unicodedata.category(ch) in ("Cc", "Cs", "Cf", "Zl", "Zp") and ch != "\u200d":
-            raise BadRequest(f"{name} must not contain control characters")
+    # Control characters (NUL, newlines, escapes), bidi overrides, line separators and lone
+    # surrogates cannot be shown on one line or stored as UTF-8 (base/names.py's title rule).
+    why = names.title_refusal(cleaned)
+    if why:
+        raise BadRequest(f"{name} {why}")
     return cleaned
 
 

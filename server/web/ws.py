@@ -19,7 +19,7 @@ from server.web import hostile, live
 from server.web.actions import ACTIONS
 from server.web.auth import origin_allowed, signed_in, user_of
 from server.web.errors import Frame, error_frame, result_frame
-from server.web.render.frames import HtmlRenderer
+from server.web.render.frames import RENDERINGS, HtmlRenderer
 from server.web.specs import ActionContext
 
 log = logging.getLogger("braid.ws")
@@ -88,7 +88,8 @@ class Connection:
 
     async def emit(self, frame: Frame) -> None:
         if self.html is None:
-            await self.send(json.dumps(frame))
+            await self.send(RENDERINGS[frame["event"]].json(frame) if frame["type"] == "event"
+                            else json.dumps(frame))
             return
         try:
             text = await self.html.render(frame)

@@ -18,7 +18,10 @@ from server.base.settings import NO, YES, Settings, table
 ROOT = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"\b(?:BRAID|OPENAI)_[A-Z_]*[A-Z]\b")
 # Not settings: marks the server puts in its own children's environment to find them again.
-MARKS = {"BRAID_SHELL_TAG", "BRAID_SERVER_MALLOC", "BRAID_MCP_OWNER"}  # marks, not settings
+MARKS = {"BRAID_SHELL_TAG", "BRAID_SERVER_MALLOC"}
+# Not settings either: read by a test harness, never by the server (tests/faults/).
+MARKS |= {"BRAID_POWERCUT_SERVER"}
+MARKS |= {"BRAID_MCP_OWNER"}  # the MCP servers' owner tag (agent/mcp_servers/launch.py)
 
 
 def variables(*, later: bool = True) -> set[str]:
