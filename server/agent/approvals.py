@@ -52,11 +52,12 @@ def mode_of(meta: SessionMeta) -> str:
     return mode if mode in MODES else "auto"
 
 
-def needs_approval(meta: SessionMeta, tool: str) -> bool:
+def needs_approval(meta: SessionMeta, tool: str, mcp_write: bool = False) -> bool:
+    """`mcp_write`: an MCP tool whose annotations do not say `readOnlyHint: true`."""
     mode = mode_of(meta)
     if mode == "auto" or tool in (meta.get("approvals_always") or ()):
         return False
-    return tool == "shell" if mode == "shell" else tool in WRITES
+    return tool == "shell" if mode == "shell" else tool in WRITES or mcp_write
 
 
 def denied_text(reason: str) -> str:
@@ -70,7 +71,8 @@ async def gate(braid: Services, ctx: TurnContext, call: ToolCall) -> str | None:
     tool = str(fn.get("name") or "")
     sid, run_id = ctx.handle.session_id, ctx.run_id
     # The session's own settings (a sub-agent's handle holds its worktree's older copy).
-    if not needs_approval(braid.store.get(sid).meta, tool):
+    mcp_write = braid.mcp.is_mcp(tool) and not braid.mcp.read_only(tool)
+    if not needs_approval(braid.store.get(sid).meta, tool, mcp_write):
         return None
     active = braid.runs.find(sid, run_id)
     if active is None:  # not a live run of this process (never so for a driven turn)

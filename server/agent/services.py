@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from server.agent.live_runs import RunRegistry, TurnGate
+from server.agent.mcp_servers.pool import McpPool
 from server.base.events import EventBus
 from server.base.records import RunFields, SpawnChild
 from server.base.results import RunStatus, ToolMerge
@@ -66,6 +67,8 @@ class Services(Protocol):
     def turn_gate(self) -> TurnGate: ...
     @property
     def queue(self) -> MessageQueue: ...
+    @property
+    def mcp(self) -> McpPool: ...
 
     # The model's own sub-agents and merges (agent/orchestrate.py), done by the features
     # (features/subagents.py, features/merge.py).

@@ -90,6 +90,10 @@ async def run_tool(braid: Services, ctx: TurnContext, call: ToolCall) -> ToolOut
         content, is_error = await orchestrate.run_call(
             braid, ctx, name, str(fn.get("arguments") or "{}"), str(call.get("id") or ""))
         return ToolOutcome(content, is_error, [])
+    if name in (braid.store.get(handle.session_id).meta.get("tools_off") or ()):
+        return ToolOutcome(f"error: the tool {name} is switched off in this session", True, [])
+    if braid.mcp.is_mcp(name):  # an MCP server's tool (mcp_servers/)
+        return await _mcp_tool(braid, ctx, name, bad_args or None, fn)
     if name != "shell":
         if bad_args:
             return ToolOutcome(bad_args, True, [])
@@ -109,6 +113,21 @@ async def run_tool(braid: Services, ctx: TurnContext, call: ToolCall) -> ToolOut
     return await handle.call(lambda git: _after_shell(braid, git, run_id, known, result))
 
 
+async def _mcp_tool(braid: Services, ctx: TurnContext, name: str, bad_args: str | None,
+                    fn: ToolFunction) -> ToolOutcome:
+    """A call to an MCP server's tool. A stdio server works in the workdir like a command:
+    what it changed is found by one status scan after it answered, as for the shell."""
+    handle = ctx.handle
+    workdir = handle.path / WORKDIR
+    if bad_args:
+        return ToolOutcome(bad_args, True, [])
+    content, is_error = await braid.mcp.call(handle.session_id, workdir, name,
+                                             str(fn.get("arguments") or "{}"))
+    result = ToolResult(content, is_error=is_error)
+    if not braid.mcp.is_stdio(name):
+        return ToolOutcome(content, is_error, [])
+    known = sorted(ctx.changed)
+    return await handle.call(lambda git: _after_shell(braid, git, ctx.run_id, known, result))
 OUTPUT_KEPT = 64 * 1024  # of a running command's output, for a page opened mid-command
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ from server.base.records import (
     RunFields,
     RunRecord,
     Siblings,
+    ToolSchema,
     Usage,
     new_message,
     to_json_bytes,
@@ -52,6 +54,8 @@ from server.store.lineage import sibling_map
 from server.store.search import run_rows
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from server.agent.services import Services
     from server.store.session_store import SessionHandle
 
@@ -70,12 +74,13 @@ FINAL = ("COMPLETED", "ERROR", "CANCELLED", "INTERRUPTED", "REGENERATED")
 
 
 def model_messages(ctx: TurnContext, budget: int = DEFAULT_CONTEXT_TOKENS,
-                   send_reasoning: bool = False) -> list[ModelMessage]:
+                   send_reasoning: bool = False, tool_tokens: int = 0) -> list[ModelMessage]:
     """What the model is sent: the base prompt, then only this branch's messages, the newest
-    that fit the context budget (context.py), shaped so every server accepts them
-    (model/messages.py); the run record keeps what the call used."""
+    that fit the context budget (context.py) less what the MCP tools' definitions take
+    (`tool_tokens`), shaped so every server accepts them (model/messages.py); the run record
+    keeps what the call used."""
     sent, used = context.fit((ctx.prior, ctx.messages), budget,
-                             context.text_cost(SYSTEM_PROMPT), ctx.prior_sums)
+                             context.text_cost(SYSTEM_PROMPT) + tool_tokens, ctx.prior_sums)
     ctx.run["context"] = {**used, "budget": budget}
     out = to_model(sent, SYSTEM_PROMPT, send_reasoning)
     if used["omitted_messages"]:
@@ -164,6 +169,7 @@ async def drive(braid: Services, ctx: TurnContext, active: ActiveRun) -> None:
         status = "INTERRUPTED" if active.stop_reason == "shutdown" else "CANCELLED"
         # A shell command of this turn still running on the session thread dies with it.
         shell.kill_under(ctx.handle.path / WORKDIR)
+        await braid.mcp.stop_under(ctx.handle.path / WORKDIR)  # an MCP call in flight ends
     except ModelError as e:  # already logged by the client, with the server named
         status, error = "ERROR", e.message
         if e.partial is not None and e.partial.usage:
@@ -193,10 +199,9 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
     forced = endpoint.sub_tool_choice if "sub_agent" in ctx.run and endpoint.sub_tool_choice \
         else endpoint.tool_choice
     choice = choice_for_call(forced, batch)  # forced: first call only
-    sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning)
-    tools = Workspace.schemas(braid.settings.shell)
-    if braid.settings.subagent_tools:
-        tools += orchestrate.schemas()
+    tools, tool_tokens = await offered_tools(braid, ctx)
+    sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning,
+                          tool_tokens)
     stream = braid.model.stream(sent, tools, model=model, endpoint=endpoint.name,
                                 tool_choice=choice)
     tag = sub_branch(ctx)
@@ -225,6 +230,32 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
         ctx.run["warning"] = ("the answer was cut off: the model reached its token "
                               "limit (finish_reason: length)")
     return reply, msg_id
+
+
+async def session_tools(braid: Services, session_id: str, workdir: Path) -> list[ToolSchema]:
+    """Every tool a turn in `workdir` may be offered: the built-in ones, the sub-agents',
+    the MCP servers' (a server not seen yet is started to learn them)."""
+    tools = Workspace.schemas(braid.settings.shell)
+    if braid.settings.subagent_tools:
+        tools += orchestrate.schemas()
+    return tools + [t.schema for t in await braid.mcp.tools(session_id, workdir)]
+
+
+def definition_cost(tool: ToolSchema) -> int:
+    """What an MCP tool's definition takes of the context budget (the built-in ones are
+    part of the fixed prompt)."""
+    return context.text_cost(json.dumps(tool)) if tool["function"]["name"].startswith(
+        "mcp__") else 0
+
+
+async def offered_tools(braid: Services, ctx: TurnContext) -> tuple[list[ToolSchema], int]:
+    """The tools the model is offered, less those the session switched off (`tools_off`),
+    and what their definitions cost."""
+    sid = ctx.handle.session_id
+    off = set(braid.store.get(sid).meta.get("tools_off") or ())
+    tools = [t for t in await session_tools(braid, sid, ctx.handle.path / WORKDIR)
+             if t["function"]["name"] not in off]
+    return tools, sum(map(definition_cost, tools))
 
 
 def _partial_message(ctx: TurnContext, active: ActiveRun) -> MessageRecord:

@@ -10,6 +10,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from server.agent.live_runs import ActiveRun, TurnGate
+from server.agent.mcp_servers import config as mcp_config
+from server.agent.mcp_servers.launch import sweep_orphans
+from server.agent.mcp_servers.pool import McpPool
 from server.agent.sandbox import box
 from server.agent.sandbox import limits as sandbox_limits
 from server.app import power_cut, recovery
@@ -56,6 +59,11 @@ class Braid:
         self.model = ModelClient(settings)
         # BRAID_ACTIVE_TURNS at once, BRAID_USER_TURNS of one user's
         self.turn_gate = TurnGate(settings.active_turns, settings.user_turns)
+        # MCP servers' tools (BRAID_MCP): a connection per session, started on first use.
+        self.mcp = McpPool(mcp_config.load(settings), self.data_dir, settings.mcp_timeout,
+                           settings.idle_seconds, settings.mcp_hosts, sandbox_limits.Limits(
+                               procs=settings.shell_max_procs, memory=settings.shell_max_memory,
+                               write=settings.shell_max_write, timeout=settings.shell_timeout))
         self._reaper: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._marker: Path | None = None  # a clean stop removes it (app/power_cut.py)
@@ -69,6 +77,10 @@ class Braid:
         asyncio.get_running_loop().set_default_executor(IdlingThreadPool(
             max_workers=min(32, (os.cpu_count() or 1) + 4),
             idle_seconds=self.settings.idle_seconds, name="braid-pool"))
+        # Servers a killed Braid on this data dir left behind (their Braid is gone).
+        killed = sweep_orphans(self.data_dir)
+        if killed:
+            log.warning("stopped %d MCP server process(es) left by an earlier run", len(killed))
         await asyncio.get_running_loop().run_in_executor(None, self._shell_check)
         fresh_index = await self.index.open()
         fresh_index = await self.search.open() or fresh_index  # an older index: rebuilt
@@ -150,6 +162,7 @@ class Braid:
         while True:
             await asyncio.sleep(step)
             live = frozenset(a.session_id for a in self.runs.all())
+            await self.mcp.sweep_idle()
             closing = self.store.release_idle(self.settings.idle_seconds,
                                               self.settings.open_sessions, live)
             if closing:
@@ -201,6 +214,7 @@ class Braid:
                 await asyncio.wait_for(active.done.wait(), timeout=10)
             except TimeoutError:
                 log.warning("run %s did not stop in time", active.run_id)
+        await self.mcp.close()
         await self.packer.close()
         await self.model.close()
         if self._marker is not None:  # stopped cleanly: nothing to check at the next start

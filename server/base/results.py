@@ -126,6 +126,7 @@ SessionInfo = TypedDict("SessionInfo", {
     "endpoint": NotRequired[str],
     "approvals": NotRequired[str],  # auto | shell | writes (agent/approvals.py)
     "approvals_always": NotRequired[list[str]],  # tools answered "always"
+    "tools_off": NotRequired[list[str]],  # tools switched off for this session
     "shell_network": NotRequired[str],  # ask | on | off (agent/network.py)
     "shell_network_hosts": NotRequired[list[str]],  # hosts the user allowed
 })
@@ -234,6 +235,23 @@ class SearchResults(TypedDict):
     results: list[SearchHit]
 
 
+class ToolInfo(TypedDict):
+    """A tool the session's model may be offered (`list_tools`): `server` is None for a
+    built-in one; `tokens`, what its definition costs of the context budget."""
+
+    name: str
+    server: str | None
+    description: str
+    read_only: bool
+    off: bool
+    tokens: int
+
+
+class ToolList(TypedDict):
+    tools: list[ToolInfo]
+    unavailable: dict[str, str]  # a configured MCP server whose tools are not offered: why
+
+
 class SessionChanges(TypedDict, total=False):
     """What `update_session` changes: a new title, archived or not, a model (None: the
     server's default)."""
@@ -244,6 +262,7 @@ class SessionChanges(TypedDict, total=False):
     approvals: str
     # Set by `approve_tool_call` (always); a client sends a shorter list to take one back.
     approvals_always: list[str]
+    tools_off: list[str]  # tools the model is not offered in this session
     shell_network: str  # ask | on | off: a sandboxed command's web access
     shell_network_hosts: list[str]  # hosts allowed (approved; a client may take them back)
 

@@ -193,13 +193,13 @@ class Settings:
                                     "memory of a command")
     shell_max_write: int = setting("BRAID_SHELL_MAX_WRITE", BYTES, 2 * GIB,
                                    "bytes a command may write")
+    # MCP servers (DESIGN §4 "MCP tools", agent/mcp_servers/).
     mcp_file: Path | None = setting("BRAID_MCP", MAYBE_PATH, None,
-                                    "a JSON file of MCP servers (the mcpServers form)", later=True)
+                                    "a JSON file of MCP servers (the mcpServers form)")
     mcp_hosts: tuple[str, ...] = setting("BRAID_MCP_HOSTS", WORDS, (),
-                                         "private hosts or CIDRs an MCP server may be at",
-                                         later=True)
+                                         "private hosts or CIDRs an MCP server may be at")
     mcp_timeout: float = setting("BRAID_MCP_TIMEOUT", SECONDS, 60.0,
-                                 "seconds an MCP call may take", later=True)
+                                 "seconds an MCP call may take")
     instructions_file: Path | None = setting("BRAID_INSTRUCTIONS", MAYBE_PATH, None,
                                              "a file of server-wide instructions to the model",
                                              later=True)

@@ -14,14 +14,16 @@ import shutil
 from typing import TYPE_CHECKING, cast
 
 from server.agent import approvals, network
+from server.agent.mcp_servers.config import split_name
 from server.base import events, names
 from server.base.errors import Conflict, NotFound
 from server.base.ids import is_session_id, now_iso
 from server.base.records import SessionMeta, to_json_bytes
-from server.base.results import ApprovalResult, SessionChanges, SessionInfo
+from server.base.results import ApprovalResult, SessionChanges, SessionInfo, ToolInfo, ToolList
 from server.git import lookup
 from server.git.branches import is_sub
 from server.git.session import GitSession
+from server.git.workdir.scan import WORKDIR
 from server.store import session_settings
 
 if TYPE_CHECKING:
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 MAX_TITLE = names.MAX_TITLE
 MAX_MODEL = 200
 DELETED_PREFIX = ".deleted-"
+READS = frozenset({"read_file", "list_files"})  # the built-in tools that change nothing
 
 
 def _summary(changes: SessionChanges) -> str:
@@ -49,6 +52,8 @@ def _summary(changes: SessionChanges) -> str:
         parts.append(f"Shell network: {changes['shell_network']}")
     if "approvals_always" in changes:
         parts.append(f"Always allow: {', '.join(changes['approvals_always']) or 'none'}")
+    if "tools_off" in changes:
+        parts.append(f"Tools off: {', '.join(changes['tools_off']) or 'none'}")
     return "; ".join(parts)
 
 
@@ -70,7 +75,7 @@ def write_meta(git: GitSession, meta: SessionMeta, summary: str) -> None:
 # the server's model); the title is always kept.
 DEFAULTS: dict[str, object] = {"archived": False, "model": None, "approvals": "auto",
                                "approvals_always": [], "shell_network": "ask",
-                               "shell_network_hosts": []}
+                               "shell_network_hosts": [], "tools_off": []}
 
 
 def _changed(meta: SessionMeta, changes: SessionChanges) -> SessionMeta:
@@ -113,6 +118,25 @@ async def update_session(braid: Services, user_id: str, session_id: str,
             await braid.index.upsert_session(handle.meta, now_iso())
             braid.bus.publish(handle.session_id, events.session_updated(sorted(changes)))
     return await session_info(braid, user_id, handle.session_id)
+
+
+async def list_tools(braid: Services, user_id: str, session_id: str) -> ToolList:
+    """The tools the session's model may be offered, each with whether it is switched off
+    (`tools_off`) and what its definition costs of the context budget; and the configured
+    MCP servers whose tools are not offered, with why."""
+    from server.agent.turns import definition_cost, session_tools
+
+    handle = braid.store.get_owned(user_id, session_id)
+    off = set(handle.meta.get("tools_off") or ())
+    out: list[ToolInfo] = []
+    for tool in await session_tools(braid, handle.session_id, handle.path / WORKDIR):
+        name = tool["function"]["name"]
+        server = split_name(name)
+        out.append({"name": name, "server": server[0] if server else None,
+                    "description": tool["function"].get("description") or "",
+                    "read_only": braid.mcp.read_only(name) if server else name in READS,
+                    "off": name in off, "tokens": definition_cost(tool)})
+    return {"tools": out, "unavailable": braid.mcp.why_not()}
 
 
 async def approve_tool_call(braid: Services, user_id: str, session_id: str, run_id: str,
@@ -172,6 +196,7 @@ async def delete_session(braid: Services, user_id: str, session_id: str) -> None
         active.stop("cancel")
     for active in braid.runs.for_session(handle.session_id):
         await active.done.wait()
+    await braid.mcp.stop_session(handle.session_id)  # its MCP servers go with it
     braid.bus.publish(handle.session_id, events.session_deleted())
     await _drop(braid, handle)
 

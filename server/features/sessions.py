@@ -78,6 +78,7 @@ def _describe(git: GitSession, handle: SessionHandle) -> SessionInfo:
         "import": handle.meta.get("import"),
         "approvals": approvals.mode_of(handle.meta),
         "approvals_always": list(handle.meta.get("approvals_always") or ()),
+        "tools_off": list(handle.meta.get("tools_off") or ()),
         "shell_network": network.mode_of(handle.meta),
         "shell_network_hosts": network.allowed_hosts(handle.meta),
     }

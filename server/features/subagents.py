@@ -214,6 +214,7 @@ async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> SubAgen
     braid, handle, sub = spawn.braid, spawn.parent, spawn.sub
     sid, branch = handle.session_id, sub.branch
     await active.done.wait()
+    await braid.mcp.stop_workdir(spawn.child.path / WORKDIR)  # its MCP servers end with it
     await spawn.child.call(lambda git: None)  # after the turn's last index flush
     spawn.child.close()
     status = str(ctx.run["status"])
@@ -350,6 +351,7 @@ async def run_model_child(braid: Services, parent: SessionHandle, child: SpawnCh
     # spawn finds the run by its branch, orchestrate.py).
     await started(ctx.run_id)
     await active.done.wait()
+    await braid.mcp.stop_workdir(handle.path / WORKDIR)  # its MCP servers end with it
     await handle.call(lambda git: None)  # after the turn's last index flush
     handle.close()
     out: SpawnChild = {**child, "run_id": ctx.run_id, "status": str(ctx.run["status"]),

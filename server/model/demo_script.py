@@ -1,5 +1,5 @@
 """The demo model's script (DESIGN §6): what the last user message asks for, read line by
-line (write, append, delete, read, shell, batch, say, fail, slow, recall, notes), and the
+line (write, append, delete, read, shell, call, batch, say, fail, slow, recall, notes), and the
 reply that follows from the conversation so far: the next tool batch, or the answer. A pure
 function of the request; `model/demo.py` serves it as an OpenAI-compatible endpoint.
 """
@@ -13,7 +13,7 @@ from itertools import repeat
 from typing import Any
 
 KEYWORDS = {"write", "append", "delete", "read", "shell", "batch", "say", "fail", "slow",
-             "recall", "notes", "spawn", "merge"}
+             "recall", "notes", "spawn", "merge", "call"}
 VERBS = {"write_file": "wrote", "edit_file": "appended", "delete_file": "deleted",
           "read_file": "read", "shell": "ran", "spawn_sub_agents": "spawned",
           "merge_branches": "merged"}
@@ -70,6 +70,12 @@ def _tool_call(word: str, rest: str, has_shell: bool) -> tuple[str, dict[str, An
         return f"{word}_file", {"path": path}
     if word == "shell" and has_shell and rest.strip():
         return "shell", {"command": rest}
+    if word == "call" and path:  # `call TOOL JSON`: any tool, the object as its arguments
+        try:
+            args = json.loads(body) if body.strip() else {}
+        except ValueError:
+            return None
+        return (path, args) if isinstance(args, dict) else None
     return None
 
 
@@ -345,7 +351,8 @@ def _answer(plan: Plan, note: MergeNote | None, messages: list[dict[str, Any]],
         return "merged: " + "; ".join(note.finals)
     if ran:
         return "done: " + ", ".join(
-            f"{VERBS[name]} {args.get('path', args.get('command', ''))}" for name, args in ran
+            f"{VERBS[name]} {args.get('path', args.get('command', ''))}" if name in VERBS
+            else f"called {name}" for name, args in ran
         )
     if plan.recall:
         return " | ".join(text_of(m.get("content")) for m in messages if m.get("role") == "user")

@@ -127,6 +127,8 @@ SPECS: list[Action] = [
         Param("decision", P.decision),
         Param("reason", P.string("reason", limit=2000)),
     ), Http("POST", "/api/runs/{run_id}/approve")),
+    Action("list_tools", session_meta.list_tools, (),
+           Http("GET", "/api/sessions/{session_id}/tools")),
     Action("list_files", files.list_files, (Param("ref", P.ref), Param("path", P.workdir_path))),
     # -- HTTP only --------------------------------------------------------------------------
     Action("create_session", sessions.create_session, (

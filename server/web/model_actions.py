@@ -2,7 +2,8 @@
 picker partial (`/s/{id}/model`, fetched by the page once it has loaded, since listing asks
 each endpoint's `GET /v1/models`), and its HTML frames: a new choice (`update_session`
 {model}, see session_meta.py) redraws the picker in every tab (a finished turn's token count is
-render_html's)."""
+render_html's). And the tools the model is offered (`/s/{id}/tools`, fetched when the session
+menu's Tools opens, since listing may start an MCP server): each switched off or on."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from server.base.errors import NotFound
-from server.features import model_choice
+from server.features import model_choice, session_meta
 from server.web.auth import user_of
 from server.web.render.templating import render
 
@@ -38,3 +39,14 @@ async def picker_fragment(request: Request) -> Response:
     except NotFound:
         return HTMLResponse("", status_code=404)
     return HTMLResponse(html)
+
+
+async def tools_fragment(request: Request) -> Response:
+    braid, user_id = request.app.state.braid, user_of(request)
+    try:
+        listed = await session_meta.list_tools(braid, user_id, request.path_params["session_id"])
+    except NotFound:
+        return HTMLResponse("", status_code=404)
+    cost = sum(t["tokens"] for t in listed["tools"] if not t["off"])
+    return HTMLResponse(render("_tools_panel.html", tools=listed["tools"],
+                               unavailable=listed["unavailable"], cost=cost))

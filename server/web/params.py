@@ -261,6 +261,8 @@ def session_changes(raw: object) -> SessionChanges:
             one_line(model, "model", MAX_MODEL)
     if "approvals" in raw:
         changes["approvals"] = one_of(raw["approvals"], "approvals", MODES)
+    if "tools_off" in raw:
+        changes["tools_off"] = tool_names(raw["tools_off"])
     if "approvals_always" in raw:  # how an Always is taken back
         changes["approvals_always"] = always_list(raw["approvals_always"])
     if "shell_network" in raw:
@@ -273,6 +275,19 @@ def session_changes(raw: object) -> SessionChanges:
         changes["shell_network_hosts"] = sorted({one_line(h, "host", 253).lower()
                                                  for h in hosts})
     return changes
+
+
+def tool_names(raw: object) -> list[str]:
+    """`tools_off`: a list of tool names (as the model sees them), sorted, each once. The
+    page's form sends its always-present empty field with them ("" alone: none off)."""
+    if raw == "":
+        return []
+    if isinstance(raw, list):
+        raw = [n for n in raw if n != ""]
+    if not isinstance(raw, list) or len(raw) > 500 or not all(
+            isinstance(n, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", n) for n in raw):
+        raise BadRequest("tools_off must be a list of tool names")
+    return sorted(set(raw))
 
 
 def always_list(value: object) -> list[str]:

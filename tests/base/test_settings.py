@@ -21,6 +21,7 @@ NAME = re.compile(r"\b(?:BRAID|OPENAI)_[A-Z_]*[A-Z]\b")
 MARKS = {"BRAID_SHELL_TAG", "BRAID_SERVER_MALLOC"}
 # Not settings either: read by a test harness, never by the server (tests/faults/).
 MARKS |= {"BRAID_POWERCUT_SERVER"}
+MARKS |= {"BRAID_MCP_OWNER"}  # the MCP servers' owner tag (agent/mcp_servers/launch.py)
 
 
 def variables(*, later: bool = True) -> set[str]:

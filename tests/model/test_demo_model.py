@@ -342,3 +342,13 @@ async def test_spawn_lines_make_one_call_and_merge_takes_its_branches() -> None:
     refused = merged[:-1] + [{"role": "tool", "tool_call_id": "c3", "content": json.dumps(
         {"conflicts": [{"path": "b.txt"}, {"path": "a.txt"}]})}]
     assert (await stream(refused)).content == "conflicts: a.txt, b.txt"
+
+
+async def test_call_is_a_tool_call_of_any_tool_with_its_json_arguments() -> None:
+    messages = [BASE, user('call mcp__files__read {"path": "a.txt", "n": 2}\ncall mcp__x__y\n'
+                           "call bad {not json\ncall listy [1]")]
+    first = await stream(messages)
+    assert first.calls() == [("mcp__files__read", {"path": "a.txt", "n": 2}),
+                             ("mcp__x__y", {})]  # a line whose JSON is not an object: none
+    final = await stream(messages + batch_messages(first))
+    assert final.content == "done: called mcp__files__read, called mcp__x__y"

@@ -1,0 +1,231 @@
+"""The MCP servers of one Braid process: a connection per (session, workdir, server), so two
+sessions, two users, or a sub-agent's worktree and its parent never share a server process.
+
+A server is started on first use: the first time a session's turn needs its tools, or a call
+reaches it. The tools a server offers are remembered per server (its catalog), so a later
+session is offered them without starting anything until a call comes. A connection idle for
+`idle_seconds` is stopped (`sweep_idle`), as are a session's when it is deleted
+(`stop_session`) and all of them at shutdown (`close`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from server.agent.mcp_servers.config import (
+    HttpServer,
+    ServerEntry,
+    StdioServer,
+    check_url,
+    split_name,
+    tool_name,
+)
+from server.agent.mcp_servers.launch import Failed
+from server.agent.sandbox.limits import Limits
+from server.base.errors import BraidError
+from server.base.records import ToolSchema
+
+if TYPE_CHECKING:
+    from mcp.types import CallToolResult, Tool
+
+    from server.agent.mcp_servers.connection import Connection
+
+log = logging.getLogger("braid")
+Key = tuple[str, str, str]  # session id, workdir, server name
+MAX_RESULT = 100_000  # characters of a result the model reads
+RETRY_SECONDS = 60.0  # a server that failed to start is not started again to list its tools
+
+
+@dataclass(frozen=True)
+class OfferedTool:
+    """An MCP tool as the model is offered it and the page lists it."""
+
+    name: str  # mcp__SERVER__TOOL
+    server: str
+    tool: str
+    description: str
+    read_only: bool
+    schema: ToolSchema
+
+
+class McpPool:
+    def __init__(self, servers: dict[str, ServerEntry], data_dir: Path, timeout: float,
+                 idle_seconds: float, hosts: tuple[str, ...] = (),
+                 limits: Limits | None = None) -> None:
+        self.servers, self.hosts = servers, hosts  # hosts: BRAID_MCP_HOSTS
+        self.limits = limits or Limits()  # a sandboxed server's (the shell's)
+        self.data_dir, self.timeout, self.idle_seconds = data_dir, timeout, idle_seconds
+        self._live: dict[Key, Connection] = {}
+        self._starting: dict[Key, asyncio.Lock] = {}
+        self._catalog: dict[str, list[OfferedTool]] = {}  # server -> its tools, once seen
+        self._failed: dict[str, str] = {}  # server -> why it last failed to start
+        self._failed_at: dict[str, float] = {}
+
+    # ------------------------------------------------------------------------ tools
+
+    async def tools(self, session_id: str, workdir: Path) -> list[OfferedTool]:
+        """Every configured server's tools (a server not seen yet is started for this
+        session to learn them; one that will not start offers none, and says why)."""
+        out: list[OfferedTool] = []
+        now = time.monotonic()
+        for name in self.servers:
+            if name not in self._catalog and now - self._failed_at.get(name, -RETRY_SECONDS) \
+                    >= RETRY_SECONDS:
+                try:
+                    await self._connection(session_id, workdir, name)
+                except Failed as exc:
+                    log.warning("%s", exc)
+                    continue
+            out.extend(self._catalog.get(name, ()))
+        return out
+
+    def why_not(self) -> dict[str, str]:
+        """Servers whose tools are not offered: why (the last start's failure)."""
+        return {k: v for k, v in self._failed.items() if k not in self._catalog}
+
+    def read_only(self, name: str) -> bool:
+        """Whether the tool says `readOnlyHint: true` (any other MCP tool is a write)."""
+        split = split_name(name)
+        if split is None:
+            return False
+        return any(t.name == name and t.read_only for t in self._catalog.get(split[0], ()))
+
+    def is_mcp(self, name: str) -> bool:
+        split = split_name(name)
+        return split is not None and split[0] in self.servers
+
+    def is_stdio(self, name: str) -> bool:
+        split = split_name(name)
+        return split is not None and isinstance(self.servers.get(split[0]), StdioServer)
+
+    # ------------------------------------------------------------------------- calls
+
+    async def call(self, session_id: str, workdir: Path, name: str,
+                   raw_args: str) -> tuple[str, bool]:
+        """One call of `mcp__SERVER__TOOL`: (what the model reads, whether it failed)."""
+        split = split_name(name)
+        if split is None or split[0] not in self.servers:
+            return f"error: unknown tool {name!r}", True
+        try:
+            args = json.loads(raw_args or "{}")
+        except ValueError as exc:
+            return f"error: arguments for {name} are not valid JSON: {exc}", True
+        if not isinstance(args, dict):
+            return f"error: arguments for {name} must be a JSON object", True
+        try:
+            conn = await self._connection(session_id, workdir, split[0])
+            result = await conn.call(split[1], args)
+        except Failed as exc:
+            return f"error: {exc}", True
+        return result_text(result)
+
+    async def _connection(self, session_id: str, workdir: Path, server: str) -> Connection:
+        key = (session_id, str(workdir), server)
+        lock = self._starting.setdefault(key, asyncio.Lock())
+        async with lock:
+            conn = self._live.get(key)
+            if conn is not None and not conn.closed:
+                conn.last_used = time.monotonic()
+                return conn
+            # The SDK is imported on the first start: a Braid without MCP servers never pays it.
+            from server.agent.mcp_servers.connection import Connection
+
+            entry = self.servers[server]
+            conn = Connection(entry, workdir, self.data_dir, self.timeout, self.limits,
+                              session_id)
+            try:
+                if isinstance(entry, HttpServer):  # resolved at each start: DNS changes
+                    await asyncio.to_thread(check_url, self.hosts, entry.url)
+                tools = await conn.open()
+            except BraidError as exc:
+                self._failed_at[server] = time.monotonic()
+                self._failed[server] = f"MCP server {server!r} was not reached: {exc.message}"
+                raise Failed(self._failed[server]) from None
+            except Failed as exc:
+                self._failed_at[server] = time.monotonic()
+                self._failed[server] = str(exc)
+                raise
+            self._live[key] = conn
+            self._catalog[server] = offered(server, tools)
+            self._failed.pop(server, None)
+            return conn
+
+    def live(self, session_id: str) -> list[Connection]:
+        """The session's live connections (tests and the page look at them)."""
+        return [c for k, c in self._live.items() if k[0] == session_id and not c.closed]
+
+    # ---------------------------------------------------------------------- stopping
+
+    async def stop_session(self, session_id: str) -> None:
+        await self._stop([k for k in self._live if k[0] == session_id])
+
+    async def stop_under(self, workdir: Path) -> None:
+        """A stopped turn: the servers working in its workdir (a call in flight ends)."""
+        await self._stop([k for k, c in self._live.items()
+                          if k[1] == str(workdir) and c.calls])
+
+    async def stop_workdir(self, workdir: Path) -> None:
+        """A sub-agent's worktree goes: the servers working in it too."""
+        await self._stop([k for k in self._live if k[1] == str(workdir)])
+
+    async def sweep_idle(self) -> None:
+        now = time.monotonic()
+        await self._stop([k for k, c in self._live.items() if c.closed or (
+            not c.calls and now - c.last_used > self.idle_seconds)])
+
+    async def close(self) -> None:
+        await self._stop(list(self._live))
+
+    async def _stop(self, keys: list[Key]) -> None:
+        conns = [c for k in keys if (c := self._live.pop(k, None)) is not None]
+        for k in keys:
+            self._starting.pop(k, None)
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+
+
+def offered(server: str, tools: list[Tool]) -> list[OfferedTool]:
+    out: list[OfferedTool] = []
+    for tool in tools:
+        name = tool_name(server, tool.name)
+        if name is None:
+            log.warning("MCP server %r: tool %r is not offered (its name is not one the model "
+                        "APIs take)", server, tool.name)
+            continue
+        description = tool.description or ""
+        schema: ToolSchema = {"type": "function", "function": {
+            "name": name, "description": description,
+            "parameters": dict(tool.input_schema or {"type": "object", "properties": {}})}}
+        read_only = bool(tool.annotations and tool.annotations.read_only_hint)
+        out.append(OfferedTool(name, server, tool.name, description, read_only, schema))
+    return out
+
+
+def result_text(result: CallToolResult) -> tuple[str, bool]:
+    """A tool result as the model reads it: its text; an image, audio or a resource as a
+    note; the structured content when there is no text."""
+    parts: list[str] = []
+    for item in result.content:
+        kind = getattr(item, "type", "")
+        if kind == "text":
+            parts.append(str(getattr(item, "text", "")))
+        elif kind in ("image", "audio"):
+            parts.append(f"[{kind}: {getattr(item, 'mime_type', '?')}, "
+                         f"{len(str(getattr(item, 'data', '')))} base64 characters, not shown]")
+        elif kind == "resource_link":
+            parts.append(f"[resource: {getattr(item, 'uri', '?')}]")
+        elif kind == "resource":
+            res: Any = getattr(item, "resource", None)
+            text = getattr(res, "text", None)
+            parts.append(str(text) if text is not None
+                         else f"[resource: {getattr(res, 'uri', '?')}, not shown]")
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content))
+    text = "\n".join(parts)[:MAX_RESULT] or "(no output)"
+    if result.is_error:
+        return f"error: {text}", True
+    return text, False
