@@ -1,7 +1,7 @@
 """Fair shares of the turn slots (DESIGN §4 "Fair shares and durability", issue 34): a run
 waiting for the user's answer holds no slot, and one user's turns take at most
 BRAID_USER_TURNS of them, so another user's turn goes on meanwhile. Core objects on a temp
-data dir, real git repositories; the loopback load test is tests/web/test_fair_load.py."""
+data dir, real git repositories; the loopback load test is tests/faults/test_fair_load.py."""
 
 from __future__ import annotations
 
