@@ -46,7 +46,7 @@ from server.base.records import (
     Usage,
     to_json_bytes,
 )
-from server.git.branches import sub_branch
+from server.git.branches import is_sub, sub_branch
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -369,7 +369,7 @@ async def stopped_children(braid: Services, session_id: str, branches: list[str]
     for row in await braid.index.list_runs(session_id):  # oldest first: the last one wins
         last[str(row.get("branch") or "")] = str(row["status"])
     return [b for b in dict.fromkeys(branches)
-            if b.startswith("sub_") and last.get(b) == "CANCELLED"]
+            if is_sub(b) and last.get(b) == "CANCELLED"]
 
 
 async def merge(braid: Services, ctx: TurnContext, args: dict[str, Any]) -> str:

@@ -141,7 +141,7 @@ def repair_refs(git: GitSession) -> list[str]:
     seen: set[pygit2.Oid] = set()  # trees known whole
     try:  # the branch HEAD is on (its tip may be the missing object)
         head_branch = None if repo.head_is_detached else \
-            str(repo.references["HEAD"].target)
+            repo.head.name  # resolving HEAD reads refs only, never the (missing) commit
     except (KeyError, pygit2.GitError):
         head_branch = None
     done: list[str] = []

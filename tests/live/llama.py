@@ -45,10 +45,13 @@ class Llama:
 
     def start(self) -> Llama:
         log = open(self.log, "ab")  # noqa: SIM115 - the process owns it
+        # A 16k context: a forced spawn's bounded arguments may still name 8 children, and
+        # the next request carries their answers (orchestrate caps them at 3,200 characters)
+        # for each call the model made, more than a 4k context holds on some CPUs.
         # One thread: on a shared 2-core machine, ggml's spinning worker threads slow a
         # 135M model down a hundredfold.
         self.proc = subprocess.Popen(
-            [str(self.binary), "-m", str(self.model), "--alias", "smollm2", "-c", "4096",
+            [str(self.binary), "-m", str(self.model), "--alias", "smollm2", "-c", "16384",
              "--jinja", "--chat-template-file", str(HERE / "chatml-tools.jinja"),
              "--host", "127.0.0.1", "--port", str(self.port), "-t", "1", "-tb", "1"],
             stdout=log, stderr=subprocess.STDOUT)
