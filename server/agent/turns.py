@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from server.agent import orchestrate
+from server.agent import compaction, orchestrate
+from server.agent.compaction import SYSTEM_PROMPT
 from server.agent.live_runs import ActiveRun, claim_turn
 from server.agent.tools import Workspace
 from server.agent.turn_changes import files_of
@@ -41,8 +43,7 @@ from server.git.session import GitSession
 from server.git.workdir.scan import WORKDIR
 from server.model.client import ModelError
 from server.model.endpoints import choice_for_call
-from server.model.messages import to_model
-from server.store import context
+from server.store import context, instructions
 from server.store.lineage import sibling_map
 from server.store.search import run_rows
 
@@ -50,12 +51,6 @@ if TYPE_CHECKING:
     from server.agent.services import Services
     from server.store.session_store import SessionHandle
 
-SYSTEM_PROMPT = (
-    "You are Braid's agent. You work on the files of this session's workdir with your tools "
-    "(read_file, list_files, write_file, edit_file, apply_patch, delete_file, and shell when "
-    "enabled); paths are relative to the workdir. Every turn is checkpointed in git, so the "
-    "user can revert what you did. Answer concisely in Markdown."
-)
 log = logging.getLogger("braid")
 MAX_BATCHES = 40
 DEFAULT_CONTEXT_TOKENS = 32_000
@@ -64,17 +59,29 @@ FINAL = ("COMPLETED", "ERROR", "CANCELLED", "INTERRUPTED", "REGENERATED")
 
 
 def model_messages(ctx: TurnContext, budget: int = DEFAULT_CONTEXT_TOKENS,
-                   send_reasoning: bool = False) -> list[ModelMessage]:
-    """What the model is sent: the base prompt, then only this branch's messages, the newest
-    that fit the context budget (context.py), shaped so every server accepts them
+                   send_reasoning: bool = False, tools: int = 0,
+                   server_file: Path | None = None) -> list[ModelMessage]:
+    """What the model is sent: the base prompt and the instructions in effect, then only
+    this branch's messages after its newest summary, whole, masked or the newest that fit
+    the context budget (compaction.build), shaped so every server accepts them
     (model/messages.py); the run record keeps what the call used."""
-    sent, used = context.fit((ctx.prior, ctx.messages), budget,
-                             context.text_cost(SYSTEM_PROMPT), ctx.prior_sums)
-    ctx.run["context"] = {**used, "budget": budget}
-    out = to_model(sent, SYSTEM_PROMPT, send_reasoning)
-    if used["omitted_messages"]:
-        out.insert(1, {"role": "system", "content": context.note_text(used["omitted_messages"])})
-    return out
+    if ctx.prior_sums is None:  # a context made without the branch's listing: once a turn
+        ctx.prior_sums = context.sums_of(ctx.prior)
+    heads = compaction.heads_of(SYSTEM_PROMPT, ctx.instructions, server_file)
+    request = compaction.build(ctx.prior, ctx.prior_sums, ctx.messages, heads, budget, tools,
+                               send_reasoning)
+    if ctx.instructions is not None and ctx.instructions.blob_oid:
+        request.use["instructions"] = ctx.instructions.blob_oid
+    ctx.run["context"] = request.use
+    return request.messages
+
+
+def turn_tools(braid: Services) -> list[Any]:
+    """The tool definitions a turn's calls offer."""
+    tools = Workspace.schemas(braid.settings.shell)
+    if braid.settings.subagent_tools:
+        tools += orchestrate.schemas()
+    return tools
 
 
 async def send_message(braid: Services, user_id: str, session_id: str, text: str) -> str:
@@ -88,12 +95,21 @@ async def start_turn(
     braid: Services, handle: SessionHandle, text: str, fields: RunFields | None = None
 ) -> ActiveRun:
     branch = await handle.call(lambda git: git.branch)
+    settings = braid.settings
+    tools = compaction.tool_tokens(turn_tools(braid))
+
+    def needs(git: GitSession) -> int:
+        if not settings.compaction or fields:  # a kind of turn of its own (a merge's)
+            return 0
+        heads = compaction.heads_of(SYSTEM_PROMPT, instructions.project(git),
+                                    settings.instructions_file)
+        return compaction.needs_compaction(git, heads, text, settings.context_tokens, tools)
 
     def prepare(git: GitSession) -> TurnContext:
         # A fork or a checkout queued before this may have switched the session's branch.
         if git.branch != branch:
             raise Busy(f"the session switched from branch {branch} to {git.branch}")
-        return open_turn(git, handle, text, fields or {})
+        return open_turn(git, handle, text, fields or {}, compact_if=needs)
 
     # Claimed under a placeholder id before any git work, so two sends cannot both pass.
     async with claim_turn(braid.locks, braid.runs, handle.session_id, branch) as active:
@@ -143,6 +159,9 @@ async def drive(braid: Services, ctx: TurnContext, active: ActiveRun) -> None:
         # Queued behind BRAID_ACTIVE_TURNS others (live_runs.TurnGate): a stop while
         # waiting ends the turn CANCELLED like a stop mid-stream.
         async with braid.turn_gate.slot():
+            if ctx.compaction is not None:
+                await compaction.compact_in_turn(braid, ctx, compaction.heads_of(
+                    SYSTEM_PROMPT, ctx.instructions, braid.settings.instructions_file))
             await _answer_resumed_calls(braid, ctx)
             for batch in range(MAX_BATCHES):
                 reply, msg_id = await _model_call(braid, ctx, active, (endpoint, model),
@@ -187,10 +206,11 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
     forced = endpoint.sub_tool_choice if "sub_agent" in ctx.run and endpoint.sub_tool_choice \
         else endpoint.tool_choice
     choice = choice_for_call(forced, batch)  # forced: first call only
-    sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning)
-    tools = Workspace.schemas(braid.settings.shell)
-    if braid.settings.subagent_tools:
-        tools += orchestrate.schemas()
+    if ctx.instructions is None:  # a context made elsewhere (a resume, a sub-agent)
+        ctx.instructions = await ctx.handle.call(instructions.project)
+    tools = turn_tools(braid)
+    sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning,
+                          compaction.tool_tokens(tools), braid.settings.instructions_file)
     stream = braid.model.stream(sent, tools, model=model, endpoint=endpoint.name,
                                 tool_choice=choice)
     tag = sub_branch(ctx)

@@ -26,6 +26,12 @@ class Settings:
     endpoints_file: Path | None = None
     tool_choice: str | None = None  # the default endpoint's (see endpoints.py)
     context_tokens: int = 32_000
+    # The operator's instructions, sent to every model call after the base prompt (DESIGN §4
+    # "Project instructions"); read again when the file changes.
+    instructions_file: Path | None = None
+    # Compaction (DESIGN §4): off keeps only masking and the oldest left out with a note
+    # (BRAID_COMPACTION=off; the bench's drop-oldest side).
+    compaction: bool = True
     # Folders a session may be imported from (DESIGN §7): the server user's home by default.
     import_roots: list[Path] = field(default_factory=lambda: [Path.home()])
     import_max_file: int = 5 * 1024 * 1024
@@ -75,6 +81,10 @@ class Settings:
         if env.get("BRAID_ENDPOINTS"):
             s.endpoints_file = Path(env["BRAID_ENDPOINTS"]).expanduser()
         s.tool_choice = env.get("BRAID_TOOL_CHOICE") or None
+        s.compaction = env.get("BRAID_COMPACTION", "on").lower() not in (
+            "off", "0", "false", "no")
+        if env.get("BRAID_INSTRUCTIONS"):
+            s.instructions_file = Path(env["BRAID_INSTRUCTIONS"]).expanduser()
         s.idle_seconds = _number(env, "BRAID_IDLE_SECONDS", s.idle_seconds)
         s.open_sessions = int(_number(env, "BRAID_OPEN_SESSIONS", s.open_sessions))
         s.active_turns = max(0, int(_number(env, "BRAID_ACTIVE_TURNS", s.active_turns)))

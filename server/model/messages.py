@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 from server.base.memo import IdentityMemo, forget_with_memos
 from server.base.records import MessageRecord, ModelMessage, ToolCall
+from server.store import context
 
 INVALID_ARGS_KEY = "invalid_json_arguments"
 
@@ -93,4 +94,30 @@ def to_model(messages: Iterable[MessageRecord], system_prompt: str,
     items are shared between calls: do not change them)."""
     out: list[ModelMessage] = [{"role": "system", "content": system_prompt}]
     out.extend(filter(None, SHAPED[send_reasoning].many(messages)))
+    return out
+
+
+def _masked(msg: MessageRecord) -> ModelMessage | None:
+    """A tool result as an old one is sent when the budget is short: the call it answers
+    is kept, its output replaced by a marker (context.mask_marker)."""
+    return {"role": "tool", "content": context.mask_marker(msg),
+            "tool_call_id": msg.get("tool_call_id", "")}
+
+
+MASKED: IdentityMemo[ModelMessage | None] = IdentityMemo(_masked)
+
+
+def to_model_window(heads: Iterable[str], masked: list[MessageRecord],
+                    whole: list[MessageRecord], send_reasoning: bool = False
+                    ) -> list[ModelMessage]:
+    """The request's `messages` with a context window (context.fit_window): the system
+    messages `heads` (the base prompt, instructions, a summary, a note), the older messages
+    with their tool output masked, then the newest whole."""
+    out: list[ModelMessage] = [{"role": "system", "content": h} for h in heads]
+    shaped = SHAPED[send_reasoning]
+    for msg in masked:
+        item = MASKED.get(msg) if context.MASKABLE.get(msg) else shaped.get(msg)
+        if item is not None:
+            out.append(item)
+    out.extend(filter(None, shaped.many(whole)))
     return out
