@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from server.base.errors import BadRequest, BraidError
-from server.base.records import ModelEntry, ModelMessage, ToolSchema
+from server.base.records import ModelEntry, ModelMessage, ToolSchema, ToolSpec
 from server.base.settings import Settings
 from server.model import body as model_body
 from server.model.endpoints import (
@@ -24,6 +24,7 @@ from server.model.endpoints import (
     DEMO,
     TOOL_CHOICE_WORDS,
     Endpoint,
+    bound_strings,
     endpoints_from_settings,
 )
 from server.model.stream import Reply, StreamAssembler, StreamError, estimate_usage
@@ -168,6 +169,12 @@ class ModelClient:
         """The request's fields other than `messages` (model/body.py joins those in)."""
         if ep.tools is not None:
             tools = [t for t in tools if t["function"]["name"] in ep.tools]
+        if ep.max_argument_chars is not None:
+            limit = ep.max_argument_chars
+            tools = [ToolSchema(type=t["type"], function=ToolSpec(
+                name=t["function"]["name"], description=t["function"]["description"],
+                parameters=bound_strings(t["function"]["parameters"], limit)))
+                for t in tools]
         fields: dict[str, Any] = {
             "model": model, "stream": True, "stream_options": {"include_usage": True}}
         if tool_choice and tool_choice not in TOOL_CHOICE_WORDS:

@@ -12,11 +12,18 @@ a JSON or TOML file, so a local server and a hosted one can be used side by side
     tools = ["write_file"]              # optional: only these tools are offered
     named_tool_choice = false           # send a tool name as the OpenAI object form
     send_reasoning = false              # replay reasoning_content to this server
+    max_argument_chars = 200            # optional: every string argument of a tool at most
+                                        #   this long (a JSON schema maxLength)
     params = { max_tokens = 512 }       # optional: extra fields for every request
 
 A forced tool (`required` or a tool's name) holds for a turn's first model call; the calls
 after it send `tool_choice: "none"`, so the model answers from the tool's result (forced
 again, it could never answer; left on `auto`, a model that needed forcing rarely chooses well).
+
+`max_argument_chars` bounds each string argument of every tool offered to that endpoint (a
+`maxLength` in its JSON schema). A server that constrains tool calls by their schema
+(llama-server, vLLM) then ends every call within the bound: a small model forced to call a
+tool no longer writes one string until `max_tokens` cuts the call's JSON off.
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ class Endpoint:
     tools: tuple[str, ...] | None = None
     named_tool_choice: bool = False
     send_reasoning: bool = False
+    max_argument_chars: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -137,6 +145,37 @@ def _bool(entry: dict[str, Any], key: str, where: str) -> bool:
     return value
 
 
+def _count(entry: dict[str, Any], key: str, where: str) -> int | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{where}: {key} must be a whole number of at least 1")
+    return value
+
+
+def bound_strings(schema: dict[str, object], limit: int) -> dict[str, object]:
+    """`schema` (a tool's JSON schema) with every string's maxLength at most `limit`."""
+    return _bound(schema, limit)  # type: ignore[no-any-return]
+
+
+def _bound(schema: Any, limit: int) -> Any:
+    if isinstance(schema, list):
+        return [_bound(item, limit) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _bound(value, limit) if key in ("items", "anyOf", "oneOf", "allOf")
+           else value
+           for key, value in schema.items()}
+    if "properties" in schema and isinstance(schema["properties"], dict):
+        out["properties"] = {name: _bound(value, limit)
+                             for name, value in schema["properties"].items()}
+    if schema.get("type") == "string":
+        given = schema.get("maxLength")
+        out["maxLength"] = min(given, limit) if isinstance(given, int) else limit
+    return out
+
+
 def parse_endpoint(entry: object, where: str) -> Endpoint:
     if not isinstance(entry, dict):
         raise ValueError(f"{where}: each endpoint must be a table/object")
@@ -156,6 +195,7 @@ def parse_endpoint(entry: object, where: str) -> Endpoint:
         sub_tool_choice=_text(entry, "sub_tool_choice", where),
         named_tool_choice=_bool(entry, "named_tool_choice", where),
         send_reasoning=_bool(entry, "send_reasoning", where),
+        max_argument_chars=_count(entry, "max_argument_chars", where),
         params=_params(entry, where),
     )
 

@@ -83,9 +83,11 @@ def endpoints_toml(base_url: str) -> str:
         f'[[endpoints]]\nname = "llama"\nbase_url = "{base_url}"\ntool_choice = "none"\n'
         'params = { max_tokens = 32, temperature = 0 }\n'
         f'[[endpoints]]\nname = "llama-tools"\nbase_url = "{base_url}"\n'
-        # Greedy, and no repeating itself: else the 135M model fills the file's content
-        # with one sentence over and over until max_tokens cuts the call's JSON off.
-        'tool_choice = "write_file"\nparams = { max_tokens = 120, temperature = 0, '
+        # The call's strings bounded (the server constrains a forced call by the tool's
+        # schema), so its JSON ends within max_tokens however this CPU decodes; greedy, and
+        # no repeating itself.
+        'tool_choice = "write_file"\nmax_argument_chars = 40\n'
+        'params = { max_tokens = 200, temperature = 0, '
         'repeat_penalty = 1.3, repeat_last_n = 16 }\n'
         f'[[endpoints]]\nname = "llama-long"\nbase_url = "{base_url}"\ntool_choice = "none"\n'
         'params = { max_tokens = 1500, temperature = 0 }\n')

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from server.agent import orchestrate
+from server.agent.tools import Workspace
 from server.base.settings import Settings
 from server.model.client import ModelClient
-from server.model.endpoints import load_endpoints_file
+from server.model.endpoints import bound_strings, load_endpoints_file
 
 
 def test_toml_and_json_files_name_the_same_endpoints(tmp_path: Path) -> None:
@@ -34,6 +36,8 @@ def test_toml_and_json_files_name_the_same_endpoints(tmp_path: Path) -> None:
     ('[{"name": "a", "base_url": "ftp://h"}]', "http://"),
     ('[{"name": "a", "base_url": "http://h"}, {"name": "a", "base_url": "http://i"}]', "twice"),
     ("not = [valid", "neither valid JSON nor TOML"),
+    ('[{"name": "a", "base_url": "http://h", "max_argument_chars": 0}]', "at least 1"),
+    ('[{"name": "a", "base_url": "http://h", "max_argument_chars": "9"}]', "whole number"),
 ])
 def test_a_bad_file_says_what_is_wrong(tmp_path: Path, text: str, words: str) -> None:
     path = tmp_path / "bad"
@@ -62,3 +66,29 @@ def test_settings_and_model_resolution(tmp_path: Path) -> None:
     assert Settings.from_env({}).model_timeout == 120.0
     with pytest.raises(ValueError, match="BRAID_MODEL_TIMEOUT must be a number"):
         Settings.from_env({"BRAID_MODEL_TIMEOUT": "soon"})
+
+
+def _string_bounds(schema: object) -> list[int | None]:
+    if isinstance(schema, list):
+        return [n for item in schema for n in _string_bounds(item)]
+    if not isinstance(schema, dict):
+        return []
+    own = [schema.get("maxLength")] if schema.get("type") == "string" else []
+    return own + [n for key, value in schema.items() if key != "maxLength"
+                  for n in _string_bounds(value if key != "properties" else list(value.values()))]
+
+
+def test_max_argument_chars_bounds_every_string_of_every_tool(tmp_path: Path) -> None:
+    """A schema-constrained server (llama-server) then ends a forced call within the bound."""
+    path = tmp_path / "e.toml"
+    path.write_text('[[endpoints]]\nname = "local"\nbase_url = "http://h/v1"\n'
+                    "max_argument_chars = 60\n")
+    assert load_endpoints_file(path)[0].max_argument_chars == 60
+    tools = Workspace.schemas(True) + orchestrate.schemas()
+    before = [n for t in tools for n in _string_bounds(t["function"]["parameters"])]
+    assert None in before and 24 in before  # unbounded strings, and the label's own 24
+    after = [n for t in tools
+             for n in _string_bounds(bound_strings(t["function"]["parameters"], 60))]
+    assert len(after) == len(before) and set(after) == {24, 60}
+    # The tool's own schema is left as it was (one list of schemas serves every endpoint).
+    assert [n for t in tools for n in _string_bounds(t["function"]["parameters"])] == before
