@@ -214,7 +214,7 @@ async def summarize(braid: Services, handle: SessionHandle, request: Request,
 def write_compaction(git: GitSession, record: RunRecord, msg: MessageRecord,
                      seq: int | None) -> str:
     """On the session thread: the compaction run's one commit (its summary message at
-    `seq`, default the next, and its record)."""
+    `seq`, kept free by a turn, or the next, on demand; and its record)."""
     at = layout.next_seq(git) if seq is None else seq
     msg_path = layout.message_path(git, at, "system", msg["id"])
     run_path = layout.new_run_path(git, str(record["run_id"]))
@@ -224,7 +224,9 @@ def write_compaction(git: GitSession, record: RunRecord, msg: MessageRecord,
     oid = git.write_checkpoint(
         {msg_path: to_json_bytes(msg), run_path: to_json_bytes(record)},
         summary=f"Compaction: {turns} earlier {word} summarized", kind=context.COMPACTION,
-        run_id=str(record["run_id"]), message_index=1, sync_index=False)
+        # In a turn the index waits for the turn's end (its recovery after a kill); on
+        # demand nothing else would bring it up to date.
+        run_id=str(record["run_id"]), message_index=1, sync_index=seq is None)
     return str(oid)
 
 
@@ -297,7 +299,7 @@ async def compact(braid: Services, user_id: str, session_id: str) -> RunStarted:
     the compaction run's id once it is committed (its events went to every tab)."""
     handle = braid.store.get_owned(user_id, session_id)
     branch = await handle.call(lambda git: git.branch)
-    async with claim_turn(braid.locks, braid.runs, handle.session_id, branch):
+    async with claim_turn(braid.locks, braid.runs, handle.session_id, branch) as active:
         def look(git: GitSession) -> tuple[Plan | None, Instructions]:
             if git.branch != branch:
                 raise Conflict(f"the session switched from branch {branch} to {git.branch}")
@@ -312,6 +314,9 @@ async def compact(braid: Services, user_id: str, session_id: str) -> RunStarted:
                                               handle.meta.get("endpoint"))
         record, _ = await run_compaction(braid, handle, branch, found, heads,
                                          (model, endpoint.name), None)
-        await handle.call(lambda git: git.index.flush())
-        braid.packer.touch(handle.session_id, handle.path)
-        return {"run_id": str(record["run_id"])}
+        active.run_id = str(record["run_id"])
+        # The claim is let go here (a raise above lets claim_turn free it): the branch is
+        # free for the next turn or a queued message.
+        await braid.runs.end(active)
+    braid.packer.touch(handle.session_id, handle.path)
+    return {"run_id": str(record["run_id"])}
