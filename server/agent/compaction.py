@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from server.base.records import (
     MessageRecord,
     ModelMessage,
     RunRecord,
+    Usage,
     new_message,
     new_run,
     to_json_bytes,
@@ -182,22 +184,60 @@ def plan(prior: list[MessageRecord], sums: context.Sums, keep: int | None) -> Pl
 
 def bisect_cut(full: Any, n: int, keep: int, lo: int) -> int:
     """The smallest i in [lo, n] whose messages i..n cost at most `keep` (running totals)."""
-    from bisect import bisect_left
-
     return bisect_left(full, full[n] - keep, lo, n)
 
 
-def summary_request(found: Plan, heads: list[str], budget: int) -> Request:
-    """The call that asks for the summary: the earlier summary, the covered messages (what
-    fits, old tool output masked), then the ask."""
-    prior: list[MessageRecord] = [found.previous] if found.previous is not None else []
-    covered = prior + found.covered
-    return build(covered, context.sums_of(covered), [], heads, budget, 0,
+def summary_request(earlier: str | None, part: list[MessageRecord], heads: list[str],
+                    budget: int) -> Request:
+    """A call that asks for the summary: the earlier summary (`earlier`), a part of the
+    covered messages (what fits, old tool output masked), then the ask."""
+    prior: list[MessageRecord] = []
+    if earlier is not None:
+        prior.append(new_message("system", None, earlier, kind=context.COMPACTION))
+    prior += part
+    return build(prior, context.sums_of(prior), [], heads, budget, 0,
                  ask=context.SUMMARIZE_ASK)
 
 
+def parts_of(covered: list[MessageRecord], heads: list[str], budget: int
+             ) -> list[tuple[int, int]]:
+    """The covered messages cut, at runs' starts, into parts that each fit one summary
+    call (old tool output masked) beside the summary of the parts before: a branch much
+    longer than the budget is summarized part by part, the oldest first, none left out."""
+    sums = context.sums_of(covered)
+    room = budget - sum(context.text_cost(h) for h in heads) - budget // context.SUMMARY_SHARE \
+        - context.text_cost(context.SUMMARIZE_ASK) - context.text_cost(context.note_text(
+            len(covered)))
+    # A call sends its newest messages whole within half the room (context.fit_window) and
+    # the rest masked: a part whose masked total is half the room always fits whole.
+    room = max(1, room // context.WHOLE_SHARE)
+    out: list[tuple[int, int]] = []
+    start, n = 0, len(covered)
+    while start < n:
+        end = max(start + 1, bisect_right(sums.masked, sums.masked[start] + room, start, n + 1)
+                  - 1)
+        if end < n:  # back to the start of the run it cuts, unless that is the part's start
+            back = end
+            while back > start and covered[back].get("run_id") == covered[back - 1].get(
+                    "run_id"):
+                back -= 1
+            end = back if back > start else context.run_start_after(covered, end)
+        out.append((start, end))
+        start = end
+    return out
+
+
+def add_usage(total: Usage, usage: Usage | None) -> None:
+    """The tokens of each summary call, summed on the compaction's record."""
+    if usage and "prompt_tokens" in usage:
+        total["prompt_tokens"] = total.get("prompt_tokens", 0) + int(usage["prompt_tokens"])
+    if usage and "completion_tokens" in usage:
+        total["completion_tokens"] = (total.get("completion_tokens", 0)
+                                      + int(usage["completion_tokens"]))
+
+
 async def summarize(braid: Services, handle: SessionHandle, request: Request,
-                    model: str | None, endpoint: str | None) -> tuple[str, Any]:
+                    model: str | None, endpoint: str | None) -> tuple[str, Usage | None]:
     """The model's summary (its text, its usage). Raises what the call raised."""
     crash.at("compaction.model")
     stream = braid.model.stream(request.messages, [], model=model, endpoint=endpoint)
@@ -238,13 +278,19 @@ async def run_compaction(braid: Services, handle: SessionHandle, branch: str,
     record: RunRecord = {**new_run(run_id, handle.session_id, branch), "kind": context.COMPACTION,
                          "covers": found.covers}
     record["model"], record["endpoint"] = model[0], model[1] or ""
-    request = summary_request(found, heads, braid.settings.context_tokens)
-    record["context"] = request.use
+    budget = braid.settings.context_tokens
     sid = handle.session_id
     braid.bus.publish(sid, "run_started", {"run_id": run_id, "run": record.copy(),
                                            "branch": branch, "messages": [], "siblings": None})
+    earlier = found.previous.get("content") if found.previous is not None else None
+    usage: Usage = {}
     try:
-        text, usage = await summarize(braid, handle, request, model[0], model[1])
+        for start, end in parts_of(found.covered, heads, budget):
+            request = summary_request(earlier, found.covered[start:end], heads, budget)
+            record["context"] = request.use
+            earlier, used = await summarize(braid, handle, request, model[0], model[1])
+            add_usage(usage, used)
+        text = earlier or ""
     except BaseException as e:
         braid.bus.publish(sid, "run_error", {"run_id": run_id, "run": record.copy(),
                                              "status": "ERROR", "messages": [], "files": [],
@@ -254,8 +300,7 @@ async def run_compaction(braid: Services, handle: SessionHandle, branch: str,
     msg["id"] = run_id  # a run's id is its first message's
     record.update({"status": "COMPLETED", "summary": text, "message_count": 1,
                    "updated_at": now_iso()})
-    if usage:
-        record["usage"] = usage
+    record["usage"] = usage
     commit_id = await handle.call(lambda git: write_compaction(git, record, msg, seq))
     braid.bus.publish(sid, "checkpoint", {"run_id": run_id, "commit_id": commit_id,
                                           "kind": context.COMPACTION})

@@ -104,7 +104,14 @@ def _masked(msg: MessageRecord) -> ModelMessage | None:
             "tool_call_id": msg.get("tool_call_id", "")}
 
 
-MASKED: IdentityMemo[ModelMessage | None] = IdentityMemo(_masked)
+# A message as the masked part of a window sends it: a tool result's marker, else `shape`.
+def _masked_or_shaped(msg: MessageRecord, send_reasoning: bool) -> ModelMessage | None:
+    return _masked(msg) if context.MASKABLE.get(msg) else shape(msg, send_reasoning)
+
+
+MASKED: dict[bool, IdentityMemo[ModelMessage | None]] = {
+    False: IdentityMemo(lambda m: _masked_or_shaped(m, False)),
+    True: IdentityMemo(lambda m: _masked_or_shaped(m, True))}
 
 
 def to_model_window(heads: Iterable[str], masked: list[MessageRecord],
@@ -114,10 +121,6 @@ def to_model_window(heads: Iterable[str], masked: list[MessageRecord],
     messages `heads` (the base prompt, instructions, a summary, a note), the older messages
     with their tool output masked, then the newest whole."""
     out: list[ModelMessage] = [{"role": "system", "content": h} for h in heads]
-    shaped = SHAPED[send_reasoning]
-    for msg in masked:
-        item = MASKED.get(msg) if context.MASKABLE.get(msg) else shaped.get(msg)
-        if item is not None:
-            out.append(item)
-    out.extend(filter(None, shaped.many(whole)))
+    out.extend(filter(None, MASKED[send_reasoning].many(masked)))
+    out.extend(filter(None, SHAPED[send_reasoning].many(whole)))
     return out

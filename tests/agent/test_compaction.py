@@ -156,3 +156,29 @@ def test_the_window_masks_then_leaves_out() -> None:
     assert tight.omitted > 0
     sent = tight.masked + tight.whole
     assert sent[0]["role"] != "tool" and sent[-4]["content"] == "q9"
+
+
+def test_a_branch_longer_than_the_budget_is_summarized_part_by_part() -> None:
+    """parts_of: the covered messages in parts that each fit one summary call whole (none
+    left out), cut at runs' starts, oldest first, together all of them."""
+    from server.agent import compaction
+
+    covered: list[Any] = []
+    for i in range(300):
+        run = f"r{i}"
+        covered += [{"role": "user", "content": f"read f{i}", "run_id": run},
+                    {"role": "assistant", "content": "", "run_id": run, "tool_calls": [
+                        {"id": f"c{i}", "function": {"name": "read_file", "arguments": "{}"}}]},
+                    {"role": "tool", "tool_call_id": f"c{i}", "content": "z" * 1500,
+                     "run_id": run},
+                    {"role": "assistant", "content": "ok", "run_id": run}]
+    heads = [compaction.SYSTEM_PROMPT]
+    parts = compaction.parts_of(covered, heads, 8000)
+    assert len(parts) > 3 and parts[0][0] == 0 and parts[-1][1] == len(covered)
+    assert all(a[1] == b[0] for a, b in zip(parts, parts[1:], strict=False))
+    earlier = "summary: of the parts before " + "w" * 4000
+    for start, end in parts:
+        assert start == 0 or covered[start]["run_id"] != covered[start - 1]["run_id"]
+        request = compaction.summary_request(earlier, covered[start:end], heads, 8000)
+        assert request.use["omitted_messages"] == 0 and request.use["tokens"] <= 8000
+        assert request.messages[-1]["content"].startswith("Summarize the conversation so far")
