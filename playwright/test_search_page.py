@@ -97,7 +97,7 @@ def test_sidebar_shows_when_each_session_was_last_active(page: Page, shared_serv
         const u = t.cloneNode();
         u.setAttribute('datetime', '2020-03-05T10:00:00Z');
         document.getElementById('session-list').append(t, u);
-        document.dispatchEvent(new Event('DOMContentLoaded'));
+        document.dispatchEvent(new Event('htmx:afterSettle'));  // search.js refreshes the dates
         return [t.textContent, u.textContent];
     }""")
     assert words[0] == "Yesterday" and "2020" in words[1], words

@@ -1,46 +1,47 @@
 // The DAG panel: collapse/expand (remembered), ticked branches kept across re-renders, the
 // spawn form closing after it is sent, a click on a graph dot opening that node, closing the
 // node/conflict boxes, and a fresh graph after a reconnect. Everything else is htmx.
-(function () {
-  "use strict";
-  const KEY = "braid.dag.collapsed";
-  const ticked = new Set();
-  let opened = 0;
+import {feature, keymap} from "./core.js";
+const KEY = "braid.dag.collapsed";
+const ticked = new Set();
+let opened = 0;
 
-  function panel() { return document.getElementById("dag-panel"); }
+function panel() { return document.getElementById("dag-panel"); }
+function isPhone() { return !!window.matchMedia && window.matchMedia("(max-width: 760px)").matches; }
 
-  function setCollapsed(collapsed) {
-    const p = panel();
-    if (!p) return;
-    p.classList.toggle("collapsed", collapsed);
-    document.body.classList.toggle("dag-collapsed", collapsed);
-    const btn = p.querySelector("[data-toggle-dag]");
-    if (btn) btn.setAttribute("aria-expanded", collapsed ? "false" : "true");
-    try { localStorage.setItem(KEY, collapsed ? "1" : "0"); } catch (err) { /* private mode */ }
-  }
+function setCollapsed(collapsed) {
+  const p = panel();
+  if (!p) return;
+  p.classList.toggle("collapsed", collapsed);
+  document.body.classList.toggle("dag-collapsed", collapsed);
+  const btn = p.querySelector("[data-toggle-dag]");
+  if (btn) btn.setAttribute("aria-expanded", collapsed ? "false" : "true");
+  try { localStorage.setItem(KEY, collapsed ? "1" : "0"); } catch (err) { /* private mode */ }
+}
 
-  function restoreTicks() {
-    document.querySelectorAll("#dag input[name=branches]").forEach(function (box) {
-      box.checked = !box.disabled && ticked.has(box.value);
-    });
-    syncMerge();
-  }
+function restoreTicks() {
+  document.querySelectorAll("#dag input[name=branches]").forEach(function (box) {
+    box.checked = !box.disabled && ticked.has(box.value);
+  });
+  syncMerge();
+}
 
-  // Merge is for ticked branches: with none ticked there is nothing to press.
-  function syncMerge() {
-    const btn = document.getElementById("merge-btn");
-    if (!btn) return;
-    const none = !document.querySelector("#dag input[name=branches]:checked");
-    btn.disabled = none;
-    btn.title = none ? "Tick the branches to merge" : "";
-  }
+// Merge is for ticked branches: with none ticked there is nothing to press.
+function syncMerge() {
+  const btn = document.getElementById("merge-btn");
+  if (!btn) return;
+  const none = !document.querySelector("#dag input[name=branches]:checked");
+  btn.disabled = none;
+  btn.title = none ? "Tick the branches to merge" : "";
+}
 
-  function refreshDag() {
-    const p = panel();
-    if (!p || !window.htmx) return;
-    htmx.ajax("GET", "/s/" + p.dataset.sessionId + "/dag", {target: "#dag", swap: "outerHTML"});
-  }
+function refreshDag() {
+  const p = panel();
+  if (!p || !window.htmx) return;
+  htmx.ajax("GET", "/s/" + p.dataset.sessionId + "/dag", {target: "#dag", swap: "outerHTML"});
+}
 
+feature("dag", function () {
   document.addEventListener("change", function (e) {
     const box = e.target;
     if (box && box.name === "branches" && box.closest("#dag")) {
@@ -56,6 +57,7 @@
     const t = e.target;
     if (!t || !t.closest) return;
     if (t.closest("[data-toggle-dag]")) { setCollapsed(!panel().classList.contains("collapsed")); return; }
+    if (t.closest("[data-close-dag]")) { setCollapsed(true); document.querySelector("#dag-panel .dag-toggle").focus(); return; }
     const close = t.closest(".dag-close");
     if (close) {
       const box = document.querySelector(close.dataset.close);
@@ -139,16 +141,27 @@
   document.addEventListener("htmx:oobAfterSwap", restoreTicks);
   document.addEventListener("htmx:afterSwap", restoreTicks);
 
+  // On a phone the open panel is a sheet over the page: Esc or a tap beside it closes it.
+  function sheetOpen() { const p = panel(); return !!p && isPhone() && !p.classList.contains("collapsed"); }
+  keymap.bind("Escape", {name: "close-history-sheet", order: 55, when: sheetOpen,
+    run: function () { setCollapsed(true); }});
+  document.addEventListener("click", function (e) {
+    const t = e.target;
+    if (!sheetOpen() || !(t instanceof Element) || panel().contains(t)) return;
+    if (t.closest("#toasts, dialog, [data-open-child], [data-toggle-dag]")) return;
+    setCollapsed(true);
+  });
+
   document.addEventListener("htmx:wsOpen", function () {
     opened += 1;
     if (opened > 1) refreshDag();  // events sent while the socket was down are lost
   });
 
-  document.addEventListener("DOMContentLoaded", function () {
+  (function () {
     let collapsed = false;
     try { collapsed = localStorage.getItem(KEY) === "1"; } catch (err) { /* private mode */ }
     // On a phone the panel is an overlay: always start closed.
-    if (window.matchMedia && window.matchMedia("(max-width: 760px)").matches) collapsed = true;
+    if (isPhone()) collapsed = true;
     setCollapsed(collapsed);
-  });
-})();
+  })();
+});

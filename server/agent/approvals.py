@@ -92,6 +92,23 @@ async def gate(braid: Services, ctx: TurnContext, call: ToolCall) -> str | None:
     return denied_text(reason) if decision == "deny" else None
 
 
+async def ask_network(braid: Services, ctx: TurnContext, call_id: str, host: str,
+                      port: int) -> tuple[str, str]:
+    """A sandboxed command of this turn wants to reach `host` (agent/network.py): the user's
+    (decision, reason). Without a live run to show it in, the answer is a denial."""
+    sid, run_id = ctx.handle.session_id, ctx.run_id
+    active = braid.runs.find(sid, run_id)
+    if active is None:
+        return "deny", "no one to ask"
+    waiting: WaitingCall = {"run_id": run_id, "call_id": call_id, "tool": "network",
+                            "args": {"host": host, "port": port}, "branch": active.branch,
+                            "shown_in": _shown_in(braid, ctx, active)}
+    label = (ctx.run.get("sub_agent") or {}).get("label")
+    if label:
+        waiting["label"] = str(label)
+    return await _wait(braid, active, waiting)
+
+
 async def _wait(braid: Services, active: ActiveRun, waiting: WaitingCall) -> tuple[str, str]:
     call_id, sid = waiting["call_id"], active.session_id
     future: asyncio.Future[tuple[str, str]] = asyncio.get_running_loop().create_future()

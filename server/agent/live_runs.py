@@ -62,6 +62,9 @@ class ActiveRun:
     # (this process's runs only) the futures their answers (decision, reason) resolve.
     waiting: dict[str, WaitingCall] = field(default_factory=dict)
     answers: dict[str, asyncio.Future[tuple[str, str]]] = field(default_factory=dict)
+    # A running command's output so far, by call id (its tail: what a page opened mid-command
+    # shows; `tool_output` events bring the rest).
+    output: dict[str, str] = field(default_factory=dict)
     # Set by `stop`: what a tool waiting on other runs (its sub-agents) watches.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
 

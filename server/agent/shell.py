@@ -1,17 +1,28 @@
-"""The agent's shell tool: one command in the session's workdir, with a timeout, its whole
-process group killed on timeout, and its output capped (head and tail kept)."""
+"""The agent's shell tool: one command in the session's workdir (or a sub-agent's worktree),
+with a timeout, its output capped (head and tail kept) and streamed as it comes.
+
+`run_sandboxed` (BRAID_SHELL=sandbox, the default) runs it in the sandbox (agent/sandbox:
+bubblewrap, a cgroup per command, the egress proxy); `run_shell` (BRAID_SHELL=host) runs it
+as the server's own user, its process tree killed by tag (base/proctree.py). Either way a
+command still running when its turn is stopped is killed by `kill_under` (its workdir)."""
 
 from __future__ import annotations
 
 import asyncio
+import codecs
+import contextlib
+import json
 import os
 import subprocess
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from server.agent.sandbox import box, egress
+from server.agent.sandbox.limits import Cgroup, Limits
 from server.base import proctree
 
 T = TypeVar("T")
@@ -53,14 +64,17 @@ class _Capture:
     """A command's output read as it comes, keeping only the head and the tail: a chatty
     command must not fill memory, and errors usually sit at the end."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, stream: OutputStream | None = None) -> None:
         self.head = bytearray()
         self.tail = bytearray()
         self.total = 0
         self.half = limit // 2
+        self.stream = stream
 
     def pump(self, stream: Any) -> None:
         for chunk in iter(lambda: stream.read1(65536), b""):
+            if self.stream is not None:
+                self.stream.add(chunk)
             self.total += len(chunk)
             room = self.half - len(self.head)
             if room > 0:
@@ -80,10 +94,244 @@ class _Capture:
         return output.decode("utf-8", errors="replace")
 
 
+class OutputStream:
+    """A command's output as it comes, handed to `send` in pieces (the `tool_output` events):
+    at most every `every` seconds, UTF-8 decoded across chunk boundaries, and at most
+    `limit` bytes in all (then one line saying the rest is left out: the page and the
+    record stay bounded, the model's result keeps its own head and tail)."""
+
+    def __init__(self, send: Callable[[str], None], limit: int = 256 * 1024,
+                 every: float = 0.1) -> None:
+        self.send = send
+        self.limit = limit
+        self.every = every
+        self.sent = 0
+        self.cut = False
+        self.pending = bytearray()
+        self.last = 0.0
+        self.lock = threading.Lock()
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def add(self, chunk: bytes) -> None:
+        with self.lock:
+            if self.cut:
+                return
+            room = self.limit - self.sent - len(self.pending)
+            self.pending.extend(chunk[:max(room, 0)])
+            if len(chunk) > room:
+                self.cut = True
+        if self.cut or time.monotonic() - self.last >= self.every:
+            self.flush()
+
+    def flush(self, final: bool = False) -> None:
+        with self.lock:
+            data, self.pending = bytes(self.pending), bytearray()
+            self.sent += len(data)
+            self.last = time.monotonic()
+            text = self.decoder.decode(data, final=final or self.cut)
+            if self.cut and data:
+                text += "\n… [the rest of the output is left out here]\n"
+        if text:
+            self.send(text)
+
+
+@dataclass
+class Sandboxing:
+    """How `run_sandboxed` runs a command: its bounds, whether a cgroup holds it (limits.py),
+    and `network`: given the sandbox's PID 1, serves its egress proxy and returns what stops
+    it (None: loopback only)."""
+
+    limits: Limits = field(default_factory=Limits)
+    cgroup: bool = True
+    network: Callable[[int], Callable[[], None]] | None = None
+    output: OutputStream | None = None
+    readonly: tuple[Path, ...] = ()
+
+
+_running: dict[str, dict[int, Callable[[], None]]] = {}  # workdir -> {id: kill}
+_running_lock = threading.Lock()
+
+
+def kill_under(cwd: Path) -> int:
+    """Kill every command running in `cwd` (a stopped turn's workdir), sandboxed or not."""
+    with _running_lock:
+        kills = list(_running.get(str(cwd), {}).values())
+    for kill in kills:
+        kill()
+    return len(kills) + proctree.kill_under(cwd)
+
+
+def run_sandboxed(command: str, *, workdir: Path, plan: Sandboxing,
+                  output_limit: int = SHELL_OUTPUT_LIMIT) -> tuple[str, bool]:
+    """Run `bash -c command` in the sandbox; returns (what the model reads, whether it
+    failed). Nothing of it outlives this call: at its end, its timeout, its write bound and
+    `kill_under`, the cgroup (or, without one, bwrap and so its PID namespace) is killed."""
+    capture = _Capture(output_limit, plan.output)
+    try:
+        run = _Sandboxed(command, workdir, plan)
+    except OSError as exc:
+        return f"error: could not start the sandbox: {exc}", True
+    with _running_lock:
+        _running.setdefault(str(workdir), {})[id(run)] = run.kill
+    try:
+        why = run.wait(capture)
+    finally:
+        with _running_lock:
+            _running.get(str(workdir), {}).pop(id(run), None)
+            if not _running.get(str(workdir)):
+                _running.pop(str(workdir), None)
+        run.close()
+    text = "\n".join([*run.notes, capture.text()]) if run.notes else capture.text()
+    if why is not None:
+        return f"error: {why}\n{text}", True
+    return f"exit code: {run.proc.returncode}\n{text}", False
+
+
+class _Sandboxed:
+    """One command in its sandbox: started with the proxy attached before it runs, waited
+    for, killed whole."""
+
+    def __init__(self, command: str, workdir: Path, plan: Sandboxing) -> None:
+        self.plan, self.workdir = plan, workdir
+        self.group = Cgroup.make(plan.limits, "sh") if plan.cgroup else None
+        self.notes: list[str] = []
+        self.killed = threading.Event()
+        self.stop_network: Callable[[], None] | None = None
+        self.reader: threading.Thread | None = None
+        status_r, status_w = os.pipe()
+        block_r, block_w = os.pipe()
+        env = box.base_env(egress.proxy_env() if plan.network else {})
+        try:
+            argv = box.sandboxed_argv(
+                ["/bin/bash", "-c", command], workdir=workdir, env=env,
+                readonly=plan.readonly, limits=plan.limits, cgroup=self.group,
+                status_fd=status_w, block_fd=block_r)
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, start_new_session=True, env={},
+                pass_fds=(status_w, block_r))
+        except OSError:
+            for fd in (status_r, block_w):
+                os.close(fd)
+            if self.group is not None:
+                self.group.close()
+            raise
+        finally:
+            os.close(status_w)
+            os.close(block_r)
+        # Kept open until the end: bwrap writes its exit status there too (else SIGPIPE).
+        self.status_r = status_r
+        try:
+            self._connect(_child_pid(status_r))
+        finally:
+            with contextlib.suppress(OSError):
+                os.write(block_w, b"go")  # the command starts now
+            os.close(block_w)
+
+    def _connect(self, pid: int | None) -> None:
+        if pid is None or self.plan.network is None:
+            return
+        try:
+            self.stop_network = self.plan.network(pid)
+        except OSError as e:
+            self.notes.append(f"note: no network for this command ({e.strerror or e})")
+
+    def kill(self) -> None:
+        self.killed.set()
+        if self.group is not None:
+            self.group.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, 9)  # bwrap: its PID 1, and so the namespace, dies with it
+
+    def wait(self, capture: _Capture) -> str | None:
+        """Until the command ends; the reason it was ended, if it was."""
+        self.reader = threading.Thread(target=capture.pump, args=(self.proc.stdout,),
+                                       daemon=True)
+        self.reader.start()
+        limits = self.plan.limits
+        why = _watch(self.reader, self.workdir, limits, self.plan.output)
+        if why is not None:
+            self.kill()
+        self.reader.join(5.0)
+        if self.proc.poll() is None and why is None:
+            # Output ended, bash still runs (it closed its output): wait for its exit.
+            try:
+                self.proc.wait(limits.timeout)
+            except subprocess.TimeoutExpired:
+                why = f"command timed out after {limits.timeout:g}s and was killed"
+        if why is None and self.killed.is_set():
+            why = "command was stopped"
+        if why is None and self.group is not None and self.group.oom_killed():
+            self.notes.append(f"note: a process was killed for using more than "
+                              f"{limits.memory} bytes of memory")
+        return why
+
+    def close(self) -> None:
+        if self.group is not None:
+            self.group.close()
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, 9)
+        self.proc.wait()
+        os.close(self.status_r)
+        if self.stop_network is not None:
+            self.stop_network()
+        if self.proc.stdout is not None and self.reader is not None \
+                and not self.reader.is_alive():
+            self.proc.stdout.close()
+        if self.plan.output is not None:
+            self.plan.output.flush(final=True)
+
+
+def _child_pid(fd: int) -> int | None:
+    """The sandbox's PID 1 as bwrap reports it first on --json-status-fd (None: it failed)."""
+    data = b""
+    while b"}" not in data:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return None
+        data += chunk
+    try:
+        pid = json.loads(data[:data.index(b"}") + 1]).get("child-pid")
+    except ValueError:
+        return None
+    return pid if isinstance(pid, int) else None
+
+
+def _watch(reader: threading.Thread, workdir: Path, limits: Limits,
+           output: OutputStream | None) -> str | None:
+    """Wait for the command's output to end; the reason to kill it, if any: its time is up,
+    or the disk lost more than its write bound meanwhile (RLIMIT_FSIZE bounds each file,
+    the tmpfs sizes /tmp and $HOME; this bounds many files together)."""
+    deadline = time.monotonic() + limits.timeout
+    start = _free(workdir)
+    while True:
+        reader.join(min(0.1, max(deadline - time.monotonic(), 0)))
+        if output is not None:
+            output.flush()
+        if not reader.is_alive():
+            return None
+        if time.monotonic() >= deadline:
+            return f"command timed out after {limits.timeout:g}s and was killed"
+        if start is not None and (now := _free(workdir)) is not None \
+                and start - now > limits.write:
+            return f"command wrote more than {limits.write} bytes and was killed"
+
+
+def _free(path: Path) -> int | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
 def run_shell(command: str, *, cwd: Path, timeout: float,
-              output_limit: int = SHELL_OUTPUT_LIMIT) -> tuple[str, bool]:
-    """Run `bash -c command` in `cwd`; returns (what the model reads, whether it failed)."""
-    capture = _Capture(output_limit)
+              output_limit: int = SHELL_OUTPUT_LIMIT,
+              output: OutputStream | None = None) -> tuple[str, bool]:
+    """Run `bash -c command` in `cwd` as the server's own user (BRAID_SHELL=host); returns
+    (what the model reads, whether it failed)."""
+    capture = _Capture(output_limit, output)
     tag = proctree.new_tag()
     try:
         # A new session makes the command's whole process tree one group we can kill; the
@@ -126,6 +374,8 @@ def run_shell(command: str, *, cwd: Path, timeout: float,
     # pipe) would wait on the reader's lock; leave that stream to the daemon thread instead.
     if proc.stdout is not None and not reader.is_alive():
         proc.stdout.close()
+    if output is not None:
+        output.flush(final=True)
     text = capture.text()
     if timed_out:
         return f"error: command timed out after {timeout:g}s and was killed\n{text}", True

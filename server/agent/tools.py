@@ -129,11 +129,15 @@ class Workspace:
         before_write: Callable[[str], None] | None = None,
         shell_enabled: bool = False,
         shell_timeout: float = 30.0,
+        shell_runner: Callable[[str, Path], tuple[str, bool]] | None = None,
     ) -> None:
         self.root = Path(root)
         self.before_write = before_write
         self.shell_enabled = shell_enabled
         self.shell_timeout = shell_timeout
+        # How a command runs (agent/turn_tools.py: the sandbox, or the host when the operator
+        # chose it); without one (a test of the tools), on the host.
+        self.shell_runner = shell_runner
 
     # ----------------------------------------------------------------- confinement
 
@@ -334,7 +338,10 @@ class Workspace:
     def _tool_shell(self, command: str) -> ToolResult:
         if not self.shell_enabled:
             return _error("shell tool is disabled")
-        text, failed = run_shell(command, cwd=self.root, timeout=self.shell_timeout)
+        if self.shell_runner is not None:
+            text, failed = self.shell_runner(command, self.root)
+        else:
+            text, failed = run_shell(command, cwd=self.root, timeout=self.shell_timeout)
         return ToolResult(text, is_error=failed)
 
 def _name(exc: OSError) -> str:

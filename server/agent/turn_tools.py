@@ -5,13 +5,18 @@ which alone writes the turn's state (`TurnContext`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from server.agent import approvals, orchestrate
-from server.agent.shell import on_own_thread
+from server.agent import approvals, network, orchestrate
+from server.agent.sandbox import egress, limits
+from server.agent.sandbox.limits import Limits
+from server.agent.shell import OutputStream, Sandboxing, on_own_thread, run_sandboxed, run_shell
 from server.agent.tools import ToolResult, Workspace
 from server.agent.turn_context import TurnContext, add_message
 from server.base import crash, names
@@ -90,12 +95,66 @@ async def run_tool(braid: Services, ctx: TurnContext, call: ToolCall) -> ToolOut
             return ToolOutcome(bad_args, True, [])
         return await handle.call(lambda git: _file_tool(braid, git, run_id, name, fn))
     workspace = Workspace(handle.path / WORKDIR, shell_enabled=braid.settings.shell,
-                          shell_timeout=braid.settings.shell_timeout)
+                          shell_timeout=braid.settings.shell_timeout,
+                          shell_runner=shell_runner(braid, ctx, str(call.get("id") or "")))
     result = ToolResult(bad_args, is_error=True) if bad_args else await on_own_thread(
         lambda: workspace.execute(name, fn.get("arguments") or "{}"),
         f"shell-{handle.session_id[:8]}")
     known = sorted(ctx.changed)
     return await handle.call(lambda git: _after_shell(braid, git, run_id, known, result))
+
+
+OUTPUT_KEPT = 64 * 1024  # of a running command's output, for a page opened mid-command
+
+
+def shell_runner(braid: Services, ctx: TurnContext, call_id: str
+                 ) -> Callable[[str, Path], tuple[str, bool]]:
+    """How this call's command runs (DESIGN §4 "The shell"): in the sandbox, its output
+    streamed as `tool_output` events and its web requests through the egress proxy with
+    the session's consent; on the host only where the operator chose `host`."""
+    settings = braid.settings
+    loop = asyncio.get_running_loop()
+    sid, run_id = ctx.handle.session_id, ctx.run_id
+    found = braid.runs.find(sid, run_id)
+    branch = found.branch if found is not None else ""
+
+    def publish(text: str) -> None:  # on the loop
+        active = braid.runs.find(sid, run_id)
+        if active is not None:
+            active.output[call_id] = (active.output.get(call_id, "") + text)[-OUTPUT_KEPT:]
+        braid.bus.publish(sid, "tool_output", {"run_id": run_id, "call_id": call_id,
+                                               "text": text, "branch": branch})
+
+    def send(text: str) -> None:  # on the command's thread
+        with contextlib.suppress(RuntimeError):  # the loop is gone: the server stops
+            loop.call_soon_threadsafe(publish, text)
+
+    stream = OutputStream(send)
+    if settings.shell_mode == "host":
+        return lambda command, cwd: run_shell(command, cwd=cwd, timeout=settings.shell_timeout,
+                                              output=stream)
+    bounds = Limits(procs=settings.shell_max_procs, memory=settings.shell_max_memory,
+                    write=settings.shell_max_write, timeout=settings.shell_timeout)
+    consent = network.CommandNetwork(braid, ctx, call_id)
+
+    def attach(pid: int) -> Callable[[], None]:  # on the command's thread
+        listener = egress.attach(pid)
+        proxy = egress.Proxy(consent.consent, settings.shell_hosts)
+        try:
+            asyncio.run_coroutine_threadsafe(proxy.serve(listener), loop).result(30)
+        except BaseException:
+            listener.close()
+            raise
+
+        def stop() -> None:
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(proxy.close(), loop).result(30)
+            listener.close()
+        return stop
+
+    plan = Sandboxing(limits=bounds, cgroup=limits.why_not() is None, output=stream,
+                      network=None if consent.mode() == "off" else attach)
+    return lambda command, cwd: run_sandboxed(command, workdir=cwd, plan=plan)
 
 
 def _file_tool(braid: Services, git: GitSession, run_id: str, name: str,

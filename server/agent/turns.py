@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from server.agent import compaction, orchestrate
+from server.agent import compaction, orchestrate, shell
 from server.agent.compaction import SYSTEM_PROMPT
 from server.agent.live_runs import ActiveRun, claim_turn
 from server.agent.tools import Workspace
@@ -26,7 +26,7 @@ from server.agent.turn_context import (
     open_turn,
 )
 from server.agent.turn_tools import batch_summary, settle_inflight, tool_step
-from server.base import crash, proctree
+from server.base import crash
 from server.base.errors import Busy, NotFound
 from server.base.ids import new_message_id
 from server.base.records import (
@@ -177,7 +177,7 @@ async def drive(braid: Services, ctx: TurnContext, active: ActiveRun) -> None:
             task.uncancel()
         status = "INTERRUPTED" if active.stop_reason == "shutdown" else "CANCELLED"
         # A shell command of this turn still running on the session thread dies with it.
-        proctree.kill_under(ctx.handle.path / WORKDIR)
+        shell.kill_under(ctx.handle.path / WORKDIR)
     except ModelError as e:  # already logged by the client, with the server named
         status, error = "ERROR", e.message
         if e.partial is not None and e.partial.usage:

@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from server.agent.live_runs import ActiveRun, TurnGate
+from server.agent.sandbox import box
+from server.agent.sandbox import limits as sandbox_limits
 from server.app import recovery
 from server.app.memory import give_back_memory, limit_arenas
 from server.backends.choose import make_index, make_queue, make_search, make_team, make_users
@@ -65,6 +67,7 @@ class Braid:
         asyncio.get_running_loop().set_default_executor(IdlingThreadPool(
             max_workers=min(32, (os.cpu_count() or 1) + 4),
             idle_seconds=self.settings.idle_seconds, name="braid-pool"))
+        await asyncio.get_running_loop().run_in_executor(None, self._shell_check)
         fresh_index = await self.index.open()
         fresh_index = await self.search.open() or fresh_index  # an older index: rebuilt
         await self.queue.open()
@@ -74,6 +77,30 @@ class Braid:
         # starts now, and later whatever a free branch can take (queue.sweep).
         self._sweeper = asyncio.create_task(self._sweep_queue(), name="braid-queue")
         return self.users.set_token(DEFAULT_USER, self.settings.token or self._local_token())
+
+    def _shell_check(self) -> None:
+        """Whether the shell can be offered (DESIGN §4 "The shell"): in `sandbox` mode only
+        where a sandbox can be made here, never silently unsandboxed; the reason goes to
+        the log and the page (`settings.shell_unavailable`). A kill -9 during a command
+        left its cgroup and processes: they end now."""
+        settings = self.settings
+        if settings.shell_mode == "host":
+            log.warning("BRAID_SHELL=host: the agent's commands run unsandboxed, as the "
+                        "server's own user")
+        if settings.shell_mode != "sandbox":
+            return
+        why = box.why_not()
+        if why is not None:
+            settings.shell = False
+            settings.shell_unavailable = why
+            log.warning("the shell is not offered: no sandbox can be made here (%s)", why)
+            return
+        swept = sandbox_limits.sweep() if sandbox_limits.why_not() is None else 0
+        if swept:
+            log.info("ended %d sandboxed command(s) a stopped server left behind", swept)
+        if sandbox_limits.why_not() is not None:
+            log.warning("the shell's commands run without a cgroup (%s): bounded by rlimits "
+                        "and their PID namespace only", sandbox_limits.why_not())
 
     def _local_token(self) -> str:
         """Without BRAID_TOKEN, the default user's token is made once and kept in the data

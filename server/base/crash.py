@@ -12,6 +12,8 @@ import os
 import signal
 from collections.abc import Callable
 
+from server.base.settings import Settings
+
 # Every point the code can stop at, by operation (the fault table's rows and columns).
 # `<op>.before_commit` / `<op>.after_commit` sit in `GitSession.write_checkpoint` (named by the
 # commit's kind; a turn's `tool-batch` and `turn` commits are the `checkpoint` operation).
@@ -102,4 +104,5 @@ def arm(name: str | None, mode: str = "kill") -> None:
 at: Callable[[str], None] = _noop
 # (commit kind, "before_commit" | "after_commit"): the points inside write_checkpoint.
 commit_point: Callable[[str, str], None] = _noop_commit
-arm(os.environ.get("BRAID_CRASH_AT") or None, os.environ.get("BRAID_CRASH_MODE", "kill"))
+_armed = Settings.from_env(only=("crash_at", "crash_mode"))  # the table (settings.py), read once
+arm(_armed.crash_at, _armed.crash_mode)

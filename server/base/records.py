@@ -322,6 +322,8 @@ SessionMeta = TypedDict("SessionMeta", {
     "import": NotRequired[ImportSummary],
     "approvals": NotRequired[str],  # auto (absent) | shell | writes
     "approvals_always": NotRequired[list[str]],  # tools the user answered "always"
+    "shell_network": NotRequired[str],  # ask (absent) | on | off (DESIGN §4 "The shell")
+    "shell_network_hosts": NotRequired[list[str]],  # hosts the user allowed (agent/network.py)
 })
 
 

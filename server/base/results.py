@@ -67,6 +67,7 @@ class TranscriptItem(TypedDict, total=False):
     siblings: Siblings | None
     streaming: bool
     live_text: str  # a live turn's text streamed so far (web.live)
+    just_ended: bool  # drawn by its end event: a long answer stays whole under its reader
     waiting: list[WaitingCall]  # a live turn's tool calls waiting for approval (web.live)
     children: list[ChildCard]  # the sub-agents it spawned, as cards in its bubble
 
@@ -124,6 +125,8 @@ SessionInfo = TypedDict("SessionInfo", {
     "endpoint": NotRequired[str],
     "approvals": NotRequired[str],  # auto | shell | writes (agent/approvals.py)
     "approvals_always": NotRequired[list[str]],  # tools answered "always"
+    "shell_network": NotRequired[str],  # ask | on | off (agent/network.py)
+    "shell_network_hosts": NotRequired[list[str]],  # hosts the user allowed
 })
 
 
@@ -239,6 +242,8 @@ class SessionChanges(TypedDict, total=False):
     model: str | None
     approvals: str
     approvals_always: list[str]  # set by `approve_tool_call` (always), not by clients
+    shell_network: str  # ask | on | off: a sandboxed command's web access
+    shell_network_hosts: list[str]  # hosts allowed (approved; a client may take them back)
 
 
 class ApprovalResult(TypedDict):
@@ -521,6 +526,7 @@ class EventData(TypedDict, total=False):
     message: MessageRecord
     message_id: str
     delta: str
+    text: str  # `tool_output`: a running command's output as it comes
     call: ToolCall
     siblings: Siblings | None
     files: list[FileChip]

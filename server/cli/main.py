@@ -1,4 +1,4 @@
-"""`braid serve | reindex | user add NAME | open PATH | export SESSION` (DESIGN §7)."""
+"""`braid serve | reindex | user add NAME | open PATH | export SESSION | settings` (DESIGN §7)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from server.base.settings import Settings
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    settings = Settings.from_env()
+    settings = _from_env()
     if getattr(args, "data_dir", None):
         settings.data_dir = Path(args.data_dir).expanduser()
     if getattr(args, "host", None):
@@ -19,6 +19,13 @@ def _settings(args: argparse.Namespace) -> Settings:
     if getattr(args, "port", None):
         settings.port = args.port
     return settings
+
+
+def _from_env() -> Settings:
+    try:
+        return Settings.from_env()
+    except ValueError as e:  # a setting that does not parse: its sentence, no traceback
+        raise SystemExit(f"braid: {e}") from e
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -92,6 +99,24 @@ def user_add(args: argparse.Namespace) -> int:
     return 0
 
 
+def show_settings(args: argparse.Namespace) -> int:
+    """Every setting (settings.py's table): variable, kind, default, help, and the value this
+    environment gives it when that is not the default."""
+    from server.base.settings import table
+
+    current = _from_env()
+    defaults = Settings()
+    rows = table()
+    width = max(len(r.variable) for r in rows)
+    for r in rows:
+        value = getattr(current, r.attribute)
+        now = "" if value == getattr(defaults, r.attribute) or r.secret \
+            else f"  [now: {value}]"
+        later = " (not yet used)" if r.later else ""
+        print(f"{r.variable:<{width}}  {r.kind}, default {r.default}: {r.help}{later}{now}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="braid", description="Braid: git-backed agent chat")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -112,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
                    "export to; without it a new user has none")
     q.add_argument("--data-dir")
     q.set_defaults(fn=user_add)
+    p = sub.add_parser("settings", help="print every BRAID_* setting: kind, default, help")
+    p.set_defaults(fn=show_settings)
     from server.cli.project import add_commands
 
     add_commands(sub, _settings)  # braid open PATH, braid export SESSION --to PATH

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -107,7 +106,7 @@ def open_project(settings: Settings, args: argparse.Namespace) -> int:
     for item in skipped:
         print(f"  skipped {item['path']} ({item['reason']}, {item.get('size', 0)} bytes)")
     print(f"Open: {url}", flush=True)
-    if not args.no_browser:
+    if not (args.no_browser or settings.no_browser):
         webbrowser.open(url)
     return 0
 
@@ -153,8 +152,7 @@ def add_commands(sub: Any, settings_of: Any) -> None:
                                                       "tree (HEAD) instead of the folder")
     p.add_argument("--ref", help="import the repository at this ref (implies --git)")
     p.add_argument("--title")
-    p.add_argument("--no-browser", action="store_true",
-                   default=os.environ.get("BRAID_NO_BROWSER") == "1")
+    p.add_argument("--no-browser", action="store_true", help="or BRAID_NO_BROWSER=on")
     p.add_argument("--host")
     p.add_argument("--port", type=int)
     p.add_argument("--data-dir")

@@ -18,7 +18,7 @@ PATH_MAX = 4096
 
 if TYPE_CHECKING:
     from server.agent.services import Services
-    from server.base.settings import Settings
+    from server.base.settings import Settings, variable_of
 
 
 def _real(path: Path | str) -> Path:
@@ -38,7 +38,7 @@ class Roots:
     @classmethod
     def of(cls, settings: Settings, user_id: str, given: list[str] | None) -> Roots:
         if user_id == DEFAULT_USER:
-            paths, hint = list(settings.import_roots), "BRAID_IMPORT_ROOTS"
+            paths, hint = list(settings.import_roots), variable_of("import_roots")
         else:
             paths = [Path(p) for p in given or []]
             hint = f"braid user add {user_id} --roots"

@@ -13,7 +13,7 @@ import asyncio
 import shutil
 from typing import TYPE_CHECKING, cast
 
-from server.agent import approvals
+from server.agent import approvals, network
 from server.base.errors import NotFound
 from server.base.ids import is_session_id, now_iso
 from server.base.records import SessionMeta, to_json_bytes
@@ -40,6 +40,10 @@ def _summary(changes: SessionChanges) -> str:
         parts.append(f"Model: {changes['model'] or 'default'}")
     if "approvals" in changes:
         parts.append(f"Approvals: {changes['approvals']}")
+    if "shell_network_hosts" in changes:
+        parts.append(f"Network hosts: {', '.join(changes['shell_network_hosts']) or 'none'}")
+    if "shell_network" in changes:
+        parts.append(f"Shell network: {changes['shell_network']}")
     if "approvals_always" in changes:
         parts.append(f"Always allow: {', '.join(changes['approvals_always'])}")
     return "; ".join(parts)
@@ -80,6 +84,13 @@ def _changed(meta: SessionMeta, changes: SessionChanges) -> SessionMeta:
             out["approvals"] = changes["approvals"]
     if "approvals_always" in changes:
         out["approvals_always"] = changes["approvals_always"]
+    if "shell_network_hosts" in changes:
+        out["shell_network_hosts"] = changes["shell_network_hosts"]
+    if "shell_network" in changes:  # ask, the default, is kept as no key
+        if changes["shell_network"] == "ask":
+            out.pop("shell_network", None)
+        else:
+            out["shell_network"] = changes["shell_network"]
     return out
 
 
@@ -141,7 +152,14 @@ async def settle(braid: Services, session_id: str, run_id: str, call_id: str, de
     waiting = active.waiting.get(call_id) if active is not None else None
     if active is None or waiting is None or call_id not in active.answers:
         return False
-    if decision == "always":
+    if waiting["tool"] == network.TOOL and decision != "deny":
+        # A host allowed once is allowed for the session (approve and always alike).
+        handle = braid.store.get(session_id)
+        args = waiting["args"]
+        host = str(args.get("host")) if isinstance(args, dict) else ""
+        hosts = sorted({*network.allowed_hosts(handle.meta), host} - {""})
+        await update_session(braid, handle.user_id, session_id, {"shell_network_hosts": hosts})
+    elif decision == "always":
         handle = braid.store.get(session_id)
         always = sorted({*(handle.meta.get("approvals_always") or ()), waiting["tool"]})
         await update_session(braid, handle.user_id, session_id, {"approvals_always": always})

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pygit2
 
-from server.agent import approvals
+from server.agent import approvals, network
 from server.agent.turn_changes import annotate_turns
 from server.agent.turn_context import snapshot_user_edits
 from server.base.errors import Busy, NotFound
@@ -77,6 +77,8 @@ def _describe(git: GitSession, handle: SessionHandle) -> SessionInfo:
         "import": handle.meta.get("import"),
         "approvals": approvals.mode_of(handle.meta),
         "approvals_always": list(handle.meta.get("approvals_always") or ()),
+        "shell_network": network.mode_of(handle.meta),
+        "shell_network_hosts": network.allowed_hosts(handle.meta),
     }
 
 

@@ -76,7 +76,7 @@ def _tool_call(word: str, rest: str, has_shell: bool) -> tuple[str, dict[str, An
 def _plan_line(plan: Plan, word: str, rest: str) -> None:
     """A line that shapes the answer rather than calling a tool."""
     if word == "say":
-        plan.says.append(rest)
+        plan.says.append(_unescape(rest))
     elif word == "fail" and plan.fail is None:
         plan.fail = rest or "demo model failure"
     elif word == "slow" and rest.strip().isdigit():

@@ -28,7 +28,7 @@ FILE_NAME = "AGENTS.md"
 PATH = f"{WORKDIR}/{FILE_NAME}"
 MAX_BYTES = 32 * 1024
 PROJECT_HEAD = "Project instructions (AGENTS.md):\n"
-SERVER_HEAD = "Server instructions (BRAID_INSTRUCTIONS):\n"
+SERVER_HEAD = "Server instructions:\n"
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def server_text(path: Path | None) -> str | None:
         data = path.read_bytes()
     except OSError:
         return None
-    text = capped(SERVER_HEAD, data, "BRAID_INSTRUCTIONS") if data.strip() else None
+    text = capped(SERVER_HEAD, data, "the server's instructions") if data.strip() else None
     _SERVER[path] = (key, text)
     return text
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from server.agent.approvals import DECISIONS, MODES
+from server.agent.network import MODES as NETWORK_MODES
 from server.agent.turns import MAX_TEXT
 from server.base.errors import BadRequest, NotFound
 from server.base.ids import is_message_id
@@ -257,6 +258,15 @@ def session_changes(raw: object) -> SessionChanges:
             one_line(model, "model", MAX_MODEL)
     if "approvals" in raw:
         changes["approvals"] = one_of(raw["approvals"], "approvals", MODES)
+    if "shell_network" in raw:
+        changes["shell_network"] = one_of(raw["shell_network"], "shell_network",
+                                          NETWORK_MODES)
+    if "shell_network_hosts" in raw:
+        hosts = raw["shell_network_hosts"]
+        if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+            raise BadRequest("shell_network_hosts must be a list of host names")
+        changes["shell_network_hosts"] = sorted({one_line(h, "host", 253).lower()
+                                                 for h in hosts})
     return changes
 
 

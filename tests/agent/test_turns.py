@@ -288,7 +288,9 @@ async def test_paths_escaping_the_workdir_change_nothing_outside(
     assert_fsck(path)
 
 
-async def test_shell_is_off_by_default(braid: Braid) -> None:
+async def test_shell_off_is_not_offered(make_braid: MakeBraid) -> None:
+    # BRAID_SHELL=off (on by default, sandboxed: tests/agent/test_shell_sandbox.py).
+    braid = await make_braid(shell=False, shell_mode="off")
     sid, path = await new_session(braid)
     done = await run_turn(braid, sid, "shell echo hi > s.txt")
     assert done["status"] == "COMPLETED"

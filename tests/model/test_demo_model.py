@@ -143,6 +143,11 @@ async def test_say_is_the_final_answer_after_tools() -> None:
     assert final.content == "All set."
 
 
+async def test_say_turns_backslash_n_into_a_newline() -> None:
+    result = await stream([BASE, user("say line one\\n\\nline two")])
+    assert result.content == "line one\n\nline two"
+
+
 async def test_only_the_last_user_message_counts() -> None:
     old = await stream([BASE, user("write old.txt x")])
     messages = [BASE, user("write old.txt x"), *batch_messages(old),

@@ -82,7 +82,7 @@ async def test_the_operator_s_instructions_come_first_and_follow_edits(
     sid, _ = await new_session(braid)
     await run_turn(braid, sid, "write AGENTS.md Use tabs.")
     assert answer(await run_turn(braid, sid, "notes")) == (
-        "Server instructions (BRAID_INSTRUCTIONS):\nNever delete files. | "
+        "Server instructions:\nNever delete files. | "
         "Project instructions (AGENTS.md):\nUse tabs.\n")
     rules.write_text("Never delete files, ever.")
     assert "ever." in answer(await run_turn(braid, sid, "notes"))

@@ -31,7 +31,7 @@ def test_the_models_spawn_draws_cards_in_the_parents_bubble(shared_server: Serve
             frames.append(ws.recv(timeout=20))
     text = "".join(frames)
     # sub_agent_started: a card appended to the parent's bubble, by the contract's fields.
-    started = re.findall(rf'<div id="children-{parent}" hx-swap-oob="beforeend">\s*'
+    started = re.findall(rf'<div id="children-{parent}" hx-swap-oob="beforeend" data-turn-part>\s*'
                          r'<div class="sub-card" id="sub-card-(\w+)"[^>]*data-status="RUNNING"'
                          rf'[^>]*data-parent="{parent}" data-call-id="(\w+)"', text)
     assert len(started) == 2, text[:3000]
@@ -125,10 +125,11 @@ def test_a_childs_own_children_are_cards_in_its_card(shared_server: Server) -> N
                       for f in frames):
             frames.append(ws.recv(timeout=20))
     text = "".join(frames)
-    outer = re.search(rf'<div id="children-{parent}" hx-swap-oob="beforeend">\s*'
+    outer = re.search(rf'<div id="children-{parent}" hx-swap-oob="beforeend" data-turn-part>\s*'
                       r'<div class="sub-card" id="sub-card-(\w+)"', text)
     assert outer is not None
-    inner = re.search(rf'<div id="children-{outer.group(1)}" hx-swap-oob="beforeend">\s*'
+    inner = re.search(rf'<div id="children-{outer.group(1)}" '
+                      rf'hx-swap-oob="beforeend" data-turn-part>\s*'
                       rf'<div class="sub-card" id="sub-card-(\w+)"[^>]*data-parent='
                       rf'"{outer.group(1)}"', text)
     assert inner is not None, text[:4000]

@@ -349,7 +349,7 @@ def test_an_ipv4_address_carried_in_an_ipv6_one_is_judged_as_itself() -> None:
     address in their low bits: a private one is internal, a public one is not."""
     import ipaddress
 
-    from server.features.sources.git_urls import internal
+    from server.agent.sandbox.addresses import internal
 
     for inside in ("::ffff:127.0.0.1", "2002:7f00:1::", "64:ff9b::7f00:1", "64:ff9b::a00:1",
                    "64:ff9b:1::c0a8:1", "::ffff:0:7f00:1", "::127.0.0.1", "::1", "fd00::1"):

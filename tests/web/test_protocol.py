@@ -233,7 +233,11 @@ def test_html_frames_carry_the_ids_htmx_swaps(shared_server: Server, session_id:
         assert f'id="turn-{run_id}"' in started and f'id="live-{run_id}"' in started
         assert 'id="stop-btn"' in started and 'id="run-state"' in started
         assert 'id="session-title"' in started
-        assert any(f'id="live-{run_id}" hx-swap-oob="beforeend"' in f for f in frames)
+        # A streamed chunk is data, not HTML: text the page appends to the live block.
+        deltas = [json.loads(f) for f in frames if f.startswith("{")]
+        assert deltas and all(d["frame"] == "append" and d["id"] == f"live-{run_id}"
+                              for d in deltas)
+        assert "".join(d["text"] for d in deltas).strip()
         card = next(f for f in frames if f'id="tool-{run_id}-' in f)
         assert f'id="parts-{run_id}"' in card and "notes/a.txt" in card
         assert any(f.strip().startswith('<span class="tool-status ok" id="tool-status-')

@@ -13,12 +13,12 @@ URL" and nothing of what the other end answered."""
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from server.agent.sandbox.addresses import IP, internal, listed, literal
 from server.base.errors import BadRequest, Forbidden
 from server.base.settings import Settings
 
@@ -27,8 +27,6 @@ _ALIASES = {"git+ssh": "ssh", "ssh+git": "ssh"}
 _SCP = re.compile(r"^[\w.-]+@([\w.-]+):")  # user@host:path, as git clone reads it (sources.is_url)
 _HOST = re.compile(r"^[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*$")
 FETCH_FAILED = "could not fetch URL"
-
-IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 @dataclass(frozen=True)
@@ -85,41 +83,11 @@ def _allowed(settings: Settings, remote: Remote) -> Remote:
 
 
 def _literal(host: str) -> IP | None:
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        return None
-
-
-_NAT64 = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("64:ff9b:1::/48"),
-          ipaddress.IPv6Network("::ffff:0:0:0/96"))  # and SIIT's IPv4-translated form
-_IPV4_COMPAT = ipaddress.IPv6Network("::/96")
-
-
-def internal(addr: IP) -> bool:
-    """Loopback, private, link-local, unique-local, unspecified, reserved or multicast (an
-    IPv4 address inside an IPv6 one judged as itself)."""
-    if isinstance(addr, ipaddress.IPv6Address):
-        inner = addr.ipv4_mapped or addr.sixtofour
-        if inner is None and (any(addr in net for net in _NAT64) or addr in _IPV4_COMPAT):
-            # A NAT64 gateway (RFC 6052), SIIT or an old IPv4-compatible form carries the IPv4
-            # address in the last 32 bits: `64:ff9b::10.0.0.1` reaches 10.0.0.1.
-            inner = ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
-        if inner is not None:
-            addr = inner
-    return addr.is_multicast or not addr.is_global
+    return literal(host)
 
 
 def _listed(settings: Settings, host: str, addr: IP) -> bool:
-    for entry in settings.import_hosts:
-        if entry == host:
-            return True
-        try:
-            if addr in ipaddress.ip_network(entry, strict=False):
-                return True
-        except ValueError:
-            continue
-    return False
+    return listed(settings.import_hosts, host, addr)
 
 
 def addresses(settings: Settings, remote: Remote) -> list[IP]:
@@ -134,13 +102,20 @@ def addresses(settings: Settings, remote: Remote) -> list[IP]:
         except (OSError, UnicodeError) as e:
             raise BadRequest(FETCH_FAILED) from e
         # An address, "host%scope" for a scoped IPv6 one (the int is AF_PACKET's, not asked).
-        found = list(dict.fromkeys(ipaddress.ip_address(str(i[4][0]).split("%")[0])
+        found = list(dict.fromkeys(_address(str(i[4][0]).split("%")[0])
                                    for i in infos))
     for addr in found:
         if internal(addr) and not _listed(settings, remote.host, addr):
             raise Forbidden(f"{remote.host} is an address of the server's own network: "
                             "imports from it are off (BRAID_IMPORT_HOSTS)")
     if not found:
+        raise BadRequest(FETCH_FAILED)
+    return found
+
+
+def _address(text: str) -> IP:
+    found = literal(text)
+    if found is None:
         raise BadRequest(FETCH_FAILED)
     return found
 

@@ -118,7 +118,7 @@ def sub_agent_started(v: View) -> str:
                        "label": data.get("label") or "", "status": "RUNNING",
                        "prompt": data.get("prompt") or ""}
     html = render("_sub_agent_card.html", card=card)
-    return oob_append(f"children-{dom_id(parent)}", html) + run_state(v.running)
+    return oob_append(f"children-{dom_id(parent)}", html, turn_part=True) + run_state(v.running)
 
 
 def child_ended(v: View) -> str:

@@ -93,9 +93,14 @@ def grows_lane(ctx: ActionContext, data: EventData) -> bool:
     return branch.startswith(PREFIX)
 
 
+async def _usage(ctx: ActionContext) -> EventReads:
+    """The header's token count: the shown branch's, which a checkout or a continue changes."""
+    return {"usage": await model_choice.session_usage(ctx.braid, ctx.user_id, ctx.session_id)}
+
+
 async def _transcript(ctx: ActionContext, data: EventData) -> EventReads:
     return {"transcript": await transcript_with_children(ctx.braid, ctx.user_id,
-                                                         ctx.session_id)}
+                                                         ctx.session_id), **await _usage(ctx)}
 
 
 async def _layout(ctx: ActionContext, data: EventData) -> EventReads:
@@ -106,7 +111,7 @@ async def _layout(ctx: ActionContext, data: EventData) -> EventReads:
 
 async def _session_changed(ctx: ActionContext, data: EventData) -> EventReads:
     transcript = await transcript_with_children(ctx.braid, ctx.user_id, ctx.session_id)
-    return {"transcript": transcript, **await _layout(ctx, data)}
+    return {"transcript": transcript, **await _layout(ctx, data), **await _usage(ctx)}
 
 
 async def _session_updated(ctx: ActionContext, data: EventData) -> EventReads:

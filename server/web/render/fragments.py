@@ -5,6 +5,7 @@ import the table that gathers them (frames.py)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict, cast
@@ -69,9 +70,17 @@ ResultRenderer = Callable[[Renderer, Any], Awaitable[str]]
 ErrorRenderer = Callable[[Renderer, ErrorInfo], Awaitable[str]]
 
 
-def oob_append(target_id: str, inner: str) -> str:
-    # beforeend appends the wrapper's children to the element with the wrapper's id.
-    return f'<div id="{target_id}" hx-swap-oob="beforeend">{inner}</div>'
+def oob_append(target_id: str, inner: str, turn_part: bool = False) -> str:
+    """beforeend appends the wrapper's children to the element with the wrapper's id.
+    `turn_part`: the target is inside one turn, which the page may not show (paged out):
+    the page then drops the frame's element (static/conn.js) instead of reporting it."""
+    mark = " data-turn-part" if turn_part else ""
+    return f'<div id="{target_id}" hx-swap-oob="beforeend"{mark}>{inner}</div>'
+
+
+def append_frame(target_id: str, text: str) -> str:
+    """A data frame (JSON, not HTML): the page appends `text` to `#target_id` as text."""
+    return json.dumps({"frame": "append", "id": target_id, "text": text}, ensure_ascii=False)
 
 
 def toast(message: str, level: str = "error") -> str:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from markupsafe import escape
-
 from server.base.results import EventData
 from server.web.errors import Frame
 from server.web.import_views import IMPORT_ERRORS, IMPORT_RESULTS
@@ -22,6 +20,7 @@ from server.web.render.fragments import (
     EventRenderer,
     ResultRenderer,
     View,
+    append_frame,
     oob_append,
     run_state,
     session_list,
@@ -102,12 +101,14 @@ def _run_restarted(v: View) -> str:
 
 
 def _delta(data: EventData) -> str:
-    return oob_append(f"live-{dom_id(data['run_id'])}", f"<span>{escape(data['delta'])}</span>")
+    """Not HTML: a data frame the page appends as text to the turn's live block (static/core.js
+    dataFrame), never parsed as markup; a page that does not show the turn drops it."""
+    return append_frame(f"live-{dom_id(data['run_id'])}", data["delta"])
 
 
 def _tool_call(v: View) -> str:
     card = render("_tool_card.html", run_id=v.data["run_id"], call=v.data["call"], result=None)
-    return oob_append(f"parts-{dom_id(v.data['run_id'])}", card)
+    return oob_append(f"parts-{dom_id(v.data['run_id'])}", card, turn_part=True)
 
 
 def _tool_result(v: View) -> str:
@@ -121,7 +122,8 @@ def _tool_result(v: View) -> str:
 def _approval_needed(v: View) -> str:
     """The waiting call as a card in the bubble of the run that shows it."""
     card = render("_approval.html", waiting=v.data, resolved=None)
-    return oob_append(f"parts-{dom_id(v.data.get('shown_in') or v.data['run_id'])}", card)
+    return oob_append(f"parts-{dom_id(v.data.get('shown_in') or v.data['run_id'])}", card,
+                      turn_part=True)
 
 
 def _approval_resolved(v: View) -> str:
@@ -132,6 +134,7 @@ def _run_done(v: View) -> str:
     if is_sub_agent_run(v.data):  # its card in the parent's bubble
         return child_ended(v)
     turn = turn_from_event(v.data, streaming=False)  # the file chips arrive with the bubble
+    turn["just_ended"] = True  # its reader is on it: a long answer does not fold
     if "children" in v.reads:  # its sub-agents' cards, their tokens read
         turn["children"] = v.reads["children"]
     html = render("_turn.html", turn=turn) + run_state(v.running)
@@ -144,6 +147,7 @@ def _session_changed(v: View) -> str:
     html = render("_transcript.html", transcript=v.reads["transcript"]) + run_state(v.running)
     if v.data.get("branch"):
         html += render("_branch.html", branch=v.data["branch"])
+    html += render("_session_tokens.html", usage=v.reads["usage"], oob=True)
     return html + dag_html(v.reads["layout"], v.data["session_id"])  # marks the branch shown
 
 

@@ -51,7 +51,7 @@ def footer(turn: TranscriptItem) -> str:
     rid = dom_id(turn["run_id"])
     inner = render("_turn_footer.html", turn=turn, run=run, status=run.get("status") or "",
                    rid=rid)
-    return f'<div hx-swap-oob="innerHTML:#footer-{rid}">{inner}</div>'
+    return f'<div hx-swap-oob="innerHTML:#footer-{rid}" data-turn-part>{inner}</div>'
 
 
 def rewind_menu(point: RewindPoint, rewound: str | None) -> str:

@@ -16,6 +16,7 @@ def _run_continued(v: View) -> str:
                                            if t.get("run_id") != v.data["run_id"]]}
     return (render("_transcript.html", transcript=view)
             + render("_branch.html", branch=v.data.get("branch"))
+            + render("_session_tokens.html", usage=v.reads["usage"], oob=True)
             + run_state(v.running))
 
 

@@ -1,0 +1,236 @@
+"""The page's defects of issue 29, each as a daily user meets it, in real Chromium against a
+real server: a long answer that ends stays open where it is read; the demo's `say` keeps its
+line breaks; toasts do not pile up; a one-file turn has one Revert; the laptop's top bar keeps
+one line; a search result opened on a phone keeps the header in view; the phone's History
+sheet has a way out."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from playwright.sync_api import Page, expect
+
+from conftest import send_from_page
+
+Server = Any
+TIMEOUT = 30_000
+LAPTOP = {"width": 1400, "height": 900}
+PHONE = {"width": 390, "height": 844}
+
+
+def test_a_long_answer_does_not_fold_when_it_ends(page: Page, login: Any, shared_server: Server,
+                                                  console_errors: Any) -> None:
+    page.set_viewport_size(LAPTOP)
+    sid = shared_server.new_session()
+    login(page, sid)
+    words = " ".join(f"word{i}" for i in range(600))  # ~5,000 characters: "long"
+    run_id = send_from_page(page, "slow 2\nsay " + words)
+    turn = page.locator(f"#turn-{run_id}")
+    page.wait_for_function("""(id) => {
+        const live = document.getElementById('live-' + id);
+        return live && live.textContent.includes('word300');
+    }""", arg=run_id, timeout=TIMEOUT)
+    streamed = page.evaluate("(id) => document.getElementById('live-' + id).offsetHeight", run_id)
+    expect(turn).to_have_attribute("data-status", "COMPLETED", timeout=TIMEOUT)
+    block = turn.locator(".md.collapsible")
+    # Shown whole (nothing cut off under a fold), at least as tall as it was while streaming.
+    assert block.evaluate("el => el.scrollHeight - el.clientHeight") <= 1
+    assert block.evaluate("el => el.offsetHeight") >= streamed
+    expect(turn.locator(".md")).to_contain_text("word599")
+    # Folding is the reader's choice: Show less, then Show more.
+    more = turn.locator(".bubble-assistant .show-more")
+    expect(more).to_have_text("Show less")
+    more.click()
+    expect(more).to_have_text("Show more")
+    assert block.evaluate("el => el.scrollHeight - el.clientHeight") > 100
+
+
+def test_say_keeps_its_line_breaks(page: Page, login: Any, shared_server: Server,
+                                   console_errors: Any) -> None:
+    sid = shared_server.new_session()
+    login(page, sid)
+    run_id = send_from_page(page, "say first paragraph\\n\\nsecond paragraph", until_done=True)
+    paragraphs = page.locator(f"#turn-{run_id} .md p")
+    expect(paragraphs).to_have_count(2)
+    expect(paragraphs.nth(1)).to_have_text("second paragraph")
+
+
+def send_bad_action(page: Page, action: str) -> None:
+    """A refused action, sent as a button of the page would send it: the server answers
+    with an error toast."""
+    page.evaluate("""(action) => {
+        const form = document.createElement('form');
+        form.setAttribute('ws-send', '');
+        form.innerHTML = '<input type="hidden" name="action">';
+        form.elements.action.value = action;
+        document.getElementById('app').append(form);
+        htmx.process(form);
+        htmx.trigger(form, 'submit');
+        form.remove();
+    }""", action)
+
+
+def test_toasts_do_not_pile_up(page: Page, login: Any, shared_server: Server,
+                               console_errors: Any) -> None:
+    sid = shared_server.new_session()
+    login(page, sid)
+    toasts = page.locator("#toasts .toast")
+    for _ in range(4):  # the same error four times: one toast says it
+        send_bad_action(page, "frobnicate")
+        expect(toasts.first).to_be_visible(timeout=TIMEOUT)
+    page.wait_for_timeout(300)
+    expect(toasts).to_have_count(1)
+    expect(toasts.first).to_contain_text("frobnicate")
+    for i in range(5):  # five other errors: at most three at once, the newest kept
+        send_bad_action(page, f"frob{i}")
+        expect(toasts.last).to_contain_text(f"frob{i}", timeout=TIMEOUT)
+    expect(toasts).to_have_count(3)
+    # They go by themselves, soon: nothing stays over the controls under them.
+    expect(toasts).to_have_count(0, timeout=8_000)
+
+
+def test_a_one_file_turn_has_one_revert_button(page: Page, login: Any, shared_server: Server,
+                                               console_errors: Any) -> None:
+    sid = shared_server.new_session()
+    one = shared_server.run(sid, "write a.txt one")["run_id"]
+    two = shared_server.run(sid, "write b.txt two\nwrite c.txt three")["run_id"]
+    login(page, sid)
+    expect(page.locator(f"#footer-{one} .revert-btn")).to_have_count(1)
+    expect(page.locator(f"#footer-{one} .chip-act")).to_have_count(0)
+    expect(page.locator(f"#footer-{two} .chip-act")).to_have_count(2)  # one per file there
+
+
+def test_the_top_bar_keeps_one_line_on_a_laptop(page: Page, login: Any, shared_server: Server,
+                                                console_errors: Any) -> None:
+    page.set_viewport_size(LAPTOP)
+    sid = shared_server.new_session()
+    first = shared_server.run(sid, "say hello there")["run_id"]
+    shared_server.run(sid, "say second")
+    login(page, sid)
+    expect(page.locator("#dag-panel")).not_to_have_class("collapsed")
+    # On a sibling branch (Edit & rerun): its name joins the bar.
+    page.locator(f"#turn-{first} details.edit-rerun > summary").click()
+    page.locator(f"#turn-{first} details.edit-rerun textarea").fill("say edited hello")
+    page.locator(f"#turn-{first} details.edit-rerun button[type=submit]").first.click()
+    expect(page.locator("#branch-badge")).to_contain_text("Edit", timeout=TIMEOUT)
+    rows = page.evaluate("""() => {
+        const tops = new Set();
+        for (const el of document.querySelector('.topbar').children) {
+            const r = el.getBoundingClientRect();
+            if (r.width && r.height) tops.add(Math.round(r.top + r.height / 2));
+        }
+        return [...tops];
+    }""")
+    assert max(rows) - min(rows) <= 4, rows  # every item's middle on one line
+    title = page.locator("#session-title").bounding_box()
+    assert title and title["width"] > 120  # the title is not squeezed to nothing
+
+
+def test_a_search_link_on_a_phone_keeps_the_header(page: Page, login: Any, shared_server: Server,
+                                                   console_errors: Any) -> None:
+    page.set_viewport_size(PHONE)
+    sid = shared_server.new_session()
+    first = shared_server.run(sid, "say the first turn")["run_id"]
+    for i in range(8):
+        shared_server.run(sid, f"say turn {i} " + "filler " * 40)
+    login(page, shared_server.new_session())  # the link opens the session anew
+    page.goto(f"{shared_server.base_url}/s/{sid}#turn-{first}")
+    turn = page.locator(f"#turn-{first}")
+    expect(turn).to_have_class("turn turn-found", timeout=TIMEOUT)
+    page.wait_for_timeout(300)
+    expect(turn).to_be_in_viewport()
+    # The page itself did not scroll: the header is in view, no blank band under the composer.
+    assert page.evaluate("() => document.scrollingElement.scrollTop") == 0
+    assert page.evaluate("() => document.querySelector('.main').scrollTop") == 0
+    box = page.locator(".topbar").bounding_box()
+    assert box and box["y"] >= 0
+    expect(page.locator(".sidebar-toggle")).to_be_in_viewport()
+    composer = page.locator(".composer-wrap").bounding_box()
+    assert composer and composer["y"] + composer["height"] >= 844 - 2
+
+
+def test_the_phone_history_sheet_has_a_way_out(page: Page, login: Any, shared_server: Server,
+                                               console_errors: Any) -> None:
+    page.set_viewport_size(PHONE)
+    sid = shared_server.new_session()
+    shared_server.run(sid, "say hello")
+    login(page, sid)
+    panel = page.locator("#dag-panel")
+    opener = page.locator("#dag-panel .dag-toggle")
+
+    def open_sheet() -> None:
+        opener.click()
+        expect(panel).not_to_have_class("dag-panel collapsed")
+
+    open_sheet()
+    close = page.locator("#dag-panel .dag-close-sheet")
+    expect(close).to_be_visible()
+    expect(close).to_have_text("Close")
+    close.click()
+    expect(panel).to_have_class("dag-panel collapsed")
+    open_sheet()
+    page.keyboard.press("Escape")
+    expect(panel).to_have_class("dag-panel collapsed")
+    open_sheet()
+    page.mouse.click(20, 500)  # the page beside the sheet
+    expect(panel).to_have_class("dag-panel collapsed")
+
+
+def test_the_header_follows_the_branch_shown(page: Page, login: Any, shared_server: Server,
+                                             console_errors: Any) -> None:
+    sid = shared_server.new_session()
+    shared_server.run(sid, "say hello")
+    second = shared_server.run(sid, "say a short one")["run_id"]
+    login(page, sid)
+    tokens = page.locator("#session-tokens")
+    expect(tokens).to_have_text(re.compile(r"\d+ tokens"), timeout=TIMEOUT)
+    on_main = tokens.inner_text()
+    # The first turn named the session: the ⋯ menu's Name says so.
+    name = page.locator("#session-title").inner_text()
+    page.click(".session-menu-btn")
+    expect(page.locator("#rename-input")).to_have_value(name)
+    page.keyboard.press("Escape")
+    # Edit & rerun with a much longer answer: the header counts the new branch's tokens.
+    turn = page.locator(f"#turn-{second}")
+    turn.locator(".msg-user details.edit-rerun > summary").click()
+    turn.locator(".msg-user details.edit-rerun textarea").fill("say " + "many words " * 200)
+    turn.locator(".msg-user details.edit-rerun button[type=submit]").click()
+    edited = page.locator("#transcript > section.turn").last
+    expect(edited).not_to_have_attribute("data-run-id", second, timeout=TIMEOUT)
+    expect(edited).to_have_attribute("data-status", "COMPLETED", timeout=TIMEOUT)
+    expect(tokens).not_to_have_text(on_main, timeout=TIMEOUT)
+    on_edit = tokens.inner_text()
+    # ‹ shows main again, and its count; › the edit's.
+    edited.locator(".switch-prev").click()
+    expect(page.locator(f"#turn-{second}")).to_be_visible(timeout=TIMEOUT)
+    expect(tokens).to_have_text(on_main, timeout=TIMEOUT)
+    page.locator(f"#turn-{second} .switch-next").click()
+    expect(tokens).to_have_text(on_edit, timeout=TIMEOUT)
+    page.click(".session-menu-btn")
+    expect(page.locator("#rename-input")).to_have_value(page.locator("#session-title").inner_text())
+
+
+def test_a_conflict_on_a_sibling_branch_names_it_for_people(
+        page: Page, login: Any, shared_server: Server, console_errors: Any) -> None:
+    sid = shared_server.new_session()
+    first = shared_server.run(sid, "say hi")["run_id"]
+    login(page, sid)
+    turn = page.locator(f"#turn-{first}")
+    turn.locator(".msg-user details.edit-rerun > summary").click()
+    turn.locator(".msg-user details.edit-rerun textarea").fill("say hi again")
+    turn.locator(".msg-user details.edit-rerun button[type=submit]").click()
+    edited = page.locator("#transcript > section.turn").last
+    expect(edited).not_to_have_attribute("data-run-id", first, timeout=TIMEOUT)
+    expect(edited).to_have_attribute("data-status", "COMPLETED", timeout=TIMEOUT)
+    expect(page.locator("#branch-badge")).to_have_attribute("data-branch", re.compile("^run/"))
+    shared_server.spawn_conflicting(sid, str(edited.get_attribute("data-run-id")))
+    rows = page.locator("#dag .dag-branch[data-branch^=sub_]")
+    expect(rows).to_have_count(2, timeout=TIMEOUT)
+    for i in range(2):
+        rows.nth(i).locator("input[type=checkbox]").check()
+    page.click("#merge-btn")
+    conflicts = page.locator("#dag-conflicts")
+    expect(conflicts).to_contain_text("same.txt", timeout=TIMEOUT)
+    expect(conflicts).to_contain_text("Edit of")  # the branch merged into, by its name
+    assert "run/" not in conflicts.inner_text()  # never its hash (only on hover)

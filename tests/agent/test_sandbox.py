@@ -1,0 +1,168 @@
+"""The sandbox itself (agent/sandbox/box.py, limits.py), run for real with bubblewrap: what a
+command sees and does not, and that its cgroup bounds and ends it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from server.agent.sandbox import box, limits
+from server.agent.sandbox.limits import Cgroup, Limits
+
+pytestmark = pytest.mark.skipif(box.why_not() is not None,
+                                reason=f"no sandbox here: {box.why_not()}")
+
+
+@pytest.fixture
+def group() -> Iterator[Cgroup]:
+    made = Cgroup.make(Limits(procs=64, memory=256 * 1024**2), "test")
+    assert made is not None, limits.why_not()
+    yield made
+    made.close()
+    assert made.pids() == []
+
+
+def run(workdir: Path, script: str, cgroup: Cgroup | None = None,
+        readonly: tuple[Path, ...] = (), **lim: int) -> subprocess.CompletedProcess[str]:
+    argv = box.sandboxed_argv(["/bin/bash", "-c", script], workdir=workdir,
+                              env=box.base_env({"GREETING": "hi"}), readonly=readonly,
+                              limits=Limits(**lim), cgroup=cgroup)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_the_workdir_is_read_write_and_nothing_beside_it_is_seen(tmp_path: Path) -> None:
+    work = tmp_path / "session" / "workdir"
+    work.mkdir(parents=True)
+    (tmp_path / "session" / ".git").mkdir()
+    (tmp_path / "session" / ".git" / "config").write_text("[core]\n")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "secret").write_text("theirs")
+    (work / "mine").write_text("ours")
+    out = run(work, "cat mine; echo made > new; pwd; ls -a ..; "
+              "cat ../.git/config ../../other/secret")
+    assert "ours" in out.stdout and str(work) in out.stdout
+    assert (work / "new").read_text() == "made\n"
+    assert ".git" not in out.stdout and "theirs" not in out.stdout
+    assert "No such file" in out.stderr
+
+
+def test_the_environment_is_made_from_scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                              ) -> None:
+    monkeypatch.setenv("BRAID_TOKEN", "server-secret-token")
+    out = run(tmp_path, "env; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done; "
+              "echo $HOME")
+    assert "server-secret-token" not in out.stdout
+    assert "GREETING=hi" in out.stdout and "PATH=" in out.stdout
+    assert out.stdout.strip().endswith(box.HOME)
+
+
+def test_home_tmp_and_the_system_are_private_or_read_only(tmp_path: Path) -> None:
+    marker = Path("/tmp") / f"braid-host-{os.getpid()}"
+    marker.write_text("host")
+    try:
+        out = run(tmp_path, f"ls /tmp; cat {marker}; echo x > ~/.bashrc; echo y > /tmp/t; "
+                  "echo z > /etc/braid-test; cat /etc/shadow /root/.bashrc; ls /root; "
+                  "id -u; ps -e -o pid= | wc -l")
+    finally:
+        marker.unlink()
+    assert marker.name not in out.stdout
+    assert not Path("/etc/braid-test").exists()
+    assert "Read-only file system" in out.stderr
+    assert "root:" not in out.stdout  # /etc/shadow: masked
+    lines = out.stdout.split()
+    assert lines[-2] == str(box.UID)
+    assert int(lines[-1]) <= 4  # bash, ps, wc and the sandbox's PID 1: nothing of the host
+
+
+def test_no_network_but_its_own_loopback(tmp_path: Path) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        out = run(tmp_path, f"echo > /dev/tcp/127.0.0.1/{port} && echo reached; "
+                  "ls /sys/class/net 2>/dev/null; cat /proc/net/dev | tail -n +3 | cut -d: -f1")
+    assert "reached" not in out.stdout
+    assert out.stdout.split() == ["lo"]
+
+
+def test_readonly_paths_are_seen_and_not_written(tmp_path: Path) -> None:
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "server.py").write_text("print('mcp')")
+    work = tmp_path / "w"
+    work.mkdir()
+    out = run(work, f"cat {tools}/server.py; echo no > {tools}/server.py", readonly=(tools,))
+    assert "print('mcp')" in out.stdout and "Read-only" in out.stderr
+    assert (tools / "server.py").read_text() == "print('mcp')"
+
+
+def test_a_fork_flood_stops_at_the_process_bound(tmp_path: Path, group: Cgroup) -> None:
+    # Counted with bash's builtins alone: at the bound no `ps` could start.
+    out = run(tmp_path, "(for i in $(seq 200); do sleep 30 & done) 2>/dev/null; "
+              "n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; echo $n", cgroup=group,
+              procs=64)
+    assert 32 < int(out.stdout.split()[-1]) <= 64
+
+
+def test_memory_past_the_bound_is_killed(tmp_path: Path, group: Cgroup) -> None:
+    out = run(tmp_path, "python3 -c 'x = bytearray(1024**3); print(len(x))'; echo after",
+              cgroup=group, memory=256 * 1024**2)
+    assert "1073741824" not in out.stdout and "after" in out.stdout
+
+
+def test_a_file_larger_than_the_write_bound_stops(tmp_path: Path) -> None:
+    out = run(tmp_path, "head -c 3000000 /dev/zero > big; echo $?; stat -c %s big",
+              write=1024**2)
+    assert out.stdout.split()[-1] == str(1024**2)
+    assert (tmp_path / "big").stat().st_size == 1024**2
+
+
+def test_what_a_command_leaves_running_is_killed_with_its_cgroup(tmp_path: Path,
+                                                                 group: Cgroup) -> None:
+    out = run(tmp_path, "setsid sleep 300 & nohup sleep 301 >/dev/null 2>&1 & "
+              "(sleep 302 &) ; echo started", cgroup=group)
+    assert "started" in out.stdout
+    group.kill()
+    assert group.pids() == []
+    assert not [p for p in Path("/proc").glob("[0-9]*/cmdline")
+                if p.exists() and b"sleep\x00302" in _read(p)]
+
+
+def test_the_sandbox_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    # A starter (the server, here a shell) killed with -9: bwrap's PID 1 gets SIGKILL
+    # (--die-with-parent), and with it every process of the sandbox.
+    argv = box.sandboxed_argv(["/bin/bash", "-c", "setsid sleep 303 & sleep 304"],
+                              workdir=tmp_path, env=box.base_env())
+    starter = subprocess.Popen(["/usr/bin/python3", "-c",
+                                "import subprocess, sys; subprocess.run(sys.argv[1:])", *argv])
+    deadline = time.monotonic() + 20
+    while not _sleeping("304") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _sleeping("304")
+    starter.kill()
+    starter.wait()
+    while (_sleeping("303") or _sleeping("304")) and time.monotonic() < deadline + 10:
+        time.sleep(0.05)
+    assert not _sleeping("303") and not _sleeping("304")
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def _sleeping(seconds: str) -> bool:
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        if _read(path) == b"sleep\x00" + seconds.encode() + b"\x00":
+            state = _read(path.with_name("stat")).rpartition(b")")[2].split()[:1]
+            if state != [b"Z"]:
+                return True
+    return False

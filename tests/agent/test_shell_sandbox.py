@@ -1,0 +1,239 @@
+"""The shell in its sandbox, through a real server (DESIGN §4 "The shell"): each command the
+demo model runs is a real bash in bubblewrap. What it must not reach (another session, the
+data dir, the server's home, environment and port, the session's .git, the host's /tmp),
+what must not outlive it, and its bounds. Each test fails with today's unsandboxed shell."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import TOKEN, Server, WsClient, free_port, git
+from server.agent.sandbox import box
+
+pytestmark = pytest.mark.skipif(box.why_not() is not None,
+                                reason=f"no sandbox here: {box.why_not()}")
+
+
+@pytest.fixture(scope="module")
+def sandbox_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The default shell (BRAID_SHELL unset: the sandbox), bounded low enough to test."""
+    env = {"BRAID_SHELL_MAX_PROCS": "64", "BRAID_SHELL_MAX_MEMORY": str(512 * 1024**2)}
+    srv = Server(data_dir=tmp_path_factory.mktemp("sandbox") / "data", port=free_port(),
+                 env=env)
+    srv.env["BRAID_SHELL"] = ""
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def shell_run(server: Server, sid: str, command: str) -> dict[str, Any]:
+    """One turn running `command`: the finished run."""
+    return server.run(sid, f"shell {command}\nsay done")
+
+
+def start(server: Server, sid: str, text: str) -> tuple[WsClient, str]:
+    """A turn started over the socket (it runs on while the test looks): (socket, run_id)."""
+    ws = server.socket(sid)
+    reply = ws.call("send_message", text=text)
+    assert reply["type"] == "result", reply
+    return ws, str(reply["data"]["run_id"])
+
+
+def finished(server: Server, sid: str, run_id: str, timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        status, run = server.api("GET", f"/api/runs/{run_id}?session_id={sid}")
+        assert status in (200, 404), run  # 404: not committed yet
+        if status == 200 and run["status"] != "RUNNING":
+            return dict(run)
+        assert time.monotonic() < deadline, run
+        time.sleep(0.1)
+
+
+def output(run: dict[str, Any]) -> str:
+    return "\n".join(m["content"] for m in run["messages"] if m["role"] == "tool")
+
+
+def processes(marker: str) -> list[int]:
+    """Live processes of the host whose command line holds `marker`."""
+    found = []
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in path.read_bytes():
+                state = path.with_name("stat").read_text().rpartition(")")[2].split()[0]
+                if state != "Z":
+                    found.append(int(path.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_the_shell_is_on_and_sandboxed_by_default(sandbox_server: Server) -> None:
+    sid = sandbox_server.new_session()
+    run = shell_run(sandbox_server, sid, "echo made > made.txt; id -u; hostname")
+    assert run["status"] == "COMPLETED", run
+    text = output(run)
+    assert "exit code: 0" in text and f"\n{box.UID}\n" in text and "sandbox" in text
+    assert git(sandbox_server.session_path(sid), "show", "HEAD:workdir/made.txt") == "made\n"
+
+
+def test_another_session_the_data_dir_and_the_home_are_not_seen(sandbox_server: Server
+                                                               ) -> None:
+    first = sandbox_server.new_session()
+    assert shell_run(sandbox_server, first, "echo their-secret > secret.txt")["status"] \
+        == "COMPLETED"
+    theirs = sandbox_server.session_path(first) / "workdir" / "secret.txt"
+    assert theirs.read_text() == "their-secret\n"
+    data = sandbox_server.data_dir
+    sid = sandbox_server.new_session()
+    home = Path.home()
+    run = shell_run(sandbox_server, sid, f"cat {theirs}; ls {data} {data}/sessions; "
+                    f"cat {data}/users.sqlite3 | head -c 100; ls -a {home}; cat {home}/.bashrc; "
+                    "ls -a ..")
+    text = output(run)
+    assert "their-secret\n" not in text.replace(f"{theirs}", "")
+    assert f"\n{first}\n" not in text  # `ls sessions`
+    assert "SQLite format" not in text and "\nusers.sqlite3\n" not in text
+    assert ".git" not in text.split("exit code")[1]  # `ls -a ..`: the workdir's parent
+    assert "No such file or directory" in text
+
+
+def test_the_servers_environment_is_not_seen(sandbox_server: Server) -> None:
+    sid = sandbox_server.new_session()
+    run = shell_run(sandbox_server, sid, "env; cat /proc/[0-9]*/environ | tr '\\0' '\\n'; "
+                    "ls /proc | grep -c '^[0-9]'")
+    text = output(run)
+    assert TOKEN not in text and "BRAID_" not in text and "OPENAI" not in text
+    assert "PATH=" in text and f"HOME={box.HOME}" in text
+    assert int(text.strip().split()[-1]) <= 6  # its own processes only
+
+
+def test_the_servers_port_is_not_reached(sandbox_server: Server) -> None:
+    sid = sandbox_server.new_session()
+    port = sandbox_server.port
+    run = shell_run(sandbox_server, sid, f"curl -s -m 5 http://127.0.0.1:{port}/api/sessions "
+                    f"-H 'Authorization: Bearer {TOKEN}'; echo curl=$?; "
+                    f"(echo > /dev/tcp/127.0.0.1:{port}) 2>/dev/null && echo reached")
+    text = output(run)
+    assert "curl=7" in text and "reached" not in text and "session_id" not in text
+
+
+def test_host_tmp_and_bashrc_are_not_written(sandbox_server: Server) -> None:
+    sid = sandbox_server.new_session()
+    name = f"/tmp/braid-escape-{uuid.uuid4().hex}"
+    bashrc = Path.home() / ".bashrc"
+    before = bashrc.read_bytes() if bashrc.exists() else None
+    run = shell_run(sandbox_server, sid, f"echo owned > {name}; echo 'echo owned' >> ~/.bashrc; "
+                    f"echo 'echo owned' >> {bashrc}; cat {name} ~/.bashrc")
+    assert "owned" in output(run)  # written, in the sandbox's own /tmp and home
+    assert not Path(name).exists()
+    assert (bashrc.read_bytes() if bashrc.exists() else None) == before
+
+
+def test_the_sessions_git_config_and_hooks_are_not_reached(sandbox_server: Server) -> None:
+    sid = sandbox_server.new_session()
+    repo = sandbox_server.session_path(sid)
+    config = (repo / ".git" / "config").read_bytes()
+    run = shell_run(sandbox_server, sid, f"echo '[core] fsmonitor = touch /tmp/x' >> "
+                    f"{repo}/.git/config; mkdir -p {repo}/.git/hooks; "
+                    f"echo 'touch /tmp/pwned' > {repo}/.git/hooks/post-commit; "
+                    "echo x >> ../.git/config; git status")
+    assert run["status"] == "COMPLETED", run
+    assert (repo / ".git" / "config").read_bytes() == config
+    assert not (repo / ".git" / "hooks" / "post-commit").exists()
+    assert "not a git repository" in output(run)
+
+
+def test_nothing_it_starts_outlives_it(sandbox_server: Server) -> None:
+    sid = sandbox_server.new_session()
+    run = shell_run(sandbox_server, sid, "setsid sleep 4711 & nohup sleep 4712 >/dev/null 2>&1 "
+                    "& (sleep 4713 &); setsid -f env -i sleep 4714; echo started")
+    assert "started" in output(run)
+    deadline = time.monotonic() + 10
+    while any(processes(f"sleep\0{n}") for n in range(4711, 4715)):
+        assert time.monotonic() < deadline, "a process outlived its command"
+        time.sleep(0.1)
+
+
+def test_stop_kills_the_whole_command(sandbox_server: Server) -> None:
+    sid = sandbox_server.new_session()
+    ws, run_id = start(sandbox_server, sid, "shell setsid sleep 4721 & sleep 4722\nsay done")
+    deadline = time.monotonic() + 60
+    while not processes("sleep\x004722"):
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.05)
+    assert ws.call("cancel_run", run_id=run_id)["type"] == "result"
+    ws.close()
+    assert finished(sandbox_server, sid, run_id)["status"] == "CANCELLED"
+    while processes("sleep\x004721") or processes("sleep\x004722"):
+        assert time.monotonic() < deadline, "a process outlived Stop"
+        time.sleep(0.05)
+
+
+def test_a_fork_flood_is_bounded_and_another_session_still_answers(sandbox_server: Server
+                                                                  ) -> None:
+    flood = sandbox_server.new_session()
+    ws, run_id = start(sandbox_server, flood, "shell (for i in $(seq 500); do sleep 4731 & done) "
+                                "2>/dev/null; n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; "
+                                "echo procs=$n; sleep 3\nsay done")
+    deadline = time.monotonic() + 60
+    while not processes("sleep\x004731"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    other = sandbox_server.new_session()
+    assert sandbox_server.run(other, "say still here")["status"] == "COMPLETED"
+    ws.close()
+    text = output(finished(sandbox_server, flood, run_id))
+    count = int(text.split("procs=")[1].split()[0])
+    assert 32 < count <= 64  # BRAID_SHELL_MAX_PROCS of this server
+    while processes("sleep\x004731"):
+        assert time.monotonic() < deadline + 30
+        time.sleep(0.1)
+
+
+def test_memory_past_the_bound_is_killed(sandbox_server: Server) -> None:
+    sid = sandbox_server.new_session()
+    run = shell_run(sandbox_server, sid, "python3 -c 'x = bytearray(6 * 1024**3); "
+                    "print(\"held\", len(x))'; echo after=$?")
+    text = output(run)
+    assert "held 6" not in text and "after=" in text and "after=0" not in text
+    assert run["status"] == "COMPLETED"
+
+
+def test_a_sub_agents_command_runs_sandboxed_in_its_worktree(sandbox_server: Server) -> None:
+    sid = sandbox_server.new_session()
+    parent = shell_run(sandbox_server, sid, "echo parent > p.txt")
+    status, body = sandbox_server.api(
+        "POST", f"/api/sessions/{sid}/sub_agents",
+        {"parent_turn_id": parent["run_id"], "label": "kid",
+         "prompt": "shell pwd; cat p.txt; ls -a ..; env | grep -c BRAID_; echo kid > k.txt\n"
+                   "say ok"})
+    assert status == 200, body
+    runs = sandbox_server.settled_runs(sid, 2)
+    child = next(r for r in runs if r["run_id"] != parent["run_id"])
+    run = finished(sandbox_server, sid, child["run_id"])
+    text = output(run)
+    assert "_worktrees" in text and "parent" in text
+    assert ".git" not in text.split("exit code")[1] and "\n0\n" in text
+    branch = run["branch"]
+    assert git(sandbox_server.session_path(sid), "show", f"{branch}:workdir/k.txt") == "kid\n"
+
+
+def test_the_shell_mode_is_checked(tmp_path: Path) -> None:
+    from server.base.settings import Settings
+
+    assert Settings.from_env({}).shell_mode == "sandbox"
+    assert Settings.from_env({"BRAID_SHELL": "on"}).shell_mode == "sandbox"
+    assert Settings.from_env({"BRAID_SHELL": "host"}).shell_mode == "host"
+    assert not Settings.from_env({"BRAID_SHELL": "off"}).shell
+    with pytest.raises(ValueError, match="BRAID_SHELL"):
+        Settings.from_env({"BRAID_SHELL": "maybe"})
+    assert json.dumps(os.environ.get("BRAID_SHELL", ""))  # the suite's own choice is kept
