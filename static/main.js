@@ -12,5 +12,6 @@ import "./times.js";
 import "./revert.js";
 import "./search.js";
 import "./dag.js";
+import "./context.js";
 
 start();

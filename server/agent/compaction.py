@@ -38,7 +38,7 @@ from server.base.records import (
     new_run,
     to_json_bytes,
 )
-from server.base.results import RunStarted
+from server.base.results import InstructionsShown, RunStarted
 from server.git.session import GitSession
 from server.model.messages import to_model_window
 from server.store import context, instructions, layout
@@ -365,3 +365,14 @@ async def compact(braid: Services, user_id: str, session_id: str) -> RunStarted:
         await braid.runs.end(active)
     braid.packer.touch(handle.session_id, handle.path)
     return {"run_id": str(record["run_id"])}
+
+
+async def instructions_in_effect(braid: Services, user_id: str, session_id: str
+                                 ) -> InstructionsShown:
+    """What the page's instructions chip shows: the shown branch's AGENTS.md (its size, or
+    0: none) and whether the operator's file is in effect."""
+    handle = braid.store.get_owned(user_id, session_id)
+    found = await handle.call(instructions.project)
+    return {"path": instructions.FILE_NAME if found.blob_oid else None, "size": found.size,
+            "cut": found.cut,
+            "server": instructions.server_text(braid.settings.instructions_file) is not None}

@@ -72,6 +72,8 @@ def model_messages(ctx: TurnContext, budget: int = DEFAULT_CONTEXT_TOKENS,
                                send_reasoning)
     if ctx.instructions is not None and ctx.instructions.blob_oid:
         request.use["instructions"] = ctx.instructions.blob_oid
+    if len(heads) > 1 + len(ctx.instructions.texts if ctx.instructions else ()):
+        request.use["server_instructions"] = True
     ctx.run["context"] = request.use
     return request.messages
 

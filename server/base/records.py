@@ -176,6 +176,7 @@ class ContextUse(TypedDict, total=False):
     summarized_messages: int  # the branch's messages a summary stood for
     summary_run_id: str  # the compaction run whose summary was sent
     instructions: str  # the AGENTS.md blob in effect
+    server_instructions: bool  # the operator's BRAID_INSTRUCTIONS file was sent
     parts: ContextParts
 
 
