@@ -20,10 +20,13 @@ import contextlib
 import json
 import logging
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from server.agent import orchestrate
 from server.agent.live_runs import claim_turn
+from server.agent.tools import Workspace
 from server.base import crash
 from server.base.errors import Conflict
 from server.base.ids import new_message_id, now_iso
@@ -77,11 +80,12 @@ class Request:
 
 def build(prior: list[MessageRecord], sums: context.Sums, current: list[MessageRecord],
           heads: list[str], budget: int, tools: int, send_reasoning: bool = False,
-          ask: str | None = None) -> Request:
+          ask: str | None = None, shaped: bool = True) -> Request:
     """The request for a branch's messages `prior` (with their running totals) and the
     turn's own `current`: `heads` (the base prompt, then instructions) first, the branch's
     newest summary, then what fits `budget` tokens with `tools` tokens of definitions.
-    `ask`: a last user message (the summary request's)."""
+    `ask`: a last user message (the summary request's). `shaped=False`: only the figures
+    (the request's messages are not made)."""
     summary, spans = context.branch_spans(prior, sums)
     spans.append(context.Span(current, 0, len(current), context.sums_of(current)))
     win = context.Window(spans)
@@ -101,8 +105,8 @@ def build(prior: list[MessageRecord], sums: context.Sums, current: list[MessageR
             context.note_text(win.n)))
         heads.append(context.note_text(fitted.omitted))
         note = context.text_cost(heads[-1])
-    out = to_model_window(heads, fitted.masked, fitted.whole, send_reasoning)
-    if ask:
+    out = to_model_window(heads, fitted.masked, fitted.whole, send_reasoning) if shaped else []
+    if ask and shaped:
         out.append({"role": "user", "content": ask})
     use: ContextUse = {
         "tokens": fixed + note + fitted.tokens, "budget": budget,
@@ -132,7 +136,7 @@ def needs_compaction(git: GitSession, heads: list[str], text: str, budget: int,
     if prior and context.is_compaction(prior[-1]):  # again at once would gain nothing
         return 0
     user = new_message("user", None, text)
-    req = build(prior, sums, [user], heads, budget, tools)
+    req = build(prior, sums, [user], heads, budget, tools, shaped=False)
     if not req.use["omitted_messages"]:
         return 0
     parts = req.use["parts"]
@@ -140,6 +144,29 @@ def needs_compaction(git: GitSession, heads: list[str], text: str, budget: int,
         - budget // context.SUMMARY_SHARE - context.cost(user)
     keep = max(1, room // context.WHOLE_SHARE)
     return keep if plan(prior, sums, keep) is not None else 0
+
+
+def turn_tools(braid: Services) -> list[Any]:
+    """The tool definitions a turn's calls offer."""
+    tools = Workspace.schemas(braid.settings.shell)
+    if braid.settings.subagent_tools:
+        tools += orchestrate.schemas()
+    return tools
+
+
+def check_for(braid: Services, text: str) -> Callable[[GitSession], int] | None:
+    """`open_turn`'s `compact_if` for a turn that opens with the user's `text` (a message
+    sent or queued); None when compaction is off."""
+    settings = braid.settings
+    if not settings.compaction:
+        return None
+    tools = tool_tokens(turn_tools(braid))
+
+    def needs(git: GitSession) -> int:
+        heads = heads_of(SYSTEM_PROMPT, instructions.project(git), settings.instructions_file)
+        return needs_compaction(git, heads, text, settings.context_tokens, tools)
+
+    return needs
 
 
 @dataclass

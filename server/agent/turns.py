@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from server.agent import compaction, orchestrate, shell
 from server.agent.compaction import SYSTEM_PROMPT
 from server.agent.live_runs import ActiveRun, claim_turn
-from server.agent.tools import Workspace
 from server.agent.turn_changes import files_of
 from server.agent.turn_context import (
     TurnContext,
@@ -78,14 +77,6 @@ def model_messages(ctx: TurnContext, budget: int = DEFAULT_CONTEXT_TOKENS,
     return request.messages
 
 
-def turn_tools(braid: Services) -> list[Any]:
-    """The tool definitions a turn's calls offer."""
-    tools = Workspace.schemas(braid.settings.shell)
-    if braid.settings.subagent_tools:
-        tools += orchestrate.schemas()
-    return tools
-
-
 async def send_message(braid: Services, user_id: str, session_id: str, text: str) -> str:
     """Start a turn on the session's current branch; returns its `run_id` at once."""
     handle = braid.store.get_owned(user_id, session_id)
@@ -97,15 +88,7 @@ async def start_turn(
     braid: Services, handle: SessionHandle, text: str, fields: RunFields | None = None
 ) -> ActiveRun:
     branch = await handle.call(lambda git: git.branch)
-    settings = braid.settings
-    tools = compaction.tool_tokens(turn_tools(braid))
-
-    def needs(git: GitSession) -> int:
-        if not settings.compaction or fields:  # a kind of turn of its own (a merge's)
-            return 0
-        heads = compaction.heads_of(SYSTEM_PROMPT, instructions.project(git),
-                                    settings.instructions_file)
-        return compaction.needs_compaction(git, heads, text, settings.context_tokens, tools)
+    needs = compaction.check_for(braid, text) if not fields else None
 
     def prepare(git: GitSession) -> TurnContext:
         # A fork or a checkout queued before this may have switched the session's branch.
@@ -210,7 +193,7 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
     choice = choice_for_call(forced, batch)  # forced: first call only
     if ctx.instructions is None:  # a context made elsewhere (a resume, a sub-agent)
         ctx.instructions = await ctx.handle.call(instructions.project)
-    tools = turn_tools(braid)
+    tools = compaction.turn_tools(braid)
     sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning,
                           compaction.tool_tokens(tools), braid.settings.instructions_file)
     stream = braid.model.stream(sent, tools, model=model, endpoint=endpoint.name,
