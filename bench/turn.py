@@ -48,7 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from server.agent.compaction import SYSTEM_PROMPT  # noqa: E402
+from server.agent.compaction.request import SYSTEM_PROMPT  # noqa: E402
 from server.agent.tools import Workspace  # noqa: E402
 from server.app.memory import SERVER_ENV  # noqa: E402
 from server.base.ids import new_message_id, new_session_id, now_iso  # noqa: E402

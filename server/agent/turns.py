@@ -13,8 +13,10 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from server.agent import compaction, orchestrate, shell
-from server.agent.compaction import SYSTEM_PROMPT
+from server.agent import orchestrate, shell
+from server.agent.compaction import request as context_request
+from server.agent.compaction.request import SYSTEM_PROMPT
+from server.agent.compaction.run import compact_in_turn
 from server.agent.live_runs import ActiveRun, claim_turn
 from server.agent.turn_changes import files_of
 from server.agent.turn_context import (
@@ -62,12 +64,12 @@ def model_messages(ctx: TurnContext, budget: int = DEFAULT_CONTEXT_TOKENS,
                    server_file: Path | None = None) -> list[ModelMessage]:
     """What the model is sent: the base prompt and the instructions in effect, then only
     this branch's messages after its newest summary, whole, masked or the newest that fit
-    the context budget (compaction.build), shaped so every server accepts them
+    the context budget (compaction/request.build), shaped so every server accepts them
     (model/messages.py); the run record keeps what the call used."""
     if ctx.prior_sums is None:  # a context made without the branch's listing: once a turn
         ctx.prior_sums = context.sums_of(ctx.prior)
-    heads = compaction.heads_of(SYSTEM_PROMPT, ctx.instructions, server_file)
-    request = compaction.build(ctx.prior, ctx.prior_sums, ctx.messages, heads, budget, tools,
+    heads = context_request.heads_of(SYSTEM_PROMPT, ctx.instructions, server_file)
+    request = context_request.build(ctx.prior, ctx.prior_sums, ctx.messages, heads, budget, tools,
                                send_reasoning)
     if ctx.instructions is not None and ctx.instructions.blob_oid:
         request.use["instructions"] = ctx.instructions.blob_oid
@@ -88,7 +90,7 @@ async def start_turn(
     braid: Services, handle: SessionHandle, text: str, fields: RunFields | None = None
 ) -> ActiveRun:
     branch = await handle.call(lambda git: git.branch)
-    needs = compaction.check_for(braid, text) if not fields else None
+    needs = context_request.check_for(braid, text) if not fields else None
 
     def prepare(git: GitSession) -> TurnContext:
         # A fork or a checkout queued before this may have switched the session's branch.
@@ -145,7 +147,7 @@ async def drive(braid: Services, ctx: TurnContext, active: ActiveRun) -> None:
         # waiting ends the turn CANCELLED like a stop mid-stream.
         async with braid.turn_gate.slot():
             if ctx.compaction is not None:
-                await compaction.compact_in_turn(braid, ctx, compaction.heads_of(
+                await compact_in_turn(braid, ctx, context_request.heads_of(
                     SYSTEM_PROMPT, ctx.instructions, braid.settings.instructions_file))
             await _answer_resumed_calls(braid, ctx)
             for batch in range(MAX_BATCHES):
@@ -193,9 +195,9 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
     choice = choice_for_call(forced, batch)  # forced: first call only
     if ctx.instructions is None:  # a context made elsewhere (a resume, a sub-agent)
         ctx.instructions = await ctx.handle.call(instructions.project)
-    tools = compaction.turn_tools(braid)
+    tools = context_request.turn_tools(braid)
     sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning,
-                          compaction.tool_tokens(tools), braid.settings.instructions_file)
+                          context_request.tool_tokens(tools), braid.settings.instructions_file)
     stream = braid.model.stream(sent, tools, model=model, endpoint=endpoint.name,
                                 tool_choice=choice)
     tag = sub_branch(ctx)

@@ -9,7 +9,8 @@ from typing import Any
 
 from starlette.responses import Response
 
-from server.agent import compaction, turns
+from server.agent import turns
+from server.agent.compaction import run as compaction
 from server.app.braid import Braid
 from server.base.results import ModelList, SessionList
 from server.features import (

@@ -13,7 +13,7 @@ from markupsafe import escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from server.agent import compaction
+from server.agent.compaction import run as compaction
 from server.base.errors import BadRequest, BraidError, NotFound
 from server.base.results import SearchHit
 from server.features import fork, queue, search, session_meta, sessions

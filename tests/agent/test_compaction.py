@@ -161,7 +161,7 @@ def test_the_window_masks_then_leaves_out() -> None:
 def test_a_branch_longer_than_the_budget_is_summarized_part_by_part() -> None:
     """parts_of: the covered messages in parts that each fit one summary call whole (none
     left out), cut at runs' starts, oldest first, together all of them."""
-    from server.agent import compaction
+    from server.agent.compaction import request as compaction
 
     covered: list[Any] = []
     for i in range(300):

@@ -1,47 +1,28 @@
-"""What the model is sent, and compaction as a run (DESIGN §4 "Project instructions",
-"Context budget", "Compaction").
-
-A call is sent the base prompt, the instructions in effect (the operator's, the branch's
-AGENTS.md), the newest summary of the branch (if any) in place of the runs it covers, then
-the branch's messages after it: all whole when they fit, else the oldest tool results masked,
-else the oldest left out with a note (store/context.py).
-
-When a turn opens on a branch whose messages no longer fit even masked, it first compacts:
-the model is asked to summarize the oldest part, and the answer is a `compaction` run of its
-own on the branch (one commit, `Braid-Kind: compaction`, holding its summary message and its
-record), at the seq the turn kept free before its own message. A kill before that commit
-leaves the branch as before; a failed call leaves the turn with the old cut (oldest left out
-with a note) and a warning on its record, never a failed run. `compact` does it on demand.
+"""What a model call is sent (DESIGN §4 "Project instructions", "Context budget",
+"Compaction"): the base prompt, the instructions in effect (the operator's, the branch's
+AGENTS.md), the branch's newest summary in place of the runs it covers, then the branch's
+messages after it: all whole when they fit, else the oldest tool results masked, else the
+oldest left out with a note (store/context.py). And what a compaction would summarize: when
+a turn needs one (`needs_compaction`), which part (`plan`), in how many calls (`parts_of`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from server.agent import orchestrate
-from server.agent.live_runs import claim_turn
 from server.agent.tools import Workspace
-from server.base import crash
-from server.base.errors import Conflict
-from server.base.ids import new_message_id, now_iso
 from server.base.records import (
     ContextUse,
     Covers,
     MessageRecord,
     ModelMessage,
-    RunRecord,
-    Usage,
     new_message,
-    new_run,
-    to_json_bytes,
 )
-from server.base.results import InstructionsShown, RunStarted
 from server.git.session import GitSession
 from server.model.messages import to_model_window
 from server.store import context, instructions, layout
@@ -49,8 +30,6 @@ from server.store.instructions import Instructions
 
 if TYPE_CHECKING:
     from server.agent.services import Services
-    from server.agent.turn_context import TurnContext
-    from server.store.session_store import SessionHandle
 
 SYSTEM_PROMPT = (
     "You are Braid's agent. You work on the files of this session's workdir with your tools "
@@ -58,7 +37,6 @@ SYSTEM_PROMPT = (
     "enabled); paths are relative to the workdir. Every turn is checkpointed in git, so the "
     "user can revert what you did. Answer concisely in Markdown."
 )
-log = logging.getLogger("braid")
 _TOOL_TOKENS: dict[tuple[str, ...], int] = {}
 
 
@@ -252,154 +230,3 @@ def parts_of(covered: list[MessageRecord], heads: list[str], budget: int
         out.append((start, end))
         start = end
     return out
-
-
-def add_usage(total: Usage, usage: Usage | None) -> None:
-    """The tokens of each summary call, summed on the compaction's record."""
-    if usage and "prompt_tokens" in usage:
-        total["prompt_tokens"] = total.get("prompt_tokens", 0) + int(usage["prompt_tokens"])
-    if usage and "completion_tokens" in usage:
-        total["completion_tokens"] = (total.get("completion_tokens", 0)
-                                      + int(usage["completion_tokens"]))
-
-
-async def summarize(braid: Services, handle: SessionHandle, request: Request,
-                    model: str | None, endpoint: str | None) -> tuple[str, Usage | None]:
-    """The model's summary (its text, its usage). Raises what the call raised."""
-    crash.at("compaction.model")
-    stream = braid.model.stream(request.messages, [], model=model, endpoint=endpoint)
-    reply = None
-    async with contextlib.aclosing(stream):
-        async for kind, value in stream:
-            if kind == "reply":
-                reply = value
-    if reply is None or not (reply.content or "").strip():
-        raise RuntimeError("the model answered the summary request with nothing")
-    return str(reply.content).strip(), reply.usage
-
-
-def write_compaction(git: GitSession, record: RunRecord, msg: MessageRecord,
-                     seq: int | None) -> str:
-    """On the session thread: the compaction run's one commit (its summary message at
-    `seq`, kept free by a turn, or the next, on demand; and its record)."""
-    at = layout.next_seq(git) if seq is None else seq
-    msg_path = layout.message_path(git, at, "system", msg["id"])
-    run_path = layout.new_run_path(git, str(record["run_id"]))
-    covers = msg.get("covers")
-    turns = covers["turns"] if covers else 0
-    word = "turn" if turns == 1 else "turns"
-    oid = git.write_checkpoint(
-        {msg_path: to_json_bytes(msg), run_path: to_json_bytes(record)},
-        summary=f"Compaction: {turns} earlier {word} summarized", kind=context.COMPACTION,
-        # In a turn the index waits for the turn's end (its recovery after a kill); on
-        # demand nothing else would bring it up to date.
-        run_id=str(record["run_id"]), message_index=1, sync_index=seq is None)
-    return str(oid)
-
-
-async def run_compaction(braid: Services, handle: SessionHandle, branch: str,
-                         found: Plan, heads: list[str], model: tuple[str | None, str | None],
-                         seq: int | None) -> tuple[RunRecord, MessageRecord]:
-    """Summarize `found` and commit the compaction run; its events go to every tab."""
-    run_id = new_message_id()
-    record: RunRecord = {**new_run(run_id, handle.session_id, branch), "kind": context.COMPACTION,
-                         "covers": found.covers}
-    record["model"], record["endpoint"] = model[0], model[1] or ""
-    budget = braid.settings.context_tokens
-    sid = handle.session_id
-    braid.bus.publish(sid, "run_started", {"run_id": run_id, "run": record.copy(),
-                                           "branch": branch, "messages": [], "siblings": None})
-    earlier = found.previous.get("content") if found.previous is not None else None
-    usage: Usage = {}
-    try:
-        for start, end in parts_of(found.covered, heads, budget):
-            request = summary_request(earlier, found.covered[start:end], heads, budget)
-            record["context"] = request.use
-            earlier, used = await summarize(braid, handle, request, model[0], model[1])
-            add_usage(usage, used)
-        text = earlier or ""
-    except BaseException as e:
-        braid.bus.publish(sid, "run_error", {"run_id": run_id, "run": record.copy(),
-                                             "status": "ERROR", "messages": [], "files": [],
-                                             "siblings": None, "error": str(e) or type(e).__name__})
-        raise
-    msg = new_message("system", run_id, text, kind=context.COMPACTION, covers=found.covers)
-    msg["id"] = run_id  # a run's id is its first message's
-    record.update({"status": "COMPLETED", "summary": text, "message_count": 1,
-                   "updated_at": now_iso()})
-    record["usage"] = usage
-    commit_id = await handle.call(lambda git: write_compaction(git, record, msg, seq))
-    braid.bus.publish(sid, "checkpoint", {"run_id": run_id, "commit_id": commit_id,
-                                          "kind": context.COMPACTION})
-    await braid.index.upsert_run(sid, record)
-    braid.bus.publish(sid, "run_completed", {"run_id": run_id, "run": record.copy(),
-                                             "status": "COMPLETED", "messages": [msg.copy()],
-                                             "files": [], "siblings": None})
-    braid.bus.publish(sid, "dag_changed", {"run_id": run_id})
-    return record, msg
-
-
-async def compact_in_turn(braid: Services, ctx: TurnContext, heads: list[str]) -> None:
-    """A turn's compaction before its first call, at the seq the turn kept free. A failed
-    call (or anything else but a stop) leaves the turn to the old cut, with a warning."""
-    if ctx.compaction is None or ctx.prior_sums is None:
-        return
-    seq, keep = ctx.compaction
-    ctx.compaction = None
-    found = plan(ctx.prior, ctx.prior_sums, keep)
-    if found is None:
-        return
-    handle = ctx.handle
-    try:
-        await run_compaction(braid, handle, str(ctx.run.get("branch")), found, heads,
-                             (ctx.run.get("model"), ctx.run.get("endpoint")), seq)
-    except Exception as e:  # noqa: BLE001 - the turn goes on with the old cut
-        log.warning("the compaction before run %s failed: %s", ctx.run_id, e)
-        ctx.run["warning"] = ("the earlier conversation could not be summarized "
-                              f"({getattr(e, 'message', None) or e}); its oldest messages "
-                              "were left out instead")
-        return
-
-    def reread(git: GitSession) -> tuple[list[MessageRecord], context.Sums]:
-        return layout.messages(git), layout.window_sums(git)
-
-    ctx.prior, ctx.prior_sums = await handle.call(reread)
-
-
-async def compact(braid: Services, user_id: str, session_id: str) -> RunStarted:
-    """`compact`: summarize the shown branch's older runs now (all but the newest); returns
-    the compaction run's id once it is committed (its events went to every tab)."""
-    handle = braid.store.get_owned(user_id, session_id)
-    branch = await handle.call(lambda git: git.branch)
-    async with claim_turn(braid.locks, braid.runs, handle.session_id, branch) as active:
-        def look(git: GitSession) -> tuple[Plan | None, Instructions]:
-            if git.branch != branch:
-                raise Conflict(f"the session switched from branch {branch} to {git.branch}")
-            return plan(layout.messages(git), layout.window_sums(git), None), \
-                instructions.project(git)
-
-        found, found_instructions = await handle.call(look)
-        if found is None:
-            raise Conflict("nothing to compact: the branch has no earlier turns to summarize")
-        heads = heads_of(SYSTEM_PROMPT, found_instructions, braid.settings.instructions_file)
-        endpoint, model = braid.model.resolve(handle.meta.get("model"),
-                                              handle.meta.get("endpoint"))
-        record, _ = await run_compaction(braid, handle, branch, found, heads,
-                                         (model, endpoint.name), None)
-        active.run_id = str(record["run_id"])
-        # The claim is let go here (a raise above lets claim_turn free it): the branch is
-        # free for the next turn or a queued message.
-        await braid.runs.end(active)
-    braid.packer.touch(handle.session_id, handle.path)
-    return {"run_id": str(record["run_id"])}
-
-
-async def instructions_in_effect(braid: Services, user_id: str, session_id: str
-                                 ) -> InstructionsShown:
-    """What the page's instructions chip shows: the shown branch's AGENTS.md (its size, or
-    0: none) and whether the operator's file is in effect."""
-    handle = braid.store.get_owned(user_id, session_id)
-    found = await handle.call(instructions.project)
-    return {"path": instructions.FILE_NAME if found.blob_oid else None, "size": found.size,
-            "cut": found.cut,
-            "server": instructions.server_text(braid.settings.instructions_file) is not None}
