@@ -60,7 +60,7 @@ class TurnContext:
     # The branch's AGENTS.md in effect (None: not read yet), read again when a checkpoint
     # of the turn changes it.
     instructions: Instructions | None = None
-    # A compaction to make before the turn's first call (compaction.py): the seq kept free
+    # A compaction to make before the turn's first call (agent/compaction/run.py): the seq kept free
     # before the turn's first message, and the tokens of newest messages it keeps whole.
     compaction: tuple[int, int] | None = None
     legacy: bool = False  # the branch's history is in the earlier layout (history.py)
@@ -125,7 +125,7 @@ def open_turn(
     `fresh`: a worktree just checked out (a sub-agent's), which nobody can have edited.
     `compact_if(git)`: tokens of newest messages a compaction would keep whole, or 0 for
     none; else a seq is kept free before the turn's messages for the compaction
-    (compaction.py), made before the turn's first call."""
+    (agent/compaction/run.py), made before the turn's first call."""
     _, unholdable = (None, []) if fresh else take_user_edits(git)
     crash.at("turn.prepare")
     run_id = run_id or new_message_id()

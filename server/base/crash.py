@@ -52,7 +52,7 @@ POINTS: dict[str, tuple[str, ...]] = {
     # A queued message started (features/queue.py): claimed in the database, then its turn
     # launched (run indexed) but its row not yet deleted.
     "queue": ("queue.after_claim", "queue.after_launch"),
-    # A compaction (agent/compaction.py): its summary asked of the model, then its one
+    # A compaction (agent/compaction/run.py): its summary asked of the model, then its one
     # commit (`Braid-Kind: compaction`).
     "compaction": ("compaction.model", "compaction.before_commit", "compaction.after_commit"),
 }

@@ -115,7 +115,7 @@ class _Fit:
 # -- masking and the summary (DESIGN §4 "Compaction") ------------------------------------------
 # When a branch's messages no longer fit, old tool results are sent masked first (the call
 # kept, its output replaced by a marker), the newest whole; when that is not enough, the
-# model summarizes the oldest part (agent/compaction.py) and the summary is sent in place of
+# model summarizes the oldest part (agent/compaction/run.py) and the summary is sent in place of
 # the runs it covers. Every figure comes from running totals kept with the branch's listing
 # (layout.message_sums), so a call costs what the turn added, not the length of the chat.
 
