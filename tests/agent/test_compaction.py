@@ -38,6 +38,7 @@ def compactions(path: Path, ref: str = "HEAD") -> list[dict[str, Any]]:
     return sorted(found, key=lambda r: r["created_at"])
 
 
+@pytest.mark.slow
 async def test_forty_turns_later_the_model_gets_the_summary_and_the_newest_turns(
         make_braid: Any) -> None:
     braid = await make_braid(context_tokens=4000)
