@@ -38,7 +38,7 @@ from server.base.records import (
 )
 from server.base.results import InstructionsShown, RunStarted
 from server.git.session import GitSession
-from server.store import context, instructions, layout
+from server.store import context, instructions, journal, layout
 from server.store.instructions import Instructions
 
 if TYPE_CHECKING:
@@ -83,12 +83,15 @@ def write_compaction(git: GitSession, record: RunRecord, msg: MessageRecord,
     covers = msg.get("covers")
     turns = covers["turns"] if covers else 0
     word = "turn" if turns == 1 else "turns"
-    oid = git.write_checkpoint(
-        {msg_path: to_json_bytes(msg), run_path: to_json_bytes(record)},
-        summary=f"Compaction: {turns} earlier {word} summarized", kind=context.COMPACTION,
-        # In a turn the index waits for the turn's end (its recovery after a kill); on
-        # demand nothing else would bring it up to date.
-        run_id=str(record["run_id"]), message_index=1, sync_index=seq is None)
+    changes = {msg_path: to_json_bytes(msg), run_path: to_json_bytes(record)}
+    # Journaled: a kill between the index's entries and the commit is settled at the next
+    # start (the index put back in line with the branch), like any operation's.
+    with journal.intent(git, context.COMPACTION, changes):
+        oid = git.write_checkpoint(
+            changes, summary=f"Compaction: {turns} earlier {word} summarized",
+            kind=context.COMPACTION, run_id=str(record["run_id"]), message_index=1,
+            # In a turn the index waits for the turn's end; on demand nothing else would.
+            sync_index=seq is None)
     return str(oid)
 
 
