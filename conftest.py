@@ -73,6 +73,7 @@ class Server:
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    start_seconds: float = 30  # how long its start may take (more on a slow file system)
 
     @property
     def base_url(self) -> str:
@@ -93,7 +94,7 @@ class Server:
              "--port", str(self.port), "--data-dir", str(self.data_dir)],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + self.start_seconds
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited: {self.log_path.read_text()}")
@@ -102,7 +103,7 @@ class Server:
                 return self
             except OSError:
                 time.sleep(0.05)
-        raise RuntimeError("server did not answer in 30 s")
+        raise RuntimeError(f"server did not answer in {self.start_seconds:.0f} s")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc and self.proc.poll() is None:
@@ -361,10 +362,15 @@ async def call_action(braid: Any, user_id: str, session_id: str, name: str,
     return await action.call(braid, user_id, session_id, **parse_params(action, raw))
 
 
-async def run_turn(braid: Any, session_id: str, text: str, user_id: str = "local") -> Any:
-    from server.features import sessions
+async def run_to_end(braid: Any, user_id: str, session_id: str, text: str) -> Any:
+    """Start a turn and wait for it: `send_message`'s HTTP twin (the finished run)."""
+    from server.features.queue import send_to_end
 
-    return await sessions.run_to_end(braid, user_id, session_id, text)
+    return await send_to_end(braid, user_id, session_id, text)
+
+
+async def run_turn(braid: Any, session_id: str, text: str, user_id: str = "local") -> Any:
+    return await run_to_end(braid, user_id, session_id, text)
 
 
 async def next_event(queue: asyncio.Queue[dict[str, Any]], name: str) -> dict[str, Any]:

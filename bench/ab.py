@@ -1,13 +1,21 @@
-"""Before and after, side by side in one run: the same one-file turn through two servers, one
-running this checkout and one running another revision (a temporary `git worktree`), turns
-of the two sides interleaved so the machine's load falls on both alike.
+"""Before and after, side by side in one run: two servers, one running this checkout and one
+running another revision (a temporary `git worktree`), measured interleaved so the machine's
+load falls on both alike (issue 30).
 
-Each side is a real `braid serve` (HTTP in, the real openai client against the embedded
-demo model inside); each sample is `POST /api/sessions/{id}/runs` with a `write` instruction
-until the finished run comes back: the whole path a user waits on. Sessions are grown by the
-same turns to each length in BENCH_TURNS, then sampled there.
+Each side is a real `braid serve` (HTTP in, the real openai client against the embedded demo
+model inside), on a copy of the same data: sessions of each length in BENCH_TURNS written
+through this checkout's core (bench/turn.py `build_session`, as a one-file turn writes them)
+and a 500-turn one. Measured on both, turn by turn alternating which side goes first:
 
-Run: .venv/bin/python bench/ab.py --base REV   (BENCH_TURNS=10,300 BENCH_SAMPLES=21)
+  - a one-file turn (`POST /api/sessions/{id}/runs` until the finished run comes back): its
+    wall time, and the server's CPU time for it (/proc: user + system, every thread), which
+    the other engineers' load on a shared machine moves far less than the wall time;
+  - the session page `GET /s/{id}` (bytes, ms) at each length;
+  - `fork_session` of the 500-turn session.
+
+Then the targets of issue 30 for this checkout, and whether they hold.
+
+Run: .venv/bin/python bench/ab.py --base REV   (BENCH_TURNS=10,1000,5000 BENCH_SAMPLES=15)
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -26,15 +35,24 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
 TOKEN = "bench-token-0123456789"
-SAMPLES = int(os.environ.get("BENCH_SAMPLES", "21"))
-LENGTHS = [int(n) for n in os.environ.get("BENCH_TURNS", "10,300").split(",")]
+SAMPLES = int(os.environ.get("BENCH_SAMPLES", "15"))
+LENGTHS = [int(n) for n in os.environ.get("BENCH_TURNS", "10,1000,5000").split(",")]
+FORKED = 500  # turns of the session forked
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system time of the process, all its threads (the demo model included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 class Side:
@@ -49,7 +67,7 @@ class Side:
             [sys.executable, "-m", "server.cli", "serve", "--host", "127.0.0.1",
              "--port", str(self.port), "--data-dir", str(data)],
             cwd=tree, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while True:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{self.port}/login", timeout=1)
@@ -58,70 +76,145 @@ class Side:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     raise RuntimeError(f"{name} did not start") from None
                 time.sleep(0.1)
-        self.session_id = self.call("POST", "/api/sessions", {})["session_id"]
         self.turns = 0
 
-    def call(self, method: str, path: str, body: dict | None = None) -> dict:
+    def call(self, method: str, path: str,
+             body: dict[str, object] | None = None) -> tuple[float, bytes]:
         req = urllib.request.Request(
             f"http://127.0.0.1:{self.port}{path}", method=method,
             data=json.dumps(body).encode() if body is not None else None,
-            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            return json.loads(resp.read() or b"{}")
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
+                     "Cookie": f"braid_token={TOKEN}"})
+        start = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=300) as resp:
+            raw = resp.read()
+        return (time.perf_counter() - start) * 1000, raw
 
-    def turn(self) -> float:
+    def turn(self, sid: str) -> tuple[float, float]:
+        """(wall ms, server CPU ms) of one one-file turn."""
         self.turns += 1
         text = f"write notes/t{self.turns % 50}.txt turn {self.turns}"
-        start = time.perf_counter()
-        run = self.call("POST", f"/api/sessions/{self.session_id}/runs", {"input": text})
-        took = time.perf_counter() - start
+        cpu = cpu_seconds(self.proc.pid)
+        took, raw = self.call("POST", f"/api/sessions/{sid}/runs", {"input": text})
+        cpu = (cpu_seconds(self.proc.pid) - cpu) * 1000
+        run = json.loads(raw)
         if run.get("status") != "COMPLETED":
             raise RuntimeError(f"{self.name}: {run.get('status')} {run.get('error')}")
-        return took * 1000
+        return took, cpu
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=20)
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self.log.close()
+
+
+def build(data: Path) -> tuple[dict[int, str], str]:
+    """Sessions of every length and one to fork, written through this checkout's core."""
+    from turn import build_session  # bench/turn.py
+
+    sids = {n: build_session(data, max(n - 1, 0), f"{n} turns") for n in LENGTHS}
+    return sids, build_session(data, FORKED, f"{FORKED} turns")
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def interleaved(sides: list[Side], i: int) -> list[Side]:
+    return sides if i % 2 == 0 else sides[::-1]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="the revision to compare against")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="braid-ab-") as tmp:
-        base_tree = Path(tmp) / "base"
+    with tempfile.TemporaryDirectory(prefix="braid-ab-") as tmp_name:
+        tmp = Path(tmp_name)
+        start = time.perf_counter()
+        sids, forked = build(tmp / "built")
+        print(f"built {sum(LENGTHS) + FORKED:,} turns in {time.perf_counter() - start:.0f} s",
+              flush=True)
+        base_tree = tmp / "base"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach",
                         str(base_tree), args.base], check=True)
         (base_tree / "node_modules").symlink_to(ROOT / "node_modules")
-        sides = []
+        sides: list[Side] = []
+        turns: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        pages: dict[tuple[str, int], list[tuple[float, int]]] = {}
+        forks: dict[str, list[float]] = {}
         try:
-            sides = [Side("base", base_tree, Path(tmp) / "base-data"),
-                     Side("this", ROOT, Path(tmp) / "this-data")]
-            rows = []
-            for length in LENGTHS:
-                for side in sides:
-                    while side.turns < length:
-                        side.turn()
-                taken: dict[str, list[float]] = {s.name: [] for s in sides}
-                for i in range(SAMPLES):
-                    for side in (sides if i % 2 == 0 else sides[::-1]):
-                        taken[side.name].append(side.turn())
-                base, this = (statistics.median(taken[n]) for n in ("base", "this"))
-                rows.append((length, base, this))
+            for name, tree in (("base", base_tree), ("this", ROOT)):
+                shutil.copytree(tmp / "built", tmp / f"{name}-data", symlinks=True)
+                sides.append(Side(name, tree, tmp / f"{name}-data"))
+            for side in sides:  # each session's first turn opens it (a full scan)
+                for sid in sids.values():
+                    side.turn(sid)
+                side.call("GET", f"/s/{forked}")  # the templates compiled, once
+            for i in range(SAMPLES):
+                for n, sid in sids.items():
+                    for side in interleaved(sides, i):
+                        turns.setdefault((side.name, n), []).append(side.turn(sid))
+            for i in range(max(5, SAMPLES // 3)):
+                for n, sid in sids.items():
+                    for side in interleaved(sides, i):
+                        took, raw = side.call("GET", f"/s/{sid}")
+                        pages.setdefault((side.name, n), []).append((took, len(raw)))
+                for side in interleaved(sides, i):
+                    took, _ = side.call("POST", f"/api/sessions/{forked}/fork", {})
+                    forks.setdefault(side.name, []).append(took)
         finally:
             for side in sides:
                 side.stop()
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                             str(base_tree)], check=False)
-    print(f"\nOne-file turn, HTTP in to the finished run (median of {SAMPLES}, ms), "
-          f"base = {args.base}")
-    print(f"{'at turn':>10} {'base':>10} {'this':>10} {'this/base':>10}")
-    for length, base, this in rows:
-        print(f"{length:>10} {base:>10.1f} {this:>10.1f} {this / base:>10.2f}")
+    report(args.base, turns, pages, forks)
+
+
+def report(base: str, turns: dict[tuple[str, int], list[tuple[float, float]]],
+           pages: dict[tuple[str, int], list[tuple[float, int]]],
+           forks: dict[str, list[float]]) -> None:
+    def wall(side: str, n: int) -> float:
+        return med([t for t, _ in turns[(side, n)]])
+
+    def cpu(side: str, n: int) -> float:
+        return med([c for _, c in turns[(side, n)]])
+
+    print(f"\nbase = {base}, this = the checkout; medians of {SAMPLES} turns, interleaved "
+          f"(shared machine: wall times move with the others' load, CPU far less)\n")
+    print(f"{'':34}{'base':>10}{'this':>10}{'this/base':>10}")
+    for n in LENGTHS:
+        for label, f in (("wall ms", wall), ("server CPU ms", cpu)):
+            b, t = f("base", n), f("this", n)
+            print(f"{f'one-file turn at {n:,}, {label}':34}{b:10.1f}{t:10.1f}{t / b:10.2f}")
+    for n in LENGTHS:
+        b = med([t for t, _ in pages[("base", n)]])
+        t = med([t for t, _ in pages[("this", n)]])
+        kb_b, kb_t = pages[("base", n)][-1][1] / 1024, pages[("this", n)][-1][1] / 1024
+        print(f"{f'page at {n:,} turns, ms':34}{b:10.1f}{t:10.1f}{t / b:10.2f}")
+        print(f"{f'page at {n:,} turns, KB':34}{kb_b:10.1f}{kb_t:10.1f}{kb_t / kb_b:10.2f}")
+    b, t = med(forks["base"]), med(forks["this"])
+    print(f"{f'fork of {FORKED} turns, ms':34}{b:10.1f}{t:10.1f}{t / b:10.2f}")
+
+    print("\nTargets (issue 30), this checkout:")
+    first, last = min(LENGTHS), max(LENGTHS)
+    checks = []
+    if 1000 in LENGTHS and first < 1000:
+        ratio = wall("this", 1000) / wall("this", first)
+        checks.append((f"whole turn at 1,000 <= 1.2x turn {first}", ratio <= 1.2, f"{ratio:.2f}x"))
+    if 1000 in LENGTHS and last > 1000:
+        ratio = cpu("this", last) / cpu("this", 1000)
+        checks.append((f"Braid's part (server CPU) at {last:,} <= 1.05x at 1,000",
+                       ratio <= 1.05, f"{ratio:.2f}x"))
+    page_ms = med([t for t, _ in pages[("this", last)]])
+    page_kb = pages[("this", last)][-1][1] / 1024
+    checks.append((f"page of {last:,} turns <= 150 KB", page_kb <= 150, f"{page_kb:.0f} KB"))
+    checks.append((f"page of {last:,} turns <= 40 ms", page_ms <= 40, f"{page_ms:.0f} ms"))
+    checks.append((f"fork of {FORKED} turns <= 50 ms", t <= 50, f"{t:.0f} ms"))
+    for label, ok, figure in checks:
+        print(f"  {'holds ' if ok else 'MISSED'} {label}: {figure}")
 
 
 if __name__ == "__main__":

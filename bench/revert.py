@@ -22,10 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from server.app.braid import Braid  # noqa: E402
 from server.base.settings import Settings  # noqa: E402
-from server.features import (
+from server.features import (  # noqa: E402
     revert,
-    sessions,  # noqa: E402
+    sessions,
 )
+from server.features.queue import send_to_end  # noqa: E402
 
 USER = "local"
 SAMPLES = 11
@@ -50,9 +51,9 @@ async def setup(braid: Braid, workdir_files: int, touched: int) -> tuple[str, st
         folder = work / f"d{i % 100:02d}"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"f{i}.txt").write_text(f"file {i}\n" * 8)
-    await sessions.run_to_end(braid, USER, sid, "say seeded")  # commits them as user-edit
+    await send_to_end(braid, USER, sid, "say seeded")  # commits them as user-edit
     lines = [f"write d{i % 100:02d}/f{i}.txt changed by the turn {i}" for i in range(touched)]
-    run = await sessions.run_to_end(braid, USER, sid, "\n".join(lines))
+    run = await send_to_end(braid, USER, sid, "\n".join(lines))
     assert run["status"] == "COMPLETED", run
     return sid, run["run_id"]
 

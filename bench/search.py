@@ -7,7 +7,7 @@ what keeping the index current costs a turn.
    `braid serve` on that data dir and `GET /api/search?q=` timed from this process (the whole
    path: HTTP in, the FTS5 query, JSON out) for words that match a few rows, many, or all.
 2. The per-turn cost, side by side in one run: the same one-line turn
-   (`sessions.run_to_end`: the real turn against the embedded demo model, in-process, on the
+   (`queue.send_to_end`: the real turn against the embedded demo model, in-process, on the
    same 200,000-row index) with search indexing, and with it replaced by a no-op, turns of
    the two interleaved; and `search.add` of one turn's rows alone.
 
@@ -42,6 +42,7 @@ from server.base.ids import new_message_id, new_session_id  # noqa: E402
 from server.base.results import SearchHit  # noqa: E402
 from server.base.settings import Settings  # noqa: E402
 from server.features import sessions  # noqa: E402
+from server.features.queue import send_to_end  # noqa: E402
 from server.store.index import Index  # noqa: E402
 from server.store.search import SearchRow, SqliteSearch, run_rows  # noqa: E402
 
@@ -195,7 +196,7 @@ async def turn_table(data: Path) -> None:
     real.add = timed_add  # type: ignore[method-assign]
     sid = (await sessions.create_session(braid, "local"))["session_id"]
     for i in range(5):  # warm: the session open, its first turns
-        await sessions.run_to_end(braid, "local", sid, f"say warm {i}")
+        await send_to_end(braid, "local", sid, f"say warm {i}")
     adds.clear()
     times: dict[str, list[float]] = {"with": [], "without": []}
     for i in range(SAMPLES):
@@ -203,7 +204,7 @@ async def turn_table(data: Path) -> None:
                 (("without", none), ("with", real)):
             braid.search = impl  # type: ignore[assignment]
             start = time.perf_counter()
-            run = await sessions.run_to_end(braid, "local", sid,
+            run = await send_to_end(braid, "local", sid,
                                             f"say {sentence(20)} and {sentence(20)}")
             times[name].append(time.perf_counter() - start)
             assert run["status"] == "COMPLETED", run

@@ -122,3 +122,38 @@ def test_a_second_tab_shows_the_call_and_its_answer_reaches_the_first(
         expect(tab.locator(".approval-card")).to_have_count(0)
     assert git(shared_server.session_path(sid), "show", "HEAD:workdir/e.txt") == \
         "both tabs\n"
+
+
+def test_always_is_taken_back_on_the_page(page: Page, login: Any,
+                                          shared_server: Server) -> None:
+    """Issue 31: an Always could not be taken back. The session menu lists each tool answered
+    Always with a ×; taking one back makes that tool ask again (checked in git and over the
+    API), and the menu no longer lists it."""
+    sid = shared_server.new_session()
+    login(page, sid)
+    set_mode(page, "writes", shared_server, sid)
+    path = shared_server.session_path(sid)
+    run_id = send_from_page(page, "write f.txt one")
+    card = page.locator(f"#turn-{run_id} .approval-card:not(.approval-done)")
+    expect(card).to_be_visible(timeout=TIMEOUT)
+    card.locator(".always-btn").click()
+    expect(page.locator(f"#turn-{run_id}")).to_have_attribute("data-status", "COMPLETED",
+                                                              timeout=TIMEOUT)
+    page.click("#session-actions > summary")
+    item = page.locator(".always-item", has_text="write_file")
+    expect(item).to_be_visible(timeout=TIMEOUT)
+    item.locator(".always-remove").click()
+    expect(page.locator(".always-item")).to_have_count(0, timeout=TIMEOUT)
+    _, info = shared_server.api("GET", f"/api/sessions/{sid}")
+    assert info["approvals_always"] == [] and info["approvals"] == "writes"
+    assert "approvals_always" not in json.loads(git(path, "show", "HEAD:session.json"))
+    page.keyboard.press("Escape")
+    # The next write asks again.
+    run_id = send_from_page(page, "write g.txt two")
+    card = page.locator(f"#turn-{run_id} .approval-card:not(.approval-done)")
+    expect(card).to_be_visible(timeout=TIMEOUT)
+    assert not (path / "workdir" / "g.txt").exists()
+    card.locator(".approve-btn").click()
+    expect(page.locator(f"#turn-{run_id}")).to_have_attribute("data-status", "COMPLETED",
+                                                              timeout=TIMEOUT)
+    assert git(path, "show", "HEAD:workdir/g.txt") == "two\n"

@@ -107,19 +107,3 @@ def test_a_tab_opened_mid_run_with_tools_shows_the_cards_so_far(
     expect(turn).to_have_attribute("data-status", "COMPLETED", timeout=TIMEOUT)
     expect(turn.locator(".md").last).to_have_text(re.compile("w1 w2 .* w30"))
 
-
-def test_a_turn_that_arrives_twice_is_drawn_once(page: Page, login: Any,
-                                                 shared_server: Server) -> None:
-    # Around a reconnect the catch-up may draw a turn whose run_started then arrives too.
-    sid = shared_server.new_session()
-    done = shared_server.run(sid, "say drawn once")
-    login(page, sid)
-    turn_id = f"turn-{done['run_id']}"
-    expect(page.locator(f"#{turn_id}")).to_have_count(1)
-    page.evaluate("""(id) => htmx.swap(document.body,
-        '<div id="transcript" hx-swap-oob="beforeend"><section class="turn" id="' + id
-        + '">again</section><section class="turn" id="turn-new">new</section></div>',
-        {swapStyle: 'none'})""", turn_id)
-    expect(page.locator("#turn-new")).to_have_count(1)  # a new turn is still appended
-    expect(page.locator(f"#{turn_id}")).to_have_count(1)
-    expect(page.locator(f"#{turn_id} .md")).to_have_text("drawn once")

@@ -6,6 +6,7 @@ sheet has a way out."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -75,19 +76,25 @@ def test_toasts_do_not_pile_up(page: Page, login: Any, shared_server: Server,
                                console_errors: Any) -> None:
     sid = shared_server.new_session()
     login(page, sid)
+    # The most toasts ever shown at once (counted as they come, whatever the machine's speed).
+    page.evaluate("""() => {
+        const box = document.getElementById('toasts');
+        window.mostToasts = 0;
+        new MutationObserver(() => {
+            window.mostToasts = Math.max(window.mostToasts, box.querySelectorAll('.toast').length);
+        }).observe(box, {childList: true});
+    }""")
     toasts = page.locator("#toasts .toast")
     for _ in range(4):  # the same error four times: one toast says it
         send_bad_action(page, "frobnicate")
-        expect(toasts.first).to_be_visible(timeout=TIMEOUT)
-    page.wait_for_timeout(300)
-    expect(toasts).to_have_count(1)
-    expect(toasts.first).to_contain_text("frobnicate")
+        expect(toasts.first).to_contain_text("frobnicate", timeout=TIMEOUT)
+    assert page.evaluate("window.mostToasts") == 1
     for i in range(5):  # five other errors: at most three at once, the newest kept
         send_bad_action(page, f"frob{i}")
         expect(toasts.last).to_contain_text(f"frob{i}", timeout=TIMEOUT)
-    expect(toasts).to_have_count(3)
+    assert 1 <= page.evaluate("window.mostToasts") <= 3
     # They go by themselves, soon: nothing stays over the controls under them.
-    expect(toasts).to_have_count(0, timeout=8_000)
+    expect(toasts).to_have_count(0, timeout=10_000)
 
 
 def test_a_one_file_turn_has_one_revert_button(page: Page, login: Any, shared_server: Server,
@@ -234,3 +241,39 @@ def test_a_conflict_on_a_sibling_branch_names_it_for_people(
     expect(conflicts).to_contain_text("same.txt", timeout=TIMEOUT)
     expect(conflicts).to_contain_text("Edit of")  # the branch merged into, by its name
     assert "run/" not in conflicts.inner_text()  # never its hash (only on hover)
+
+
+def interrupted_mid_answer(page: Page, server_factory: Any) -> tuple[Any, str, str]:
+    """A server stopped while the page watched an answer stream, started again, and a turn
+    run after the restart: (the new server, the interrupted run's id, the later run's id)."""
+    srv = server_factory()
+    sid = srv.new_session()
+    page.goto(f"{srv.base_url}/login?token={srv.token}")
+    page.goto(f"{srv.base_url}/s/{sid}")
+    expect(page.locator("#conn")).to_have_attribute("data-state", "open", timeout=TIMEOUT)
+    page.fill("#composer-text", "slow 300\nsay " + " ".join(f"streamed{i}" for i in range(40)))
+    page.press("#composer-text", "Enter")
+    turn = page.locator("#transcript > section.turn").last
+    expect(turn.locator(".live")).to_contain_text("streamed3", timeout=TIMEOUT)
+    run_id = str(turn.get_attribute("data-run-id"))
+    srv.stop()
+    again = dataclasses.replace(srv, proc=None)
+    again.start()
+    later = again.run(sid, "say after the restart")["run_id"]
+    page.reload()
+    expect(page.locator(f"#turn-{later}")).to_have_attribute("data-status", "COMPLETED",
+                                                             timeout=TIMEOUT)
+    return again, run_id, later
+
+
+def test_an_interrupted_run_keeps_what_streamed(page: Page, server_factory: Any,
+                                                console_errors: Any) -> None:
+    console_errors.allow_server_down()
+    srv, run_id, _ = interrupted_mid_answer(page, server_factory)
+    try:
+        back = page.locator(f"#turn-{run_id}")
+        expect(back).to_have_attribute("data-status", "INTERRUPTED")
+        expect(back.locator(".md.partial")).to_contain_text("streamed0 streamed1 streamed2")
+    finally:
+        srv.stop()
+

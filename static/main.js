@@ -10,6 +10,7 @@ import "./files.js";
 import "./copy.js";
 import "./times.js";
 import "./revert.js";
+import "./rewind.js";
 import "./search.js";
 import "./dag.js";
 import "./context.js";

@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING
 
 from server.agent.live_runs import ActiveRun
 from server.agent.tool_paths import PathEscape, resolve_in
+from server.base import events
 from server.base.records import SessionMeta, ToolCall
-from server.base.results import EventData, WaitingCall
+from server.base.results import WaitingCall
+from server.git.branches import is_sub
 from server.git.workdir.scan import WORKDIR
 
 if TYPE_CHECKING:
@@ -37,7 +39,10 @@ if TYPE_CHECKING:
 
 MODES = ("auto", "shell", "writes")
 DECISIONS = ("approve", "deny", "always")
-WRITES = frozenset({"write_file", "edit_file", "apply_patch", "delete_file", "shell"})
+# Every tool of the model's that changes files: a merge brings other branches' files (and,
+# with `agent`, conflict markers) into the branch, so it asks like a write.
+WRITES = frozenset({"write_file", "edit_file", "apply_patch", "delete_file", "shell",
+                    "merge_branches"})
 MAX_PREVIEW = 200_000  # bytes of a file read for a diff; larger files show the arguments
 MAX_DIFF = 100_000
 
@@ -114,22 +119,16 @@ async def _wait(braid: Services, active: ActiveRun, waiting: WaitingCall) -> tup
     future: asyncio.Future[tuple[str, str]] = asyncio.get_running_loop().create_future()
     active.waiting[call_id] = waiting
     active.answers[call_id] = future
-    data: EventData = {"run_id": waiting["run_id"], "call_id": call_id, "tool": waiting["tool"],
-                       "args": waiting["args"], "shown_in": waiting["shown_in"],
-                       "branch": waiting["branch"]}
-    if "diff" in waiting:
-        data["diff"] = waiting["diff"]
-    if "label" in waiting:
-        data["label"] = waiting["label"]
-    braid.bus.publish(sid, "approval_needed", data)
+    braid.bus.publish(sid, events.approval_needed(waiting))
     try:
-        decision, reason = await future
+        # Waiting on the user holds no turn slot: an unanswered call must not keep another
+        # user's turn (or this user's next one) waiting (issue 34).
+        async with braid.turn_gate.lend():
+            decision, reason = await future
     finally:
         active.waiting.pop(call_id, None)
         active.answers.pop(call_id, None)
-    braid.bus.publish(sid, "approval_resolved", {
-        "run_id": waiting["run_id"], "call_id": call_id, "tool": waiting["tool"],
-        "decision": decision, "reason": reason, "shown_in": waiting["shown_in"]})
+    braid.bus.publish(sid, events.approval_resolved(waiting, decision, reason))
     return decision, reason
 
 
@@ -146,7 +145,7 @@ def _shown_in(braid: Services, ctx: TurnContext, active: ActiveRun) -> str:
     """The run whose bubble shows the call: its own; for a sub-agent, the nearest run up its
     parents that is not a sub-agent (the one the user watches, or the finished turn the user
     spawned it from)."""
-    if not ctx.run.get("sub_agent") and not active.branch.startswith("sub_"):
+    if not ctx.run.get("sub_agent") and not is_sub(active.branch):
         return ctx.run_id
     live = {a.run_id: a for a in braid.runs.for_session(active.session_id)}
     parent = ctx.run.get("parent_run_id")
@@ -154,7 +153,7 @@ def _shown_in(braid: Services, ctx: TurnContext, active: ActiveRun) -> str:
     while parent and parent in live and parent not in seen:
         seen.add(parent)
         up = live[parent]
-        if not up.branch.startswith("sub_"):
+        if not is_sub(up.branch):
             return parent
         above = up.ctx.run.get("parent_run_id") if up.ctx is not None else None
         parent = above if isinstance(above, str) else None

@@ -24,6 +24,7 @@ from server.base import crash
 from server.base.errors import NotFound
 from server.base.ids import now_iso
 from server.base.records import RunRecord, RunRow, to_json_bytes
+from server.git.branches import is_sub
 from server.git.history import HISTORY, RUNS
 from server.git.session import WORKTREES, Change, GitSession
 from server.git.workdir import guarded
@@ -104,7 +105,8 @@ def interrupt_on_disk(git: GitSession, run_id: str, since: float | None = None
 async def interrupt_run(braid: Services, row: RunRow, since: float | None = None
                         ) -> RunRecord | RunRow | None:
     """Commit a run whose process died as INTERRUPTED and index it; None for an unknown
-    session. `since`: git lock files older than that are the dead process's."""
+    session, or a run with nothing on disk (a power cut before its first record was synced:
+    its row goes). `since`: git lock files older than that are the dead process's."""
     try:
         handle = braid.store.get(row["session_id"])
     except NotFound:
@@ -112,13 +114,21 @@ async def interrupt_run(braid: Services, row: RunRow, since: float | None = None
     try:
         run_id = row["run_id"]
         run = await handle.call(lambda git: interrupt_on_disk(git, run_id, since))
-        if run is None and str(row.get("branch") or "").startswith("sub_"):
+        if run is None and is_sub(str(row.get("branch") or "")):
             branch = str(row["branch"])  # its files are in its worktree
             run = await handle.call(lambda git: recover_worktree(git, branch, run_id))
     except Exception:  # noqa: BLE001 - one broken session must not stop the server
         log.exception("could not recover run %s of session %s", row["run_id"],
                       row["session_id"])
         run = None
+    else:
+        if run is None:
+            # Indexed, but nothing of it on disk (its first record was not yet synced when
+            # the power went): the last durable state has no such run (DESIGN "Durability").
+            log.warning("run %s of session %s left nothing on disk: forgotten",
+                        row["run_id"], row["session_id"])
+            await braid.index.delete_run(row["session_id"], row["run_id"])
+            return None
     row = {**row, "status": "INTERRUPTED", "updated_at": now_iso()}
     found = run or row
     await braid.index.upsert_run(row["session_id"], found)

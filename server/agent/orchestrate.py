@@ -28,11 +28,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import secrets
 from typing import TYPE_CHECKING, Any
 
-from server.agent.turn_context import TurnContext, checkpoint_data, commit_turn
-from server.base import crash
+from server.agent.turn_context import TurnContext, checkpoint_event, commit_turn
+from server.base import crash, events
 from server.base.errors import BraidError
 from server.base.ids import now_iso
 from server.base.records import (
@@ -45,6 +44,7 @@ from server.base.records import (
     Usage,
     to_json_bytes,
 )
+from server.git.branches import sub_branch
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -53,6 +53,7 @@ SPAWN = "spawn_sub_agents"
 MERGE = "merge_branches"
 NAMES = frozenset({SPAWN, MERGE})
 MAX_CHILDREN = 8
+MESSAGE_SUBAGENTS = 32  # sub-agent runs one user message may start, all levels (fair shares)
 MAX_PROMPT = 20_000
 STRATEGIES = ("fail", "ours", "theirs", "agent")
 FINISHED = frozenset({"COMPLETED", "ERROR", "CANCELLED"})
@@ -182,8 +183,7 @@ async def _checkpoint(braid: Services, ctx: TurnContext, summary: str) -> None:
     must not mix with."""
     if ctx.pending or ctx.changed:
         commit_id = await commit_turn(ctx, "tool-batch", summary)
-        braid.bus.publish(ctx.handle.session_id, "checkpoint",
-                          checkpoint_data(ctx, commit_id, "tool-batch"))
+        braid.bus.publish(ctx.handle.session_id, checkpoint_event(ctx, commit_id, "tool-batch"))
 
 
 async def _write_record(ctx: TurnContext) -> None:
@@ -202,12 +202,38 @@ async def spawn(braid: Services, ctx: TurnContext, args: dict[str, Any], call_id
             f"sub-agents may be nested at most {braid.settings.subagent_depth} levels below "
             "the user's run, and you are a sub-agent at that depth: do this work yourself")
     journal = ctx.run.get("spawn")
+    fresh = journal is None or journal["call_id"] != call_id  # not a resumed call
+    unfinished = len(wanted) if fresh or journal is None else \
+        sum(1 for c in journal["children"] if c.get("status") not in FINISHED)
+    # The user's fair share (DESIGN §4): counted before any branch is made, refused as a
+    # tool result the model reads. A resumed call's children were let in once already.
+    refused = braid.runs.take_children(
+        ctx.handle.user_id, root_run_of(ctx), unfinished,
+        braid.settings.user_subagents if fresh else 0,
+        MESSAGE_SUBAGENTS if fresh else 0)
+    if refused:
+        raise ToolRefused(f"too many sub-agents: {refused}; do this work yourself, or spawn "
+                          "fewer once some have ended")
+    try:
+        return await _spawn(braid, ctx, wanted, call_id, depth)
+    finally:
+        braid.runs.child_ended(ctx.handle.user_id, unfinished)
+
+
+def root_run_of(ctx: TurnContext) -> str:
+    """The user's run a run serves: its own id, or a sub-agent's first ancestor's."""
+    return str((ctx.run.get("sub_agent") or {}).get("root_run_id") or ctx.run_id)
+
+
+async def _spawn(braid: Services, ctx: TurnContext, wanted: list[tuple[str, str]],
+                 call_id: str, depth: int) -> str:
+    journal = ctx.run.get("spawn")
     if journal is None or journal["call_id"] != call_id:  # a new call, not a resumed one
         if ctx.changed:  # children branch from the files so far (messages need no commit)
             await _checkpoint(braid, ctx, "Before sub-agents")
         journal = {"call_id": call_id, "base_commit_id": None, "children": [
             {"label": label, "prompt": prompt, "status": "PENDING", "run_id": None,
-             "branch": f"sub_{ctx.run_id[:10]}_{label}_{secrets.token_hex(4)}"}
+             "branch": sub_branch(ctx.run_id, label)}
             for label, prompt in wanted]}
         ctx.run["spawn"] = journal
         await _write_record(ctx)  # which children exist, before any branch is made
@@ -217,8 +243,8 @@ async def spawn(braid: Services, ctx: TurnContext, args: dict[str, Any], call_id
     # branches made already by their names.
     journal["base_commit_id"] = await braid.open_child_branches(ctx.handle, journal["children"])
     crash.at("spawn.after_branches")
-    braid.bus.publish(ctx.handle.session_id, "dag_changed",
-                      {"branch": str(ctx.run.get("branch") or "")})
+    braid.bus.publish(ctx.handle.session_id,
+                      events.dag_changed(branch=str(ctx.run.get("branch") or "")))
     if await _run_children(braid, ctx, journal, depth) == "shutdown":
         # The server is stopping: no result, so resuming the run resumes the children.
         raise ServerStopping("the server stopped while the sub-agents ran")
@@ -264,7 +290,7 @@ def _fields(ctx: TurnContext, journal: SpawnJournal, child: SpawnChild,
         "branch": child["branch"], "label": child["label"],
         "parent_branch": str(ctx.run.get("branch") or ""), "parent_turn_id": ctx.run_id,
         "base_commit_id": str(journal.get("base_commit_id") or ""), "depth": depth,
-        "call_id": journal["call_id"]}}
+        "call_id": journal["call_id"], "root_run_id": root_run_of(ctx)}}
 
 
 class _Children:
@@ -356,13 +382,11 @@ async def merge(braid: Services, ctx: TurnContext, args: dict[str, Any]) -> str:
         return json.dumps({"conflicts": done["conflicts"], "note": (
             f"nothing was changed: the merge conflicts in {', '.join(paths)}. Retry with "
             "strategy 'ours', 'theirs' or 'agent', or edit the files and retry.")})
-    braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": done["commit_id"],
-                                          "kind": "merge"})
-    braid.bus.publish(sid, "merged", {
-        "run_id": ctx.run_id, "commit_id": done["commit_id"], "parent_ids": done["parent_ids"],
-        "branches": done["branches"], "strategy": strategy,
-        "paths": sorted({c["path"] for c in done["conflicts"]})})
-    braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id})
+    braid.bus.publish(sid, events.checkpoint(ctx.run_id, done["commit_id"], "merge"))
+    braid.bus.publish(sid, events.merged(
+        ctx.run_id, done["commit_id"], done["parent_ids"], done["branches"], strategy,
+        paths=sorted({c["path"] for c in done["conflicts"]})))
+    braid.bus.publish(sid, events.dag_changed(run_id=ctx.run_id))
     out: dict[str, Any] = {"commit_id": done["commit_id"], "parent_ids": done["parent_ids"]}
     if done["conflicts"]:
         paths = sorted({c["path"] for c in done["conflicts"]})

@@ -11,9 +11,12 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from server.base import crash, names
+from server.agent.compaction import instructions
+from server.agent.compaction.instructions import Instructions
+from server.base import crash, events, names
+from server.base.events import Event
 from server.base.ids import new_message_id, now_iso
 from server.base.records import (
     MessageRecord,
@@ -25,20 +28,18 @@ from server.base.records import (
     new_run,
     to_json_bytes,
 )
-from server.base.results import EventData
 from server.git.history import history_path
 from server.git.session import Change, GitSession
 from server.git.workdir.scan import WORKDIR, why_left_out
 from server.git.workdir.staging import DISK
-from server.store import context, instructions, layout
-from server.store.instructions import Instructions
+from server.store import context, layout, session_settings
 
 if TYPE_CHECKING:
     from server.store.session_store import SessionHandle
 
 log = logging.getLogger("braid")
 BULK_EDITS = 300
-TITLE_CHARS = 60
+TITLE_CHARS = names.TITLE_FIRST_LINE
 
 
 @dataclass
@@ -103,8 +104,8 @@ def take_user_edits(git: GitSession) -> tuple[str | None, list[str]]:
 def first_line_title(text: str) -> str:
     """A new session's title (DESIGN §4): its first message's first line (the first with
     anything on it), at most TITLE_CHARS characters."""
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    return line[:TITLE_CHARS].rstrip() or "Untitled"
+    line = next((t for t in map(names.plain_title, text.splitlines()) if t), "")
+    return names.plain_title(line, TITLE_CHARS) or "Untitled"
 
 
 def add_message(ctx: TurnContext, msg: MessageRecord) -> None:
@@ -145,6 +146,7 @@ def open_turn(
     if not handle.meta.get("title"):  # a session is named by its first message until renamed
         handle.meta["title"] = first_line_title(text)
         ctx.pending["session.json"] = to_json_bytes(handle.meta)
+        session_settings.save(git.path, handle.meta)  # the session's title, on any branch
     write_pending_to_disk(git, ctx)
     return ctx
 
@@ -179,12 +181,10 @@ def checkpoint_changes(ctx: TurnContext) -> tuple[dict[str, Change], int]:
     return changes, len(ctx.messages)
 
 
-def checkpoint_data(ctx: TurnContext, commit_id: str, kind: str) -> EventData:
+def checkpoint_event(ctx: TurnContext, commit_id: str, kind: str
+                     ) -> Event[Literal["checkpoint"]]:
     """The `checkpoint` event of the turn's last commit: with the names it left out."""
-    data: EventData = {"run_id": ctx.run_id, "commit_id": commit_id, "kind": kind}
-    if ctx.last_skipped:
-        data["skipped"] = list(ctx.last_skipped)
-    return data
+    return events.checkpoint(ctx.run_id, commit_id, kind, skipped=list(ctx.last_skipped))
 
 
 def write_turn_commit(git: GitSession, run_id: str, changes: dict[str, Change], index: int,

@@ -19,7 +19,7 @@ from server.agent.sandbox.limits import Limits
 from server.agent.shell import OutputStream, Sandboxing, on_own_thread, run_sandboxed, run_shell
 from server.agent.tools import ToolResult, Workspace
 from server.agent.turn_context import TurnContext, add_message
-from server.base import crash, names
+from server.base import crash, events, names
 from server.base.records import MessageRecord, ToolCall, ToolFunction, new_message
 from server.git.session import GitSession
 from server.git.workdir.scan import WORKDIR, why_left_out
@@ -122,8 +122,7 @@ def shell_runner(braid: Services, ctx: TurnContext, call_id: str
         active = braid.runs.find(sid, run_id)
         if active is not None:
             active.output[call_id] = (active.output.get(call_id, "") + text)[-OUTPUT_KEPT:]
-        braid.bus.publish(sid, "tool_output", {"run_id": run_id, "call_id": call_id,
-                                               "text": text, "branch": branch})
+        braid.bus.publish(sid, events.tool_output(run_id, call_id, text, branch=branch))
 
     def send(text: str) -> None:  # on the command's thread
         with contextlib.suppress(RuntimeError):  # the loop is gone: the server stops

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from server.agent import orchestrate, shell
+from server.agent.compaction import instructions
 from server.agent.compaction import request as context_request
 from server.agent.compaction.request import SYSTEM_PROMPT
 from server.agent.compaction.run import compact_in_turn
@@ -22,12 +23,12 @@ from server.agent.turn_changes import files_of
 from server.agent.turn_context import (
     TurnContext,
     add_message,
-    checkpoint_data,
+    checkpoint_event,
     commit_turn,
     open_turn,
 )
 from server.agent.turn_tools import batch_summary, settle_inflight, tool_step
-from server.base import crash
+from server.base import crash, events
 from server.base.errors import Busy, NotFound
 from server.base.ids import new_message_id
 from server.base.records import (
@@ -39,12 +40,13 @@ from server.base.records import (
     Usage,
     new_message,
 )
-from server.base.results import EventData, RunStatus
+from server.base.results import RunStatus
+from server.git.branches import is_sub
 from server.git.session import GitSession
 from server.git.workdir.scan import WORKDIR
 from server.model.client import ModelError
 from server.model.endpoints import choice_for_call
-from server.store import context, instructions
+from server.store import context
 from server.store.lineage import sibling_map
 from server.store.search import run_rows
 
@@ -117,13 +119,11 @@ async def launch(
     child = "sub_agent" in ctx.run
     if not child:
         await _index_run(braid, handle, ctx)
-    braid.bus.publish(handle.session_id, "run_started", {
-        "run_id": ctx.run_id, "run": ctx.run.copy(), "branch": active.branch,
-        "messages": [m.copy() for m in ctx.messages],
-        "siblings": None if child else await siblings_of(braid, handle.session_id, ctx.run_id),
+    braid.bus.publish(handle.session_id, events.run_started(
+        ctx.run_id, ctx.run.copy(), active.branch, [m.copy() for m in ctx.messages],
+        None if child else await siblings_of(braid, handle.session_id, ctx.run_id),
         # The first turn names the session: the sidebar needs redrawing only then.
-        "titled": "session.json" in ctx.pending,
-    })
+        titled="session.json" in ctx.pending))
     active.task = asyncio.create_task(drive(braid, ctx, active), name=f"run-{ctx.run_id}")
     if child:  # queued on the index's connection before anything the turn writes there
         await _index_run(braid, handle, ctx)
@@ -143,9 +143,10 @@ async def drive(braid: Services, ctx: TurnContext, active: ActiveRun) -> None:
     try:
         if active.stop_requested:  # cancelled between `launch` and this first step
             raise asyncio.CancelledError
-        # Queued behind BRAID_ACTIVE_TURNS others (live_runs.TurnGate): a stop while
+        # Queued behind BRAID_ACTIVE_TURNS others, or the user's BRAID_USER_TURNS
+        # (live_runs.TurnGate): a stop while
         # waiting ends the turn CANCELLED like a stop mid-stream.
-        async with braid.turn_gate.slot():
+        async with braid.turn_gate.slot(ctx.handle.user_id):
             if ctx.compaction is not None:
                 await compact_in_turn(braid, ctx, context_request.heads_of(
                     SYSTEM_PROMPT, ctx.instructions, braid.settings.instructions_file))
@@ -207,8 +208,8 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
                 raise asyncio.CancelledError
             if kind == "delta":
                 active.partial += value
-                braid.bus.publish(sid, "message_delta", {
-                    "run_id": ctx.run_id, "message_id": msg_id, "delta": value, **tag})
+                braid.bus.publish(sid, events.message_delta(ctx.run_id, msg_id, value,
+                                                            branch=tag))
             elif kind == "reply":
                 reply = value
     assert reply is not None
@@ -225,9 +226,9 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
     return reply, msg_id
 
 
-def sub_branch(ctx: TurnContext) -> EventData:
+def sub_branch(ctx: TurnContext) -> str | None:
     """A sub-agent's run events carry its branch (the page's live cards and lanes)."""
-    return {"branch": str(ctx.run.get("branch"))} if "sub_agent" in ctx.run else {}
+    return str(ctx.run.get("branch")) if "sub_agent" in ctx.run else None
 
 
 async def _answer_resumed_calls(braid: Services, ctx: TurnContext) -> None:
@@ -239,8 +240,7 @@ async def _answer_resumed_calls(braid: Services, ctx: TurnContext) -> None:
         return
     for call in open_calls:
         result = await tool_step(braid, ctx, call)
-        braid.bus.publish(ctx.handle.session_id, "tool_result",
-                          {"run_id": ctx.run_id, "message": result})
+        braid.bus.publish(ctx.handle.session_id, events.tool_result(ctx.run_id, result))
     await _checkpoint_event(braid, ctx, "tool-batch", "Tools resumed")
 
 
@@ -251,12 +251,10 @@ async def _tool_batch(braid: Services, ctx: TurnContext, reply: Any, msg_id: str
     mode = braid.settings.checkpoint
     tag = sub_branch(ctx)
     for call in reply.tool_calls:
-        braid.bus.publish(sid, "tool_call", {"run_id": ctx.run_id, "call": call,
-                                             "message_id": msg_id, **tag})
+        braid.bus.publish(sid, events.tool_call(ctx.run_id, call, msg_id, branch=tag))
     for call in reply.tool_calls:
         result = await tool_step(braid, ctx, call)
-        braid.bus.publish(sid, "tool_result", {"run_id": ctx.run_id, "message": result,
-                                               **tag})
+        braid.bus.publish(sid, events.tool_result(ctx.run_id, result, branch=tag))
         if mode == "tools":
             await _checkpoint_event(braid, ctx, "tool-batch", "Tool call")
     if mode in ("tool-batch", "tools") and (ctx.pending or ctx.changed):
@@ -282,7 +280,7 @@ async def _finish(
             # for the next turn's user-edit snapshot.
             ctx.changed.clear()
             commit_id = await _close_and_commit(ctx, status)
-        braid.bus.publish(sid, "checkpoint", checkpoint_data(ctx, commit_id, "turn"))
+        braid.bus.publish(sid, checkpoint_event(ctx, commit_id, "turn"))
         # Its messages' words for search (store/search.py), before the record says it ended:
         # a kill in between leaves the run RUNNING in the index, and recovery adds them.
         await braid.search.add(run_rows(sid, ctx.run_id, ctx.messages))
@@ -295,14 +293,10 @@ async def _finish(
         log.exception("run %s ended without its last commit", ctx.run_id)
     finally:
         await braid.runs.end(active)
-    event = {"COMPLETED": "run_completed", "ERROR": "run_error"}.get(status, "run_cancelled")
-    data: EventData = {"run_id": ctx.run_id, "run": ctx.run.copy(), "status": status,
-                       "messages": [m.copy() for m in ctx.messages], "files": files,
-                       "siblings": siblings, **sub_branch(ctx)}
-    if error:
-        data["error"] = error
-    braid.bus.publish(sid, event, data)
-    braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id})
+    braid.bus.publish(sid, events.run_ended(
+        status, ctx.run_id, ctx.run.copy(), [m.copy() for m in ctx.messages], files=files,
+        siblings=siblings, branch=sub_branch(ctx), error=error))
+    braid.bus.publish(sid, events.dag_changed(run_id=ctx.run_id))
     braid.packer.touch(sid, ctx.handle.path)
 
 
@@ -343,8 +337,7 @@ def _answer_open_calls(ctx: TurnContext, status: str = "") -> None:
 
 async def _checkpoint_event(braid: Services, ctx: TurnContext, kind: str, summary: str) -> None:
     commit_id = await commit_turn(ctx, kind, summary)
-    braid.bus.publish(ctx.handle.session_id, "checkpoint",
-                      checkpoint_data(ctx, commit_id, kind))
+    braid.bus.publish(ctx.handle.session_id, checkpoint_event(ctx, commit_id, kind))
 
 
 async def siblings_of(braid: Services, session_id: str, run_id: str) -> Siblings | None:
@@ -406,7 +399,7 @@ async def cancel_run(braid: Services, user_id: str, session_id: str,
     if not live:
         raise NotFound("no run is going on in this session")
     # Without a run id, stop what the user is watching rather than a sub-agent.
-    active = next((a for a in live if not a.branch.startswith("sub_")), live[0])
+    active = next((a for a in live if not is_sub(a.branch)), live[0])
     active.stop("cancel")
     await active.done.wait()
     runs = await braid.index.list_runs(handle.session_id)

@@ -12,7 +12,7 @@ from pathlib import Path
 from server.agent.live_runs import ActiveRun, TurnGate
 from server.agent.sandbox import box
 from server.agent.sandbox import limits as sandbox_limits
-from server.app import recovery
+from server.app import power_cut, recovery
 from server.app.memory import give_back_memory, limit_arenas
 from server.backends.choose import make_index, make_queue, make_search, make_team, make_users
 from server.base import memo
@@ -54,9 +54,11 @@ class Braid:
         self._draining: set[asyncio.Task[object]] = set()
         self.packer = Packer()  # packs idle sessions' loose objects in the background
         self.model = ModelClient(settings)
-        self.turn_gate = TurnGate(settings.active_turns)  # BRAID_ACTIVE_TURNS at once
+        # BRAID_ACTIVE_TURNS at once, BRAID_USER_TURNS of one user's
+        self.turn_gate = TurnGate(settings.active_turns, settings.user_turns)
         self._reaper: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._marker: Path | None = None  # a clean stop removes it (app/power_cut.py)
 
     async def start(self) -> str:
         """Open the index and recover runs a killed server left RUNNING. Returns the default
@@ -71,7 +73,9 @@ class Braid:
         fresh_index = await self.index.open()
         fresh_index = await self.search.open() or fresh_index  # an older index: rebuilt
         await self.queue.open()
-        await recovery.start_up(self, self.team, fresh_index)
+        self._marker, unclean = power_cut.mark_running(self.data_dir)  # (when it began)
+        await recovery.start_up(self, self.team, fresh_index, unclean)
+        power_cut.clear_markers(self.data_dir, self._marker)
         self._reaper = asyncio.create_task(self._release_idle(), name="braid-idle")
         # After recovery (a run left RUNNING is INTERRUPTED and holds nothing): what waited
         # starts now, and later whatever a free branch can take (queue.sweep).
@@ -199,6 +203,8 @@ class Braid:
                 log.warning("run %s did not stop in time", active.run_id)
         await self.packer.close()
         await self.model.close()
+        if self._marker is not None:  # stopped cleanly: nothing to check at the next start
+            self._marker.unlink(missing_ok=True)
         if self.team is not None:
             await self.team.stop()
         await self.index.close()

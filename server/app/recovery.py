@@ -1,6 +1,7 @@
 """Start-up recovery of what a killed process left half-done (DESIGN §4 "Atomic operations").
 
-All of it is here (`start_up`). Order matters: deletions a kill interrupted, half-made
+All of it is here (`start_up`). Order matters: after an unclean stop, refs at missing
+objects rolled back (power_cut.py); deletions a kill interrupted, half-made
 session folders (a fork), then each session's intent record (an operation is finished or
 rolled back), then runs left RUNNING (committed INTERRUPTED, `agent.interrupted`; a
 sub-agent's in its worktree), then sub-agent worktrees nobody owns any more. Every step is
@@ -14,6 +15,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from server.agent.interrupted import clear_stale_locks, interrupt_run, prune_worktrees
+from server.app import power_cut
 from server.app.reindex import reindex, reindex_one
 from server.features import uploads
 from server.features.session_meta import purge_deleted
@@ -28,16 +30,23 @@ if TYPE_CHECKING:
 log = logging.getLogger("braid.recovery")
 
 
-async def start_up(braid: Services, team: Team | None, fresh_index: bool) -> None:
+async def start_up(braid: Services, team: Team | None, fresh_index: bool,
+                   unclean: float | None = None) -> None:
     """Everything a killed process left, before any request is served. `team`: the team
-    server this process joins (PostgreSQL), or None."""
+    server this process joins (PostgreSQL), or None; `unclean`: when a process that did not
+    stop cleanly (killed, or a power cut) started (its sessions checked: power_cut.py)."""
     # With other live processes on the data dir (a team server), their operations are
     # not half done: only runs whose process is gone are recovered (pg_team.py).
     alone = await team.start() if team is not None else True
+    touched = await power_cut.check_sessions(braid, unclean) \
+        if alone and unclean is not None else []
     if alone:
         await purge_deleted(braid)  # deletions a killed server left half done
         # Half-done operations first, so runs are recovered on a consistent working tree.
         await recover_operations(braid)
+    for session_id in touched:  # after the intents, before runs left RUNNING are recovered
+        if braid.store.path(session_id).exists():
+            await power_cut.reconcile(braid, session_id)
     if fresh_index:
         await reindex(braid)
     if team is not None:
@@ -46,6 +55,9 @@ async def start_up(braid: Services, team: Team | None, fresh_index: bool) -> Non
         await recover_interrupted(braid)
     if alone:
         await prune_orphan_worktrees(braid)
+    for session_id in touched:  # what the worktrees' recovery committed, indexed too
+        if braid.store.path(session_id).exists():
+            await power_cut.reconcile(braid, session_id)
     if team is not None:
         await team.started()
 

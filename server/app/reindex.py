@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from server.base.records import RunRecord, SessionMeta
 from server.git.history import RUNS
 from server.git.session import GitSession
-from server.store import layout
+from server.store import layout, session_settings
 from server.store.search import session_rows
 
 if TYPE_CHECKING:
@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 def read_session(git: GitSession) -> tuple[SessionMeta, list[RunRecord]]:
     """session.json and every run record on every branch (a sibling run lives on its own
     branch; the record on the run's own branch wins)."""
-    meta: SessionMeta = git.read_json(git.head_commit(), "session.json")
+    meta: SessionMeta = session_settings.overlay(
+        git.read_json(git.head_commit(), "session.json"), git.path)
     runs: dict[str, RunRecord] = {}
     for name, tip in git.branches().items():
         commit = git.commit(tip)

@@ -18,8 +18,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from server.base.events import EventBus
-from server.base.results import EventData, EventFrame
+from server.base.events import AnyEvent, EventBus
+from server.base.results import EventFrame
 
 log = logging.getLogger("braid.pg")
 CHANNEL = "braid_events"
@@ -78,12 +78,11 @@ class PgEventBus(EventBus):
             if conn is not None and not conn.is_closed():
                 await conn.close()
 
-    def publish(self, session_id: str, event: str, data: EventData) -> None:
-        super().publish(session_id, event, data)
+    def publish(self, session_id: str, event: AnyEvent) -> EventFrame:
+        frame = super().publish(session_id, event)
         if self._tasks:
-            frame: EventFrame = {"type": "event", "event": event,
-                                 "data": {"session_id": session_id, **data}}
             self._outbox.put_nowait(frame)
+        return frame
 
     def _deliver(self, frame: EventFrame) -> None:
         session_id = str(frame.get("data", {}).get("session_id", ""))

@@ -96,6 +96,10 @@ class PgIndex:
             await db.execute("DELETE FROM runs WHERE session_id = $1", session_id)
             await db.execute("DELETE FROM sessions WHERE session_id = $1", session_id)
 
+    async def delete_run(self, session_id: str, run_id: str) -> None:
+        await self.pool.execute("DELETE FROM runs WHERE session_id = $1 AND run_id = $2",
+                                session_id, run_id)
+
     async def list_runs(self, session_id: str) -> list[RunRow]:
         rows = await self.pool.fetch(
             "SELECT * FROM runs WHERE session_id = $1 ORDER BY created_at", session_id)

@@ -13,7 +13,7 @@ from server.backends.pg_index import PgIndex
 from server.backends.pg_team import STALE
 from server.base.ids import new_queued_id, now_iso
 from server.base.records import QueueRow
-from server.store.queue import CLAIM_SQL, QUEUE_COLUMNS, QUEUE_SCHEMA_TEMPLATE
+from server.store.queue import CLAIM_SQL, QUEUE_COLUMNS, QUEUE_SCHEMA_TEMPLATE, USER_LOAD_SQL
 
 SCHEMA_LOCK = 0x6272616971
 CLAIM = CLAIM_SQL.format(owner="$1", sid="$2", branch="$3", lock=" FOR UPDATE SKIP LOCKED")
@@ -94,3 +94,9 @@ class PgQueue:
 
     async def delete_session(self, session_id: str) -> None:
         await self.pool.execute("DELETE FROM queued_messages WHERE session_id = $1", session_id)
+
+    async def user_load(self, user_id: str) -> tuple[int, int]:
+        """(messages, bytes of their text) queued in the user's sessions: their share."""
+        row = await self.pool.fetchrow(
+            USER_LOAD_SQL.format(arg="$1", bytes="octet_length(q.text)"), user_id)
+        return (int(row[0]), int(row[1])) if row is not None else (0, 0)

@@ -31,11 +31,14 @@ from server.backends.pg_conn import PgThread
 from server.backends.pg_index import PgIndex
 from server.backends.pg_locks import PgBranchLocks
 from server.backends.pg_runs import PgRunRegistry, RemoteRun
+from server.base import events
 from server.base.errors import BraidError, Busy
 from server.base.ids import new_message_id
 from server.base.records import RunRow
 from server.base.results import EventFrame, RunStatus
 from server.features.session_meta import settle
+from server.git.branches import is_sub
+from server.store import session_settings
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -209,10 +212,9 @@ class Team:
                 done += 1
                 log.warning("run %s of session %s: its process is gone; INTERRUPTED",
                             run_id, sid)
-                self.bus.publish(sid, "run_cancelled", {
-                    "run_id": run_id, "run": run, "status": "INTERRUPTED",
-                    "messages": [], "reason": "its process stopped"})
-                self.bus.publish(sid, "dag_changed", {"run_id": run_id})
+                self.bus.publish(sid, events.run_ended("INTERRUPTED", run_id, run, [],
+                                                       reason="its process stopped"))
+                self.bus.publish(sid, events.dag_changed(run_id=run_id))
         return done
 
     # -- cancel across processes ----------------------------------------------------------
@@ -228,7 +230,7 @@ class Team:
         rows = [r for r in rows if run_id is None or r["run_id"] == run_id]
         if not rows:
             return None
-        target = next((r for r in rows if not r["branch"].startswith("sub_")), rows[0])
+        target = next((r for r in rows if not is_sub(r["branch"])), rows[0])
         wanted = str(target["run_id"])
         await self._send_cancel(session_id, wanted)
         status = "RUNNING"
@@ -292,7 +294,7 @@ class Team:
                 return
             try:
                 handle = self.braid.store.get(sid)
-                meta = json.loads((handle.path / "session.json").read_text())
+                meta = session_settings.load(handle.path)
             except (BraidError, OSError, ValueError):
                 return
             kept = cast("dict[str, object]", handle.meta)  # the same object: others hold it

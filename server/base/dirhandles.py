@@ -262,5 +262,6 @@ def put_file(dir_fd: int, name: str, data: bytes, mode: int) -> None:
         while view:
             view = view[os.write(fd, view):]
         os.fchmod(fd, 0o755 if mode == FileMode.BLOB_EXECUTABLE else 0o644)
+        os.fsync(fd)  # an export reported done survives a power cut (DESIGN "Durability")
     finally:
         os.close(fd)

@@ -74,3 +74,10 @@ class TooLarge(BraidError):
     BRAID_IMPORT_MAX_FILES (HTTP 413); nothing of it is kept."""
 
     code = "too_large"
+
+
+class TooMany(BraidError):
+    """Past a user's fair share (DESIGN §4 "Fair shares and durability"): turns, queued
+    messages or sub-agent runs (HTTP 429); nothing of the refused request is kept."""
+
+    code = "too_many"

@@ -8,16 +8,24 @@ system or the file system lacks them.
   up to milliseconds on a busy disk; swapping the two names (RENAME_EXCHANGE) and unlinking
   the old file is atomic too (a reader sees the old or the new file, a kill -9 in between
   leaves the old content under `src`'s name, a lock file recovery removes) and leaves the data
-  to the usual writeback. Like every write Braid makes, it is not fsynced: the guarantee is a
-  killed process, not a power cut.
+  to the usual writeback. What must survive a power cut is synced by its caller first
+  (`sync_dir`, `sync_all`: DESIGN "Durability").
+- `sync_dir(path)`: fsync a folder, so the names made or renamed in it survive a power cut
+  (a file's own fsync keeps its data, not its name).
+- `sync_tree(path, pool)`: a folder just made whole (a new session, an import, a fork):
+  every file and folder in it, then its own name.
+- `sync_all(calls, pool)`: run a batch of syncs at once on a pool: the file system folds
+  syncs that wait together into one journal commit, so a dozen cost about one.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor
 from pathlib import Path
 
 _AT_FDCWD = -100
@@ -77,3 +85,64 @@ def replace(src: Path | str | bytes, dst: Path | str | bytes) -> None:
     if err not in (errno.EINVAL, errno.ENOENT):  # ENOENT: no `dst` yet, a plain rename
         raise OSError(err, os.strerror(err), os.fsdecode(src), None, os.fsdecode(dst))
     os.replace(src, dst)
+
+
+def sync_dir(path: Path | str | bytes) -> None:
+    """fsync the folder `path`: its entries (a create, a rename, an unlink) survive a cut."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_dirs(paths: Iterable[Path | str | bytes], pool: Executor | None = None) -> None:
+    """`sync_dir` on each (once), together on `pool`."""
+    sync_all([functools.partial(sync_dir, p) for p in dict.fromkeys(paths)], pool)
+
+
+def sync_all(calls: Sequence[Callable[[], None]], pool: Executor | None) -> None:
+    """Run `calls` (syncs) at once: a share on `pool`'s threads, one share here, all waited
+    for; the first error is raised after the others are done."""
+    if pool is None or len(calls) < 2:
+        for call in calls:
+            call()
+        return
+    futures = [pool.submit(call) for call in calls[1:]]
+    error: BaseException | None = None
+    try:
+        calls[0]()
+    except BaseException as e:  # noqa: BLE001 - raised after the others are done
+        error = e
+    for future in futures:
+        try:
+            future.result()
+        except BaseException as e:  # noqa: BLE001
+            error = error or e
+    if error is not None:
+        raise error
+
+
+def sync_file(path: Path | str | bytes) -> None:
+    """fsync the file `path` (not following a symlink: a link's own entry is its folder's)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # gone, or a symlink (ELOOP)
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_tree(path: Path, pool: Executor | None = None) -> None:
+    """Everything under `path` (files, then folders), then the folder holding it."""
+    files: list[Callable[[], None]] = []
+    folders: list[Callable[[], None]] = []
+    for top, dirs, names in os.walk(path):
+        folders.append(functools.partial(sync_dir, top))
+        files += [functools.partial(sync_file, os.path.join(top, n)) for n in names]
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
+    sync_all(files, pool)
+    sync_all(folders, pool)
+    sync_dir(path.parent)

@@ -15,6 +15,7 @@ A name on disk that is not valid UTF-8 reaches Python as lone surrogates (`surro
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable
 
 from server.base.errors import BadRequest
@@ -145,3 +146,36 @@ def split(paths: Iterable[str]) -> tuple[list[str], list[str]]:
     for path in paths:
         (good if why_not(path) is None else bad).append(path)
     return good, bad
+
+
+# -- titles ---------------------------------------------------------------------------------
+# The one rule for a session's title (DESIGN §4 "Search and titles"): one printable line.
+#
+# A title a person gives in a rename is refused when it holds a control character (ESC, NUL, a
+# newline), a format character (the bidi overrides that reverse what follows, zero-width ones:
+# the joiner inside emoji excepted), a line separator or a lone surrogate (`refusal`). A title
+# Braid makes (a first message's first line, an imported folder's name, a created session's)
+# has the same characters taken out (`plain`), so none reaches the page, a commit message or
+# `git log` in the session's repository.
+
+
+MAX_TITLE = 120  # characters of any title
+TITLE_FIRST_LINE = 60  # characters of a title made from the first message
+UNSHOWABLE = ("Cc", "Cs", "Cf", "Zl", "Zp")
+
+
+def unshowable(ch: str) -> bool:
+    return unicodedata.category(ch) in UNSHOWABLE and ch != "\u200d"
+
+
+def title_refusal(text: str) -> str | None:
+    """Why a person's title cannot be taken as it is (None: it can)."""
+    return "must not contain control characters" if any(map(unshowable, text)) else None
+
+
+def plain_title(text: str, limit: int = MAX_TITLE) -> str:
+    """`text` as a title: what the rule refuses taken out (a tab or a line break becomes a
+    space), spaces run together, at most `limit` characters."""
+    kept = "".join(" " if ch.isspace() else ch for ch in text if ch.isspace()
+                   or not unshowable(ch))
+    return " ".join(kept.split())[:limit].rstrip()

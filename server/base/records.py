@@ -79,6 +79,7 @@ class SubAgentInfo(TypedDict, total=False):
     parent_branch: str
     parent_turn_id: str
     base_commit_id: str
+    root_run_id: str  # a model-spawned child's: the user's run it serves (fair shares)
     files: list[FileChip]  # a result's: what the child changed (its chips in the parent)
     depth: int  # levels below the user's run (a child the model spawned: agent/orchestrate.py)
     call_id: str  # the parent's `spawn_sub_agents` call that made it
@@ -332,7 +333,8 @@ def new_session_meta(session_id: str, title: str, user_id: str, *,
                      forked_from_session_id: str | None = None,
                      root_session_id: str | None = None) -> SessionMeta:
     meta: SessionMeta = {
-        "session_id": session_id, "title": title, "user_id": user_id, "created_at": now_iso(),
+        "session_id": session_id, "title": title, "user_id": user_id,
+        "created_at": now_iso(),
         "forked_from_session_id": forked_from_session_id,
         "root_session_id": root_session_id or session_id}
     return meta

@@ -241,7 +241,8 @@ class SessionChanges(TypedDict, total=False):
     archived: bool
     model: str | None
     approvals: str
-    approvals_always: list[str]  # set by `approve_tool_call` (always), not by clients
+    # Set by `approve_tool_call` (always); a client sends a shorter list to take one back.
+    approvals_always: list[str]
     shell_network: str  # ask | on | off: a sandboxed command's web access
     shell_network_hosts: list[str]  # hosts allowed (approved; a client may take them back)
 
@@ -571,7 +572,12 @@ class EventData(TypedDict, total=False):
     diff: str
     shown_in: str
     decision: str
+    # queue_changed: what changed (added, updated, removed, started), the message added or
+    # edited (`queued`), the ids waiting now in order.
     queued: list[QueuedMessage]
+    change: str
+    queued_id: str
+    ids: list[str]
     # A child the model spawned (agent/orchestrate.py): its parent's run and tool call
     # (call_id: also the call an approval_needed / approval_resolved is about).
     parent_run_id: str | None
@@ -581,9 +587,20 @@ class EventData(TypedDict, total=False):
     usage: Usage
 
 
+# Every event of DESIGN §5, by name; base/events.py makes each (one constructor an event),
+# web/render/event_table.py says how each reaches a page and a script.
+EventName = Literal[
+    "run_started", "message_delta", "tool_call", "tool_result", "tool_output", "checkpoint",
+    "run_completed", "run_error", "run_cancelled", "reverted", "sub_agent_started",
+    "sub_agent_done", "merged", "dag_changed", "session_changed", "run_continued",
+    "session_updated", "session_deleted", "files_uploaded", "approval_needed",
+    "approval_resolved", "queue_changed",
+]
+
+
 class EventFrame(TypedDict):
     """What the bus hands each subscriber: `{type: "event", event, data}`."""
 
     type: Literal["event"]
-    event: str
+    event: EventName
     data: EventData

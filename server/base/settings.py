@@ -238,11 +238,13 @@ class Settings:
     # wait in order (live_runs.TurnGate); 0: no bound.
     active_turns: int = setting("BRAID_ACTIVE_TURNS", WHOLE, 16,
                                 "turns driving at once, the others wait (0: no bound)")
-    user_turns: int = setting("BRAID_USER_TURNS", WHOLE, 4, "one user's turns at once", later=True)
-    user_queue: int = setting("BRAID_USER_QUEUE", WHOLE, 100, "one user's queued messages",
-                              later=True)
+    # Fair shares (DESIGN §4): one user's turns driving at once, queued messages (and 10 MB
+    # of them: features/queue.py), sub-agent runs at once (and 32 per message:
+    # agent/orchestrate.py); past them `too_many` (0: no bound).
+    user_turns: int = setting("BRAID_USER_TURNS", WHOLE, 4, "one user's turns at once")
+    user_queue: int = setting("BRAID_USER_QUEUE", WHOLE, 100, "one user's queued messages")
     user_subagents: int = setting("BRAID_USER_SUBAGENTS", WHOLE, 16,
-                                  "one user's sub-agents at once", later=True)
+                                  "one user's sub-agent runs at once")
     # Unset: the embedded SQLite files in the data dir. A postgresql:// URL: the index and
     # users in PostgreSQL, and several processes coordinated through it (a team server).
     database_url: str | None = setting("BRAID_DATABASE_URL", POSTGRES, None,

@@ -12,7 +12,7 @@ import pygit2
 
 from server.base.results import CommitNode, DagGraph, DagNode, NodeView
 from server.features.sessions import transcript_at
-from server.features.subagents import is_sub_branch, short_name
+from server.git.branches import is_sub, short_name
 from server.git.commits import commit_info, first_parent_line
 from server.git.session import GitSession
 from server.store import layout as repo_layout
@@ -130,7 +130,7 @@ def _labelled(git: GitSession, data: DagGraph) -> DagGraph:
         tips_by_oid.setdefault(branch["head"], []).append(branch["name"])
     results: dict[str, str] = {}
     for branch in data["branches"]:
-        if is_sub_branch(branch["name"]):
+        if is_sub(branch["name"]):
             result = last_answer(git, git.commit(branch["head"]))
             branch["result"] = results[branch["head"]] = " ".join(result.split())[:200]
             branch["sub_agent"] = True
@@ -138,7 +138,7 @@ def _labelled(git: GitSession, data: DagGraph) -> DagGraph:
     for node in data["nodes"]:
         node["tips"] = tips_by_oid.get(node["id"], [])
         node["label"] = node["summary"]
-        if node["id"] in results and any(is_sub_branch(t) for t in node["tips"]):
+        if node["id"] in results and any(is_sub(t) for t in node["tips"]):
             node["label"] = results[node["id"]] or node["label"]
         elif node["kind"] == "merge" and len(node["parent_ids"]) > 1:
             names = [short_name(branch_of.get(p) or p[:10]) for p in node["parent_ids"][1:]]

@@ -25,8 +25,8 @@ import pygit2
 from pygit2.enums import FileMode
 
 from server.base.errors import BadRequest, BraidError, Forbidden, NotFound
-from server.features.subagents import branch_words
 from server.git import lookup
+from server.git.branches import branch_words, is_run
 from server.git.session import GitSession
 from server.git.trees import walk
 from server.git.workdir.scan import WORKDIR
@@ -351,7 +351,7 @@ def download_name(title: str, ref: str) -> str:
     ("notes-sub-agent-red.zip", "notes-another-version.zip") or a commit by its short id."""
     if re.fullmatch(r"[0-9a-f]{40}", ref):
         where = f"at-{ref[:7]}"
-    elif ref.startswith("run/"):
+    elif is_run(ref):
         where = "another-version"
     else:
         where = _slug(branch_words(ref)) or "workdir"

@@ -13,12 +13,13 @@ them in place.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pygit2
 from pygit2.enums import FileMode
@@ -26,16 +27,19 @@ from pygit2.enums import FileMode
 from server.agent.turn_context import snapshot_user_edits
 from server.base import crash
 from server.base.errors import Busy
+from server.base.fsops import sync_tree
 from server.base.ids import new_session_id
+from server.base.names import plain_title
 from server.base.records import SessionMeta, new_session_meta, to_json_bytes
 from server.base.results import ForkedSession
 from server.git.commits import commit_message
 from server.git.init_repo import init_repository
+from server.git.loose import WRITERS
 from server.git.session import GitSession
 from server.git.trees import apply_changes
 from server.git.workdir.index_format import stat_words
 from server.git.workdir.scan import WORKDIR
-from server.store import journal
+from server.store import journal, session_settings
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -177,16 +181,27 @@ async def fork_session(braid: Services, user_id: str, session_id: str) -> Forked
         raise Busy("a run is going on in this session; fork it when the run ends")
     new_id = new_session_id()
     meta = new_session_meta(
-        new_id, fork_title(source.meta.get("title") or ""), source.user_id,
+        new_id, plain_title(fork_title(source.meta.get("title") or "")), source.user_id,
         forked_from_session_id=source.session_id,
         root_session_id=source.meta.get("root_session_id") or source.session_id)
+    # The source's settings (approvals, the always list, the model...) go with it: a fork
+    # is the same session's work going on elsewhere, not a fresh one (DESIGN §4 "Approvals").
+    kept = cast("dict[str, object]", meta)
+    for key, value in session_settings.of(source.meta).items():
+        if key not in ("title", "archived"):
+            kept[key] = value
     target = braid.store.path(new_id)
     await braid.packer.wait_idle(source.session_id)  # the object files must not move now
     # A marker next to the folder: a kill before the fork is whole leaves it, and start-up
     # removes the half-made folder (journal.recover_folders).
     journal.begin_folder(braid.store.root, new_id, "fork")
     try:
-        await source.call(lambda git: clone_session(git, target, meta))
+        def clone(git: GitSession) -> None:
+            clone_session(git, target, meta)
+            session_settings.save(target, meta)
+
+        await source.call(clone)
+        await asyncio.to_thread(sync_tree, target, WRITERS)  # whole before it is listed
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         journal.end_folder(braid.store.root, new_id)

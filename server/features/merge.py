@@ -19,12 +19,12 @@ from pygit2.enums import FileMode, MergeFavor, MergeFlag
 from server.agent.live_runs import claim_turn
 from server.agent.turn_context import TurnContext, open_turn, snapshot_user_edits
 from server.agent.turns import launch
-from server.base import crash
+from server.base import crash, events
 from server.base.errors import BadRequest, Busy, Conflict
 from server.base.records import RunFields, to_json_bytes
 from server.base.results import Conflicted, MergeResult, ToolConflict, ToolMerge
-from server.features.subagents import branch_words
 from server.git import lookup
+from server.git.branches import branch_words
 from server.git.commits import first_parent_line
 from server.git.history import HISTORY, RUNS
 from server.git.session import GitSession
@@ -46,6 +46,7 @@ MODEL_LINES = (MARKERS_LINE, ANSWER_LINE)
 NOTE_HEAD = "Merge turn: "
 MAX_BRANCHES = 16
 SIDE_CHARS = 20_000
+FOLDER_NAMES = 5  # a folder side of a conflict shows this many of its files
 RESULT_LINE = 300
 NO_RENAMES = MergeFlag(0)
 
@@ -88,15 +89,22 @@ def _editable(git: GitSession, entries: tuple[Any, Any, Any]) -> bool:
     return True
 
 
-def _conflict(git: GitSession, entries: tuple[Any, Any, Any], into: str, branch: str,
-              resolutions: dict[str, str], before: list[str]) -> Conflicted:
+def _conflict(git: GitSession, index: pygit2.Index, entries: tuple[Any, Any, Any], into: str,
+              branch: str, resolutions: dict[str, str], before: list[str]) -> Conflicted:
     """One conflicted file as the page and the API show it: both sides (`ours`: the branch
-    merged into, with the branches merged before this one; `theirs`: `branch`), the file with
-    conflict markers to edit by hand, and whether the user's resolution settles it."""
+    merged into, with the branches merged before this one; `theirs`: `branch`; a folder where
+    the other side has a file: its names), the file with conflict markers to edit by hand,
+    and whether the user's resolution settles it."""
     ancestor, ours, theirs = entries
     path = _path(entries)
-    editable = _editable(git, entries)
-    return {"path": path, "ours": _side(git, ours), "theirs": _side(git, theirs),
+    folder = _folder_in_the_way(index, path)
+    editable = not folder and _editable(git, entries)
+    mine, other = _side(git, ours), _side(git, theirs)
+    if folder:
+        more = " …" if len(folder) > FOLDER_NAMES else ""
+        shown = f"(a folder: {', '.join(folder[:FOLDER_NAMES])}{more})"
+        mine, other = (mine, shown) if ours is not None else (shown, other)
+    return {"path": path, "ours": mine, "theirs": other,
             "branch": branch, "into": into, "editable": editable,
             "before": before,
             # The editor's start: git's markers, labelled in words for the person editing.
@@ -160,6 +168,45 @@ def _nl(text: str) -> str:
     return "\n" if text and not text.endswith("\n") else ""
 
 
+def _folder_in_the_way(index: pygit2.Index, path: str) -> list[str]:
+    """The merged files under `path/` when `path` is a conflicted file: one side made a file
+    where the other made a folder (a tree cannot hold both)."""
+    prefix = path + "/"
+    return sorted(e.path for e in index if e.path.startswith(prefix))
+
+
+def _file_and_folder(git: GitSession, index: pygit2.Index, entries: tuple[Any, Any, Any],
+                     strategy: str, into: str, branch: str, text: str | None) -> None:
+    """A file on one side, a folder on the other: neither is dropped. The side the strategy
+    takes (the file when the user wrote its text) keeps the name, the other is set aside as
+    `path~<its branch>` (as git does); `agent` and `fail` keep the folder, as git does."""
+    ancestor, ours, theirs = entries
+    path = _path(entries)
+    file_entry = ours if ours is not None else theirs
+    file_is_ours = ours is not None
+    del index.conflicts[path]
+    keep_file = text is not None or strategy == ("ours" if file_is_ours else "theirs")
+    folder_side, file_side = (branch, into) if file_is_ours else (into, branch)
+    if keep_file:
+        aside = f"{path}~{_plain(folder_side)}"
+        for name in _folder_in_the_way(index, path):
+            moved = index[name]
+            index.remove(name)
+            index.add(pygit2.IndexEntry(aside + name[len(path):], moved.id, moved.mode))
+        blob = git.repo.create_blob(text.encode()) if text is not None else file_entry.id
+        mode = file_entry.mode if text is None or file_entry.mode != FileMode.LINK \
+            else FileMode.BLOB
+        index.add(pygit2.IndexEntry(path, blob, mode))
+    else:
+        index.add(pygit2.IndexEntry(f"{path}~{_plain(file_side)}", file_entry.id,
+                                    file_entry.mode))
+
+
+def _plain(branch: str) -> str:
+    """A branch name as one path component (`run/<hex>` has a slash)."""
+    return branch.replace("/", "_")
+
+
 def _resolve(git: GitSession, index: pygit2.Index, entries: tuple[Any, Any, Any],
              strategy: str, into: str, branch: str) -> None:
     ancestor, ours, theirs = entries
@@ -204,18 +251,24 @@ def plan_merge(git: GitSession, branches: list[str], strategy: str,
         index = repo.merge_trees(base, ours_oid, theirs, flags=NO_RENAMES)
         found = list(index.conflicts) if index.conflicts is not None else []
         before = branches[:branches.index(name)]  # merged into `ours` ahead of this one
-        plan.conflicts += [_conflict(git, entries, into, name, resolutions, before)
+        plan.conflicts += [_conflict(git, index, entries, into, name, resolutions, before)
                            for entries in found]
         by_hand = [e for e in found if _path(e) in resolutions]
         if found and favor is not None:
             # Conflicting hunks take one side, the other hunks still merge (git's -X ours).
             index = repo.merge_trees(base, ours_oid, theirs, favor=favor, flags=NO_RENAMES)
             found = list(index.conflicts) if index.conflicts is not None else []
+        folders: set[str] = set()  # a file where the other side has a folder: both kept
         for entries in found:
-            if _path(entries) not in resolutions:
+            if _folder_in_the_way(index, _path(entries)):
+                folders.add(_path(entries))
+                _file_and_folder(git, index, entries, strategy, into, name,
+                                 resolutions.get(_path(entries)))
+            elif _path(entries) not in resolutions:
                 _resolve(git, index, entries, strategy, into, name)
         for entries in by_hand:
-            _put_text(git, index, entries, resolutions[_path(entries)])
+            if _path(entries) not in folders:
+                _put_text(git, index, entries, resolutions[_path(entries)])
         ours_oid = index.write_tree(repo)
         merged.append(tip.id)
         plan.tips.append(tip.id)
@@ -313,12 +366,10 @@ async def merge_branches(braid: Services, user_id: str, session_id: str, branche
         ctx, plan, (commit_id, *parent_ids) = await handle.call(
             lambda git: _start_merge(git, handle, into, names, how, text, braid.model.model,
                                      by_hand))
-        braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": commit_id,
-                                              "kind": "merge"})
-        braid.bus.publish(sid, "merged", {"run_id": ctx.run_id, "commit_id": commit_id,
-                                          "parent_ids": parent_ids, "branches": names,
-                                          "strategy": how, "conflicts": plan.conflicts})
-        braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id})
+        braid.bus.publish(sid, events.checkpoint(ctx.run_id, commit_id, "merge"))
+        braid.bus.publish(sid, events.merged(ctx.run_id, commit_id, parent_ids, names, how,
+                                             conflicts=plan.conflicts))
+        braid.bus.publish(sid, events.dag_changed(run_id=ctx.run_id))
         await launch(braid, handle, ctx, active)
     await active.done.wait()
     await handle.call(lambda git: None)  # after the turn's last index flush

@@ -23,7 +23,9 @@ oldest first, when the branch is free.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import weakref
 from functools import partial
 from typing import TYPE_CHECKING, cast
 
@@ -32,8 +34,8 @@ from server.agent.interrupted import find_record
 from server.agent.live_runs import claim_turn
 from server.agent.turn_context import TurnContext, open_turn
 from server.agent.turns import launch, start_turn
-from server.base import crash
-from server.base.errors import Busy, NotFound
+from server.base import crash, events
+from server.base.errors import Busy, NotFound, TooMany
 from server.base.records import QueueRow, RunRecord
 from server.base.results import Queued, QueuedMessage, QueueList, RunStarted
 from server.git.session import GitSession
@@ -42,7 +44,20 @@ if TYPE_CHECKING:
     from server.agent.services import Services
 
 log = logging.getLogger("braid.queue")
+USER_QUEUE_BYTES = 10_000_000  # a user's queued messages' text at most (with BRAID_USER_QUEUE)
+EVENT_TEXT = 2000  # characters of a queued message's text in `queue_changed`
 SWEEP_SECONDS = 2.0  # how often the app looks for waiting messages on free branches
+
+
+_SHARE_LOCKS: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+
+def _share_lock(user_id: str) -> asyncio.Lock:
+    """One user's check-then-add of the queue, one at a time (per process)."""
+    lock = _SHARE_LOCKS.get(user_id)
+    if lock is None:
+        lock = _SHARE_LOCKS[user_id] = asyncio.Lock()
+    return lock
 
 
 class _NothingWaiting(Exception):
@@ -60,10 +75,31 @@ async def list_queue(braid: Services, user_id: str, session_id: str) -> QueueLis
     return {"queued": [_shown(r) for r in await braid.queue.waiting(handle.session_id)]}
 
 
-async def publish(braid: Services, session_id: str) -> None:
-    """`queue_changed` with the session's queue as it is now (every tab redraws it)."""
-    rows = await braid.queue.waiting(session_id)
-    braid.bus.publish(session_id, "queue_changed", {"queued": [_shown(r) for r in rows]})
+async def publish(braid: Services, session_id: str, change: str, queued_id: str,
+                  row: QueueRow | None = None) -> None:
+    """`queue_changed` with what changed (`change`: added, updated, removed or started; the
+    message added or edited in `queued`) and the ids waiting now, in order. Not the whole
+    queue: with every change carrying every text, 80 queued messages of 100 KB made each
+    add cost 353 ms and a socket that did not read hold gigabytes (issue 34)."""
+    ids = [r["queued_id"] for r in await braid.queue.waiting(session_id)]
+    shown: list[QueuedMessage] = []
+    if row is not None:  # its text cut short: a tab reads the whole queue (`list_queue`)
+        shown = [_shown(row)]
+        shown[0]["text"] = row["text"][:EVENT_TEXT]
+    braid.bus.publish(session_id, events.queue_changed(change, queued_id, shown, ids))
+
+
+async def _within_share(braid: Services, user_id: str, more: int, more_bytes: int) -> None:
+    """Refuse (`too_many`) what would take the user past their share of queued messages
+    (BRAID_USER_QUEUE) or of their bytes."""
+    count, size = await braid.queue.user_load(user_id)
+    limit, max_bytes = braid.settings.user_queue, USER_QUEUE_BYTES
+    if limit and count + more > limit:
+        raise TooMany(f"{count} messages are queued already (at most {limit} for a user); "
+                      "send this one when some have run")
+    if max_bytes and size + more_bytes > max_bytes:
+        raise TooMany(f"the queued messages hold {size} bytes already (at most {max_bytes} "
+                      "for a user); send this one when some have run")
 
 
 async def send(braid: Services, user_id: str, session_id: str, text: str,
@@ -78,8 +114,10 @@ async def send(braid: Services, user_id: str, session_id: str, text: str,
             return {"run_id": (await start_turn(braid, handle, text)).run_id}
         except Busy:
             pass
-    row = await braid.queue.add(handle.session_id, branch, text)
-    await publish(braid, handle.session_id)
+    async with _share_lock(handle.user_id):  # checked and added as one step
+        await _within_share(braid, handle.user_id, 1, len(text.encode()))
+        row = await braid.queue.add(handle.session_id, branch, text)
+    await publish(braid, handle.session_id, "added", row["queued_id"], row)
     await drain(braid, handle.session_id, branch)  # the branch may have come free meanwhile
     return {"queued_id": row["queued_id"]}
 
@@ -102,9 +140,15 @@ async def send_to_end(braid: Services, user_id: str, session_id: str, text: str,
 async def update_queued(braid: Services, user_id: str, session_id: str, queued_id: str,
                         text: str) -> Queued:
     handle = braid.store.get_owned(user_id, session_id)
-    if not await braid.queue.update(handle.session_id, queued_id, text):
-        raise NotFound(f"no queued message {queued_id} (it started, or was removed)")
-    await publish(braid, handle.session_id)
+    async with _share_lock(handle.user_id):
+        rows = {r["queued_id"]: r for r in await braid.queue.waiting(handle.session_id)}
+        old = rows.get(queued_id)
+        if old is not None:
+            await _within_share(braid, handle.user_id, 0,
+                                len(text.encode()) - len(old["text"].encode()))
+        if old is None or not await braid.queue.update(handle.session_id, queued_id, text):
+            raise NotFound(f"no queued message {queued_id} (it started, or was removed)")
+    await publish(braid, handle.session_id, "updated", queued_id, {**old, "text": text})
     return {"queued_id": queued_id}
 
 
@@ -113,7 +157,7 @@ async def cancel_queued(braid: Services, user_id: str, session_id: str,
     handle = braid.store.get_owned(user_id, session_id)
     if not await braid.queue.remove(handle.session_id, queued_id):
         raise NotFound(f"no queued message {queued_id} (it started, or was removed)")
-    await publish(braid, handle.session_id)
+    await publish(braid, handle.session_id, "removed", queued_id)
     return {"queued_id": queued_id}
 
 
@@ -154,7 +198,7 @@ async def drain(braid: Services, session_id: str, branch: str) -> str | None:
         return None
     crash.at("queue.after_launch")
     await braid.queue.done(row["queued_id"])
-    await publish(braid, session_id)
+    await publish(braid, session_id, "started", row["queued_id"])
     return row["queued_id"]
 
 

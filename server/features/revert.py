@@ -32,11 +32,11 @@ from server.agent.turn_changes import (
     unified_diff,
 )
 from server.agent.turn_context import snapshot_user_edits
-from server.base import crash
+from server.base import crash, events
 from server.base.errors import BadRequest, Busy, Conflict, ErrorDetails, NotFound
 from server.base.ids import new_message_id, now_iso
 from server.base.records import FileChip, MessageRecord, RunRecord, to_json_bytes
-from server.base.results import Conflicted, EventData, RevertResult, TurnDiff, TurnFiles
+from server.base.results import Conflicted, RevertResult, TurnDiff, TurnFiles
 from server.git import lookup
 from server.git.commits import first_parent_line
 from server.git.session import Change, GitSession
@@ -476,20 +476,15 @@ async def exclusive(braid: Services, handle: SessionHandle,
     async with braid.locks.hold(handle.session_id, branch):
         result = await handle.call(guarded)
     sid = handle.session_id
-    braid.bus.publish(sid, "checkpoint", {"run_id": result["run_id"],
-                                          "commit_id": result["commit_id"],
-                                          "kind": "revert" if result["reverted"] else "unrevert"})
-    event: EventData = {
-        "turn_id": result["turn_id"], "run_id": result["run_id"],
-        "commit_id": result["commit_id"], "restored_paths": result["restored_paths"],
-        "conflicts": result.get("conflicts") or [], "reverted": result["reverted"],
-        "note": result["note"], "files": result.get("files") or [], "branch": branch}
-    if "run" in result:
-        event["run"] = result["run"]
-    if "rewind" in result:
-        event["rewind"] = result["rewind"]
-    braid.bus.publish(sid, "reverted", event)
-    braid.bus.publish(sid, "dag_changed", {"run_id": result["run_id"]})
+    braid.bus.publish(sid, events.checkpoint(result["run_id"], result["commit_id"],
+                                             "revert" if result["reverted"] else "unrevert"))
+    braid.bus.publish(sid, events.reverted(
+        {"turn_id": result["turn_id"], "run_id": result["run_id"],
+         "commit_id": result["commit_id"], "restored_paths": result["restored_paths"],
+         "conflicts": result.get("conflicts") or [], "reverted": result["reverted"],
+         "note": result["note"], "files": result.get("files") or [], "branch": branch},
+        run=result.get("run"), rewind=result.get("rewind")))
+    braid.bus.publish(sid, events.dag_changed(run_id=result["run_id"]))
     return result
 
 

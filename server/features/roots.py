@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from server.base.errors import BadRequest, Forbidden
+from server.base.settings import variable_of
 from server.store.users import DEFAULT_USER, off_loop
 
 NAME_MAX = 255  # bytes of one name (Linux, macOS): longer is ENAMETOOLONG, not a 500
@@ -18,7 +19,7 @@ PATH_MAX = 4096
 
 if TYPE_CHECKING:
     from server.agent.services import Services
-    from server.base.settings import Settings, variable_of
+    from server.base.settings import Settings
 
 
 def _real(path: Path | str) -> Path:

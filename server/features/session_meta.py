@@ -14,18 +14,21 @@ import shutil
 from typing import TYPE_CHECKING, cast
 
 from server.agent import approvals, network
-from server.base.errors import NotFound
+from server.base import events, names
+from server.base.errors import Conflict, NotFound
 from server.base.ids import is_session_id, now_iso
 from server.base.records import SessionMeta, to_json_bytes
 from server.base.results import ApprovalResult, SessionChanges, SessionInfo
 from server.git import lookup
+from server.git.branches import is_sub
 from server.git.session import GitSession
+from server.store import session_settings
 
 if TYPE_CHECKING:
     from server.agent.services import Services
     from server.store.session_store import SessionHandle
 
-MAX_TITLE = 120
+MAX_TITLE = names.MAX_TITLE
 MAX_MODEL = 200
 DELETED_PREFIX = ".deleted-"
 
@@ -45,15 +48,16 @@ def _summary(changes: SessionChanges) -> str:
     if "shell_network" in changes:
         parts.append(f"Shell network: {changes['shell_network']}")
     if "approvals_always" in changes:
-        parts.append(f"Always allow: {', '.join(changes['approvals_always'])}")
+        parts.append(f"Always allow: {', '.join(changes['approvals_always']) or 'none'}")
     return "; ".join(parts)
 
 
 def write_meta(git: GitSession, meta: SessionMeta, summary: str) -> None:
     """Commit `session.json` on each branch whose copy differs (not on sub-agent branches)."""
+    session_settings.save(git.path, meta)  # the session's, whatever branch is shown
     data = to_json_bytes(meta)
     for branch, tip in sorted(git.branches().items()):
-        if branch.startswith("sub_"):
+        if is_sub(branch):
             continue
         commit = git.commit(tip)
         found = lookup.entry(commit.tree, "session.json")  # not `tree[name]`: it leaks
@@ -62,35 +66,22 @@ def write_meta(git: GitSession, meta: SessionMeta, summary: str) -> None:
         git.commit_on_branch(branch, {"session.json": data}, summary=summary, kind="user-edit")
 
 
+# A change to its default value is kept as no key (`auto`, `ask`, no list, not archived,
+# the server's model); the title is always kept.
+DEFAULTS: dict[str, object] = {"archived": False, "model": None, "approvals": "auto",
+                               "approvals_always": [], "shell_network": "ask",
+                               "shell_network_hosts": []}
+
+
 def _changed(meta: SessionMeta, changes: SessionChanges) -> SessionMeta:
     """`meta` with `changes`: an absent key means the default model, not archived."""
     out = meta.copy()
-    if "title" in changes:
-        out["title"] = changes["title"]
-    if "archived" in changes:
-        if changes["archived"]:
-            out["archived"] = True
+    kept = cast("dict[str, object]", out)
+    for key, value in changes.items():
+        if key != "title" and value == DEFAULTS.get(key):
+            kept.pop(key, None)
         else:
-            out.pop("archived", None)
-    if "model" in changes:
-        if changes["model"] is None:
-            out.pop("model", None)
-        else:
-            out["model"] = changes["model"]
-    if "approvals" in changes:  # auto, the default, is kept as no key
-        if changes["approvals"] == "auto":
-            out.pop("approvals", None)
-        else:
-            out["approvals"] = changes["approvals"]
-    if "approvals_always" in changes:
-        out["approvals_always"] = changes["approvals_always"]
-    if "shell_network_hosts" in changes:
-        out["shell_network_hosts"] = changes["shell_network_hosts"]
-    if "shell_network" in changes:  # ask, the default, is kept as no key
-        if changes["shell_network"] == "ask":
-            out.pop("shell_network", None)
-        else:
-            out["shell_network"] = changes["shell_network"]
+            kept[key] = value
     return out
 
 
@@ -120,8 +111,7 @@ async def update_session(braid: Services, user_id: str, session_id: str,
             kept.clear()
             kept.update(meta)
             await braid.index.upsert_session(handle.meta, now_iso())
-            braid.bus.publish(handle.session_id, "session_updated",
-                              {"changes": sorted(changes)})
+            braid.bus.publish(handle.session_id, events.session_updated(sorted(changes)))
     return await session_info(braid, user_id, handle.session_id)
 
 
@@ -132,11 +122,18 @@ async def approve_tool_call(braid: Services, user_id: str, session_id: str, run_
     tool run unasked for the rest of the session. A run another process drives (a team
     server) gets the answer through it (`team.send_approval`)."""
     handle = braid.store.get_owned(user_id, session_id)
+    given = braid.runs.answered(handle.session_id, run_id, call_id)
+    if given is not None:
+        raise Conflict(f"tool call {call_id!r} of run {run_id} was already answered: {given}")
     active = braid.runs.find(handle.session_id, run_id)
     if active is None or call_id not in active.waiting:
         raise NotFound(f"no tool call {call_id!r} of run {run_id} is waiting for approval")
+    # The one answer, taken before any await: two answers at once cannot both pass.
+    if not braid.runs.mark_answered(handle.session_id, run_id, call_id, decision):
+        raise Conflict(f"tool call {call_id!r} of run {run_id} was already answered")
     if call_id in active.answers:  # this process drives the run
-        await settle(braid, handle.session_id, run_id, call_id, decision, reason)
+        if not await settle(braid, handle.session_id, run_id, call_id, decision, reason):
+            raise Conflict(f"tool call {call_id!r} of run {run_id} was already answered")
     elif braid.team is not None:
         await braid.team.send_approval(handle.session_id, run_id, call_id, decision, reason)
     else:
@@ -175,7 +172,7 @@ async def delete_session(braid: Services, user_id: str, session_id: str) -> None
         active.stop("cancel")
     for active in braid.runs.for_session(handle.session_id):
         await active.done.wait()
-    braid.bus.publish(handle.session_id, "session_deleted", {})
+    braid.bus.publish(handle.session_id, events.session_deleted())
     await _drop(braid, handle)
 
 

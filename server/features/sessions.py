@@ -11,6 +11,7 @@ import pygit2
 from server.agent import approvals, network
 from server.agent.turn_changes import annotate_turns
 from server.agent.turn_context import snapshot_user_edits
+from server.base import events
 from server.base.errors import Busy, NotFound
 from server.base.records import MessageRecord, RunRecord, RunRow, SessionRow
 from server.base.results import (
@@ -229,18 +230,6 @@ async def transcript(braid: Services, user_id: str, session_id: str, *,
     return view
 
 
-async def run_to_end(braid: Services, user_id: str, session_id: str, text: str) -> RunRecord:
-    """Start a turn and wait for it: the HTTP API's `POST /api/sessions/{id}/runs`."""
-    from server.agent.turns import send_message
-
-    run_id = await send_message(braid, user_id, session_id, text)
-    handle = braid.store.get_owned(user_id, session_id)
-    active = braid.runs.find(handle.session_id, run_id)
-    if active is not None:
-        await active.done.wait()
-    return await get_run(braid, user_id, session_id, run_id)
-
-
 async def current_branch(braid: Services, user_id: str, session_id: str) -> str:
     """The branch the session shows now (its HEAD)."""
     handle = braid.store.get_owned(user_id, session_id)
@@ -261,8 +250,7 @@ async def checkout(braid: Services, user_id: str, session_id: str, ref: str) -> 
         return {"branch": git.branch, "head": str(git.head_oid())}
 
     result = await handle.call(work)
-    braid.bus.publish(handle.session_id, "session_changed",
-                      {"branch": result["branch"], "head": result["head"]})
+    braid.bus.publish(handle.session_id, events.session_changed(result["branch"], result["head"]))
     return result
 
 
@@ -273,7 +261,6 @@ __all__ = [
     "get_run",
     "list_sessions",
     "read_run",
-    "run_to_end",
     "session_info",
     "transcript",
     "transcript_at",

@@ -15,9 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
-import secrets
 from collections.abc import Awaitable, Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,8 +31,9 @@ from server.agent.turn_context import (
     write_pending_to_disk,
 )
 from server.agent.turns import launch
-from server.base import crash
-from server.base.errors import NotFound
+from server.base import crash, events
+from server.base.errors import NotFound, TooMany
+from server.base.events import SubAgentEnd
 from server.base.ids import new_message_id, now_iso
 from server.base.records import (
     RunFields,
@@ -43,8 +43,9 @@ from server.base.records import (
     new_run,
     to_json_bytes,
 )
-from server.base.results import EventData, SubAgentResult, SubAgentSummary
+from server.base.results import SubAgentResult, SubAgentSummary
 from server.git import lookup
+from server.git.branches import clean_label, sub_branch
 from server.git.commits import commit_message
 from server.git.history import HISTORY, RUNS
 from server.git.session import WORKTREES, GitSession
@@ -59,39 +60,8 @@ if TYPE_CHECKING:
     from server.agent.services import Services
 
 log = logging.getLogger("braid.subagents")
-PREFIX = "sub_"
-MAX_LABEL = 24
 RESULT_CHARS = 2000
 _FINISHING: set[asyncio.Task[SubAgentResult]] = set()
-
-
-def clean_label(label: str | None) -> str:
-    """A label safe inside a branch and a worktree name: no `/`, no `_` (the separator)."""
-    if label is None:
-        return "agent"
-    cleaned = re.sub(r"[^A-Za-z0-9-]+", "-", label).strip("-")[:MAX_LABEL].strip("-")
-    return cleaned or "agent"
-
-
-def is_sub_branch(name: str) -> bool:
-    return name.startswith(PREFIX)
-
-
-def branch_words(branch: str) -> str:
-    """A branch as people read it: `sub-agent LABEL` for a sub-agent's, else its name."""
-    parts = branch.split("_")
-    if branch.startswith(PREFIX) and len(parts) >= 4:
-        return f"sub-agent {'_'.join(parts[2:-1])}"
-    return branch
-
-
-def short_name(branch: str) -> str:
-    """`sub_<turn>_<label>_<hex8>` reads as `label·hex4`; other names as they are."""
-    if branch.startswith(PREFIX):
-        parts = branch.split("_")
-        if len(parts) >= 4:
-            return f"{'_'.join(parts[2:-1])}·{parts[-1][:4]}"
-    return branch
 
 
 @dataclass(frozen=True)
@@ -103,10 +73,13 @@ class SubBranch:
 
 
 def open_sub_branch(git: GitSession, branch: str, label: str, prompt: str,
-                    snapshot: bool, live: set[str]) -> SubBranch:
+                    snapshot: bool, live: set[str],
+                    in_use: AbstractSet[str] = frozenset()) -> SubBranch:
     """On the parent's thread: snapshot user edits, write the `sub-agent` commit (the parent's
-    state without history/ and runs/) on a new branch, and check it out as a worktree."""
-    prune_worktrees(git, keep=live)
+    state without history/ and runs/) on a new branch, and check it out as a worktree.
+    Worktrees a dead server left are pruned first: not those of live runs (`live`) nor any
+    in use (`in_use`, read now: a model's child may have made one since `live` was read)."""
+    prune_worktrees(git, keep=live | frozenset(in_use))
     if snapshot:
         snapshot_user_edits(git)
     parent_branch = git.branch
@@ -192,33 +165,43 @@ async def spawn_sub_agent(braid: Services, user_id: str, session_id: str,
     if not any(r["run_id"] == parent_turn_id for r in await braid.index.list_runs(sid)):
         raise NotFound(f"no turn {parent_turn_id}")
     name = clean_label(label)
-    branch = f"{PREFIX}{parent_turn_id[:10]}_{name}_{secrets.token_hex(4)}"
+    branch = sub_branch(parent_turn_id, name)
     sub: SubBranch | None = None
     child: SessionHandle | None = None
-    async with claim_turn(braid.locks, braid.runs, sid, branch) as active:
-        try:
-            live = await braid.locks.held(sid)
-            parent_branch = await handle.call(lambda git: git.branch)
-            # Never snapshot under a live turn: its tools' files would pass for user edits.
-            snapshot = parent_branch not in live
-            sub = await handle.call(
-                lambda git: open_sub_branch(git, branch, name, prompt, snapshot, live))
-            braid.bus.publish(sid, "dag_changed", {"branch": branch})
-            child = SessionHandle(sid, sub.path)
-            fields: RunFields = {"parent_run_id": parent_turn_id, "sub_agent": {
-                "branch": branch, "label": name, "parent_branch": sub.parent_branch,
-                "parent_turn_id": parent_turn_id, "base_commit_id": sub.base_commit_id}}
-            ctx = await child.call(lambda git: open_turn(git, child, prompt, fields))
-            braid.bus.publish(sid, "sub_agent_started", {
-                "run_id": ctx.run_id, "branch": branch, "label": name, "prompt": prompt,
-                "parent_turn_id": parent_turn_id, "parent_branch": sub.parent_branch})
-            await launch(braid, child, ctx, active)
-        except BaseException:  # the worktree goes too (claim_turn frees the branch)
-            if child is not None:
-                child.close()
-            if sub is not None:
-                await handle.call(lambda git: git.remove_worktree(branch))
-            raise
+    refused = braid.runs.take_children(handle.user_id, "", 1, braid.settings.user_subagents, 0)
+    if refused:
+        raise TooMany(f"too many sub-agents: {refused}")
+    in_use = braid.runs.worktrees(sid)
+    in_use.add(branch)
+    try:
+        async with claim_turn(braid.locks, braid.runs, sid, branch) as active:
+            try:
+                live = await braid.locks.held(sid)
+                parent_branch = await handle.call(lambda git: git.branch)
+                # Never snapshot under a live turn: its tools' files would pass for user
+                # edits.
+                snapshot = parent_branch not in live
+                sub = await handle.call(lambda git: open_sub_branch(
+                    git, branch, name, prompt, snapshot, live, in_use))
+                braid.bus.publish(sid, events.dag_changed(branch=branch))
+                child = SessionHandle(sid, sub.path)
+                fields: RunFields = {"parent_run_id": parent_turn_id, "sub_agent": {
+                    "branch": branch, "label": name, "parent_branch": sub.parent_branch,
+                    "parent_turn_id": parent_turn_id, "base_commit_id": sub.base_commit_id}}
+                ctx = await child.call(lambda git: open_turn(git, child, prompt, fields))
+                braid.bus.publish(sid, events.sub_agent_started(
+                    ctx.run_id, branch, name, prompt, parent_turn_id, sub.parent_branch))
+                await launch(braid, child, ctx, active)
+            except BaseException:  # the worktree goes too (claim_turn frees the branch)
+                if child is not None:
+                    child.close()
+                if sub is not None:
+                    await handle.call(lambda git: git.remove_worktree(branch))
+                raise
+    except BaseException:
+        braid.runs.worktree_done(sid, branch)
+        braid.runs.child_ended(handle.user_id)
+        raise
     spawn = _Spawn(braid, handle, parent_turn_id, name, sub, child)
     # Shielded: the result is written and the worktree removed even if the caller goes away.
     finishing = asyncio.create_task(_finish(spawn, ctx, active), name=f"sub-{branch}")
@@ -240,7 +223,11 @@ async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> SubAgen
         "commit_id": None, "parent_branch": sub.parent_branch,
         "parent_turn_id": spawn.parent_turn_id}
     try:
-        result["commit_id"] = await handle.call(lambda git: _close_worktree(git, branch))
+        try:
+            result["commit_id"] = await handle.call(lambda git: _close_worktree(git, branch))
+        finally:
+            braid.runs.worktree_done(sid, branch)
+            braid.runs.child_ended(handle.user_id)
         # What the child changed, as chips on its result in the parent's transcript.
         result["files"] = await handle.call(lambda git: files_of(git, ctx.run_id, branch))
         if status != "INTERRUPTED":  # a stopping server writes nothing more
@@ -254,23 +241,22 @@ async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> SubAgen
             result["summary_run_id"] = summary["run_id"]
             result["summary_commit_id"] = summary["commit_id"]
             # `shown_branch`: the parent's transcript shows the result only on that branch.
-            braid.bus.publish(sid, "sub_agent_done", _done_event(result, summary, shown))
-            braid.bus.publish(sid, "dag_changed", {"branch": branch})
+            braid.bus.publish(sid, events.sub_agent_done(
+                _end_of(result), shown={"summary": summary, "shown_branch": shown}))
+            braid.bus.publish(sid, events.dag_changed(branch=branch))
     except RuntimeError:  # the session's thread is gone: the server is stopping
         log.warning("sub-agent %s ended while the server stopped", branch)
     return result
 
 
-def _done_event(result: SubAgentResult, summary: SubAgentSummary, shown: str) -> EventData:
-    """`sub_agent_done`: the result, the summary written on the parent branch, and the
-    branch the parent shows (its transcript shows the result only there)."""
+def _end_of(result: SubAgentResult) -> SubAgentEnd:
+    """`sub_agent_done`'s account of the result (with the summary written on the parent
+    branch and the branch the parent shows: its transcript shows the result only there)."""
     return {"branch": result["branch"], "label": result["label"], "run_id": result["run_id"],
             "status": result["status"], "final_text": result["final_text"],
             "error": result["error"], "commit_id": result["commit_id"],
             "parent_branch": result["parent_branch"],
-            "parent_turn_id": result["parent_turn_id"],
-            "summary_run_id": summary["run_id"], "summary_commit_id": summary["commit_id"],
-            "summary": summary, "shown_branch": shown, "files": result.get("files") or []}
+            "parent_turn_id": result["parent_turn_id"], "files": result.get("files") or []}
 
 
 def _close_worktree(git: GitSession, branch: str) -> str:
@@ -334,6 +320,8 @@ async def run_model_child(braid: Services, parent: SessionHandle, child: SpawnCh
     root = braid.store.get(sid)
     info = fields.get("sub_agent") or {}
     handle: SessionHandle | None = None
+    in_use = braid.runs.worktrees(sid)
+    in_use.add(branch)  # before the worktree is made: no spawn prunes it from now on
     async with claim_turn(braid.locks, braid.runs, sid, branch) as active:
         try:
             path = await root.call(lambda git: add_child_worktree(git, branch))
@@ -343,17 +331,20 @@ async def run_model_child(braid: Services, parent: SessionHandle, child: SpawnCh
             ctx = await handle.call(
                 (lambda git: resume_child_turn(git, made, resume)) if resume
                 else (lambda git: open_turn(git, made, child["prompt"], fields, fresh=True)))
-            braid.bus.publish(sid, "sub_agent_started", {
-                "run_id": ctx.run_id, "branch": branch, "label": child["label"],
-                "prompt": child["prompt"], "parent_turn_id": str(info.get("parent_turn_id")),
-                "parent_branch": str(info.get("parent_branch")),
-                "parent_run_id": fields.get("parent_run_id"), "call_id": info.get("call_id"),
-                "depth": info.get("depth"), "resumed": bool(resume)})
+            braid.bus.publish(sid, events.sub_agent_started(
+                ctx.run_id, branch, child["label"], child["prompt"],
+                str(info.get("parent_turn_id")), str(info.get("parent_branch")),
+                spawn={"parent_run_id": fields.get("parent_run_id"),
+                       "call_id": info.get("call_id"), "depth": info.get("depth"),
+                       "resumed": bool(resume)}))
             await launch(braid, handle, ctx, active)
         except BaseException:
             if handle is not None:
                 handle.close()
-            await root.call(lambda git: git.remove_worktree(branch))
+            try:
+                await root.call(lambda git: git.remove_worktree(branch))
+            finally:
+                braid.runs.worktree_done(sid, branch)
             raise
     # Journaled while the child's first model call goes out (a kill before this: the resumed
     # spawn finds the run by its branch, orchestrate.py).
@@ -365,17 +356,21 @@ async def run_model_child(braid: Services, parent: SessionHandle, child: SpawnCh
                        "final_text": answer_of(ctx.messages)[:RESULT_CHARS],
                        "error": ctx.run.get("error"), "usage": {**ctx.run.get("usage", {})}}
     try:
-        out["commit_id"] = await root.call(lambda git: _close_worktree(git, branch))
+        try:  # the worktree goes at once; the branch stays (DESIGN §4 "Sub-agents")
+            out["commit_id"] = await root.call(lambda git: _close_worktree(git, branch))
+        finally:
+            braid.runs.worktree_done(sid, branch)
         out["files"] = await root.call(lambda git: files_of(git, ctx.run_id, branch))
     except RuntimeError:  # the session's thread is gone: the server is stopping
         log.warning("sub-agent %s ended while the server stopped", branch)
         return out
-    braid.bus.publish(sid, "sub_agent_done", {
-        "branch": branch, "label": child["label"], "run_id": ctx.run_id,
-        "status": out["status"], "final_text": out["final_text"], "error": out["error"],
-        "commit_id": out.get("commit_id"), "parent_branch": str(info.get("parent_branch")),
-        "parent_turn_id": str(info.get("parent_turn_id")),
-        "parent_run_id": fields.get("parent_run_id"), "call_id": info.get("call_id"),
-        "files": out.get("files") or [], "usage": out["usage"]})
-    braid.bus.publish(sid, "dag_changed", {"branch": branch})
+    braid.bus.publish(sid, events.sub_agent_done(
+        {"branch": branch, "label": child["label"], "run_id": ctx.run_id,
+         "status": out["status"], "final_text": out["final_text"], "error": out["error"],
+         "commit_id": out.get("commit_id"), "parent_branch": str(info.get("parent_branch")),
+         "parent_turn_id": str(info.get("parent_turn_id")), "files": out.get("files") or []},
+        spawn={"parent_run_id": fields.get("parent_run_id"), "call_id": info.get("call_id"),
+               "depth": info.get("depth"), "resumed": bool(resume)},
+        usage=out["usage"]))
+    braid.bus.publish(sid, events.dag_changed(branch=branch))
     return out

@@ -32,6 +32,7 @@ from server.agent.turn_context import (
     write_pending_to_disk,
 )
 from server.agent.turns import launch
+from server.base import events
 from server.base.errors import BadRequest, Busy, Conflict
 from server.base.ids import new_message_id, now_iso
 from server.base.records import (
@@ -44,6 +45,7 @@ from server.base.records import (
 )
 from server.base.results import CheckpointList, ContinuedRun, ContinueResult, RevertResult
 from server.features.revert import commit_files, exclusive
+from server.git.branches import run_branch
 from server.git.session import Change, GitSession
 from server.git.trees import tree_delta
 from server.git.workdir.scan import WORKDIR, workdir_tree
@@ -61,7 +63,6 @@ if TYPE_CHECKING:
     from server.store.session_store import SessionHandle
 
 RESUMABLE = frozenset({"ERROR", "INTERRUPTED"})
-BRANCH_PREFIX = "run/"
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def plan_continue(git: GitSession, run_id: str, options: Options, new_run_id: st
     # still the last thing on its branch; everything else becomes a sibling run.
     in_place = (status in RESUMABLE or status == "RUNNING") and not options.fork \
         and not options.regenerate and k == len(messages) and ends_branch
-    branch = view.branch if in_place else f"{BRANCH_PREFIX}{new_run_id}"
+    branch = view.branch if in_place else run_branch(new_run_id)
     return Plan(run_id, not in_place, k, branch, str(view.tip.id), new_run_id, options)
 
 
@@ -264,15 +265,12 @@ async def continue_run(
         if marked is not None:
             await braid.index.upsert_run(sid, marked)
         # The page re-renders the branch now shown; `run_started` then adds the live turn.
-        braid.bus.publish(sid, "run_continued", {
-            "run_id": ctx.run_id, "branch": plan.branch, "head": head, "forked": plan.fork,
-            "source_run_id": run_id, "message_index": plan.message_index,
-        })
+        braid.bus.publish(sid, events.run_continued(ctx.run_id, plan.branch, head, plan.fork,
+                                                    run_id, plan.message_index))
         await launch(braid, handle, ctx, active)
     if plan.fork:
-        braid.bus.publish(sid, "checkpoint", {"run_id": ctx.run_id, "commit_id": head,
-                                              "kind": "fork"})
-    braid.bus.publish(sid, "dag_changed", {"run_id": ctx.run_id, "branch": plan.branch})
+        braid.bus.publish(sid, events.checkpoint(ctx.run_id, head, "fork"))
+    braid.bus.publish(sid, events.dag_changed(run_id=ctx.run_id, branch=plan.branch))
     return _result(ctx.run, plan)
 
 

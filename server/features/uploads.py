@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from server.agent.turn_changes import files_of
-from server.base import crash, names
+from server.base import crash, events, names
 from server.base.errors import BadRequest, BraidError, Busy, Conflict, Forbidden, TooLarge
 from server.base.ids import new_message_id, now_iso
 from server.base.records import MessageRecord, new_run, to_json_bytes
@@ -386,8 +386,7 @@ async def upload(braid: Services, user_id: str, session_id: str, body: AsyncIter
     # Its chips go out with the event, read once rather than by every tab.
     files = await handle.call(
         lambda git: files_of(git, made["run_id"], made["run"].get("branch")))
-    braid.bus.publish(handle.session_id, "files_uploaded", {
-        "run_id": made["run_id"], "run": made["run"], "messages": made["messages"],
-        "paths": made["paths"], "commit_id": made["commit_id"], "files": files})
-    braid.bus.publish(handle.session_id, "dag_changed", {"run_id": made["run_id"]})
+    braid.bus.publish(handle.session_id, events.files_uploaded(
+        made["run_id"], made["run"], made["messages"], made["paths"], made["commit_id"], files))
+    braid.bus.publish(handle.session_id, events.dag_changed(run_id=made["run_id"]))
     return {"run_id": made["run_id"], "commit_id": made["commit_id"], "paths": made["paths"]}

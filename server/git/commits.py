@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pygit2
 
+from server.base import names
 from server.base.records import Skipped
 from server.base.results import CommitNode
 
@@ -20,6 +21,7 @@ TRAILER_INDEX = "Braid-Message-Index"
 # The body paragraph that lists the names a commit left out (tests read it back).
 SKIPPED_HEAD = "Left out, names git cannot hold"
 SKIPPED_LISTED = 200
+SUBJECT_CHARS = 200  # a commit subject's characters at most
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,9 @@ class CommitInfo:
 
 def commit_message(summary: str, kind: str, run_id: str | None, message_index: int | None,
                    skipped: Sequence[Skipped] = ()) -> str:
-    lines = [summary.splitlines()[0][:200] if summary else kind, ""]
+    # The subject: one printable line (base/names.py's title rule), so no escape reaches `git log`.
+    subject = names.plain_title(summary.splitlines()[0], SUBJECT_CHARS) if summary.strip() else ""
+    lines = [subject or kind, ""]
     if skipped:  # names git cannot hold, left out (DESIGN §4 "Boundaries"): before the trailers
         lines.append(f"{SKIPPED_HEAD} ({len(skipped)}):")
         # One JSON object a line: a name's newline or "Braid-…: " never reads as a trailer.

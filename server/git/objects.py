@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import pygit2
 
-from server.base.fsops import replace
+from server.base.fsops import replace, sync_dir
 
 T = TypeVar("T")
 
@@ -278,6 +278,7 @@ def move_branch(repo: pygit2.Repository, common: Path, ref: str, old: bytes, new
         if current != old.hex().encode():
             raise BranchMoved(f"{ref} is at {current.decode()}, not {old.hex()}")
         os.write(fd, new.hex().encode() + b"\n")
+        os.fsync(fd)  # the ref survives a cut as the new id or the old, never empty
         os.close(fd)
         fd = -1
         line = b"%s %s %s\t%s\n" % (old.hex().encode(), new.hex().encode(),
@@ -287,6 +288,7 @@ def move_branch(repo: pygit2.Repository, common: Path, ref: str, old: bytes, new
         if head_log:
             _append_if_there(Path(repo.path) / "logs" / "HEAD", line)
         replace(lock, path)
+        sync_dir(path.parent)  # the rename too: what follows (run_completed) may say so
     except BaseException:
         if fd >= 0:
             os.close(fd)

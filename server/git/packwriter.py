@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pygit2
 
+from server.base.fsops import sync_dir
 from server.git.objects import common_dir
 
 BLOB = 3
@@ -84,9 +85,13 @@ class PackWriter:
             os.fsync(f.fileno())
         name = f"pack-{checksum.hex()}"
         idx_tmp = self.pack_dir / f"tmp_idx_{name}"
-        idx_tmp.write_bytes(self._index(checksum))
+        with open(idx_tmp, "wb") as f:
+            f.write(self._index(checksum))
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(self._tmp, self.pack_dir / f"{name}.pack")
         os.replace(idx_tmp, self.pack_dir / f"{name}.idx")
+        sync_dir(self.pack_dir)  # both names kept before a commit names their objects
 
     def abort(self) -> None:
         self._file.close()

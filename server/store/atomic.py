@@ -5,11 +5,16 @@ and covered by an intent record, so a kill in the middle is finished or undone a
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import pygit2
 
 from server.base import crash
+from server.base.fsops import sync_all
 from server.git import lookup
 from server.git.history import HISTORY, RUNS
+from server.git.loose import WRITERS
 from server.git.session import Change, GitSession
 from server.git.trees import apply_changes, tree_delta
 from server.git.workdir import guarded
@@ -84,6 +89,7 @@ def checkout(git: GitSession, name: str) -> None:
         journal.apply_tree(git, new, written)
         git.index.flush()
         crash.at("checkout.after_files")
+        sync_paths(git, written, deleted)  # the files before HEAD names their branch
         git.repo.set_head(f"refs/heads/{name}")
         crash.at("checkout.after_head")
     except BaseException:
@@ -94,6 +100,16 @@ def checkout(git: GitSession, name: str) -> None:
         journal.end(git)
         raise
     journal.end(git)
+
+
+def sync_paths(git: GitSession, written: list[str], deleted: list[str]) -> None:
+    """The files written and the folders changed, synced together (DESIGN "Durability"):
+    after a power cut the working tree is the one HEAD names."""
+    calls: list[Callable[[], None]] = [functools.partial(guarded.sync, git.path, rel)
+                                       for rel in written]
+    calls += [functools.partial(guarded.sync_folder, git.path, rel)
+              for rel in sorted(guarded.folders_of(written + deleted))]
+    sync_all(calls, WRITERS)
 
 
 def merge_paths(git: GitSession, old_oid: pygit2.Oid, new_oid: pygit2.Oid

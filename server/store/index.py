@@ -77,6 +77,9 @@ class Index:
         self._db = await aiosqlite.connect(self.path)
         self._db.row_factory = aiosqlite.Row
         await self._db.execute("PRAGMA journal_mode=WAL")
+        # A run's row is what the page lists and what recovery reads: once a commit returns
+        # it survives a power cut (WAL's NORMAL could lose the last ones: DESIGN "Durability").
+        await self._db.execute("PRAGMA synchronous=FULL")
         await self._db.executescript(SCHEMA)
         async with self._db.execute("PRAGMA table_info(sessions)") as cur:
             have = {r[1] for r in await cur.fetchall()}
@@ -143,6 +146,11 @@ class Index:
         await self.db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
         await self.db.commit()
 
+    async def delete_run(self, session_id: str, run_id: str) -> None:
+        await self.db.execute("DELETE FROM runs WHERE session_id = ? AND run_id = ?",
+                              (session_id, run_id))
+        await self.db.commit()
+
     async def list_runs(self, session_id: str) -> list[RunRow]:
         async with self.db.execute(
             "SELECT * FROM runs WHERE session_id = ? ORDER BY created_at", (session_id,)
@@ -203,6 +211,7 @@ class SessionIndex(Protocol):
     async def list_sessions(self, user_id: str, query: str = "",
                             archived: bool = False) -> list[SessionRow]: ...
     async def delete_session(self, session_id: str) -> None: ...
+    async def delete_run(self, session_id: str, run_id: str) -> None: ...
     async def list_runs(self, session_id: str) -> list[RunRow]: ...
     async def lineage_runs(self, session_id: str) -> list[RunRow]: ...
     async def runs_since(self, session_id: str, created_at: str) -> list[RunRow]: ...

@@ -34,6 +34,7 @@ import pygit2
 from pygit2.enums import FileMode
 
 from server.base import crash
+from server.base.fsops import sync_dir
 from server.base.ids import is_session_id
 from server.base.records import IntentExtras, IntentRecord
 from server.git import lookup
@@ -62,6 +63,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    sync_dir(path.parent)  # and its name
 
 
 def begin(git: GitSession, op: str, paths: Iterable[str], *, kind: str | None = None,

@@ -40,6 +40,13 @@ CLAIM_SQL = (
     "ORDER BY seq LIMIT 1{lock}) AND claimed_by IS NULL RETURNING " + QUEUE_COLUMNS
 )
 
+# A user's queued messages and their bytes (the fair share, DESIGN §4): through the index's
+# sessions table, which names each session's user.
+USER_LOAD_SQL = (
+    "SELECT COUNT(*), COALESCE(SUM({bytes}), 0) FROM queued_messages q "
+    "JOIN sessions s ON s.session_id = q.session_id WHERE s.user_id = {arg}"
+)
+
 
 class MessageQueue(Protocol):
     """What features ask of the queue: `SqliteQueue`, or `backends.pg_queue.PgQueue`."""
@@ -58,6 +65,7 @@ class MessageQueue(Protocol):
     async def branches_waiting(self) -> list[tuple[str, str]]: ...
     async def stale_claims(self) -> list[QueueRow]: ...
     async def delete_session(self, session_id: str) -> None: ...
+    async def user_load(self, user_id: str) -> tuple[int, int]: ...
 
 
 class SqliteQueue:
@@ -140,3 +148,10 @@ class SqliteQueue:
 
     async def delete_session(self, session_id: str) -> None:
         await self._change("DELETE FROM queued_messages WHERE session_id = ?", (session_id,))
+
+    async def user_load(self, user_id: str) -> tuple[int, int]:
+        """(messages, bytes of their text) queued in the user's sessions: their share."""
+        sql = USER_LOAD_SQL.format(arg="?", bytes="LENGTH(CAST(q.text AS BLOB))")
+        async with self.index.db.execute(sql, (user_id,)) as cur:
+            row = await cur.fetchone()
+        return (int(row[0]), int(row[1])) if row is not None else (0, 0)

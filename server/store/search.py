@@ -6,6 +6,8 @@ One row per message worth finding: a user's or the assistant's text, keyed by (s
 run, index of the message in its run). Tool calls and results, system notes and a fork's
 copies of its source's messages (`copied_from`: the source run has them) are left out. Like
 the rest of the index it is derived from git: `braid reindex` rebuilds it (`branch_rows`).
+A forked session shares its source's rows up to the fork (`message_shares`, one row a
+fork) rather than copying them; deleting a source first gives its forks their own copies.
 Hits are the caller's own sessions, archived ones left out (as the sidebar leaves them out),
 newest first; the snippet marks each matched word `«word»`.
 """
@@ -170,6 +172,15 @@ CREATE TRIGGER IF NOT EXISTS message_text_au AFTER UPDATE ON message_text BEGIN
     INSERT INTO message_fts(message_fts, rowid, text) VALUES ('delete', old.id, old.text);
     INSERT INTO message_fts(rowid, text) VALUES (new.id, new.text);
 END;
+-- A forked session holds its source's rows up to the fork (`upto`: the newest row then),
+-- shared rather than copied: a fork costs one row here, not a row and its words per message.
+CREATE TABLE IF NOT EXISTS message_shares (
+    session_id TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    upto INTEGER NOT NULL,
+    PRIMARY KEY (session_id, source_id)
+);
+CREATE INDEX IF NOT EXISTS message_shares_by_source ON message_shares(source_id);
 """
 # A message already indexed with the same text is left alone (a resumed run's earlier ones).
 ADD_SQL = (
@@ -178,13 +189,26 @@ ADD_SQL = (
     "SET role = excluded.role, text = excluded.text WHERE text != excluded.text"
 )
 # Newest first: FTS5 walks its matches by rowid, so the first `limit` of the caller's end it.
+# A session's own rows, then the rows it shares with the sessions it was forked from.
+_HIT = ("SELECT {sid} AS session_id, s.title, m.run_id, m.message_index, m.role, "
+        f"snippet(message_fts, 0, '{MARK_OPEN}', '{MARK_CLOSE}', '…', {SNIPPET_WORDS}) "
+        "AS snippet, m.id AS row_id FROM message_fts JOIN message_text m "
+        "ON m.id = message_fts.rowid ")
 SEARCH_SQL = (
-    "SELECT m.session_id, s.title, m.run_id, m.message_index, m.role, "
-    f"snippet(message_fts, 0, '{MARK_OPEN}', '{MARK_CLOSE}', '…', {SNIPPET_WORDS}) AS snippet "
-    "FROM message_fts JOIN message_text m ON m.id = message_fts.rowid "
-    "JOIN sessions s ON s.session_id = m.session_id "
+    _HIT.format(sid="m.session_id") + "JOIN sessions s ON s.session_id = m.session_id "
+    "WHERE message_fts MATCH ? AND s.user_id = ? AND s.archived = 0 UNION ALL "
+    + _HIT.format(sid="h.session_id") + "JOIN message_shares h ON h.source_id = m.session_id "
+    "AND m.id <= h.upto JOIN sessions s ON s.session_id = h.session_id "
     "WHERE message_fts MATCH ? AND s.user_id = ? AND s.archived = 0 "
-    "ORDER BY message_fts.rowid DESC LIMIT ?"
+    "ORDER BY row_id DESC LIMIT ?"
+)
+# Before a session's rows go, the forks sharing them get their own copies (a delete is rare,
+# a fork is not).
+UNSHARE_SQL = (
+    "INSERT OR IGNORE INTO message_text (session_id, run_id, message_index, role, text) "
+    "SELECT h.session_id, m.run_id, m.message_index, m.role, m.text FROM message_shares h "
+    "JOIN message_text m ON m.session_id = h.source_id AND m.id <= h.upto "
+    "WHERE h.source_id = ? ORDER BY m.id"
 )
 
 
@@ -212,20 +236,31 @@ class SqliteSearch:
         await self.index.db.commit()
 
     async def copy_session(self, from_session_id: str, to_session_id: str) -> None:
-        """A forked session shares its source's messages: one statement, however many."""
-        await self.index.db.execute(
-            "INSERT OR IGNORE INTO message_text "
-            "(session_id, run_id, message_index, role, text) "
-            "SELECT ?, run_id, message_index, role, text FROM message_text "
-            "WHERE session_id = ?", (to_session_id, from_session_id))
-        await self.index.db.commit()
+        """A forked session shares its source's rows as they are now, and what its source
+        shares: a row per session it descends from, however many messages (issue 30: a
+        copy re-indexed every word of the source, O(session) in each fork)."""
+        db = self.index.db
+        async with db.execute("SELECT coalesce(max(id), 0) FROM message_text") as cur:
+            row = await cur.fetchone()
+        upto = int(row[0]) if row is not None else 0
+        await db.execute("INSERT OR REPLACE INTO message_shares (session_id, source_id, upto) "
+                         "VALUES (?, ?, ?)", (to_session_id, from_session_id, upto))
+        await db.execute(
+            "INSERT OR REPLACE INTO message_shares (session_id, source_id, upto) "
+            "SELECT ?, source_id, min(upto, ?) FROM message_shares WHERE session_id = ?",
+            (to_session_id, upto, from_session_id))
+        await db.commit()
 
     async def delete_session(self, session_id: str) -> None:
-        await self.index.db.execute(
-            "DELETE FROM message_text WHERE session_id = ?", (session_id,))
-        await self.index.db.commit()
+        db = self.index.db
+        await db.execute(UNSHARE_SQL, (session_id,))
+        await db.execute("DELETE FROM message_shares WHERE source_id = ? OR session_id = ?",
+                         (session_id, session_id))
+        await db.execute("DELETE FROM message_text WHERE session_id = ?", (session_id,))
+        await db.commit()
 
     async def clear(self) -> None:
+        await self.index.db.execute("DELETE FROM message_shares")
         await self.index.db.execute("DELETE FROM message_text")
         await self.index.db.commit()
 
@@ -234,6 +269,9 @@ class SqliteSearch:
         if not words:
             return []
         async with self.index.db.execute(
-            SEARCH_SQL, (fts_query(words), user_id, check_limit(limit))
+            SEARCH_SQL, (match := fts_query(words), user_id, match, user_id, check_limit(limit))
         ) as cur:
-            return cast(list[SearchHit], [dict(r) for r in await cur.fetchall()])
+            rows = [dict(r) for r in await cur.fetchall()]
+        for r in rows:
+            del r["row_id"]
+        return cast(list[SearchHit], rows)

@@ -7,7 +7,6 @@ per-session write lock and the rule that a repository is never used by two threa
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import time
 import weakref
@@ -17,10 +16,14 @@ from pathlib import Path
 from typing import TypeVar
 
 from server.base.errors import NotFound
+from server.base.fsops import sync_dir, sync_tree
 from server.base.ids import is_session_id, new_session_id
+from server.base.names import plain_title
 from server.base.pools import IdlingThreadPool, SerialLane
 from server.base.records import SessionMeta, new_session_meta
+from server.git.loose import WRITERS
 from server.git.session import GitSession
+from server.store import session_settings
 
 T = TypeVar("T")
 # The threads all sessions' git work shares; each thread goes once idle for IDLE_SECONDS.
@@ -45,7 +48,8 @@ class SessionHandle:
         self._open = False
         self._pending = 0
         self.last_used = time.monotonic()
-        self.meta: SessionMeta = json.loads((path / "session.json").read_text())
+        # session.json under the session's own settings (not an old branch's copy)
+        self.meta: SessionMeta = session_settings.load(path)
 
     @property
     def user_id(self) -> str:
@@ -116,6 +120,8 @@ class SessionStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
+        sync_dir(self.root)  # once a start: the folder's name (and its parents') kept
+        sync_dir(self.root.parent)
         self._handles: dict[str, SessionHandle] = {}  # in use: held until released
         self._known: weakref.WeakValueDictionary[str, SessionHandle] = \
             weakref.WeakValueDictionary()  # every handle someone holds
@@ -174,7 +180,7 @@ class SessionStore:
         """A new session folder made by `build(path, meta)` (an import writes its own first
         commit); if `build` fails, nothing of the folder is left."""
         session_id = new_session_id()
-        meta = new_session_meta(session_id, title.strip()[:120], user_id,
+        meta = new_session_meta(session_id, plain_title(title), user_id,
                                 forked_from_session_id=forked_from_session_id,
                                 root_session_id=root_session_id)
         if model is not None:  # an import's choice
@@ -183,6 +189,8 @@ class SessionStore:
         loop = asyncio.get_running_loop()
         try:
             made = await loop.run_in_executor(None, build, path, meta)
+            # Whole on disk before anyone is told it exists (DESIGN "Durability").
+            await loop.run_in_executor(None, sync_tree, path, WRITERS)
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise

@@ -19,6 +19,7 @@ from server.base.errors import (
     Forbidden,
     NotFound,
     TooLarge,
+    TooMany,
     Unauthorized,
 )
 from server.base.results import EventFrame
@@ -31,6 +32,7 @@ STATUS: dict[type[BraidError], int] = {
     Conflict: 409,
     Busy: 409,
     TooLarge: 413,
+    TooMany: 429,
 }
 
 

@@ -9,13 +9,14 @@ a `NotFound` only once every parameter has parsed, so a malformed parameter is a
 
 from __future__ import annotations
 
-import unicodedata
+import re
 from collections.abc import Callable
 from typing import Any
 
 from server.agent.approvals import DECISIONS, MODES
 from server.agent.network import MODES as NETWORK_MODES
 from server.agent.turns import MAX_TEXT
+from server.base import names
 from server.base.errors import BadRequest, NotFound
 from server.base.ids import is_message_id
 from server.base.names import is_utf8
@@ -28,6 +29,8 @@ from server.store.search import DEFAULT_LIMIT, MAX_LIMIT
 
 _FALSE = ("", "false", "0", "off", "no")
 _TRUE = ("true", "1", "on", "yes")
+MAX_ALWAYS = 200
+ALWAYS_ITEM = re.compile(r"[A-Za-z0-9_.\-]{1,100}")  # a tool's name
 
 Parser = Callable[[object], Any]
 
@@ -231,11 +234,11 @@ def one_line(value: object, name: str, limit: int) -> str:
         raise BadRequest(f"{name} must not be empty")
     if len(cleaned) > limit:
         raise BadRequest(f"{name} is longer than {limit} characters")
-    for ch in cleaned:
-        # Control characters (NUL, newlines, escapes), line separators and lone surrogates
-        # cannot be shown on one line or stored as UTF-8 (a zero-width joiner, in emoji, can).
-        if unicodedata.category(ch) in ("Cc", "Cs", "Cf", "Zl", "Zp") and ch != "\u200d":
-            raise BadRequest(f"{name} must not contain control characters")
+    # Control characters (NUL, newlines, escapes), bidi overrides, line separators and lone
+    # surrogates cannot be shown on one line or stored as UTF-8 (base/names.py's title rule).
+    why = names.title_refusal(cleaned)
+    if why:
+        raise BadRequest(f"{name} {why}")
     return cleaned
 
 
@@ -258,6 +261,8 @@ def session_changes(raw: object) -> SessionChanges:
             one_line(model, "model", MAX_MODEL)
     if "approvals" in raw:
         changes["approvals"] = one_of(raw["approvals"], "approvals", MODES)
+    if "approvals_always" in raw:  # how an Always is taken back
+        changes["approvals_always"] = always_list(raw["approvals_always"])
     if "shell_network" in raw:
         changes["shell_network"] = one_of(raw["shell_network"], "shell_network",
                                           NETWORK_MODES)
@@ -268,6 +273,16 @@ def session_changes(raw: object) -> SessionChanges:
         changes["shell_network_hosts"] = sorted({one_line(h, "host", 253).lower()
                                                  for h in hosts})
     return changes
+
+
+def always_list(value: object) -> list[str]:
+    """The tools that run unasked in a session."""
+    if not isinstance(value, list) or len(value) > MAX_ALWAYS:
+        raise BadRequest(f"approvals_always must be a list of at most {MAX_ALWAYS} tool names")
+    for item in value:
+        if not isinstance(item, str) or not ALWAYS_ITEM.fullmatch(item):
+            raise BadRequest("approvals_always holds tool names")
+    return sorted(set(value))
 
 
 def one_of(value: object, name: str, choices: tuple[str, ...]) -> str:

@@ -4,6 +4,7 @@ as JSON or as HTML fragments for htmx (`?format=html`, the default)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections import deque
@@ -12,12 +13,13 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server.base.errors import BadRequest, BraidError, NotFound
+from server.base.events import FELL_BEHIND
 from server.base.results import EventFrame
 from server.web import hostile, live
 from server.web.actions import ACTIONS
 from server.web.auth import origin_allowed, signed_in, user_of
 from server.web.errors import Frame, error_frame, result_frame
-from server.web.render.frames import HtmlRenderer
+from server.web.render.frames import RENDERINGS, HtmlRenderer
 from server.web.specs import ActionContext
 
 log = logging.getLogger("braid.ws")
@@ -26,6 +28,8 @@ MAX_FRAME = 1_000_000
 # this get an error frame; only beyond it does the protocol close the socket (1009).
 WS_MAX_SIZE = 16_000_000
 OUT_QUEUE = 64  # frames waiting for a client that does not read
+OUT_BYTES = 8_000_000  # and the characters they hold (a page's frame can be a whole queue)
+BEHIND = "fell behind: reconnect to catch up"  # a socket the bus let go (events.py)
 
 
 def parse_frame(text: str) -> dict[str, Any]:
@@ -62,9 +66,11 @@ def _echo(text: str) -> tuple[Any, Any]:
 class Connection:
     """One socket. What it may hold is bounded (DESIGN §4 "Boundaries"): at most
     `BRAID_SOCKET_INFLIGHT` actions run at once (`slots`; the socket is not read meanwhile),
-    and once `OUT_QUEUE` frames wait for a client that does not read, whoever sends one
-    more waits (the actions, the event forwarder) until the writer makes room, so a flood of
-    frames cannot grow the server. Frames go out in the order they were sent."""
+    and once `OUT_QUEUE` frames (or `OUT_BYTES` of them) wait for a client that does not
+    read, whoever sends one more waits (the actions, the event forwarder) until the writer
+    makes room, so a flood of frames cannot grow the server; the bus lets go of a socket
+    whose forwarder waits too long (events.MAX_UNREAD), and it is closed. Frames go out in
+    the order they were sent."""
 
     def __init__(self, ws: WebSocket, ctx: ActionContext, fmt: str, inflight: int = 32
                  ) -> None:
@@ -72,6 +78,7 @@ class Connection:
         self.ctx = ctx
         self.fmt = fmt
         self.pending: deque[str] = deque()  # at most OUT_QUEUE + one per sender
+        self.pending_chars = 0  # in `pending`: at most OUT_BYTES + one frame per sender
         self.ready = asyncio.Event()  # pending is not empty
         self.room = asyncio.Event()  # the writer took a frame
         self.gone = False  # the client left: frames are dropped, nobody waits for room
@@ -81,7 +88,8 @@ class Connection:
 
     async def emit(self, frame: Frame) -> None:
         if self.html is None:
-            await self.send(json.dumps(frame))
+            await self.send(RENDERINGS[frame["event"]].json(frame) if frame["type"] == "event"
+                            else json.dumps(frame))
             return
         try:
             text = await self.html.render(frame)
@@ -95,12 +103,14 @@ class Connection:
     def push(self, text: str) -> None:
         if not self.gone:
             self.pending.append(text)
+            self.pending_chars += len(text)
             self.ready.set()
 
     async def send(self, text: str) -> None:
         """Queue a frame, then wait while too many wait for the client (or until it left)."""
         self.push(text)
-        while len(self.pending) > OUT_QUEUE and not self.gone:
+        while (len(self.pending) > OUT_QUEUE or self.pending_chars > OUT_BYTES) \
+                and not self.gone:
             self.room.clear()
             await self.room.wait()
 
@@ -108,6 +118,7 @@ class Connection:
         """The client left: senders waiting for room give up (their frames are dropped)."""
         self.gone = True
         self.pending.clear()
+        self.pending_chars = 0
         self.room.set()
 
     async def writer(self) -> None:
@@ -117,6 +128,7 @@ class Connection:
                     self.ready.clear()
                     await self.ready.wait()
                 text = self.pending.popleft()
+                self.pending_chars -= len(text)
                 self.room.set()
                 await self.ws.send_text(text)
         except Exception:  # noqa: BLE001 - the client is gone (reset, closed)
@@ -126,7 +138,13 @@ class Connection:
 
     async def forward_events(self, queue: asyncio.Queue[EventFrame]) -> None:
         while True:
-            await self.emit(await queue.get())
+            frame = await queue.get()
+            if frame is FELL_BEHIND:  # the bus let this socket go: close it (not resent)
+                self.close()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.ws.close(code=4008, reason=BEHIND), 5)
+                return
+            await self.emit(frame)
 
     def finished(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)

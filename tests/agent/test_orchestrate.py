@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_fsck, call_action, git, new_session
+from conftest import assert_fsck, call_action, git, new_session, run_to_end
 from server.agent.turns import cancel_run, send_message
 from server.features import revert, sessions
 
@@ -75,7 +75,7 @@ async def test_two_children_run_at_once_and_their_merge_is_one_multi_parent_comm
         braid: Any) -> None:
     sid, path = await new_session(braid)
     watch = Watch(braid, sid)
-    run = await sessions.run_to_end(braid, USER, sid, "write base.txt base\n"
+    run = await run_to_end(braid, USER, sid, "write base.txt base\n"
                                     + slow_child("red") + "\n" + slow_child("blue")
                                     + "\nmerge fail")
     assert run["status"] == "COMPLETED", run
@@ -128,7 +128,7 @@ async def test_eight_children_run_four_at_a_time(braid: Any) -> None:
     sid, path = await new_session(braid)
     watch = Watch(braid, sid)
     labels = [f"c{i}" for i in range(8)]
-    run = await sessions.run_to_end(braid, USER, sid, "\n".join(
+    run = await run_to_end(braid, USER, sid, "\n".join(
         slow_child(label, words=4) for label in labels) + "\nmerge fail")
     assert run["status"] == "COMPLETED", run
     agents = tool_result(run, "spawn_sub_agents")["agents"]
@@ -144,7 +144,7 @@ async def test_eight_children_run_four_at_a_time(braid: Any) -> None:
 async def test_a_third_level_is_refused_as_a_tool_result_and_every_run_completes(
         braid: Any) -> None:
     sid, path = await new_session(braid)
-    run = await sessions.run_to_end(braid, USER, sid,
+    run = await run_to_end(braid, USER, sid,
                                     "spawn one: spawn two: spawn three: say too deep")
     assert run["status"] == "COMPLETED", run
     one = tool_result(run, "spawn_sub_agents")["agents"][0]
@@ -166,7 +166,7 @@ async def test_a_third_level_is_refused_as_a_tool_result_and_every_run_completes
 async def test_off_removes_both_tools(make_braid: Any) -> None:
     braid = await make_braid(subagent_tools=False)
     sid, _ = await new_session(braid)
-    run = await sessions.run_to_end(braid, USER, sid, "spawn a: say hi")
+    run = await run_to_end(braid, USER, sid, "spawn a: say hi")
     result = tool_result(run, "spawn_sub_agents")
     assert result.startswith("error: unknown tool 'spawn_sub_agents'")
     assert not [b for b in git(braid.store.path(sid), "branch").split() if b.startswith("sub_")]
@@ -174,9 +174,9 @@ async def test_off_removes_both_tools(make_braid: Any) -> None:
 
 async def test_a_conflicting_merge_changes_nothing_then_theirs_merges(braid: Any) -> None:
     sid, path = await new_session(braid)
-    await sessions.run_to_end(braid, USER, sid, "write f.txt base")
+    await run_to_end(braid, USER, sid, "write f.txt base")
     tip = git(path, "rev-parse", "main").strip()
-    run = await sessions.run_to_end(braid, USER, sid,
+    run = await run_to_end(braid, USER, sid,
                                     "spawn a: write f.txt A\nspawn b: write f.txt B\n"
                                     "merge fail")
     assert run["status"] == "COMPLETED"
@@ -188,7 +188,7 @@ async def test_a_conflicting_merge_changes_nothing_then_theirs_merges(braid: Any
     assert (path / "workdir/f.txt").read_text() == "base\n"
     assert git(path, "log", "--merges", "--format=%H", f"{tip}..main") == ""
     # The model retries with `theirs` (the demo takes the branches of the last spawn).
-    again = await sessions.run_to_end(braid, USER, sid, "merge theirs")
+    again = await run_to_end(braid, USER, sid, "merge theirs")
     assert again["status"] == "COMPLETED", again
     merged = tool_result(again, "merge_branches")
     assert merged["resolved"] == {"strategy": "theirs", "paths": ["f.txt"]}
@@ -258,8 +258,8 @@ async def test_a_merge_after_a_stopped_child_answers_with_the_others_answers(
 
 async def test_each_childs_turn_and_the_merge_revert_like_any_turn(braid: Any) -> None:
     sid, path = await new_session(braid)
-    await sessions.run_to_end(braid, USER, sid, "write keep.txt keep")
-    run = await sessions.run_to_end(braid, USER, sid, "spawn a: write a.txt A\n"
+    await run_to_end(braid, USER, sid, "write keep.txt keep")
+    run = await run_to_end(braid, USER, sid, "spawn a: write a.txt A\n"
                                     "spawn b: write b.txt B\nmerge fail")
     assert run["status"] == "COMPLETED"
     agents = tool_result(run, "spawn_sub_agents")["agents"]
@@ -280,7 +280,7 @@ async def test_each_childs_turn_and_the_merge_revert_like_any_turn(braid: Any) -
 
 async def test_bad_calls_are_tool_results(braid: Any) -> None:
     sid, path = await new_session(braid)
-    run = await sessions.run_to_end(braid, USER, sid, "merge fail")
+    run = await run_to_end(braid, USER, sid, "merge fail")
     assert run["status"] == "COMPLETED"
     assert tool_result(run, "merge_branches").startswith("error: branches must be")
 

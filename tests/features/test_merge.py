@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_fsck, call_action, git
+from conftest import assert_fsck, call_action, git, run_to_end
 from server.app.braid import Braid
 from server.base.errors import BadRequest, Busy, Conflict, Forbidden, NotFound
 from server.features import dag, merge, revert, sessions, subagents, timetravel
@@ -25,7 +25,7 @@ class Session:
     @classmethod
     async def start(cls, braid: Braid, text: str = "write base.txt base") -> Session:
         sid = (await sessions.create_session(braid, USER))["session_id"]
-        run = await sessions.run_to_end(braid, USER, sid, text)
+        run = await run_to_end(braid, USER, sid, text)
         return cls(braid, sid, run["run_id"])
 
     async def spawn(self, prompt: str, label: str | None = None) -> dict[str, Any]:
@@ -102,7 +102,7 @@ async def test_merging_two_branches_makes_one_commit_with_three_parents(braid: B
         "main": None, branches[0]: "red", branches[1]: "blue"}
 
     # The demo model's merge answer belongs to the merge turn only.
-    later = await sessions.run_to_end(braid, USER, s.id, "hello")
+    later = await run_to_end(braid, USER, s.id, "hello")
     assert later["messages"][-1]["content"] == "echo: hello"
 
 
@@ -174,7 +174,7 @@ async def test_a_resolution_beats_the_strategy_and_the_rest_follow_it(braid: Bra
 async def test_ours_is_the_branch_merged_into_and_theirs_the_incoming(braid: Braid) -> None:
     s = await Session.start(braid, "write same.txt base")
     child = await s.spawn("write same.txt child\nsay done", "child")
-    await sessions.run_to_end(braid, USER, s.id, "write same.txt parent")
+    await run_to_end(braid, USER, s.id, "write same.txt parent")
     with pytest.raises(Conflict) as err:
         await s.merge([child["branch"]])
     [conflict] = err.value.details["conflicts"]
@@ -358,3 +358,38 @@ async def test_demo_model_resolves_listed_conflicts_then_answers_merged() -> Non
     later = [*messages, {"role": "assistant", "content": "merged: red; blue"},
              {"role": "user", "content": "hi"}]
     assert (await ask(later)).content == "echo: hi"
+
+
+async def file_and_folder(braid: Braid) -> tuple[Session, list[str]]:
+    """One child makes a file `p`, the other a folder `p/` holding `q`."""
+    s = await Session.start(braid)
+    made_file = await s.spawn("write p file p\nsay file", "file")
+    made_folder = await s.spawn("write p/q in the folder\nsay folder", "folder")
+    return s, [made_file["branch"], made_folder["branch"]]
+
+
+@pytest.mark.parametrize("how", ["ours", "theirs", "agent", "by hand"])
+async def test_a_file_and_a_folder_of_one_name_are_both_kept_and_reported(
+        braid: Braid, how: str) -> None:
+    """Before, the incoming `p/q` vanished under `ours`, `agent` and a hand resolution (the
+    file `p` written over the folder), and the conflict said the other side deleted `p`."""
+    s, branches = await file_and_folder(braid)
+    folder_branch = branches[1]
+    if how == "by hand":
+        result = await s.merge(branches, resolutions={"p": "mine\n"})
+    else:
+        result = await s.merge(branches, strategy=how)
+    (conflict,) = result["conflicts"]
+    assert conflict["path"] == "p" and conflict["theirs"] == "(a folder: p/q)"
+    assert conflict["ours"] == "file p\n" and conflict["editable"] is False
+    files = s.files()
+    kept = {"ours": {"p": "file p\n", f"p~{folder_branch}/q": "in the folder\n"},
+            "by hand": {"p": "mine\n", f"p~{folder_branch}/q": "in the folder\n"},
+            "theirs": {"p/q": "in the folder\n", "p~main": "file p\n"},
+            "agent": {"p/q": "in the folder\n", "p~main": "file p\n"}}[how]
+    assert {k: v for k, v in files.items() if k.startswith("p")} == kept
+    tree = git(s.path, "ls-tree", "-r", "--name-only", result["commit_id"], "workdir/").split()
+    assert sorted(p for p in tree if p.startswith("workdir/p")) == sorted(
+        f"workdir/{p}" for p in kept)
+    assert git(s.path, "status", "--porcelain") == ""
+    assert_fsck(s.path)

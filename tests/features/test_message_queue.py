@@ -12,8 +12,8 @@ import pytest
 
 from conftest import call_action, git, new_session, next_event
 from server.app.braid import Braid
-from server.base.errors import BadRequest, Busy, NotFound
-from server.features import sessions
+from server.base.errors import BadRequest, Busy, NotFound, TooMany
+from server.features import queue, sessions
 from server.store.users import DEFAULT_USER
 
 USER = DEFAULT_USER
@@ -45,7 +45,8 @@ async def test_queued_while_busy_then_run_in_order(braid: Braid) -> None:
     one = await call_action(braid, USER, sid, "send_message", text="say one", queue=True)
     assert set(one) == {"queued_id"} and len(one["queued_id"]) == 32
     changed = await next_event(events, "queue_changed")
-    assert [q["text"] for q in changed["queued"]] == ["say one"]
+    assert changed["change"] == "added" and [q["text"] for q in changed["queued"]] == ["say one"]
+    assert changed["ids"] == [one["queued_id"]]
     two = await call_action(braid, USER, sid, "send_message", text="say two", queue=True)
     listed = await call_action(braid, USER, sid, "list_queue")
     assert [(q["queued_id"], q["text"]) for q in listed["queued"]] == [
@@ -82,10 +83,16 @@ async def test_edit_and_remove_while_queued_only(braid: Braid) -> None:
     assert edited == {"queued_id": two["queued_id"]}
     removed = await call_action(braid, USER, sid, "cancel_queued", queued_id=one["queued_id"])
     assert removed == {"queued_id": one["queued_id"]}
-    while True:  # every change is told, the last one with the queue as it is now
+    told = []
+    while True:  # every change is told: what changed, and the ids waiting after it
         changed = await next_event(events, "queue_changed")
-        if [q["text"] for q in changed["queued"]] == ["say TWO", "say three"]:
+        told.append((changed["change"], changed["queued_id"],
+                     [q["text"] for q in changed["queued"]]))
+        if changed["change"] == "removed":
+            assert changed["ids"] == [two["queued_id"], three["queued_id"]]
             break
+    assert told[-2:] == [("updated", two["queued_id"], ["say TWO"]),
+                         ("removed", one["queued_id"], [])]
     # Removed: nothing to edit or remove any more.
     for name, extra in (("update_queued", {"text": "x"}), ("cancel_queued", {})):
         with pytest.raises(NotFound):
@@ -142,3 +149,35 @@ async def test_a_deleted_session_starts_nothing_of_its_queue(braid: Braid) -> No
     assert await braid.queue.waiting(sid) == []
     assert await braid.index.list_runs(sid) == []
     assert run["run_id"]
+
+
+async def test_a_users_queue_is_bounded_in_messages_and_bytes(
+        make_braid: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past BRAID_USER_QUEUE messages, or the bytes a user may queue, a message is refused
+    `too_many` and nothing of it is kept; another user's queue is not counted."""
+    monkeypatch.setattr(queue, "USER_QUEUE_BYTES", 1000)
+    braid = await make_braid(user_queue=3)
+    sid, _ = await new_session(braid)
+    other, _ = await new_session(braid, "other")
+    await call_action(braid, USER, sid, "send_message", text=SLOW)
+    await call_action(braid, "other", other, "send_message", text=SLOW)
+    for i in range(3):
+        await call_action(braid, USER, sid, "send_message", text=f"say {i}", queue=True)
+    with pytest.raises(TooMany) as refused:
+        await call_action(braid, USER, sid, "send_message", text="say 3", queue=True)
+    assert refused.value.code == "too_many" and "at most 3" in refused.value.message
+    assert len((await call_action(braid, USER, sid, "list_queue"))["queued"]) == 3
+    # The other user has a share of their own, in bytes too.
+    await call_action(braid, "other", other, "send_message", text="x" * 900, queue=True)
+    with pytest.raises(TooMany):
+        await call_action(braid, "other", other, "send_message", text="y" * 200, queue=True)
+    queued = (await call_action(braid, "other", other, "list_queue"))["queued"]
+    with pytest.raises(TooMany):  # an edit may not grow past the share either
+        await call_action(braid, "other", other, "update_queued",
+                          queued_id=queued[0]["queued_id"], text="z" * 1200)
+    assert [q["text"] for q in queued] == ["x" * 900]
+    assert (await call_action(braid, "other", other, "list_queue"))["queued"] == queued
+    # As the queue runs, room comes back.
+    await wait_runs(braid, sid, 4)
+    added = await call_action(braid, USER, sid, "send_message", text="say again", queue=True)
+    assert set(added) in ({"queued_id"}, {"run_id"})

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_fsck, call_action, git
+from conftest import assert_fsck, call_action, git, run_to_end
 from server.agent import turns
 from server.app.braid import Braid
 from server.base.errors import BadRequest, Busy, Conflict, NotFound
@@ -48,7 +48,7 @@ class Session:
         self.work = self.path / "workdir"
 
     async def turn(self, text: str) -> dict[str, Any]:
-        run = await sessions.run_to_end(self.braid, USER, self.id, text)
+        run = await run_to_end(self.braid, USER, self.id, text)
         assert run["status"] == "COMPLETED", run
         return run
 

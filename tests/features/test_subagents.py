@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_fsck, call_action, git
+from conftest import assert_fsck, call_action, git, run_to_end
 from server.app.braid import Braid
 from server.base.errors import BadRequest, Busy, NotFound
 from server.features import sessions, subagents
@@ -25,7 +25,7 @@ USER = "local"
 async def session_with_turn(braid: Braid, text: str = "write base.txt base") -> tuple[
         str, Path, str]:
     sid = (await sessions.create_session(braid, USER))["session_id"]
-    run = await sessions.run_to_end(braid, USER, sid, text)
+    run = await run_to_end(braid, USER, sid, text)
     assert run["status"] == "COMPLETED"
     return sid, braid.store.path(sid), run["run_id"]
 
@@ -222,7 +222,7 @@ async def test_a_busy_sub_agent_branch_refuses_a_second_run_and_cancel_ends_it(
     with pytest.raises(Busy):
         await braid.locks.acquire(sid, started["branch"])
     # The parent branch is free meanwhile: a turn runs there while the child works.
-    parent = await sessions.run_to_end(braid, USER, sid, "say meanwhile")
+    parent = await run_to_end(braid, USER, sid, "say meanwhile")
     assert parent["status"] == "COMPLETED"
     # The live worktree is in `git worktree list` but never in the parent's commits or status.
     assert len(worktrees(path)) == 2 and (path / "_worktrees" / started["branch"]).is_dir()

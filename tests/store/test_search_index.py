@@ -139,3 +139,29 @@ async def test_kept_current_copied_deleted_and_cleared(search: Any) -> None:
     assert [h["session_id"] for h in await search.search("local", "third", 20)] == ["f"]
     await search.clear()
     assert await search.search("local", "third", 20) == []
+
+
+async def test_a_fork_shares_its_source_s_rows_up_to_the_fork(search: Any) -> None:
+    """A fork finds what its source said before the fork (and a fork of that fork too),
+    not what the source says after; deleting a source in the middle loses its forks
+    nothing."""
+    for sid in ("s", "f", "g"):
+        await search.sessions.upsert_session(meta(sid))
+    await search.add([SearchRow("s", "r1", 0, "user", "walrus before")])
+    await search.copy_session("s", "f")
+    await search.add([SearchRow("s", "r2", 0, "user", "walrus after"),
+                      SearchRow("f", "r3", 0, "user", "walrus forked")])
+    await search.copy_session("f", "g")
+    await search.add([SearchRow("f", "r4", 0, "user", "walrus later")])
+
+    async def hits() -> set[tuple[str, str]]:
+        return {(h["session_id"], h["run_id"]) for h in await search.search("local", "walrus", 50)}
+
+    assert await hits() == {("s", "r1"), ("s", "r2"), ("f", "r1"), ("f", "r3"), ("f", "r4"),
+                            ("g", "r1"), ("g", "r3")}
+    await search.delete_session("f")
+    assert await hits() == {("s", "r1"), ("s", "r2"), ("g", "r1"), ("g", "r3")}
+    await search.delete_session("s")
+    assert await hits() == {("g", "r1"), ("g", "r3")}
+    hit = (await search.search("local", "forked", 5))[0]
+    assert hit["snippet"] == "walrus «forked»" and hit["session_id"] == "g"

@@ -32,7 +32,7 @@ def test_a_queue_filled_on_a_runs_on_b(team_pair: Any) -> None:
         assert all(set(q.get("data") or {}) == {"queued_id"} for q in queued), queued
         ids = [q["data"]["queued_id"] for q in queued]
         # B's sockets hear of A's queue (the team's bus).
-        ws_b.until(lambda f: f.get("event") == "queue_changed" and len(f["data"]["queued"]) == 3)
+        ws_b.until(lambda f: f.get("event") == "queue_changed" and len(f["data"]["ids"]) == 3)
         assert [q["queued_id"] for q in ws_b.call("list_queue")["data"]["queued"]] == ids
         # A is gone: only B can start them, when its run ends.
         ws_a.close()

@@ -106,10 +106,10 @@ def test_approve_over_the_socket_runs_the_write_only_then(shell_server: Server) 
     assert resolved["data"]["decision"] == "approve"
     assert ended(ws, run_id)["status"] == "COMPLETED"
     assert git(path, "show", "HEAD:workdir/a.txt") == "hello\n"
-    # Answered once: a second answer names no waiting call.
+    # Answered once: a second answer is a conflict.
     again = ws.call("approve_tool_call", run_id=run_id, call_id=wait["call_id"],
                     decision="approve")
-    assert again["error"]["code"] == "not_found"
+    assert again["error"]["code"] == "conflict"
 
 
 def test_deny_with_a_reason_is_the_models_tool_result(shell_server: Server) -> None:

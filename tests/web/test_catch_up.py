@@ -9,7 +9,7 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from conftest import TOKEN
+from conftest import TOKEN, run_to_end
 from server.app.braid import Braid
 from server.base.settings import Settings
 from server.features import sessions
@@ -25,7 +25,7 @@ async def _scenario(data_dir: Path) -> tuple[str, str, str]:
         made = await sessions.create_session(braid, "local")
         sid = made["session_id"]
         queue = braid.bus.subscribe(sid)
-        run = await sessions.run_to_end(braid, "local", sid, "say made while away")
+        run = await run_to_end(braid, "local", sid, "say made while away")
         frames = []
         while not queue.empty():
             frames.append(queue.get_nowait())

@@ -14,6 +14,7 @@ SLOW = "slow 100\nsay " + " ".join(f"w{i}" for i in range(30))
 
 
 def queue_texts(frame: dict[str, Any]) -> list[str]:
+    """The texts of a `queue_changed` (the one it changed) or a `list_queue` result."""
     return [q["text"] for q in frame["data"]["queued"]]
 
 
@@ -30,7 +31,10 @@ def test_over_the_socket(shared_server: Server, other_token: str) -> None:
         two = ws.call("send_message", text="say two", queue=True)["data"]["queued_id"]
         three = ws.call("send_message", text="say three", queue=True)["data"]["queued_id"]
         # Every tab hears of it.
-        tab.until(lambda f: f.get("event") == "queue_changed" and len(f["data"]["queued"]) == 3)
+        added = tab.until(lambda f: f.get("event") == "queue_changed"
+                          and len(f["data"]["ids"]) == 3)
+        # It carries what changed (the message added), not the whole queue.
+        assert added["data"]["change"] == "added" and queue_texts(added) == ["say three"]
         listed = ws.call("list_queue")["data"]["queued"]
         assert [q["queued_id"] for q in listed] == [one["data"]["queued_id"], two, three]
         edited = ws.call("update_queued", queued_id=two, text="say TWO")
@@ -38,7 +42,10 @@ def test_over_the_socket(shared_server: Server, other_token: str) -> None:
         removed = ws.call("cancel_queued", queued_id=three)
         assert removed["data"] == {"queued_id": three}
         last = tab.until(lambda f: f.get("event") == "queue_changed"
-                         and queue_texts(f) == ["say one", "say TWO"])
+                         and f["data"]["change"] == "removed" and f["data"]["ids"] == [
+                             one["data"]["queued_id"], two])
+        assert last["data"]["queued_id"] == three and last["data"]["queued"] == []
+        assert queue_texts(ws.call("list_queue")) == ["say one", "say TWO"]
         assert last["data"]["session_id"] == sid
         for params in ({"queued_id": three}, {"queued_id": "0" * 32}, {"queued_id": "x"}):
             gone = ws.call("cancel_queued", **params)

@@ -271,6 +271,8 @@ def test_html_frames_for_a_chip_and_a_rewind(shared_server: Server) -> None:
         sock.send(json.dumps({"action": "unrevert_turn", "turn_id": rewind_id}))
         frames = html_until(sock, f'id="rewind-{user_id}"')
         menu = next(f for f in frames if f'id="rewind-{user_id}"' in f)
-        assert "undo-rewind" not in menu and "rewind-files" in menu
+        # The menu again, its choices drawn once a page (_rewind_pop.html), not per message.
+        assert "undo-rewind" not in menu and 'class="rewind-menu"' in menu and \
+            f'data-run-id="{tid}" data-index="0"' in menu
     status, page = shared_server.api("GET", f"/api/sessions/{sid}")
     assert status == 200 and page["head"]

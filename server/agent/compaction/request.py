@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from server.agent import orchestrate
+from server.agent.compaction import instructions
+from server.agent.compaction.instructions import Instructions
 from server.agent.tools import Workspace
 from server.base.records import (
     ContextUse,
@@ -25,8 +27,7 @@ from server.base.records import (
 )
 from server.git.session import GitSession
 from server.model.messages import to_model_window
-from server.store import context, instructions, layout
-from server.store.instructions import Instructions
+from server.store import context, layout
 
 if TYPE_CHECKING:
     from server.agent.services import Services

@@ -15,6 +15,8 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
+from server.agent.compaction import instructions
+from server.agent.compaction.instructions import Instructions
 from server.agent.compaction.request import (
     SYSTEM_PROMPT,
     Plan,
@@ -25,7 +27,7 @@ from server.agent.compaction.request import (
     summary_request,
 )
 from server.agent.live_runs import claim_turn
-from server.base import crash
+from server.base import crash, events
 from server.base.errors import Conflict
 from server.base.ids import new_message_id, now_iso
 from server.base.records import (
@@ -38,8 +40,7 @@ from server.base.records import (
 )
 from server.base.results import InstructionsShown, RunStarted
 from server.git.session import GitSession
-from server.store import context, instructions, journal, layout
-from server.store.instructions import Instructions
+from server.store import context, journal, layout
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -105,8 +106,8 @@ async def run_compaction(braid: Services, handle: SessionHandle, branch: str,
     record["model"], record["endpoint"] = model[0], model[1] or ""
     budget = braid.settings.context_tokens
     sid = handle.session_id
-    braid.bus.publish(sid, "run_started", {"run_id": run_id, "run": record.copy(),
-                                           "branch": branch, "messages": [], "siblings": None})
+    braid.bus.publish(sid, events.run_started(run_id, record.copy(), branch, [], None,
+                                              titled=False))
     earlier = found.previous.get("content") if found.previous is not None else None
     usage: Usage = {}
     try:
@@ -117,9 +118,8 @@ async def run_compaction(braid: Services, handle: SessionHandle, branch: str,
             add_usage(usage, used)
         text = earlier or ""
     except BaseException as e:
-        braid.bus.publish(sid, "run_error", {"run_id": run_id, "run": record.copy(),
-                                             "status": "ERROR", "messages": [], "files": [],
-                                             "siblings": None, "error": str(e) or type(e).__name__})
+        braid.bus.publish(sid, events.run_ended("ERROR", run_id, record.copy(), [],
+                                                error=str(e) or type(e).__name__))
         raise
     msg = new_message("system", run_id, text, kind=context.COMPACTION, covers=found.covers)
     msg["id"] = run_id  # a run's id is its first message's
@@ -127,13 +127,10 @@ async def run_compaction(braid: Services, handle: SessionHandle, branch: str,
                    "updated_at": now_iso()})
     record["usage"] = usage
     commit_id = await handle.call(lambda git: write_compaction(git, record, msg, seq))
-    braid.bus.publish(sid, "checkpoint", {"run_id": run_id, "commit_id": commit_id,
-                                          "kind": context.COMPACTION})
+    braid.bus.publish(sid, events.checkpoint(run_id, commit_id, context.COMPACTION))
     await braid.index.upsert_run(sid, record)
-    braid.bus.publish(sid, "run_completed", {"run_id": run_id, "run": record.copy(),
-                                             "status": "COMPLETED", "messages": [msg.copy()],
-                                             "files": [], "siblings": None})
-    braid.bus.publish(sid, "dag_changed", {"run_id": run_id})
+    braid.bus.publish(sid, events.run_ended("COMPLETED", run_id, record.copy(), [msg.copy()]))
+    braid.bus.publish(sid, events.dag_changed(run_id=run_id))
     return record, msg
 
 

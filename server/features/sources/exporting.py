@@ -30,8 +30,9 @@ from pygit2.enums import FileMode
 
 from server.agent.turn_context import snapshot_user_edits
 from server.base import crash, names
-from server.base.dirhandles import Blocked, Disk, Folder, put_file
+from server.base.dirhandles import DIR_FLAGS, Blocked, Disk, Folder, put_file
 from server.base.errors import BadRequest, Busy, Conflict, Forbidden
+from server.base.fsops import sync_dir
 from server.base.records import ExportRecord, SessionMeta, Skipped, SourceMeta
 from server.base.results import BranchExport, FolderExport, PathConflict
 from server.features.roots import Roots, roots_of
@@ -41,6 +42,7 @@ from server.features.sources.sources import OpenedRepo, Source, allowed_path
 from server.git import lookup
 from server.git.session import SIGNATURE_EMAIL, SIGNATURE_NAME, GitSession
 from server.git.trees import Changes, Entry, apply_changes, empty_tree, files
+from server.git.workdir import guarded
 from server.git.workdir.scan import workdir_tree
 
 if TYPE_CHECKING:
@@ -143,6 +145,7 @@ def _save(git: GitSession, record: ExportRecord) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    sync_dir(path.parent)
 
 
 def _stage(git: GitSession, target: Folder, plan: Plan, record: ExportRecord) -> None:
@@ -185,6 +188,8 @@ def _finish(git: GitSession, target: Folder, record: ExportRecord) -> list[str]:
                     left_out.append(rel)
                 if i == len(writes) // 2:
                     crash.at("export.mid_rename")
+            _sync_folders(target, [rel for _, rel in writes] +
+                          [rel for rel, _ in record["deletes"]])
         finally:
             os.close(tmp_fd)
     crash.at("export.after_renames")
@@ -193,6 +198,24 @@ def _finish(git: GitSession, target: Folder, record: ExportRecord) -> list[str]:
     target.remove_private(record["tmp"], record.get("ino"))
     _record_path(git).unlink(missing_ok=True)
     return left_out
+
+
+def _sync_folders(target: Folder, rels: list[str]) -> None:
+    """Every folder the renames changed, fsynced: the names survive a power cut (the files'
+    data was synced when staged)."""
+    for rel_dir in sorted(guarded.folders_of(rels)):
+        try:
+            walked = target.dir_fd(rel_dir)
+            if walked is None:
+                continue
+            # Its handle may be O_PATH (walked through only): fsync needs an open folder.
+            fd = os.open(".", DIR_FLAGS, dir_fd=walked)
+        except (Blocked, OSError):  # changed under it: nothing of ours to keep there
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def finish_pending(git: GitSession) -> ExportRecord | None:

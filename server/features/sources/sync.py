@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, cast
 import pygit2
 
 from server.agent.turn_context import snapshot_user_edits
-from server.base import crash
+from server.base import crash, events
 from server.base.errors import BadRequest, Busy
 from server.base.records import SessionMeta, to_json_bytes
 from server.base.results import PathConflict, SyncResult
@@ -111,7 +111,6 @@ async def update_from_source(braid: Services, user_id: str, session_id: str) -> 
         lambda git: sync_from_source(git, braid.settings, roots, meta))
     if new_meta is not None:
         handle.meta["source"] = new_meta["source"]
-        braid.bus.publish(handle.session_id, "session_changed",
-                          {"branch": await handle.call(lambda git: git.branch),
-                           "head": str(result["commit_id"])})
+        braid.bus.publish(handle.session_id, events.session_changed(
+            await handle.call(lambda git: git.branch), str(result["commit_id"])))
     return result

@@ -155,6 +155,58 @@ def write(root: Path, rel: str, data: bytes, *, executable: bool = False,
         os.close(fd)
 
 
+def sync(root: Path, rel: str) -> None:
+    """fsync the regular file at `rel` (its data survives a power cut; its name needs
+    `sync_folder` on its folder). Nothing there, or not a regular file: nothing to do.
+    No symlink is followed, as for a write."""
+    parts = parts_of(rel)
+    try:
+        fd = _parent_fd(root, parts, rel, create=False)
+    except UnsafePath:  # a folder on the way is a symlink now: not ours to sync
+        return
+    if fd is None:
+        return
+    try:
+        out = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                      dir_fd=fd)
+    except OSError:  # gone, a symlink (ELOOP)...
+        return
+    finally:
+        os.close(fd)
+    try:
+        if stat.S_ISREG(os.fstat(out).st_mode):
+            os.fsync(out)
+    finally:
+        os.close(out)
+
+
+def sync_folder(root: Path, rel: str) -> None:
+    """fsync the folder `rel` ("": `root`), so the names made or removed in it survive a
+    power cut. A folder gone meanwhile: nothing to do."""
+    try:
+        fd = _parent_fd(root, [*parts_of(rel), "-"], rel, create=False) if rel else \
+            os.open(str(root), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except UnsafePath:  # a symlink now: not ours to sync
+        return
+    if fd is None:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def folders_of(rels: Iterable[str]) -> set[str]:
+    """Every folder holding one of `rels`, up to the root (""): what a write may have
+    made or renamed in, and so what to sync after it."""
+    out: set[str] = set()
+    for rel in rels:
+        parts = rel.split("/")[:-1]
+        for i in range(len(parts) + 1):
+            out.add("/".join(parts[:i]))
+    return out
+
+
 def _clear_folder(fd: int, name: str) -> None:
     # A folder where a file must go: only an empty tree of folders may be replaced (callers
     # delete the files in it first), so nothing is destroyed by surprise. A file or a

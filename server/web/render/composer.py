@@ -10,7 +10,6 @@ from server.base.errors import ErrorInfo
 from server.base.results import Queued, RunStarted
 from server.web.render.fragments import (
     ErrorRenderer,
-    EventRenderer,
     Renderer,
     ResultRenderer,
     View,
@@ -33,10 +32,9 @@ async def _refused(r: Renderer, error: ErrorInfo) -> str:
     return '<span id="composer-ack" hidden data-state="refused"></span>' + r.toast(text)
 
 
-def _queue_changed(v: View) -> str:
-    return render("_queue.html", queued=v.data.get("queued") or [])
+def queue_changed(v: View) -> str:
+    return render("_queue.html", queued=v.reads.get("queue") or [])
 
 
 COMPOSER_RESULTS: dict[str, ResultRenderer] = {"send_message": _sent}
-QUEUE_EVENTS: dict[str, EventRenderer] = {"queue_changed": _queue_changed}
 COMPOSER_ERRORS: dict[str, ErrorRenderer] = {"send_message": _refused}

@@ -18,7 +18,6 @@ from server.web.render import dag_layout
 from server.web.render.dag_layout import node_kind
 from server.web.render.fragments import (
     ErrorRenderer,
-    EventRenderer,
     Renderer,
     ResultRenderer,
     View,
@@ -171,15 +170,6 @@ async def merge_error(r: Renderer, error: ErrorInfo) -> str:
     box = render("_dag_conflicts.html", files=files)
     return box.replace('id="dag-conflicts"', 'id="dag-conflicts" hx-swap-oob="true"', 1) + \
         r.toast(error["message"])
-
-
-DAG_EVENTS: dict[str, EventRenderer] = {
-    "dag_changed": dag_changed,
-    "sub_agent_started": sub_agent_started,
-    "sub_agent_done": sub_agent_done,
-    "checkpoint": lane_grew,
-    "merged": merged,
-}
 
 
 async def merge_done(r: Renderer, data: MergeResult) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from server.base.errors import BadRequest
 from server.base.results import DagBranch, DagGraph, DagNode
 from server.features.dag import DAG_LIMIT
-from server.features.subagents import is_sub_branch
+from server.git.branches import is_sub
 
 ROWS = 200  # rows shown at first; "Show more" asks for twice as many
 MAX_ROWS = DAG_LIMIT
@@ -268,9 +268,9 @@ def node_kind(node: DagNode, branch: str) -> str:
     result back to the parent."""
     kind = str(node.get("kind") or "")
     if kind == "sub-agent":
-        return "spawn" if is_sub_branch(str(branch)) else "result"
+        return "spawn" if is_sub(str(branch)) else "result"
     return KIND_LABELS.get(kind, kind)
 
 
 def _starts_child(node: DagNode) -> bool:
-    return node.get("kind") == "sub-agent" and is_sub_branch(str(node.get("branch") or ""))
+    return node.get("kind") == "sub-agent" and is_sub(str(node.get("branch") or ""))

@@ -29,6 +29,7 @@ from server.base.results import (
 )
 from server.features import model_choice, sessions
 from server.features.revert import files_of_run
+from server.git.branches import is_sub
 from server.store import layout
 from server.store.lineage import sibling_map
 from server.web.render.fragments import EventReads, SessionRowView, View, turn_from_event
@@ -45,17 +46,15 @@ Load = Callable[["ActionContext", EventData], Awaitable[EventReads]]
 
 
 def is_sub_agent_run(data: EventData) -> bool:
-    from server.features.subagents import PREFIX
-
     run: Mapping[str, object] = data.get("run") or {}  # a record, or an index row
-    return bool(run.get("sub_agent")) or str(run.get("branch") or "").startswith(PREFIX)
+    return bool(run.get("sub_agent")) or is_sub(str(run.get("branch") or ""))
 
 
-async def _nothing(ctx: ActionContext, data: EventData) -> EventReads:
+async def reads_nothing(ctx: ActionContext, data: EventData) -> EventReads:
     return {}
 
 
-async def _run_started(ctx: ActionContext, data: EventData) -> EventReads:
+async def reads_run_started(ctx: ActionContext, data: EventData) -> EventReads:
     if is_sub_agent_run(data):
         return {}
     meta = ctx.braid.store.get(ctx.session_id).meta
@@ -65,7 +64,7 @@ async def _run_started(ctx: ActionContext, data: EventData) -> EventReads:
     return out
 
 
-async def _run_done(ctx: ActionContext, data: EventData) -> EventReads:
+async def reads_run_done(ctx: ActionContext, data: EventData) -> EventReads:
     if is_sub_agent_run(data):
         return {}
     out: EventReads = {"usage": await model_choice.session_usage(ctx.braid, ctx.user_id,
@@ -84,13 +83,11 @@ async def _run_done(ctx: ActionContext, data: EventData) -> EventReads:
 def grows_lane(ctx: ActionContext, data: EventData) -> bool:
     """Whether a `checkpoint` is a sub-agent's (its lane in the graph grew): decided before
     any view is built, so a turn's own checkpoints cost the page nothing."""
-    from server.features.subagents import PREFIX
-
     branch = data.get("branch")
     if not branch:
         active = ctx.braid.runs.find(ctx.session_id, str(data.get("run_id") or ""))
         branch = active.branch if active is not None else ""
-    return branch.startswith(PREFIX)
+    return is_sub(branch)
 
 
 async def _usage(ctx: ActionContext) -> EventReads:
@@ -98,23 +95,23 @@ async def _usage(ctx: ActionContext) -> EventReads:
     return {"usage": await model_choice.session_usage(ctx.braid, ctx.user_id, ctx.session_id)}
 
 
-async def _transcript(ctx: ActionContext, data: EventData) -> EventReads:
+async def reads_transcript(ctx: ActionContext, data: EventData) -> EventReads:
     return {"transcript": await transcript_with_children(ctx.braid, ctx.user_id,
                                                          ctx.session_id), **await _usage(ctx)}
 
 
-async def _layout(ctx: ActionContext, data: EventData) -> EventReads:
+async def reads_layout(ctx: ActionContext, data: EventData) -> EventReads:
     from server.web.render.dag import load_layout
 
     return {"layout": await load_layout(ctx.braid, ctx.user_id, ctx.session_id)}
 
 
-async def _session_changed(ctx: ActionContext, data: EventData) -> EventReads:
+async def reads_session_changed(ctx: ActionContext, data: EventData) -> EventReads:
     transcript = await transcript_with_children(ctx.braid, ctx.user_id, ctx.session_id)
-    return {"transcript": transcript, **await _layout(ctx, data), **await _usage(ctx)}
+    return {"transcript": transcript, **await reads_layout(ctx, data), **await _usage(ctx)}
 
 
-async def _session_updated(ctx: ActionContext, data: EventData) -> EventReads:
+async def reads_session_updated(ctx: ActionContext, data: EventData) -> EventReads:
     from server.web.model_actions import picker_html
 
     out: EventReads = {"info": await sessions.session_info(ctx.braid, ctx.user_id, ctx.session_id,
@@ -126,30 +123,25 @@ async def _session_updated(ctx: ActionContext, data: EventData) -> EventReads:
     return out
 
 
+async def reads_queue(ctx: ActionContext, data: EventData) -> EventReads:
+    """The queue as it is now: `queue_changed` carries only what changed."""
+    from server.features.queue import list_queue
+
+    return {"queue": (await list_queue(ctx.braid, ctx.user_id, ctx.session_id))["queued"]}
+
+
 async def session_rows(ctx: ActionContext) -> list[SessionRowView]:
     from server.web.render.fragments import order_by_lineage
 
     return order_by_lineage(await sessions.list_sessions(ctx.braid, ctx.user_id))
 
 
-# What each event reads beyond its payload; an event not named reads only the names.
-LOADS: dict[str, Load] = {
-    "run_started": _run_started,
-    "run_completed": _run_done,
-    "run_error": _run_done,
-    "run_cancelled": _run_done,
-    "session_changed": _session_changed,
-    "run_continued": _transcript,
-    "dag_changed": _layout,
-    "checkpoint": _layout,  # a sub-agent's only (frames.HtmlRenderer: grows_lane)
-    "session_updated": _session_updated,
-}
-
-
-async def build(ctx: ActionContext, frame: EventFrame) -> View:
+async def build(ctx: ActionContext, frame: EventFrame, load: Load) -> View:
+    """The event's view: its payload, the session's names, and what `load` (its row of
+    frames.RENDERINGS) reads beyond them."""
     data = frame.get("data") or EventData()
     names = await names_of(ctx.braid.index, ctx.session_id)
-    reads = await LOADS.get(frame.get("event") or "", _nothing)(ctx, data)
+    reads = await load(ctx, data)
     running = [a.run_id for a in ctx.braid.runs.foreground(ctx.session_id)]
     return View(data=data, names=names, running=running, reads=reads)
 
@@ -165,11 +157,11 @@ class SharedViews:
         self._views: OrderedDict[tuple[int, str, str],
                                  tuple[EventFrame, asyncio.Future[View]]] = OrderedDict()
 
-    async def get(self, ctx: ActionContext, frame: EventFrame) -> View:
+    async def get(self, ctx: ActionContext, frame: EventFrame, load: Load) -> View:
         key = (id(frame), ctx.user_id, ctx.session_id)
         hit = self._views.get(key)
         if hit is None or hit[0] is not frame:
-            hit = (frame, asyncio.ensure_future(build(ctx, frame)))
+            hit = (frame, asyncio.ensure_future(build(ctx, frame, load)))
             self._views[key] = hit
             while len(self._views) > self.size:
                 self._views.popitem(last=False)

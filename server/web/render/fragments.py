@@ -15,6 +15,7 @@ from server.base.records import SessionRow
 from server.base.results import (
     ChildCard,
     EventData,
+    QueuedMessage,
     RunSummary,
     SessionInfo,
     Transcript,
@@ -49,6 +50,7 @@ class EventReads(TypedDict, total=False):
     archived: list[SessionRow]
     picker: str
     children: list[ChildCard]  # a finished turn's sub-agents, their tokens read
+    queue: list[QueuedMessage]  # the session's queue now (queue_changed)
 
 
 class SessionRowView(SessionRow):

@@ -1,20 +1,48 @@
 """Frames for htmx: each socket frame is HTML whose top-level elements the ws extension swaps
 out of band by id. The partials are the ones the page itself includes.
 
-Event renderers are pure: `(view) -> str`, the view being the event's payload plus what
-`event_views` read for it once, for every tab of the session. Result and error renderers
+`RENDERINGS` (at the end) is the one table from event to how it reaches a page (HTML) and a
+script (JSON), one row for every event of base/events.py (tests/web/test_event_table.py).
+Event renderers are pure: `(view) -> str`, the view being the event's payload plus what its
+row's `load` read for it once, for every tab of the session. Result and error renderers
 (one tab each) take the frame's `data` or `error`."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from server.base.results import EventData
+from server.base.results import EventData, EventFrame, EventName
 from server.web.errors import Frame
 from server.web.import_views import IMPORT_ERRORS, IMPORT_RESULTS
-from server.web.render.composer import COMPOSER_ERRORS, COMPOSER_RESULTS, QUEUE_EVENTS
-from server.web.render.dag import DAG_ERRORS, DAG_EVENTS, DAG_RESULTS, child_ended, dag_html
-from server.web.render.events import VIEWS, grows_lane, is_sub_agent_run
+from server.web.render.composer import COMPOSER_ERRORS, COMPOSER_RESULTS, queue_changed
+from server.web.render.dag import (
+    DAG_ERRORS,
+    DAG_RESULTS,
+    child_ended,
+    dag_changed,
+    dag_html,
+    lane_grew,
+    merged,
+    sub_agent_done,
+    sub_agent_started,
+)
+from server.web.render.events import (
+    VIEWS,
+    Load,
+    grows_lane,
+    is_sub_agent_run,
+    reads_layout,
+    reads_nothing,
+    reads_queue,
+    reads_run_done,
+    reads_run_started,
+    reads_session_changed,
+    reads_session_updated,
+    reads_transcript,
+)
 from server.web.render.fragments import (
     ErrorRenderer,
     EventRenderer,
@@ -28,10 +56,15 @@ from server.web.render.fragments import (
     turn_from_event,
 )
 from server.web.render.names import load_names, use
-from server.web.render.revert import REVERT_ERRORS, REVERT_EVENTS, REVERT_RESULTS
-from server.web.render.session import SESSION_EVENTS, SESSION_RESULTS
+from server.web.render.revert import REVERT_ERRORS, REVERT_RESULTS, reverted
+from server.web.render.session import (
+    SESSION_RESULTS,
+    session_deleted,
+    session_updated,
+    uploaded,
+)
 from server.web.render.templating import dom_id, render
-from server.web.render.timetravel import TIMETRAVEL_EVENTS
+from server.web.render.timetravel import run_continued
 
 if TYPE_CHECKING:
     from server.web.specs import ActionContext
@@ -54,13 +87,14 @@ class HtmlRenderer:
 
     async def render(self, frame: Frame) -> str:
         if frame["type"] == "event":
-            name = frame.get("event") or ""
-            if name == "message_delta":  # deltas name nothing; they come often
-                return _delta(frame["data"])
-            event = EVENTS.get(name)
-            if event is None or (name == "checkpoint" and not grows_lane(self.ctx, frame["data"])):
+            name = frame["event"]
+            row = RENDERINGS[name]
+            if row.bare is not None:  # deltas name nothing; they come often
+                return row.bare(frame["data"])
+            event = row.html
+            if event is None or not row.shown(self.ctx, frame["data"]):
                 return ""
-            view = await VIEWS.get(self.ctx, frame)
+            view = await VIEWS.get(self.ctx, frame, row.load)
             use(view.names)
             if name in TRANSCRIPT_REDRAWS:  # the page's transcript is drawn anew from here
                 self.drawn.clear()
@@ -188,21 +222,58 @@ def _session_changed(v: View) -> str:
     return html + dag_html(v.reads["layout"], v.data["session_id"])  # marks the branch shown
 
 
-EVENTS: dict[str, EventRenderer] = {
-    "run_started": _run_started,
-    "tool_call": _tool_call,
-    "tool_result": _tool_result,
-    "run_completed": _run_done,
-    "run_error": _run_done,
-    "run_cancelled": _run_done,
-    "session_changed": _session_changed,
-    "approval_needed": _approval_needed,
-    "approval_resolved": _approval_resolved,
-    **REVERT_EVENTS,
-    **DAG_EVENTS,
-    **TIMETRAVEL_EVENTS,  # run_continued
-    **SESSION_EVENTS,  # session_updated, session_deleted
-    **QUEUE_EVENTS,  # queue_changed
+def _always(ctx: ActionContext, data: EventData) -> bool:
+    return True
+
+
+def as_json(frame: EventFrame) -> str:
+    """A script's frame (`?format=json`): the event as published, DESIGN §5."""
+    return json.dumps(frame)
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """How one event reaches a page and a script. `html` draws it from its view (None: the
+    page shows nothing of it), `load` reads what that view needs beyond the payload, `shown`
+    decides before any read whether this event draws anything; `bare` draws it from the
+    payload alone, without a view (an event that comes often); `json` is a script's frame."""
+
+    html: EventRenderer | None = None
+    load: Load = reads_nothing
+    shown: Callable[[ActionContext, EventData], bool] = _always
+    bare: Callable[[EventData], str] | None = None
+    json: Callable[[EventFrame], str] = as_json
+
+
+_RUN_DONE = Rendering(_run_done, reads_run_done)
+
+# Every event (results.EventName), exactly once.
+RENDERINGS: dict[EventName, Rendering] = {
+    # a turn
+    "run_started": Rendering(_run_started, reads_run_started),
+    "message_delta": Rendering(bare=_delta),
+    "tool_call": Rendering(_tool_call),
+    "tool_result": Rendering(_tool_result),
+    "tool_output": Rendering(),  # a command's output: for scripts until the page shows it
+    "checkpoint": Rendering(lane_grew, reads_layout, shown=grows_lane),  # a sub-agent's lane
+    "run_completed": _RUN_DONE,
+    "run_error": _RUN_DONE,
+    "run_cancelled": _RUN_DONE,
+    "approval_needed": Rendering(_approval_needed),
+    "approval_resolved": Rendering(_approval_resolved),
+    # the history
+    "reverted": Rendering(reverted),
+    "run_continued": Rendering(run_continued, reads_transcript),
+    "dag_changed": Rendering(dag_changed, reads_layout),
+    "sub_agent_started": Rendering(sub_agent_started),
+    "sub_agent_done": Rendering(sub_agent_done),
+    "merged": Rendering(merged),
+    # the session
+    "session_changed": Rendering(_session_changed, reads_session_changed),
+    "session_updated": Rendering(session_updated, reads_session_updated),
+    "session_deleted": Rendering(session_deleted),
+    "files_uploaded": Rendering(uploaded),
+    "queue_changed": Rendering(queue_changed, reads_queue),
 }
 
 RESULTS: dict[str, ResultRenderer] = {**REVERT_RESULTS, **DAG_RESULTS, **SESSION_RESULTS,

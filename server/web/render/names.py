@@ -14,11 +14,11 @@ from markupsafe import Markup, escape
 
 from server.base.records import RunRow
 from server.features.merge import MODEL_LINES, NOTE_HEAD
-from server.features.subagents import PREFIX
+from server.git.branches import RUN_BRANCH, SUB_BRANCH, SUB_PREFIX, is_run, is_sub, run_branch
 
 _NAMES: ContextVar[Names | None] = ContextVar("braid_names", default=None)
-_RUN_BRANCH = re.compile(r"run/([0-9a-f]{32})")
-_SUB_BRANCH = re.compile(rf"{PREFIX}[0-9a-f]+_([A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*)_[0-9a-f]{{8}}")
+_RUN_BRANCH = RUN_BRANCH
+_SUB_BRANCH = SUB_BRANCH
 _HEX = re.compile(r"(?<![0-9a-zA-Z])[0-9a-f]{7,40}(?![0-9a-zA-Z])")
 _AT_COMMIT = re.compile(r" at commit `?[0-9a-f]{7,40}`?")
 _ANY = re.compile(rf"{_RUN_BRANCH.pattern}|{_SUB_BRANCH.pattern}|{_HEX.pattern}")
@@ -50,14 +50,14 @@ class Names:
             return False
         for run in fresh:
             self.runs[run["run_id"]] = run
-            if not str(run.get("branch") or "").startswith(PREFIX):
+            if not str(run.get("branch") or "").startswith(SUB_PREFIX):
                 self.turn_no[run["run_id"]] = len(self.turn_no) + 1
             name = self._fork_name(run)
             if name:
                 self._seen[name] = self._seen.get(name, 0) + 1
                 if self._seen[name] > 1:
                     name = f"{name} ({self._seen[name]})"
-                self.branch_names[f"run/{run['run_id']}"] = name
+                self.branch_names[run_branch(run["run_id"])] = name
         if fresh:
             self._last = _order(fresh[-1])
         return True
@@ -148,7 +148,7 @@ def readable(text: object) -> str:
 
     def name(match: re.Match[str]) -> str:
         token = match.group(0)
-        if token.startswith("run/") or token.startswith(PREFIX):
+        if is_run(token) or is_sub(token):
             return names.branch(token)
         return names.run(token) or "its last commit"
 
@@ -177,7 +177,7 @@ def humanize(text: object) -> Markup:
     for match in _ANY.finditer(raw):
         token = match.group(0)
         before = raw[last:match.start()]
-        if token.startswith("run/") or token.startswith(PREFIX):
+        if is_run(token) or is_sub(token):
             label = names.branch(token)
         elif re.search(r"(?i)\bsession $", before):  # "Fork of session <id>"
             before, label = before[:-len("session ")], "another session"

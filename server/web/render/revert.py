@@ -9,7 +9,7 @@ from markupsafe import Markup, escape
 from server.base.errors import ErrorInfo
 from server.base.records import RewindPoint
 from server.base.results import RevertResult, RunSummary, TranscriptItem, TurnDiff
-from server.web.render.fragments import ErrorRenderer, EventRenderer, Renderer, ResultRenderer, View
+from server.web.render.fragments import ErrorRenderer, Renderer, ResultRenderer, View
 from server.web.render.highlight import highlight_diff_line
 from server.web.render.templating import dom_id, path_key, render
 
@@ -73,7 +73,7 @@ def _rewound(v: View, point: RewindPoint) -> str:
     return html
 
 
-def _reverted(v: View) -> str:
+def reverted(v: View) -> str:
     data = v.data
     if data.get("rewind"):
         return _rewound(v, data["rewind"])
@@ -128,7 +128,6 @@ def _refused(action: str) -> ErrorRenderer:
     return render_error
 
 
-REVERT_EVENTS: dict[str, EventRenderer] = {"reverted": _reverted}
 REVERT_RESULTS: dict[str, ResultRenderer] = {
     "turn_diff": _turn_diff,
     "revert_turn": _reverted_result,

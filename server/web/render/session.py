@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from server.base.results import SessionInfo
 from server.web.render.fragments import (
-    EventRenderer,
     Renderer,
     ResultRenderer,
     View,
@@ -18,7 +17,7 @@ from server.web.render.fragments import (
 from server.web.render.templating import render
 
 
-def _session_updated(v: View) -> str:
+def session_updated(v: View) -> str:
     info, sid = v.reads["info"], v.data["session_id"]
     picker: str = v.reads.get("picker", "")
     return (render("_title.html", title=info.get("title"))
@@ -28,7 +27,7 @@ def _session_updated(v: View) -> str:
             + picker)
 
 
-def _session_deleted(v: View) -> str:
+def session_deleted(v: View) -> str:
     return toast("This session was deleted in another tab.")
 
 
@@ -39,15 +38,10 @@ async def _updated_result(r: Renderer, data: SessionInfo) -> str:
     return ""
 
 
-def _uploaded(v: View) -> str:
+def uploaded(v: View) -> str:
     """An upload is a turn of its own in the transcript: chips (in the payload), Revert."""
     turn = turn_from_event(v.data, streaming=False)
     return oob_append("transcript", render("_turn.html", turn=turn))
 
 
-SESSION_EVENTS: dict[str, EventRenderer] = {
-    "files_uploaded": _uploaded,
-    "session_updated": _session_updated,
-    "session_deleted": _session_deleted,
-}
 SESSION_RESULTS: dict[str, ResultRenderer] = {"update_session": _updated_result}

@@ -6,11 +6,11 @@ events get their `‹ 2/3 ›` switcher data from the payload (`siblings`)."""
 from __future__ import annotations
 
 from server.base.results import Transcript
-from server.web.render.fragments import EventRenderer, View, run_state
+from server.web.render.fragments import View, run_state
 from server.web.render.templating import render
 
 
-def _run_continued(v: View) -> str:
+def run_continued(v: View) -> str:
     shown = v.reads["transcript"]
     view: Transcript = {**shown, "turns": [t for t in shown["turns"]
                                            if t.get("run_id") != v.data["run_id"]]}
@@ -19,5 +19,3 @@ def _run_continued(v: View) -> str:
             + render("_session_tokens.html", usage=v.reads["usage"], oob=True)
             + run_state(v.running))
 
-
-TIMETRAVEL_EVENTS: dict[str, EventRenderer] = {"run_continued": _run_continued}

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from conftest import git, new_session, run_turn
+from server.agent.compaction import instructions
 from server.features.revert import revert_turn
 from server.features.timetravel import continue_run_to_end
-from server.store import instructions
 
 
 def answer(run: Any) -> str:

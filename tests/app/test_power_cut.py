@@ -1,0 +1,65 @@
+"""Start-up after a power cut (app/power_cut.py): what an older Braid or a lying disk could
+leave — a branch at a commit whose object is gone, a torn index file — is rolled back to the
+last whole state before anything is served; the run it loses is INTERRUPTED, in git and in
+the index alike. A clean stop leaves nothing to check."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import Server, assert_fsck, git
+
+
+def loose_path(repo: Path, oid: str) -> Path:
+    return repo / ".git" / "objects" / oid[:2] / oid[2:]
+
+
+@pytest.mark.slow
+def test_a_branch_at_a_missing_commit_goes_back_to_the_last_whole_one(
+        server_factory: Any) -> None:
+    srv: Server = server_factory()
+    sid = srv.new_session()
+    first = srv.run(sid, "write a.txt one")["run_id"]
+    second = srv.run(sid, "write b.txt two\nbatch\nwrite c.txt three")["run_id"]
+    repo = srv.session_path(sid)
+    tip = git(repo, "rev-parse", "main").strip()
+    before = git(repo, "rev-parse", "main~1").strip()  # the turn's tool batch, RUNNING
+    srv.stop(signal.SIGKILL)  # no clean stop: its marker stays
+    assert list((srv.data_dir / ".running").iterdir())
+    # What a cut could leave with objects written but never synced: the tip's object gone,
+    # the index file torn.
+    loose_path(repo, tip).unlink()
+    (repo / ".git" / "index").write_bytes(b"DIRC\0\0\0\2torn")
+
+    again: Server = server_factory(data_dir=srv.data_dir)
+    status, info = again.api("GET", f"/api/sessions/{sid}")
+    assert status == 200, info
+    # Back to the last whole commit, then the run it left RUNNING committed INTERRUPTED.
+    assert git(repo, "rev-parse", "main~1").strip() == before
+    assert_fsck(repo)
+    runs = {r["run_id"]: r["status"] for r in info["runs"]}
+    assert runs == {first: "COMPLETED", second: "INTERRUPTED"}, runs
+    record = json.loads(git(repo, "show", f"main:{_run_rel(repo, second)}"))
+    assert record["status"] == "INTERRUPTED"
+    assert git(repo, "status", "--porcelain") == ""
+    # The session goes on.
+    assert again.run(sid, "write d.txt four")["status"] == "COMPLETED"
+    assert_fsck(repo)
+
+
+def _run_rel(repo: Path, run_id: str) -> str:
+    names = git(repo, "ls-tree", "-r", "--name-only", "main", "runs/").split()
+    return next(n for n in names if n.endswith(f"/{run_id}.json") or n == f"runs/{run_id}.json")
+
+
+def test_a_clean_stop_leaves_no_marker(server_factory: Any) -> None:
+    srv: Server = server_factory()
+    srv.new_session()
+    assert len(list((srv.data_dir / ".running").iterdir())) == 1
+    srv.stop()
+    assert not list((srv.data_dir / ".running").iterdir())

@@ -1,0 +1,161 @@
+"""Nobody starved (DESIGN §4 "Fair shares and durability", issue 34), on loopback with two
+users and real servers: each starvation the issue measured on main, held here.
+
+- Unanswered approvals of one user's sub-agents once held every turn slot: another user's
+  `say hello` waited until they were stopped.
+- A socket that never reads, with a queue of big messages, once grew the server by
+  hundreds of MB; now the queue is bounded per user (`too_many`, HTTP 429) and what waits
+  for the socket is bounded.
+- The user's Spawn during the model's own spawn once removed live children's worktrees.
+Times are in bench/fair_shares.py, not asserted here."""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import pytest
+
+from conftest import ROOT, Server, WsClient, git
+
+pytestmark = pytest.mark.slow
+
+
+def add_user(srv: Server, name: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "server.cli", "user", "add", name, "--data-dir",
+         str(srv.data_dir)], cwd=ROOT, capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def rss_mb(srv: Server) -> float:
+    assert srv.proc is not None
+    with open(f"/proc/{srv.proc.pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def ended(ws: WsClient, run_id: str, timeout: float = 60) -> dict[str, Any]:
+    frame = ws.until(lambda f: f.get("event") in ("run_completed", "run_error",
+                                                   "run_cancelled")
+                     and f["data"]["run_id"] == run_id, timeout=timeout)
+    return dict(frame["data"])
+
+
+def still_reading_nothing(srv: Server, session_id: str) -> socket.socket:
+    """A WebSocket (the page's HTML format) whose client never reads a frame after the
+    handshake, with a small receive buffer: what the server sends it piles up there."""
+    sock = socket.create_connection(("127.0.0.1", srv.port))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall((f"GET /ws/sessions/{session_id} HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\n"
+                  "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                  f"Authorization: Bearer {srv.token}\r\n\r\n").encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return sock
+
+
+def test_unanswered_approvals_of_one_user_hold_no_slot_of_another(
+        server_factory: Any) -> None:
+    srv = server_factory(BRAID_ACTIVE_TURNS="8")
+    other = add_user(srv, "bea")
+    sid = srv.new_session()
+    srv.api("PATCH", f"/api/sessions/{sid}", {"approvals": "writes"})
+    ws = srv.socket(sid)
+    # 4 children × 2 grandchildren, each grandchild's write waiting for an answer: 8 calls.
+    text = "\n".join(f"spawn c{i}: spawn g1: write c{i}g1.txt x\\nspawn g2: write c{i}g2.txt y"
+                     for i in range(4))
+    run_id = ws.call("send_message", text=text)["data"]["run_id"]
+    ws.until(lambda f: sum(1 for g in ws.frames if g.get("event") == "approval_needed") >= 8,
+             timeout=60)
+    # Another user's turn meanwhile: it runs to its end (on main it waited for a slot).
+    status, info = srv.api("POST", "/api/sessions", {}, token=other)
+    assert status == 201
+    theirs = srv.socket(info["session_id"], token=other)
+    said = theirs.call("send_message", text="say hello")["data"]["run_id"]
+    assert ended(theirs, said, timeout=30)["status"] == "COMPLETED"
+    # None of the first user's calls was answered meanwhile: deny them all, the run ends.
+    waiting = [f["data"] for f in ws.frames if f.get("event") == "approval_needed"]
+    assert not any(f.get("event") == "approval_resolved" for f in ws.frames)
+    for call in waiting:
+        reply = ws.call("approve_tool_call", run_id=call["run_id"], call_id=call["call_id"],
+                        decision="deny")
+        assert reply["type"] == "result", reply
+    assert ended(ws, run_id)["status"] == "COMPLETED"
+    assert git(srv.session_path(sid), "worktree", "list").count("\n") == 1
+
+
+def test_a_socket_that_never_reads_and_a_full_queue_hold_little(server_factory: Any) -> None:
+    srv = server_factory()
+    sid = srv.new_session()
+    ws = srv.socket(sid)
+    stalled = still_reading_nothing(srv, sid)
+    try:
+        base = rss_mb(srv)
+        busy = ws.call("send_message", text="slow 300\nsay " + " ".join(["w"] * 200))
+        assert busy["type"] == "result", busy
+        big = "x" * 99_990
+        for i in range(100):
+            reply = ws.call("send_message", text=f"say {i:04d} {big}", queue=True)
+            assert reply["type"] == "result" and "queued_id" in reply["data"], (i, reply)
+        refused = ws.call("send_message", text="say one more", queue=True)
+        assert refused["type"] == "error" and refused["error"]["code"] == "too_many", refused
+        status, body = srv.api("POST", f"/api/sessions/{sid}/runs",
+                               {"input": "say over http", "queue": True})
+        assert status == 429 and body["error"]["code"] == "too_many", body
+        grown = rss_mb(srv) - base
+        # main: +400 MB for 80 such messages (every change carried the whole queue to a
+        # socket that never read); the queue itself is 10 MB.
+        print(f"\n  RSS {base:.0f} MB -> +{grown:.0f} MB with 100 queued messages of 100 KB")
+        assert grown < 150, f"the server grew by {grown:.0f} MB"
+        ws.call("cancel_run", run_id=busy["data"]["run_id"])
+    finally:
+        stalled.close()
+        ws.close()
+
+
+def test_the_users_spawn_never_touches_the_models_children(server_factory: Any) -> None:
+    srv = server_factory()
+    sid = srv.new_session()
+    first = srv.run(sid, "say base")
+    ws = srv.socket(sid)
+    for round_ in range(2):
+        children = "\n".join(f"spawn m{round_}{i}: write m{i}.txt {i}\\nslow 30\\nsay "
+                             + " ".join(["m"] * 20) for i in range(6))
+        run_id = ws.call("send_message", text=children)["data"]["run_id"]
+        ws.until(lambda f: f.get("event") == "sub_agent_started", timeout=30)
+        results: list[tuple[int, Any]] = []
+
+        def spawn(label: str, results: list[tuple[int, Any]] = results) -> None:
+            results.append(srv.api("POST", f"/api/sessions/{sid}/sub_agents", {
+                "parent_turn_id": first["run_id"], "prompt": "write u.txt u\nsay u",
+                "label": label}))
+
+        users = [threading.Thread(target=spawn, args=(f"u{round_}{i}",)) for i in range(2)]
+        for t in users:
+            t.start()
+        for t in users:
+            t.join(timeout=60)
+        assert [s for s, _ in results] == [200, 200], results
+        assert all(body["status"] == "COMPLETED" for _, body in results), results
+        done = ended(ws, run_id)
+        assert done["status"] == "COMPLETED", done
+        _, run = srv.api("GET", f"/api/runs/{run_id}?session_id={sid}")
+        spawned = [m["content"] for m in run["messages"] if m["role"] == "tool"]
+        assert spawned and "Repository not found" not in spawned[0], spawned
+        assert '"status": "ERROR"' not in spawned[0], spawned
+    path = srv.session_path(sid)
+    assert git(path, "worktree", "list").count("\n") == 1
+    _, info = srv.api("GET", f"/api/sessions/{sid}")
+    assert all(r["status"] != "RUNNING" for r in info["runs"])
