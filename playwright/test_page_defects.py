@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import signal
 from typing import Any
 
 from playwright.sync_api import Page, expect
@@ -243,9 +244,11 @@ def test_a_conflict_on_a_sibling_branch_names_it_for_people(
     assert "run/" not in conflicts.inner_text()  # never its hash (only on hover)
 
 
-def interrupted_mid_answer(page: Page, server_factory: Any) -> tuple[Any, str, str]:
-    """A server stopped while the page watched an answer stream, started again, and a turn
-    run after the restart: (the new server, the interrupted run's id, the later run's id)."""
+def interrupted_mid_answer(page: Page, server_factory: Any, sig: int = signal.SIGTERM,
+                           seen: str = "streamed3") -> tuple[Any, str, str]:
+    """A server stopped (`sig`) once the page watched `seen` stream, started again, and a
+    turn run after the restart: (the new server, the interrupted run's id, the later run's
+    id)."""
     srv = server_factory()
     sid = srv.new_session()
     page.goto(f"{srv.base_url}/login?token={srv.token}")
@@ -254,9 +257,9 @@ def interrupted_mid_answer(page: Page, server_factory: Any) -> tuple[Any, str, s
     page.fill("#composer-text", "slow 300\nsay " + " ".join(f"streamed{i}" for i in range(40)))
     page.press("#composer-text", "Enter")
     turn = page.locator("#transcript > section.turn").last
-    expect(turn.locator(".live")).to_contain_text("streamed3", timeout=TIMEOUT)
+    expect(turn.locator(".live")).to_contain_text(seen, timeout=TIMEOUT)
     run_id = str(turn.get_attribute("data-run-id"))
-    srv.stop()
+    srv.stop(sig)
     again = dataclasses.replace(srv, proc=None)
     again.start()
     later = again.run(sid, "say after the restart")["run_id"]
@@ -277,3 +280,42 @@ def test_an_interrupted_run_keeps_what_streamed(page: Page, server_factory: Any,
     finally:
         srv.stop()
 
+
+
+def test_a_killed_server_keeps_what_streamed(page: Page, server_factory: Any,
+                                            console_errors: Any) -> None:
+    """kill -9 mid-answer: the text so far was made durable as it streamed (at most once a
+    second, turns._PartialSaver); by "streamed8" (each word 300 ms apart) it has been."""
+    console_errors.allow_server_down()
+    srv, run_id, _ = interrupted_mid_answer(page, server_factory, signal.SIGKILL, "streamed8")
+    try:
+        back = page.locator(f"#turn-{run_id}")
+        expect(back).to_have_attribute("data-status", "INTERRUPTED")
+        expect(back.locator(".md.partial")).to_contain_text("streamed0 streamed1 streamed2")
+    finally:
+        srv.stop()
+
+
+def test_a_stopped_sub_agents_file_is_not_merged(page: Page, login: Any, shared_server: Server,
+                                                 console_errors: Any) -> None:
+    page.set_viewport_size(LAPTOP)
+    sid = shared_server.new_session()
+    login(page, sid)
+    parent = send_from_page(page, "spawn quick: write quick.txt q\n"
+                            "spawn long: write long.txt L\\nslow 300\\nsay "
+                            + " ".join(f"long{i}" for i in range(100)) + "\nmerge theirs")
+    bubble = page.locator(f"#turn-{parent}")
+    long_card = bubble.locator(".sub-card", has=page.locator(".sub-label", has_text="long"))
+    expect(long_card.locator(".sub-preview")).to_contain_text("long1", timeout=TIMEOUT)
+    long_card.get_by_role("button", name="Stop sub-agent long").click()
+    expect(long_card).to_have_attribute("data-status", "CANCELLED", timeout=TIMEOUT)
+    expect(bubble).to_have_attribute("data-status", "COMPLETED", timeout=TIMEOUT)
+    expect(page.locator("#dag .dag-node[data-kind=merge]")).to_have_count(1, timeout=TIMEOUT)
+    # The Files panel and the workdir hold the finished child's file, not the stopped one's.
+    page.click("#open-files")
+    files = page.locator("#files-panel")
+    expect(files.locator(".files-entry[data-path='quick.txt']")).to_be_visible(timeout=TIMEOUT)
+    expect(files.locator(".files-entry[data-path='long.txt']")).to_have_count(0)
+    workdir = shared_server.session_path(sid) / "workdir"
+    assert (workdir / "quick.txt").read_text().strip() == "q"
+    assert not (workdir / "long.txt").exists()

@@ -58,6 +58,7 @@ class ActiveRun:
     # What a page opened mid-run shows: the turn so far and the text streaming now.
     ctx: RunningTurn | None = None
     partial: str = ""
+    partial_id: str = ""  # the id the streaming message will have (its partial copy's too)
     # Where the task is: a cancel must neither hit a task before its first step (it would
     # run none of its code, so never commit nor free its branch) nor one committing its end.
     started: bool = False

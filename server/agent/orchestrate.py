@@ -20,7 +20,9 @@ ones never started start.
 `merge_branches` merges into the branch the model runs on as one of the turn's checkpoints
 (`Services.merge_in_turn`: features/merge.py), a multi-parent `merge` commit; with `fail` and
 conflicts it returns them and changes nothing. A resumed call whose merge was already made
-returns that merge.
+returns that merge. A sub-agent branch whose last run the user stopped (CANCELLED) is left
+out (named in the result's `skipped`; refused when nothing else is left): the user said no to
+that work, and the model passes on every branch the spawn returned.
 """
 
 from __future__ import annotations
@@ -83,7 +85,8 @@ MERGE_DESCRIPTION = (
     "either retry with 'ours' (keep your side of conflicting hunks) or 'theirs' (take the "
     "branch's), or 'agent' (conflicting files get <<<<<<< ======= >>>>>>> markers that you "
     "then fix with your file tools), or edit files yourself and retry. Success returns "
-    "{commit_id, parent_ids}."
+    "{commit_id, parent_ids}. A sub-agent the user stopped (CANCELLED) is never merged: "
+    "its branch is left out and named in skipped."
 )
 
 
@@ -359,6 +362,16 @@ async def _run_children(braid: Services, ctx: TurnContext, journal: SpawnJournal
 # -- merge_branches -----------------------------------------------------------------------
 
 
+async def stopped_children(braid: Services, session_id: str, branches: list[str]) -> list[str]:
+    """The sub-agent branches among `branches` whose last run the user stopped (CANCELLED):
+    the user said no to that work, so the model's merge leaves it out."""
+    last: dict[str, str] = {}
+    for row in await braid.index.list_runs(session_id):  # oldest first: the last one wins
+        last[str(row.get("branch") or "")] = str(row["status"])
+    return [b for b in dict.fromkeys(branches)
+            if b.startswith("sub_") and last.get(b) == "CANCELLED"]
+
+
 async def merge(braid: Services, ctx: TurnContext, args: dict[str, Any]) -> str:
     branches = args.get("branches")
     if not isinstance(branches, list) or not branches or \
@@ -374,9 +387,14 @@ async def merge(braid: Services, ctx: TurnContext, args: dict[str, Any]) -> str:
     busy = [b for b in branches if b in await braid.locks.held(sid)]
     if busy:
         raise ToolRefused(f"a run is still going on on branch {busy[0]}")
+    stopped = await stopped_children(braid, sid, branches)
+    wanted = [b for b in dict.fromkeys(branches) if b not in stopped]
+    if not wanted:
+        raise ToolRefused(f"nothing to merge: {', '.join(stopped)} "
+                          f"{'was' if len(stopped) == 1 else 'were'} stopped by the user")
     await _checkpoint(braid, ctx, "Before merge")
-    done = await braid.merge_in_turn(ctx.handle, ctx.run_id, list(dict.fromkeys(branches)),
-                                     strategy, len(ctx.messages))
+    done = await braid.merge_in_turn(ctx.handle, ctx.run_id, wanted, strategy,
+                                     len(ctx.messages))
     if done["commit_id"] is None:
         paths = sorted({c["path"] for c in done["conflicts"]})
         return json.dumps({"conflicts": done["conflicts"], "note": (
@@ -388,6 +406,10 @@ async def merge(braid: Services, ctx: TurnContext, args: dict[str, Any]) -> str:
         paths=sorted({c["path"] for c in done["conflicts"]})))
     braid.bus.publish(sid, events.dag_changed(run_id=ctx.run_id))
     out: dict[str, Any] = {"commit_id": done["commit_id"], "parent_ids": done["parent_ids"]}
+    if stopped:
+        out["skipped"] = stopped
+        out["skipped_note"] = ("not merged: the user stopped the sub-agents on these "
+                               "branches (their runs ended CANCELLED)")
     if done["conflicts"]:
         paths = sorted({c["path"] for c in done["conflicts"]})
         out["resolved"] = {"strategy": strategy, "paths": paths}

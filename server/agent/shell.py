@@ -237,9 +237,10 @@ class _Sandboxed:
             self.notes.append(f"note: no network for this command ({e.strerror or e})")
 
     def kill(self) -> None:
+        """From any thread (a Stop on the event loop too): one pass, no waiting."""
         self.killed.set()
         if self.group is not None:
-            self.group.kill()
+            self.group.kill(until_empty=False)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, 9)  # bwrap: its PID 1, and so the namespace, dies with it
 
@@ -249,7 +250,7 @@ class _Sandboxed:
                                        daemon=True)
         self.reader.start()
         limits = self.plan.limits
-        why = _watch(self.reader, self.workdir, limits, self.plan.output)
+        why = _watch(self.reader, self.workdir, limits, self.plan.output, self.group)
         if why is not None:
             self.kill()
         self.reader.join(5.0)
@@ -299,12 +300,13 @@ def _child_pid(fd: int) -> int | None:
 
 
 def _watch(reader: threading.Thread, workdir: Path, limits: Limits,
-           output: OutputStream | None) -> str | None:
+           output: OutputStream | None, group: Cgroup | None) -> str | None:
     """Wait for the command's output to end; the reason to kill it, if any: its time is up,
-    or the disk lost more than its write bound meanwhile (RLIMIT_FSIZE bounds each file,
-    the tmpfs sizes /tmp and $HOME; this bounds many files together)."""
+    or it wrote more than its bound (RLIMIT_FSIZE bounds each file, the tmpfs sizes /tmp and
+    $HOME; this bounds many files together): counted by its cgroup's processes' own I/O
+    accounting, or, without a cgroup, by the disk's free space falling meanwhile."""
     deadline = time.monotonic() + limits.timeout
-    start = _free(workdir)
+    start = _free(workdir) if group is None else None
     while True:
         reader.join(min(0.1, max(deadline - time.monotonic(), 0)))
         if output is not None:
@@ -313,6 +315,8 @@ def _watch(reader: threading.Thread, workdir: Path, limits: Limits,
             return None
         if time.monotonic() >= deadline:
             return f"command timed out after {limits.timeout:g}s and was killed"
+        if group is not None and group.written() > limits.write:
+            return f"command wrote more than {limits.write} bytes and was killed"
         if start is not None and (now := _free(workdir)) is not None \
                 and start - now > limits.write:
             return f"command wrote more than {limits.write} bytes and was killed"

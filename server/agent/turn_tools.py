@@ -100,6 +100,11 @@ async def run_tool(braid: Services, ctx: TurnContext, call: ToolCall) -> ToolOut
     result = ToolResult(bad_args, is_error=True) if bad_args else await on_own_thread(
         lambda: workspace.execute(name, fn.get("arguments") or "{}"),
         f"shell-{handle.session_id[:8]}")
+    # Its output so far is kept for a page opened mid-command only: the result has it now
+    # (the output's last events were queued on the loop before this result).
+    active = braid.runs.find(handle.session_id, run_id)
+    if active is not None:
+        active.output.pop(str(call.get("id") or ""), None)
     known = sorted(ctx.changed)
     return await handle.call(lambda git: _after_shell(braid, git, run_id, known, result))
 

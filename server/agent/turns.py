@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,18 +31,21 @@ from server.agent.turn_context import (
 from server.agent.turn_tools import batch_summary, settle_inflight, tool_step
 from server.base import crash, events
 from server.base.errors import Busy, NotFound
-from server.base.ids import new_message_id
+from server.base.ids import new_message_id, now_iso
 from server.base.records import (
     FileChip,
+    MessageRecord,
     ModelMessage,
     RunFields,
     RunRecord,
     Siblings,
     Usage,
     new_message,
+    to_json_bytes,
 )
 from server.base.results import RunStatus
 from server.git.branches import is_sub
+from server.git.history import history_path
 from server.git.session import GitSession
 from server.git.workdir.scan import WORKDIR
 from server.model.client import ModelError
@@ -56,6 +60,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("braid")
 MAX_BATCHES = 40
+PARTIAL_SAVE_SECONDS = 1.0  # how often a long answer's text so far is made durable
 DEFAULT_CONTEXT_TOKENS = 32_000
 MAX_TEXT = 100_000
 FINAL = ("COMPLETED", "ERROR", "CANCELLED", "INTERRUPTED", "REGENERATED")
@@ -177,7 +182,7 @@ async def drive(braid: Services, ctx: TurnContext, active: ActiveRun) -> None:
     active.finishing = True
     await settle_inflight(ctx)
     if active.partial:  # the text streamed when the call broke off
-        add_message(ctx, new_message("assistant", ctx.run_id, active.partial, partial=True))
+        add_message(ctx, _partial_message(ctx, active))
     await _finish(braid, ctx, active, status, error)
 
 
@@ -188,7 +193,8 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
     sid = ctx.handle.session_id
     msg_id = ctx.run_id if not any(m["role"] == "assistant" for m in ctx.messages) \
         else new_message_id()
-    active.partial = ""
+    active.partial, active.partial_id = "", msg_id
+    saved = _PartialSaver(ctx, active)
     reply = None
     crash.at("turn.model")
     forced = endpoint.sub_tool_choice if "sub_agent" in ctx.run and endpoint.sub_tool_choice \
@@ -210,9 +216,12 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
                 active.partial += value
                 braid.bus.publish(sid, events.message_delta(ctx.run_id, msg_id, value,
                                                             branch=tag))
+                await saved.maybe()
             elif kind == "reply":
                 reply = value
     assert reply is not None
+    if reply.tool_calls:  # its calls' results are not on disk: a kill keeps no half of it
+        await saved.drop()
     _add_usage(ctx.run, reply.usage)
     msg = new_message("assistant", ctx.run_id, reply.content,
                       tool_calls=reply.tool_calls or None, reasoning=reply.reasoning or None,
@@ -224,6 +233,56 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
         ctx.run["warning"] = ("the answer was cut off: the model reached its token "
                               "limit (finish_reason: length)")
     return reply, msg_id
+
+
+def _partial_message(ctx: TurnContext, active: ActiveRun) -> MessageRecord:
+    """The text streamed so far, as the message it would have become (same id, so the same
+    history file: the reply, when it comes, takes its place)."""
+    msg = new_message("assistant", ctx.run_id, active.partial, partial=True)
+    msg["id"] = active.partial_id or msg["id"]
+    return msg
+
+
+class _PartialSaver:
+    """What a model call streamed so far, written to the pending folder at most once every
+    PARTIAL_SAVE_SECONDS (never a write per delta): kill -9 mid-answer leaves it for recovery
+    to commit with the INTERRUPTED run, as a stop (SIGTERM) already does. A short answer is
+    never written before its turn's commit."""
+
+    def __init__(self, ctx: TurnContext, active: ActiveRun) -> None:
+        self.ctx, self.active = ctx, active
+        self.rel = history_path(ctx.next_seq, "assistant", active.partial_id, ctx.legacy)
+        self.due = time.monotonic() + PARTIAL_SAVE_SECONDS
+        self.written = False
+
+    async def maybe(self) -> None:
+        if time.monotonic() < self.due:
+            return
+        data, rel = to_json_bytes(_partial_message(self.ctx, self.active)), self.rel
+        run_data = self._record(len(self.ctx.messages) + 1)  # its count holds the partial
+
+        def write(git: GitSession) -> None:
+            git.pending.write(rel, data)
+            git.pending.write(self.ctx.run_file, run_data)
+
+        await self.ctx.handle.call(write)
+        self.written = True
+        self.due = time.monotonic() + PARTIAL_SAVE_SECONDS
+
+    def _record(self, count: int) -> bytes:
+        # Newer than the committed record: recovery takes the pending one (find_record).
+        return to_json_bytes({**self.ctx.run, "message_count": count, "updated_at": now_iso()})
+
+    async def drop(self) -> None:
+        if not self.written:
+            return
+        rel, run_data = self.rel, self._record(len(self.ctx.messages))
+
+        def undo(git: GitSession) -> None:
+            git.pending.drop([rel])
+            git.pending.write(self.ctx.run_file, run_data)
+
+        await self.ctx.handle.call(undo)
 
 
 def sub_branch(ctx: TurnContext) -> str | None:

@@ -69,6 +69,7 @@ class TranscriptItem(TypedDict, total=False):
     live_text: str  # a live turn's text streamed so far (web.live)
     just_ended: bool  # drawn by its end event: a long answer stays whole under its reader
     waiting: list[WaitingCall]  # a live turn's tool calls waiting for approval (web.live)
+    live_output: dict[str, str]  # a live turn's running commands' output so far, by call id
     children: list[ChildCard]  # the sub-agents it spawned, as cards in its bubble
 
 

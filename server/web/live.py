@@ -32,6 +32,7 @@ class LiveTurn(TypedDict):
     messages: list[MessageRecord]
     partial: str
     waiting: list[WaitingCall]  # tool calls shown in it, waiting for approval
+    output: dict[str, str]  # its running commands' output so far, by call id
 
 
 def snapshot(braid: Braid, session_id: str) -> list[LiveTurn]:
@@ -47,7 +48,8 @@ def snapshot(braid: Braid, session_id: str) -> list[LiveTurn]:
         run["status"] = "RUNNING"
         out.append({"run_id": ctx.run_id, "branch": active.branch, "run": run,
                     "messages": [m.copy() for m in ctx.messages], "partial": active.partial,
-                    "waiting": waiting_in(braid, session_id, ctx.run_id)})
+                    "waiting": waiting_in(braid, session_id, ctx.run_id),
+                    "output": dict(active.output)})
     return out
 
 
@@ -62,6 +64,7 @@ def live_turn(item: LiveTurn) -> TranscriptItem:
                             "messages": item["messages"]}, streaming=True)
     turn["live_text"] = item["partial"]
     turn["waiting"] = item["waiting"]
+    turn["live_output"] = item["output"]
     return turn
 
 

@@ -114,6 +114,7 @@ async def session_page(request: Request) -> Response:
         "session": info, "transcript": view, "sessions": rows, "current_id": session_id,
         "running": running, "branch": info["branch"], "queued": queued,
         "instructions": shown,
+        "shell_unavailable": braid.settings.shell_unavailable,
     })
 
 

@@ -256,6 +256,36 @@ async def test_a_merge_after_a_stopped_child_answers_with_the_others_answers(
     assert run["messages"][-1]["content"] == "merged: done: wrote q.txt"
 
 
+async def test_a_stopped_childs_branch_is_not_merged(braid: Any) -> None:
+    sid, path = await new_session(braid)
+    watch = Watch(braid, sid)
+    run_id = await send_message(braid, USER, sid, "spawn quick: write q.txt q\n"
+                                + "spawn long: write long.txt long\\nslow 3000\\nsay long"
+                                + "\nmerge theirs")
+    await watch.until("sub_agent_started", 2)
+    await watch.until("sub_agent_done", 1)
+    started = {d["label"]: d for d in watch.of("sub_agent_started")}
+    long_id = started["long"]["run_id"]
+    while not any(d.get("run_id") == long_id for d in watch.of("checkpoint")):
+        await asyncio.sleep(0.02)  # its file is written: what a stop must not let merge
+    await call_action(braid, USER, sid, "cancel_run", run_id=long_id)
+    active = braid.runs.find(sid, run_id)
+    if active is not None:
+        await active.done.wait()
+    run = await sessions.get_run(braid, USER, sid, run_id)
+    long_branch = started["long"]["branch"]
+    merged = tool_result(run, "merge_branches")
+    assert merged["skipped"] == [long_branch]
+    merge_oid = merged["commit_id"]
+    # The stopped child's file was written on its branch, and stays there only.
+    assert git(path, "show", f"{long_branch}:workdir/long.txt").strip() == "long"
+    assert git(path, "show", f"{merge_oid}:workdir/q.txt").strip() == "q"
+    assert "workdir/long.txt" not in git(path, "ls-tree", "-r", "--name-only", merge_oid)
+    assert not (path / "workdir" / "long.txt").exists()
+    parents = git(path, "log", "-1", "--format=%P", merge_oid).split()
+    assert git(path, "rev-parse", long_branch).strip() not in parents
+
+
 async def test_each_childs_turn_and_the_merge_revert_like_any_turn(braid: Any) -> None:
     sid, path = await new_session(braid)
     await run_to_end(braid, USER, sid, "write keep.txt keep")

@@ -237,3 +237,79 @@ def test_the_shell_mode_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="BRAID_SHELL"):
         Settings.from_env({"BRAID_SHELL": "maybe"})
     assert json.dumps(os.environ.get("BRAID_SHELL", ""))  # the suite's own choice is kept
+
+
+def test_output_streams_as_it_comes_and_a_page_opened_meanwhile_shows_it(
+        sandbox_server: Server) -> None:
+    sid = sandbox_server.new_session()
+    ws, run_id = start(sandbox_server, sid, "shell for i in 1 2 3; do echo line$i; sleep 1; "
+                       "done; echo marker-4761 > /dev/null; sleep 4761\nsay done")
+    pieces: list[str] = []
+    while "line3" not in "".join(pieces):
+        frame = ws.until(lambda f: f.get("event") in ("tool_output", "tool_result"), timeout=60)
+        assert frame["event"] == "tool_output", "the output came only with the result"
+        assert frame["data"]["run_id"] == run_id and frame["data"]["call_id"]
+        pieces.append(frame["data"]["text"])
+    assert len(pieces) >= 2 and "".join(pieces) == "line1\nline2\nline3\n"
+    status, page = sandbox_server.page(f"/s/{sid}")  # a reload mid-command
+    assert status == 200 and "line1\nline2\nline3" in page
+    assert ws.call("cancel_run", run_id=run_id)["type"] == "result"
+    ws.close()
+
+
+def test_long_output_is_bounded_in_the_page_and_the_record(sandbox_server: Server) -> None:
+    sid = sandbox_server.new_session()
+    ws, run_id = start(sandbox_server, sid, "shell head -c 3000000 /dev/zero | tr '\\0' x; "
+                       "echo; echo the-end\nsay done")
+    streamed = 0
+    while True:
+        frame = ws.until(lambda f: f.get("event") in ("tool_output", "run_completed"),
+                         timeout=120)
+        if frame["event"] == "run_completed":
+            break
+        streamed += len(frame["data"]["text"])
+    ws.close()
+    assert 200_000 < streamed < 300_000  # 256 KiB, then a line saying the rest is left out
+    text = output(finished(sandbox_server, sid, run_id))
+    assert "the-end" in text and "bytes of output omitted" in text and len(text) < 25_000
+
+
+def test_bytes_written_stop_at_the_bound(server_factory: Any) -> None:
+    # 3 GiB asked for, against a bound of 64 MiB (BRAID_SHELL_MAX_WRITE; 2 GiB by default):
+    # one big file stops at the bound (RLIMIT_FSIZE), /tmp is a tmpfs of that size, and many
+    # files together end the command (its processes' I/O accounting is watched).
+    bound = 64 * 1024**2
+    srv = server_factory(BRAID_SHELL="sandbox", BRAID_SHELL_MAX_WRITE=str(bound))
+    sid = srv.new_session()
+    run = shell_run(srv, sid, "head -c 3G /dev/zero > big; ls -l big; "
+                    "head -c 3G /dev/zero > /tmp/big; ls -l /tmp/big")
+    work = srv.session_path(sid) / "workdir"
+    assert (work / "big").stat().st_size <= bound
+    text = output(run)
+    assert "File size limit exceeded" in text or "No space left" in text
+    run = shell_run(srv, sid, "rm -f big; for i in $(seq 48); do head -c 64M /dev/zero "
+                    "> part$i 2>/dev/null; done; echo wrote-all")
+    text = output(run)
+    assert "wrote-all" not in text and f"wrote more than {bound} bytes" in text
+    written = sum(p.stat().st_size for p in work.glob("part*"))
+    assert written < 3 * 1024**3
+
+
+def test_where_no_sandbox_can_be_made_the_shell_is_not_offered(server_factory: Any,
+                                                               tmp_path: Path) -> None:
+    # A bwrap that cannot make a sandbox (as where user namespaces are off): never a
+    # command run unsandboxed instead; the log and the page say why.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "bwrap").write_text("#!/bin/sh\necho 'setting up uid map: Permission denied' >&2\n"
+                                "exit 1\n")
+    (fake / "bwrap").chmod(0o755)
+    srv = server_factory(BRAID_SHELL="sandbox", PATH=f"{fake}:{os.environ['PATH']}")
+    sid = srv.new_session()
+    run = srv.run(sid, "shell echo ran > ran.txt")
+    assert [m["role"] for m in run["messages"]] == ["user", "assistant"]
+    assert not (srv.session_path(sid) / "workdir" / "ran.txt").exists()
+    status, page = srv.page(f"/s/{sid}")
+    assert status == 200 and 'id="shell-off"' in page and "Permission denied" in page
+    assert srv.log_path is not None
+    assert "the shell is not offered" in srv.log_path.read_text()

@@ -290,7 +290,7 @@ async def test_paths_escaping_the_workdir_change_nothing_outside(
 
 async def test_shell_off_is_not_offered(make_braid: MakeBraid) -> None:
     # BRAID_SHELL=off (on by default, sandboxed: tests/agent/test_shell_sandbox.py).
-    braid = await make_braid(shell=False, shell_mode="off")
+    braid = await make_braid(shell_mode="off")
     sid, path = await new_session(braid)
     done = await run_turn(braid, sid, "shell echo hi > s.txt")
     assert done["status"] == "COMPLETED"
@@ -300,7 +300,7 @@ async def test_shell_off_is_not_offered(make_braid: MakeBraid) -> None:
 
 
 async def test_shell_on_changes_are_caught_by_the_checkpoint(make_braid: MakeBraid) -> None:
-    braid = await make_braid(shell=True)
+    braid = await make_braid(shell_mode="sandbox")
     sid, path = await new_session(braid)
     done = await run_turn(braid, sid, "shell mkdir -p d && echo hi > d/s.txt && echo ran")
     assert done["status"] == "COMPLETED"

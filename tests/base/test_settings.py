@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"\b(?:BRAID|OPENAI)_[A-Z_]*[A-Z]\b")
 # Not settings: marks the server puts in its own children's environment to find them again.
 MARKS = {"BRAID_SHELL_TAG", "BRAID_SERVER_MALLOC"}
+# Not settings either: read by a test harness, never by the server (tests/faults/).
+MARKS |= {"BRAID_POWERCUT_SERVER"}
 
 
 def variables(*, later: bool = True) -> set[str]:
@@ -43,6 +45,14 @@ def test_every_yes_no_setting_takes_one_grammar_and_refuses_anything_else() -> N
         # turned the shell off and BRAID_NO_BROWSER=on opened a browser: each guessed.
         with pytest.raises(ValueError, match=f"^{r.variable} must be on or off"):
             Settings.from_env({r.variable: "of"})
+    # BRAID_SHELL takes the same words, `on` meaning the sandbox, plus `sandbox` and `host`.
+    for word in YES + ("sandbox", "SANDBOX", ""):
+        assert Settings.from_env({"BRAID_SHELL": word}).shell_mode == "sandbox"
+    for word in NO:
+        assert not Settings.from_env({"BRAID_SHELL": word}).shell
+    assert Settings.from_env({"BRAID_SHELL": "host"}).shell_mode == "host"
+    with pytest.raises(ValueError, match="^BRAID_SHELL must be sandbox"):
+        Settings.from_env({"BRAID_SHELL": "of"})
 
 
 def test_the_shell_takes_the_same_yes_no_words_beside_sandbox_and_host() -> None:

@@ -65,7 +65,7 @@ async def test_an_exception_at_each_step_still_ends_the_turn(braid: Braid, armed
 
 
 async def test_d2_a_shell_made_name_that_is_not_utf8_is_a_tool_error(make_braid: Any) -> None:
-    braid = await make_braid(shell=True)
+    braid = await make_braid(shell_mode="sandbox")
     sid, path = await new_session(braid)
     done = await run_turn(braid, sid, "shell touch $'bad\\xff.txt' good.txt")
     assert done["status"] == "COMPLETED", done

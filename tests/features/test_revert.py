@@ -35,7 +35,7 @@ async def braid(tmp_path: Path) -> AsyncIterator[Braid]:
 
 @pytest.fixture
 async def shell_braid(tmp_path: Path) -> AsyncIterator[Braid]:
-    b = Braid(Settings(data_dir=tmp_path / "shell", token="t" * 24, shell=True))
+    b = Braid(Settings(data_dir=tmp_path / "shell", token="t" * 24, shell_mode="sandbox"))
     await b.start()
     yield b
     await b.stop()

@@ -151,9 +151,10 @@ async def test_every_recorded_request_shape_is_one_braid_sends(
     ours = replay.requests[0]
     recorded = load_case(LCP, "plain-stream").request
     assert ours["stream"] is True and ours["stream_options"] == {"include_usage": True}
-    # The recordings predate the model's sub-agent tools (agent/orchestrate.py): they follow.
+    # The recordings predate the shell on by default (sandboxed) and the model's sub-agent
+    # tools (agent/orchestrate.py): they follow.
     assert [t["function"]["name"] for t in ours["tools"]] == \
-        [t["function"]["name"] for t in recorded["tools"]] + ["spawn_sub_agents",
+        [t["function"]["name"] for t in recorded["tools"]] + ["shell", "spawn_sub_agents",
                                                               "merge_branches"]
     assert "tool_choice" not in ours  # "auto" only where it helps: never by default
 

@@ -55,8 +55,12 @@ def test_an_answer_on_a_reaches_the_turn_on_b(team_pair: Any) -> None:
     assert results[-1] == "denied by the user: not b"
     assert git(path, "show", "HEAD:workdir/a.txt") == "one\n"
     assert not (path / "workdir" / "b.txt").exists()
-    # An unknown call is refused on A as on B.
+    # A second answer to a call A answered is a conflict; on B, which never saw an answer
+    # of its own to it, the call is no longer waiting.
     reply = ws_a.call("approve_tool_call", run_id=run_id, call_id=first["call_id"],
+                      decision="approve")
+    assert reply["error"]["code"] == "conflict"
+    reply = ws_b.call("approve_tool_call", run_id=run_id, call_id=first["call_id"],
                       decision="approve")
     assert reply["error"]["code"] == "not_found"
 

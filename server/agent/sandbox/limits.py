@@ -147,6 +147,18 @@ class Cgroup:
                 found.update(int(p) for p in path.read_text().split())
         return sorted(found)
 
+    def written(self) -> int:
+        """Bytes the command's processes sent to storage so far (`write_bytes` of
+        /proc/PID/io). A process's count holds those of the children it reaped, and the
+        sandbox's PID 1 reaps every orphan, so the live members' sum is the whole command's."""
+        total = 0
+        for pid in self.pids():
+            with contextlib.suppress(OSError, ValueError):
+                for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+                    if line.startswith("write_bytes:"):
+                        total += int(line.split()[1])
+        return total
+
     def oom_killed(self) -> bool:
         """Whether the memory bound killed a process of the command."""
         for folder in self.folders:
@@ -158,10 +170,17 @@ class Cgroup:
                             return True
         return False
 
-    def kill(self) -> None:
+    def kill(self, *, until_empty: bool = True) -> None:
         """SIGKILL every process in the cgroup until none is left (a fork during the sweep
-        joins the cgroup, so the next look finds it)."""
-        _kill_all(self)
+        joins the cgroup, so the next look finds it); one pass only, without waiting, when
+        `until_empty` is False (a caller on the event loop: the command's own thread then
+        finishes the job)."""
+        if until_empty:
+            _kill_all(self)
+            return
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
     def close(self) -> None:
         self.kill()
@@ -215,8 +234,8 @@ def sweep() -> int:
             continue
         for home in own.glob(f"{PREFIX}*"):
             pid, _, started = home.name[len(PREFIX):].partition("-")
-            if home.name != f"{PREFIX}{_me()}" and started and _started(pid) == started:
-                continue  # another server's, running
+            if home.name == f"{PREFIX}{_me()}" or (started and _started(pid) == started):
+                continue  # this process's own, or another server's that runs
             for folder in [p for p in home.iterdir() if p.is_dir()]:
                 Cgroup([folder]).close()
                 gone += 1

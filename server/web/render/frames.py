@@ -168,6 +168,13 @@ def _run_restarted(v: View) -> str:
     return render("_turn.html", turn=turn_from_event(v.data, streaming=True)) + run_state(v.running)
 
 
+def _output(data: EventData) -> str:
+    """A running command's output joins its card (tool-output-RUN-CALL): a data frame the
+    page appends as text, as it does a delta."""
+    tid = dom_id(f"{data['run_id']}-{data.get('call_id') or ''}")
+    return append_frame(f"tool-output-{tid}", data.get("text") or "")
+
+
 def _delta(data: EventData) -> str:
     """Not HTML: a data frame the page appends as text to the turn's live block (static/core.js
     dataFrame), never parsed as markup; a page that does not show the turn drops it."""
@@ -254,7 +261,7 @@ RENDERINGS: dict[EventName, Rendering] = {
     "message_delta": Rendering(bare=_delta),
     "tool_call": Rendering(_tool_call),
     "tool_result": Rendering(_tool_result),
-    "tool_output": Rendering(),  # a command's output: for scripts until the page shows it
+    "tool_output": Rendering(bare=_output),  # a command's output, into its card
     "checkpoint": Rendering(lane_grew, reads_layout, shown=grows_lane),  # a sub-agent's lane
     "run_completed": _RUN_DONE,
     "run_error": _RUN_DONE,
