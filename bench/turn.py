@@ -48,8 +48,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from server.agent.compaction.request import SYSTEM_PROMPT  # noqa: E402
 from server.agent.tools import Workspace  # noqa: E402
-from server.agent.turns import SYSTEM_PROMPT  # noqa: E402
 from server.app.memory import SERVER_ENV  # noqa: E402
 from server.base.ids import new_message_id, new_session_id, now_iso  # noqa: E402
 from server.base.records import to_json_bytes  # noqa: E402

@@ -70,6 +70,7 @@ HEAD_ITEMS = """() => {
   const problems = [];
   const items = ["#session-title", "#branch-badge", "#lineage", "#fork-session", "#open-files",
     ".session-menu-btn", "#restore-session", ".badge-archived", "#model-select", "#session-tokens",
+    ".instructions-chip",
     "#conn", ".sidebar-toggle", "body.dag-collapsed #dag-panel .dag-toggle"]
     .flatMap(s => Array.from(document.querySelectorAll(s)))
     .filter(el => el.checkVisibility() && el.getBoundingClientRect().width > 0);

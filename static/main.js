@@ -13,5 +13,6 @@ import "./revert.js";
 import "./rewind.js";
 import "./search.js";
 import "./dag.js";
+import "./context.js";
 
 start();

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from server.agent.compaction import instructions
+from server.agent.compaction.instructions import Instructions
 from server.base import crash, events, names
 from server.base.events import Event
 from server.base.ids import new_message_id, now_iso
@@ -29,7 +32,7 @@ from server.git.history import history_path
 from server.git.session import Change, GitSession
 from server.git.workdir.scan import WORKDIR, why_left_out
 from server.git.workdir.staging import DISK
-from server.store import layout, session_settings
+from server.store import context, layout, session_settings
 
 if TYPE_CHECKING:
     from server.store.session_store import SessionHandle
@@ -52,9 +55,15 @@ class TurnContext:
     pending: dict[str, bytes] = field(default_factory=dict)
     changed: set[str] = field(default_factory=set)
     tool_calls: int = 0
-    # Running totals of `prior`'s token estimates (layout.message_sums), when it is a
-    # branch's listing: the context budget then bisects rather than walks.
-    prior_sums: list[int] | None = None
+    # Running totals of `prior`'s token estimates, whole and masked (layout.window_sums),
+    # when it is a branch's listing: the context budget then bisects rather than walks.
+    prior_sums: context.Sums | None = None
+    # The branch's AGENTS.md in effect (None: not read yet), read again when a checkpoint
+    # of the turn changes it.
+    instructions: Instructions | None = None
+    # A compaction to make before the turn's first call (agent/compaction/run.py): the seq kept free
+    # before the turn's first message, and the tokens of newest messages it keeps whole.
+    compaction: tuple[int, int] | None = None
     legacy: bool = False  # the branch's history is in the earlier layout (history.py)
     # A tool call the turn was stopped during: its result joins before the last commit.
     inflight: tuple[ToolCall, asyncio.Future[Any]] | None = None
@@ -109,21 +118,27 @@ def add_message(ctx: TurnContext, msg: MessageRecord) -> None:
 def open_turn(
     git: GitSession, handle: SessionHandle, text: str, fields: RunFields,
     notes: tuple[str, ...] = (), run_id: str | None = None,
-    fresh: bool = False,
+    fresh: bool = False, compact_if: Callable[[GitSession], int] | None = None,
 ) -> TurnContext:
     """Open a turn on the session thread: snapshot user edits, then the user message (after
     any `notes`) and a RUNNING record written to disk; `turns.launch` then drives it.
     `run_id`: chosen by the caller (a queued message's id, features/queue.py), else new.
-    `fresh`: a worktree just checked out (a sub-agent's), which nobody can have edited."""
+    `fresh`: a worktree just checked out (a sub-agent's), which nobody can have edited.
+    `compact_if(git)`: tokens of newest messages a compaction would keep whole, or 0 for
+    none; else a seq is kept free before the turn's messages for the compaction
+    (agent/compaction/run.py), made before the turn's first call."""
     _, unholdable = (None, []) if fresh else take_user_edits(git)
     crash.at("turn.prepare")
     run_id = run_id or new_message_id()
     run: RunRecord = {**new_run(run_id, handle.session_id, git.branch), **fields}
+    seq = layout.next_seq(git)
+    keep = compact_if(git) if compact_if is not None else 0
     ctx = TurnContext(
         handle=handle, run=run, run_file=layout.new_run_path(git, run_id),
-        prior=layout.messages(git), messages=[], next_seq=layout.next_seq(git),
-        prior_sums=layout.message_sums(git), legacy=layout.is_legacy(git),
-        carried=set(unholdable),
+        prior=layout.messages(git), messages=[], next_seq=seq + bool(keep),
+        prior_sums=layout.window_sums(git), legacy=layout.is_legacy(git),
+        carried=set(unholdable), instructions=instructions.project(git),
+        compaction=(seq, keep) if keep else None,
     )
     for note in notes:  # system messages that open the turn (a merge turn's note)
         add_message(ctx, new_message("system", run_id, note))
@@ -188,12 +203,16 @@ async def commit_turn(ctx: TurnContext, kind: str, summary: str, *,
     changes, index = checkpoint_changes(ctx)
     run_id = ctx.run_id
 
-    def work(git: GitSession) -> str:
+    def work(git: GitSession) -> tuple[str, Instructions | None]:
         if finishing:
             crash.at("turn.finish")
-        return write_turn_commit(git, run_id, changes, index, kind, summary)
+        oid = write_turn_commit(git, run_id, changes, index, kind, summary)
+        # A turn that wrote AGENTS.md: its next call follows it.
+        return oid, instructions.project(git) if instructions.PATH in changes else None
 
-    oid = await ctx.handle.call(work)
+    oid, found = await ctx.handle.call(work)
+    if found is not None:
+        ctx.instructions = found
     ctx.pending.clear()
     ctx.changed.clear()
     ctx.carried.clear()

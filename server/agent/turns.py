@@ -12,9 +12,14 @@ import contextlib
 import json
 import logging
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from server.agent import orchestrate, shell
+from server.agent.compaction import instructions
+from server.agent.compaction import request as context_request
+from server.agent.compaction.request import SYSTEM_PROMPT
+from server.agent.compaction.run import compact_in_turn
 from server.agent.live_runs import ActiveRun, claim_turn
 from server.agent.tools import Workspace
 from server.agent.turn_changes import files_of
@@ -48,7 +53,6 @@ from server.git.session import GitSession
 from server.git.workdir.scan import WORKDIR
 from server.model.client import ModelError
 from server.model.endpoints import choice_for_call
-from server.model.messages import to_model
 from server.store import context
 from server.store.lineage import sibling_map
 from server.store.search import run_rows
@@ -59,12 +63,6 @@ if TYPE_CHECKING:
     from server.agent.services import Services
     from server.store.session_store import SessionHandle
 
-SYSTEM_PROMPT = (
-    "You are Braid's agent. You work on the files of this session's workdir with your tools "
-    "(read_file, list_files, write_file, edit_file, apply_patch, delete_file, and shell when "
-    "enabled); paths are relative to the workdir. Every turn is checkpointed in git, so the "
-    "user can revert what you did. Answer concisely in Markdown."
-)
 log = logging.getLogger("braid")
 MAX_BATCHES = 40
 PARTIAL_SAVE_SECONDS = 1.0  # how often a long answer's text so far is made durable
@@ -74,18 +72,23 @@ FINAL = ("COMPLETED", "ERROR", "CANCELLED", "INTERRUPTED", "REGENERATED")
 
 
 def model_messages(ctx: TurnContext, budget: int = DEFAULT_CONTEXT_TOKENS,
-                   send_reasoning: bool = False, tool_tokens: int = 0) -> list[ModelMessage]:
-    """What the model is sent: the base prompt, then only this branch's messages, the newest
-    that fit the context budget (context.py) less what the MCP tools' definitions take
-    (`tool_tokens`), shaped so every server accepts them (model/messages.py); the run record
-    keeps what the call used."""
-    sent, used = context.fit((ctx.prior, ctx.messages), budget,
-                             context.text_cost(SYSTEM_PROMPT) + tool_tokens, ctx.prior_sums)
-    ctx.run["context"] = {**used, "budget": budget}
-    out = to_model(sent, SYSTEM_PROMPT, send_reasoning)
-    if used["omitted_messages"]:
-        out.insert(1, {"role": "system", "content": context.note_text(used["omitted_messages"])})
-    return out
+                   send_reasoning: bool = False, tools: int = 0,
+                   server_file: Path | None = None) -> list[ModelMessage]:
+    """What the model is sent: the base prompt and the instructions in effect, then only
+    this branch's messages after its newest summary, whole, masked or the newest that fit
+    the context budget (compaction/request.build), shaped so every server accepts them
+    (model/messages.py); the run record keeps what the call used."""
+    if ctx.prior_sums is None:  # a context made without the branch's listing: once a turn
+        ctx.prior_sums = context.sums_of(ctx.prior)
+    heads = context_request.heads_of(SYSTEM_PROMPT, ctx.instructions, server_file)
+    request = context_request.build(ctx.prior, ctx.prior_sums, ctx.messages, heads, budget, tools,
+                               send_reasoning)
+    if ctx.instructions is not None and ctx.instructions.blob_oid:
+        request.use["instructions"] = ctx.instructions.blob_oid
+    if len(heads) > 1 + len(ctx.instructions.texts if ctx.instructions else ()):
+        request.use["server_instructions"] = True
+    ctx.run["context"] = request.use
+    return request.messages
 
 
 async def send_message(braid: Services, user_id: str, session_id: str, text: str) -> str:
@@ -99,12 +102,13 @@ async def start_turn(
     braid: Services, handle: SessionHandle, text: str, fields: RunFields | None = None
 ) -> ActiveRun:
     branch = await handle.call(lambda git: git.branch)
+    needs = context_request.check_for(braid, text) if not fields else None
 
     def prepare(git: GitSession) -> TurnContext:
         # A fork or a checkout queued before this may have switched the session's branch.
         if git.branch != branch:
             raise Busy(f"the session switched from branch {branch} to {git.branch}")
-        return open_turn(git, handle, text, fields or {})
+        return open_turn(git, handle, text, fields or {}, compact_if=needs)
 
     # Claimed under a placeholder id before any git work, so two sends cannot both pass.
     async with claim_turn(braid.locks, braid.runs, handle.session_id, branch) as active:
@@ -153,6 +157,9 @@ async def drive(braid: Services, ctx: TurnContext, active: ActiveRun) -> None:
         # (live_runs.TurnGate): a stop while
         # waiting ends the turn CANCELLED like a stop mid-stream.
         async with braid.turn_gate.slot(ctx.handle.user_id):
+            if ctx.compaction is not None:
+                await compact_in_turn(braid, ctx, context_request.heads_of(
+                    SYSTEM_PROMPT, ctx.instructions, braid.settings.instructions_file))
             await _answer_resumed_calls(braid, ctx)
             for batch in range(MAX_BATCHES):
                 reply, msg_id = await _model_call(braid, ctx, active, (endpoint, model),
@@ -200,8 +207,10 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
         else endpoint.tool_choice
     choice = choice_for_call(forced, batch)  # forced: first call only
     tools, tool_tokens = await offered_tools(braid, ctx)
+    if ctx.instructions is None:  # a context made elsewhere (a resume, a sub-agent)
+        ctx.instructions = await ctx.handle.call(instructions.project)
     sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning,
-                          tool_tokens)
+                          tool_tokens, braid.settings.instructions_file)
     stream = braid.model.stream(sent, tools, model=model, endpoint=endpoint.name,
                                 tool_choice=choice)
     tag = sub_branch(ctx)

@@ -52,6 +52,9 @@ POINTS: dict[str, tuple[str, ...]] = {
     # A queued message started (features/queue.py): claimed in the database, then its turn
     # launched (run indexed) but its row not yet deleted.
     "queue": ("queue.after_claim", "queue.after_launch"),
+    # A compaction (agent/compaction/run.py): its summary asked of the model, then its one
+    # commit (`Braid-Kind: compaction`).
+    "compaction": ("compaction.model", "compaction.before_commit", "compaction.after_commit"),
 }
 _OPERATION_OF_KIND = {"tool-batch": "checkpoint", "turn": "checkpoint"}
 # Steps of a turn where an injected exception must still end the run with an event.

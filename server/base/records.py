@@ -99,6 +99,7 @@ class MessageExtras(TypedDict, total=False):
     sub_agent: SubAgentInfo | None
     upload: list[str] | None
     kind: str | None
+    covers: Covers | None
 
 
 class RewindPoint(TypedDict):
@@ -109,6 +110,17 @@ class RewindPoint(TypedDict):
     message_index: int
     message_id: str | None
     commit_id: str
+
+
+class Covers(TypedDict):
+    """What a compaction's summary stands for (DESIGN §4 "Compaction"): the runs from
+    `from_run` to `to_run` (`turns` of them, earlier summaries' included), the branch's
+    first `until` messages."""
+
+    from_run: str | None
+    to_run: str | None
+    turns: int
+    until: int
 
 
 class MessageRecord(TypedDict):
@@ -133,6 +145,7 @@ class MessageRecord(TypedDict):
     reverted_run_id: NotRequired[str]  # a revert note's
     rewound_to: NotRequired[RewindPoint]  # a files-only rewind's note (its id: the rewind's)
     copied_from: NotRequired[str | None]  # a fork's copy of the source run's message
+    covers: NotRequired[Covers]  # a compaction's summary (kind "compaction")
 
 
 def new_message(role: str, run_id: str | None, content: str | None,
@@ -143,6 +156,16 @@ def new_message(role: str, run_id: str | None, content: str | None,
     return cast(MessageRecord, made)
 
 
+class ContextParts(TypedDict):
+    """The estimated tokens of each part of a model call (the turn's count, on hover)."""
+
+    system: int
+    instructions: int
+    tools: int
+    summary: int
+    messages: int
+
+
 class ContextUse(TypedDict, total=False):
     """What a model call's context held (context.fit), kept in the run record."""
 
@@ -150,6 +173,12 @@ class ContextUse(TypedDict, total=False):
     sent_messages: int
     omitted_messages: int
     tokens: int
+    masked_messages: int  # old tool results sent as a marker
+    summarized_messages: int  # the branch's messages a summary stood for
+    summary_run_id: str  # the compaction run whose summary was sent
+    instructions: str  # the AGENTS.md blob in effect
+    server_instructions: bool  # the operator's BRAID_INSTRUCTIONS file was sent
+    parts: ContextParts
 
 
 class MergeInfo(TypedDict):
@@ -179,7 +208,9 @@ class RunRecord(TypedDict):
     message_count: int
     parent_run_id: str | None
     endpoint: NotRequired[str]
-    kind: NotRequired[str]  # "upload", "sub-agent-result"
+    kind: NotRequired[str]  # "upload", "sub-agent-result", "compaction"
+    summary: NotRequired[str]  # a compaction's
+    covers: NotRequired[Covers]  # a compaction's
     sub_agent: NotRequired[SubAgentInfo]
     continue_from: NotRequired[str | int]
     context: NotRequired[ContextUse]

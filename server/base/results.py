@@ -282,6 +282,15 @@ class ShownBranch(TypedDict):
     head: str
 
 
+class InstructionsShown(TypedDict):
+    """The instructions in effect on the shown branch (the header's chip)."""
+
+    path: str | None  # AGENTS.md, or None: the branch has none
+    size: int
+    cut: bool  # past 32 KiB: only the first part is sent
+    server: bool  # the operator's BRAID_INSTRUCTIONS file is sent too
+
+
 class RunStarted(TypedDict):
     """`send_message` over the socket: the run's id at once (its events follow)."""
 

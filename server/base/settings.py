@@ -200,9 +200,14 @@ class Settings:
                                          "private hosts or CIDRs an MCP server may be at")
     mcp_timeout: float = setting("BRAID_MCP_TIMEOUT", SECONDS, 60.0,
                                  "seconds an MCP call may take")
+    # The operator's instructions, sent to every model call after the base prompt (DESIGN §4
+    # "Project instructions"); read again when the file changes.
     instructions_file: Path | None = setting("BRAID_INSTRUCTIONS", MAYBE_PATH, None,
-                                             "a file of server-wide instructions to the model",
-                                             later=True)
+                                             "a file of server-wide instructions to the model")
+    # Compaction (DESIGN §4): off keeps masking and the oldest left out with a note (the
+    # bench's drop-oldest side, and an operator who wants no summary calls).
+    compaction: bool = setting("BRAID_COMPACTION", YES_NO, True,
+                               "summarize a branch's oldest turns when they no longer fit")
     # Folders a session may be imported from (DESIGN §7): the server user's home by default.
     import_roots: list[Path] = setting("BRAID_IMPORT_ROOTS", PATHS, [], "folders the default "
                                        "user may import from and export to",

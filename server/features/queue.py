@@ -29,6 +29,7 @@ import weakref
 from functools import partial
 from typing import TYPE_CHECKING, cast
 
+from server.agent.compaction.request import check_for
 from server.agent.interrupted import find_record
 from server.agent.live_runs import claim_turn
 from server.agent.turn_context import TurnContext, open_turn
@@ -176,7 +177,8 @@ async def drain(braid: Services, session_id: str, branch: str) -> str | None:
         assert row is not None
         if git.branch != branch:  # the session shows another branch: wait for it
             raise Busy(f"the session shows branch {git.branch}, not {branch}")
-        return open_turn(git, handle, row["text"], {}, run_id=row["queued_id"])
+        return open_turn(git, handle, row["text"], {}, run_id=row["queued_id"],
+                         compact_if=check_for(braid, row["text"]))
 
     try:
         async with claim_turn(braid.locks, braid.runs, session_id, branch) as active:

@@ -72,10 +72,11 @@ class Listing:
     starts: list[int] = field(default_factory=list)
     entries: list[Entry] = field(default_factory=list)
     # Filled on demand: run id → entry index (runs), parsed messages (history), and the
-    # running totals of the messages' token estimates (sums[k]: the first k messages').
+    # running totals of the messages' token estimates (sums[name][k]: the first k
+    # messages', by the estimate's name: whole, masked...).
     by_stem: dict[str, int] | None = None
     messages: list[Any] | None = None
-    sums: list[int] | None = None
+    sums: dict[str, list[int]] = field(default_factory=dict)
 
     def copy(self) -> Listing:
         return Listing(self.top, self.tree_id, self.legacy, list(self.shards), list(self.starts),
@@ -137,7 +138,8 @@ def move_listing(repo: pygit2.Repository, listing: Listing, tree: pygit2.Tree | 
     folders that differ from the ones it holds (`layout`: the tree's, when already read)."""
     if tree is None:
         listing.tree_id, listing.shards, listing.starts, listing.entries = None, [], [], []
-        listing.by_stem = listing.messages = listing.sums = None
+        listing.by_stem = listing.messages = None
+        listing.sums = {}
         return
     if listing.tree_id == tree.id:
         return
@@ -153,8 +155,8 @@ def move_listing(repo: pygit2.Repository, listing: Listing, tree: pygit2.Tree | 
     listing.tree_id, listing.legacy, listing.shards = tree.id, legacy, shards
     if listing.messages is not None:
         del listing.messages[cut:]
-    if listing.sums is not None:
-        del listing.sums[cut + 1:]
+    for totals in listing.sums.values():
+        del totals[cut + 1:]
     if listing.by_stem is not None:
         for i in range(cut, len(listing.entries)):
             listing.by_stem[listing.entries[i].name.rsplit(".", 1)[0]] = i
@@ -197,7 +199,7 @@ class Listings:
         listing = base.copy() if base is not None else Listing(top)
         if base is not None:
             listing.messages = list(base.messages) if base.messages is not None else None
-            listing.sums = list(base.sums) if base.sums is not None else None
+            listing.sums = {name: list(totals) for name, totals in base.sums.items()}
             listing.by_stem = dict(base.by_stem) if base.by_stem is not None else None
         move_listing(self.repo, listing, tree, layout)
         cache[key] = listing
@@ -216,14 +218,12 @@ class Listings:
         return listing.messages
 
     def sums(self, tree: pygit2.Tree | None, load: Callable[[pygit2.Oid], Any],
-             cost: Callable[[Any], int]) -> list[int]:
-        """Running totals of `cost` over the tree's messages (`[0, c0, c0+c1, ...]`), kept
-        and extended by the new messages only (shared: do not change)."""
+             cost: Callable[[Any], int], name: str = "") -> list[int]:
+        """Running totals of `cost` (kept under `name`) over the tree's messages (`[0, c0,
+        c0+c1, ...]`), kept and extended by the new messages only (shared: do not change)."""
         messages = self.messages(tree, load)
         listing = self.get(HISTORY, tree)
-        if listing.sums is None:
-            listing.sums = [0]
-        sums = listing.sums
+        sums = listing.sums.setdefault(name, [0])
         for msg in messages[len(sums) - 1:]:
             sums.append(sums[-1] + cost(msg))
         return sums

@@ -249,6 +249,28 @@ def batch_count(messages: list[dict[str, Any]]) -> int:
     return n
 
 
+SUMMARIZE = "Summarize the conversation so far"
+EARLIER = "Summary of the earlier conversation: "
+
+
+def _first_line(text: str) -> str:
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+
+
+def summary_answer(messages: list[dict[str, Any]]) -> str:
+    """The answer to a summary request (DESIGN §6): `summary: ` + the first lines of what it
+    was sent to summarize, an earlier summary first (without its own `summary: `), then each
+    user message, joined by ` | `."""
+    parts = []
+    for m in messages:
+        text = text_of(m.get("content"))
+        if m.get("role") == "system" and text.startswith(EARLIER):
+            parts.append(_first_line(text[len(EARLIER):].removeprefix("summary: ")))
+        elif m.get("role") == "user":
+            parts.append(_first_line(text))
+    return "summary: " + " | ".join(p for p in parts if p)
+
+
 def respond(request: dict[str, Any]) -> Reply:
     """The reply to a request. The conversation is read from its end (the last user message,
     the turn after it); only `recall`, `notes` and a tool call's numbering read further."""
@@ -262,6 +284,8 @@ def respond(request: dict[str, Any]) -> Reply:
     last_user = next((i for i in range(len(messages) - 1, -1, -1)
                       if messages[i].get("role") == "user"), -1)
     user_text = text_of(messages[last_user].get("content")) if last_user >= 0 else ""
+    if user_text.startswith(SUMMARIZE):
+        return Reply(summary_answer(messages[:last_user]), [], 0)
     plan = parse(user_text, has_shell)
     if plan.fail is not None:
         raise DemoError(500, plan.fail, "server_error")

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 from server.base.memo import IdentityMemo, forget_with_memos
 from server.base.records import MessageRecord, ModelMessage, ToolCall
+from server.store import context
 
 INVALID_ARGS_KEY = "invalid_json_arguments"
 
@@ -93,4 +94,33 @@ def to_model(messages: Iterable[MessageRecord], system_prompt: str,
     items are shared between calls: do not change them)."""
     out: list[ModelMessage] = [{"role": "system", "content": system_prompt}]
     out.extend(filter(None, SHAPED[send_reasoning].many(messages)))
+    return out
+
+
+def _masked(msg: MessageRecord) -> ModelMessage | None:
+    """A tool result as an old one is sent when the budget is short: the call it answers
+    is kept, its output replaced by a marker (context.mask_marker)."""
+    return {"role": "tool", "content": context.mask_marker(msg),
+            "tool_call_id": msg.get("tool_call_id", "")}
+
+
+# A message as the masked part of a window sends it: a tool result's marker, else `shape`.
+def _masked_or_shaped(msg: MessageRecord, send_reasoning: bool) -> ModelMessage | None:
+    return _masked(msg) if context.MASKABLE.get(msg) else shape(msg, send_reasoning)
+
+
+MASKED: dict[bool, IdentityMemo[ModelMessage | None]] = {
+    False: IdentityMemo(lambda m: _masked_or_shaped(m, False)),
+    True: IdentityMemo(lambda m: _masked_or_shaped(m, True))}
+
+
+def to_model_window(heads: Iterable[str], masked: list[MessageRecord],
+                    whole: list[MessageRecord], send_reasoning: bool = False
+                    ) -> list[ModelMessage]:
+    """The request's `messages` with a context window (context.fit_window): the system
+    messages `heads` (the base prompt, instructions, a summary, a note), the older messages
+    with their tool output masked, then the newest whole."""
+    out: list[ModelMessage] = [{"role": "system", "content": h} for h in heads]
+    out.extend(filter(None, MASKED[send_reasoning].many(masked)))
+    out.extend(filter(None, SHAPED[send_reasoning].many(whole)))
     return out

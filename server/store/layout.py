@@ -24,6 +24,7 @@ from server.git.history import HISTORY, RUNS, Entry, history_path, run_path
 
 if TYPE_CHECKING:
     from server.git.session import GitSession
+    from server.store.context import Sums
 
 __all__ = [
     "StoredMessage",
@@ -43,6 +44,7 @@ __all__ = [
     "run_usages",
     "runs",
     "stored_messages",
+    "window_sums",
 ]
 
 
@@ -74,6 +76,18 @@ def message_sums(git: GitSession, commit: pygit2.Commit | None = None) -> list[i
     from server.store.context import estimate
 
     return git.listings.sums(_tree(git, commit, HISTORY), git.blob_json, estimate)
+
+
+def window_sums(git: GitSession, commit: pygit2.Commit | None = None) -> Sums:
+    """`message_sums`, with the masked estimates' totals and the maskable messages' count
+    (context.py, masking), each kept with the listing and extended by new messages only."""
+    from server.store import context
+
+    tree = _tree(git, commit, HISTORY)
+    return context.Sums(
+        git.listings.sums(tree, git.blob_json, context.estimate),
+        git.listings.sums(tree, git.blob_json, context.masked_estimate, "masked"),
+        git.listings.sums(tree, git.blob_json, context.is_maskable, "maskable"))
 
 
 def message_files(git: GitSession, commit: pygit2.Commit | None = None) -> list[Entry]:

@@ -10,6 +10,7 @@ from typing import Any
 from starlette.responses import Response
 
 from server.agent import turns
+from server.agent.compaction import run as compaction
 from server.app.braid import Braid
 from server.base.results import ModelList, SessionList
 from server.features import (
@@ -62,6 +63,8 @@ SPECS: list[Action] = [
            Http("POST", "/api/sessions/{session_id}/runs", call=queue.send_to_end)),
     Action("cancel_run", turns.cancel_run, (Param("run_id", P.optional_run_id),)),
     Action("checkout", sessions.checkout, (Param("ref", P.branch_name),)),
+    Action("compact", compaction.compact, (),
+           Http("POST", "/api/sessions/{session_id}/compact")),
     # -- the queue (messages sent while the branch was busy) --------------------------------
     Action("list_queue", queue.list_queue, (), Http("GET", "/api/sessions/{session_id}/queue")),
     Action("update_queued", queue.update_queued, (QUEUED, Param("text", P.text("text"))),

@@ -13,6 +13,7 @@ from markupsafe import escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from server.agent.compaction import run as compaction
 from server.base.errors import BadRequest, BraidError, NotFound
 from server.base.results import SearchHit
 from server.features import fork, queue, search, session_meta, sessions
@@ -108,9 +109,11 @@ async def session_page(request: Request) -> Response:
     await load_names(braid, session_id)
     running = [a.run_id for a in braid.runs.foreground(session_id)]
     queued = (await queue.list_queue(braid, user_id, session_id))["queued"]
+    shown = await compaction.instructions_in_effect(braid, user_id, session_id)
     return templates.TemplateResponse(request, "session.html", {
         "session": info, "transcript": view, "sessions": rows, "current_id": session_id,
         "running": running, "branch": info["branch"], "queued": queued,
+        "instructions": shown,
         "shell_unavailable": braid.settings.shell_unavailable,
     })
 

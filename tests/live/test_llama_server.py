@@ -207,3 +207,33 @@ def test_a_forced_spawn_runs_children_whose_files_land_in_the_merge(
         assert (repo / "workdir" / name).is_file(), name
     assert_fsck(repo)
     ws.close()
+
+
+def test_a_real_server_answers_a_compaction_request(server_factory: Any, tmp_path: Path,
+                                                    llama: Llama) -> None:
+    """`compact` on a real model: its summary (whatever a tiny model says, never empty) is
+    committed as a `compaction` run, and the next turn is sent it in place of the runs it
+    covers and is accepted by the server."""
+    srv = braid_on(server_factory, tmp_path, llama)
+    sid = srv.new_session()
+    ws = srv.socket(sid)
+    use(ws, "smollm2@llama")
+    for text in ("My name is Ada.", "I live in Paris.", "What is 2 + 2?"):
+        ws.call("send_message", text=text)
+        done = ws.until(lambda f: f.get("event") in ("run_completed", "run_error"), timeout=120)
+        assert done["event"] == "run_completed", done["data"].get("error")
+    reply = ws.call("compact")
+    assert reply["type"] == "result", reply
+    run_id = reply["data"]["run_id"]
+    path = srv.session_path(sid)
+    assert kinds(path)[-1] == "compaction"
+    names = git(path, "ls-tree", "-r", "--name-only", "HEAD", "runs/").split()
+    record = json.loads(git(path, "show", f"HEAD:{next(n for n in names if run_id in n)}"))
+    assert record["kind"] == "compaction" and record["summary"].strip()
+    assert record["covers"]["turns"] == 2 and record["usage"].get("completion_tokens", 0) > 0
+    ws.call("send_message", text="Say hello.")
+    done = ws.until(lambda f: f.get("event") in ("run_completed", "run_error"), timeout=120)
+    assert done["event"] == "run_completed", done["data"].get("error")
+    assert done["data"]["run"]["context"]["summary_run_id"] == run_id
+    assert_fsck(path)
+    ws.close()

@@ -16,7 +16,8 @@ FILLER = "lorem ipsum dolor sit amet " * 12  # ~80 tokens a message
 
 async def test_a_long_session_sends_only_the_newest_messages_and_a_note(make_braid: Any
                                                                          ) -> None:
-    braid = await make_braid(context_tokens=2000)
+    # Compaction off: the oldest left out with a note, as when a summary cannot be made.
+    braid = await make_braid(context_tokens=3300, compaction=False)
     sid, path = await new_session(braid)
     for i in range(40):
         await run_turn(braid, sid, f"say m{i} {FILLER}")
@@ -24,11 +25,11 @@ async def test_a_long_session_sends_only_the_newest_messages_and_a_note(make_bra
     recalled = done["messages"][-1]["content"].split(" | ")
     assert recalled[-1] == "recall"
     shown = [r.split(" ", 2)[1] for r in recalled[:-1]]
-    assert 5 < len(shown) < 20  # only the newest fit 2,000 tokens
+    assert 5 < len(shown) < 20  # only the newest fit 3,300 tokens (tool definitions too)
     assert shown == [f"m{i}" for i in range(40 - len(shown), 40)]
     context_used = done["context"]
     assert context_used["omitted_messages"] == 81 - context_used["sent_messages"]
-    assert context_used["tokens"] <= 2000 and context_used["budget"] == 2000
+    assert context_used["tokens"] <= 3300 and context_used["budget"] == 3300
 
     notes = await run_turn(braid, sid, "notes")
     text = notes["messages"][-1]["content"]

@@ -115,9 +115,43 @@ class HtmlRenderer:
         return run_state([a.run_id for a in self.ctx.braid.runs.foreground(self.ctx.session_id)])
 
 
+def _is_compaction(data: EventData) -> bool:
+    run = data.get("run")
+    return isinstance(run, dict) and run.get("kind") == "compaction"
+
+
+def _compaction_started(v: View) -> str:
+    """A compaction being made: a divider that says so, at the end of the transcript (after
+    a reload it stands where its summary sits in the history)."""
+    return oob_append("transcript", render("_compaction_live.html", run_id=v.data["run_id"])) \
+        + run_state(v.running)
+
+
+def _compaction_done(v: View) -> str:
+    """The divider with its summary in place of the live one (none: the summary failed and
+    the turn went on without it; its warning says why)."""
+    summary = next(iter(v.data.get("messages") or ()), None)
+    if summary is None:
+        return render("_compaction_live.html", run_id=v.data["run_id"], gone=True) \
+            + run_state(v.running)
+    return render("_note.html", item={"message": summary}, oob_part=True) + run_state(v.running)
+
+
+def _instructions_of(data: EventData) -> str:
+    """The header's chip as the turn's last call had it (AGENTS.md, the operator's file)."""
+    run = data.get("run")
+    used = run.get("context") if isinstance(run, dict) else None
+    used = used if isinstance(used, dict) else {}
+    shown = {"path": "AGENTS.md" if used.get("instructions") else None, "size": 0,
+             "cut": False, "server": bool(used.get("server_instructions"))}
+    return render("_instructions_chip.html", instructions=shown, oob=True)
+
+
 def _run_started(v: View) -> str:
     if is_sub_agent_run(v.data):  # it streams into its card in the DAG panel instead
         return run_state(v.running)
+    if _is_compaction(v.data):
+        return _compaction_started(v)
     turn = turn_from_event(v.data, streaming=True)
     return (oob_append("transcript", render("_turn.html", turn=turn))
             + render("_title.html", title=v.reads.get("title"))
@@ -174,6 +208,8 @@ def _approval_resolved(v: View) -> str:
 def _run_done(v: View) -> str:
     if is_sub_agent_run(v.data):  # its card in the parent's bubble
         return child_ended(v)
+    if _is_compaction(v.data):
+        return _compaction_done(v)
     turn = turn_from_event(v.data, streaming=False)  # the file chips arrive with the bubble
     turn["just_ended"] = True  # its reader is on it: a long answer does not fold
     if "children" in v.reads:  # its sub-agents' cards, their tokens read
@@ -181,7 +217,8 @@ def _run_done(v: View) -> str:
     html = render("_turn.html", turn=turn) + run_state(v.running)
     if v.data.get("error"):
         html += toast(f"Run failed: {v.data['error']}")
-    return html + render("_session_tokens.html", usage=v.reads["usage"], oob=True)
+    return html + render("_session_tokens.html", usage=v.reads["usage"], oob=True) \
+        + _instructions_of(v.data)
 
 
 def _session_changed(v: View) -> str:
