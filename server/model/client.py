@@ -24,7 +24,7 @@ from server.model.endpoints import (
     DEMO,
     TOOL_CHOICE_WORDS,
     Endpoint,
-    bound_strings,
+    bound_arguments,
     endpoints_from_settings,
 )
 from server.model.stream import Reply, StreamAssembler, StreamError, estimate_usage
@@ -169,11 +169,11 @@ class ModelClient:
         """The request's fields other than `messages` (model/body.py joins those in)."""
         if ep.tools is not None:
             tools = [t for t in tools if t["function"]["name"] in ep.tools]
-        if ep.max_argument_chars is not None:
-            limit = ep.max_argument_chars
+        if ep.max_argument_chars is not None or ep.max_argument_items is not None:
             tools = [ToolSchema(type=t["type"], function=ToolSpec(
                 name=t["function"]["name"], description=t["function"]["description"],
-                parameters=bound_strings(t["function"]["parameters"], limit)))
+                parameters=bound_arguments(t["function"]["parameters"],
+                                           ep.max_argument_chars, ep.max_argument_items)))
                 for t in tools]
         fields: dict[str, Any] = {
             "model": model, "stream": True, "stream_options": {"include_usage": True}}

@@ -14,6 +14,7 @@ a JSON or TOML file, so a local server and a hosted one can be used side by side
     send_reasoning = false              # replay reasoning_content to this server
     max_argument_chars = 200            # optional: every string argument of a tool at most
                                         #   this long (a JSON schema maxLength)
+    max_argument_items = 4              # optional: every list argument at most this long
     params = { max_tokens = 512 }       # optional: extra fields for every request
 
 A forced tool (`required` or a tool's name) holds for a turn's first model call; the calls
@@ -21,9 +22,10 @@ after it send `tool_choice: "none"`, so the model answers from the tool's result
 again, it could never answer; left on `auto`, a model that needed forcing rarely chooses well).
 
 `max_argument_chars` bounds each string argument of every tool offered to that endpoint (a
-`maxLength` in its JSON schema). A server that constrains tool calls by their schema
-(llama-server, vLLM) then ends every call within the bound: a small model forced to call a
-tool no longer writes one string until `max_tokens` cuts the call's JSON off.
+`maxLength` in its JSON schema), `max_argument_items` each list (`maxItems`). A server that
+constrains tool calls by their schema (llama-server, vLLM) then ends every call within the
+bound: a small model forced to call a tool no longer writes one string (or one list) until
+`max_tokens` cuts the call's JSON off.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class Endpoint:
     named_tool_choice: bool = False
     send_reasoning: bool = False
     max_argument_chars: int | None = None
+    max_argument_items: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -154,25 +157,33 @@ def _count(entry: dict[str, Any], key: str, where: str) -> int | None:
     return value
 
 
-def bound_strings(schema: dict[str, object], limit: int) -> dict[str, object]:
-    """`schema` (a tool's JSON schema) with every string's maxLength at most `limit`."""
-    return _bound(schema, limit)  # type: ignore[no-any-return]
+def bound_arguments(schema: dict[str, object], chars: int | None,
+                    items: int | None) -> dict[str, object]:
+    """`schema` (a tool's JSON schema) with every string's maxLength at most `chars` and every
+    array's maxItems at most `items` (None: as it was)."""
+    return _bound(schema, chars, items)  # type: ignore[no-any-return]
 
 
-def _bound(schema: Any, limit: int) -> Any:
+def _tighter(given: object, limit: int | None) -> object:
+    if limit is None:
+        return given
+    return min(given, limit) if isinstance(given, int) else limit
+
+
+def _bound(schema: Any, chars: int | None, items: int | None) -> Any:
     if isinstance(schema, list):
-        return [_bound(item, limit) for item in schema]
+        return [_bound(item, chars, items) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {key: _bound(value, limit) if key in ("items", "anyOf", "oneOf", "allOf")
-           else value
-           for key, value in schema.items()}
+    out = {key: _bound(value, chars, items) if key in ("items", "anyOf", "oneOf", "allOf")
+           else value for key, value in schema.items()}
     if "properties" in schema and isinstance(schema["properties"], dict):
-        out["properties"] = {name: _bound(value, limit)
+        out["properties"] = {name: _bound(value, chars, items)
                              for name, value in schema["properties"].items()}
-    if schema.get("type") == "string":
-        given = schema.get("maxLength")
-        out["maxLength"] = min(given, limit) if isinstance(given, int) else limit
+    if schema.get("type") == "string" and chars is not None:
+        out["maxLength"] = _tighter(schema.get("maxLength"), chars)
+    if schema.get("type") == "array" and items is not None:
+        out["maxItems"] = _tighter(schema.get("maxItems"), items)
     return out
 
 
@@ -196,6 +207,7 @@ def parse_endpoint(entry: object, where: str) -> Endpoint:
         named_tool_choice=_bool(entry, "named_tool_choice", where),
         send_reasoning=_bool(entry, "send_reasoning", where),
         max_argument_chars=_count(entry, "max_argument_chars", where),
+        max_argument_items=_count(entry, "max_argument_items", where),
         params=_params(entry, where),
     )
 

@@ -166,12 +166,12 @@ def test_a_forced_spawn_runs_children_whose_files_land_in_the_merge(
     path.write_text(
         f'[[endpoints]]\nname = "llama-spawn"\nbase_url = "{llama.base_url}"\n'
         'tool_choice = "spawn_sub_agents"\nsub_tool_choice = "write_file"\n'
-        # The server constrains a forced call by the tool's schema: with every string
-        # argument bounded, the call's JSON ends within max_tokens however this CPU decodes
-        # (at temperature 0 the 135M model's tokens differ between CPUs; unbounded, a prompt
-        # or a file's text could run on until max_tokens cut the call off).
-        'max_argument_chars = 40\n'
-        'params = { max_tokens = 1200, temperature = 0, repeat_penalty = 1.3, '
+        # The server constrains a forced call by the tool's schema: with every string and
+        # list argument bounded, the call's JSON ends within max_tokens however this CPU
+        # decodes (at temperature 0 the 135M model's tokens differ between CPUs; unbounded, a
+        # prompt ran on until max_tokens cut the call off, or 8 children per call ran).
+        'max_argument_chars = 24\nmax_argument_items = 2\n'
+        'params = { max_tokens = 600, temperature = 0, repeat_penalty = 1.3, '
         'repeat_last_n = 16, parallel_tool_calls = false }\n'
         f'[[endpoints]]\nname = "llama"\nbase_url = "{llama.base_url}"\n'
         'tool_choice = "none"\nparams = { max_tokens = 32, temperature = 0 }\n')
@@ -197,8 +197,10 @@ def test_a_forced_spawn_runs_children_whose_files_land_in_the_merge(
     written = {f["path"] for a in agents for f in a["files"] if f["status"] != "deleted"}
     assert written, agents  # each child was forced to write a file
     use(ws, "smollm2@llama")
-    merged = ws.call("merge_branches", branches=[a["branch"] for a in agents],
-                     message="Merge the sub-agents' work", strategy="theirs")
+    # The merge's answer is the real model's, sent the children's answers: give it time.
+    merged = ws.reply(ws.send("merge_branches", branches=[a["branch"] for a in agents],
+                              message="Merge the sub-agents' work", strategy="theirs"),
+                      timeout=300)
     assert merged["type"] == "result", merged
     repo = srv.session_path(sid)
     parents = git(repo, "log", "-1", "--format=%P", merged["data"]["commit_id"]).split()

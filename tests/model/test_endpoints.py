@@ -10,7 +10,7 @@ from server.agent import orchestrate
 from server.agent.tools import Workspace
 from server.base.settings import Settings
 from server.model.client import ModelClient
-from server.model.endpoints import bound_strings, load_endpoints_file
+from server.model.endpoints import bound_arguments, load_endpoints_file
 
 
 def test_toml_and_json_files_name_the_same_endpoints(tmp_path: Path) -> None:
@@ -82,13 +82,24 @@ def test_max_argument_chars_bounds_every_string_of_every_tool(tmp_path: Path) ->
     """A schema-constrained server (llama-server) then ends a forced call within the bound."""
     path = tmp_path / "e.toml"
     path.write_text('[[endpoints]]\nname = "local"\nbase_url = "http://h/v1"\n'
-                    "max_argument_chars = 60\n")
-    assert load_endpoints_file(path)[0].max_argument_chars == 60
+                    "max_argument_chars = 60\nmax_argument_items = 2\n")
+    endpoint = load_endpoints_file(path)[0]
+    assert (endpoint.max_argument_chars, endpoint.max_argument_items) == (60, 2)
     tools = Workspace.schemas(True) + orchestrate.schemas()
     before = [n for t in tools for n in _string_bounds(t["function"]["parameters"])]
     assert None in before and 24 in before  # unbounded strings, and the label's own 24
     after = [n for t in tools
-             for n in _string_bounds(bound_strings(t["function"]["parameters"], 60))]
+             for n in _string_bounds(bound_arguments(t["function"]["parameters"], 60, None))]
     assert len(after) == len(before) and set(after) == {24, 60}
     # The tool's own schema is left as it was (one list of schemas serves every endpoint).
     assert [n for t in tools for n in _string_bounds(t["function"]["parameters"])] == before
+
+
+def test_max_argument_items_bounds_every_list() -> None:
+    spawn = orchestrate.schemas()[0]["function"]["parameters"]
+    agents = spawn["properties"]["agents"]  # type: ignore[index]
+    assert agents["maxItems"] == orchestrate.MAX_CHILDREN
+    bound = bound_arguments(spawn, None, 2)
+    assert bound["properties"]["agents"]["maxItems"] == 2  # type: ignore[index]
+    assert bound["properties"]["agents"]["items"] == agents["items"]  # type: ignore[index]
+    assert bound_arguments(spawn, None, 99)["properties"]["agents"]["maxItems"] == 8  # type: ignore[index]
