@@ -206,11 +206,12 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
     forced = endpoint.sub_tool_choice if "sub_agent" in ctx.run and endpoint.sub_tool_choice \
         else endpoint.tool_choice
     choice = choice_for_call(forced, batch)  # forced: first call only
-    tools, tool_tokens = await offered_tools(braid, ctx)
+    tools = await offered_tools(braid, ctx)
     if ctx.instructions is None:  # a context made elsewhere (a resume, a sub-agent)
         ctx.instructions = await ctx.handle.call(instructions.project)
+    # Every definition offered counts in the budget (DESIGN §4 "Compaction"), built-in too.
     sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning,
-                          tool_tokens, braid.settings.instructions_file)
+                          context_request.tool_tokens(tools), braid.settings.instructions_file)
     stream = braid.model.stream(sent, tools, model=model, endpoint=endpoint.name,
                                 tool_choice=choice)
     tag = sub_branch(ctx)
@@ -257,14 +258,13 @@ def definition_cost(tool: ToolSchema) -> int:
         "mcp__") else 0
 
 
-async def offered_tools(braid: Services, ctx: TurnContext) -> tuple[list[ToolSchema], int]:
-    """The tools the model is offered, less those the session switched off (`tools_off`),
-    and what their definitions cost."""
+async def offered_tools(braid: Services, ctx: TurnContext) -> list[ToolSchema]:
+    """The tools the model is offered, less those the session switched off (`tools_off`)."""
     sid = ctx.handle.session_id
     off = set(braid.store.get(sid).meta.get("tools_off") or ())
     tools = [t for t in await session_tools(braid, sid, ctx.handle.path / WORKDIR)
              if t["function"]["name"] not in off]
-    return tools, sum(map(definition_cost, tools))
+    return tools
 
 
 def _partial_message(ctx: TurnContext, active: ActiveRun) -> MessageRecord:

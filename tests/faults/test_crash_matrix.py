@@ -226,7 +226,7 @@ RECOVERED = {"recovery.after_rollback": ("revert", "revert.after_files"),
 # Operations whose points are killed in a file of their own (the same checks and table).
 ELSEWHERE = {"export": "test_export_killed.py", "upload": "test_crash_upload.py",
              "import": "test_import_crash.py", "update": "test_import_crash.py",
-             "queue": "test_queue_killed.py"}
+             "queue": "test_queue_killed.py", "compaction": "test_compaction_killed.py"}
 
 
 def cases() -> Iterator[tuple[str, str]]:
