@@ -43,6 +43,8 @@ def cases() -> list[tuple[str, Params, str | None]]:
         ("send_message", lambda c: {"text": "say q", "queue": "maybe"}, None),
         ("send_message", lambda c: {"text": "say free", "queue": True}, None),  # just runs
         ("list_queue", lambda c: {}, None),
+        ("list_tools", lambda c: {}, None),
+        ("compact", lambda c: {}, None),  # one turn: nothing to summarize, conflict on both
         ("update_queued", lambda c: {"queued_id": UNKNOWN, "text": "x"}, None),
         ("update_queued", lambda c: {"queued_id": UNKNOWN}, None),
         ("update_queued", lambda c: {"queued_id": "nope", "text": "x"}, None),

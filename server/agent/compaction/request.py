@@ -45,7 +45,8 @@ def tool_tokens(tools: list[Any]) -> int:
     """The estimated tokens of the tool definitions a call offers (made once per set)."""
     key = tuple(str((t.get("function") or {}).get("name")) for t in tools)
     if key not in _TOOL_TOKENS:
-        _TOOL_TOKENS[key] = context.text_cost(json.dumps(tools)) if tools else 0
+        # Each definition's cost, added up: what the session's Tools list shows per tool.
+        _TOOL_TOKENS[key] = sum(context.text_cost(json.dumps(tool)) for tool in tools)
     return _TOOL_TOKENS[key]
 
 
