@@ -17,10 +17,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from conftest import Server, free_port, send_from_page
-from server.agent.sandbox import box
 
-pytestmark = pytest.mark.skipif(box.why_not() is not None,
-                                reason=f"no sandbox here: {box.why_not()}")
 TIMEOUT = 30_000
 HOST = "127.0.0.2"
 SIZES = ({"width": 1400, "height": 900}, {"width": 390, "height": 844})

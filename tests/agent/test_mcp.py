@@ -43,8 +43,6 @@ def stdio(**extra: Any) -> dict[str, Any]:
     return {"command": sys.executable, "args": [str(SERVER)], **extra}
 
 
-needs_sandbox = pytest.mark.skipif(box.why_not() is not None,
-                                   reason=f"no sandbox here: {box.why_not()}")
 
 
 @pytest.fixture
@@ -311,7 +309,6 @@ async def test_a_server_that_will_not_start_is_an_error_result(make_braid: MakeB
 
 
 @pytest.mark.slow
-@needs_sandbox
 async def test_the_sandboxed_server_cannot_read_another_session_or_the_home(
         mcp_braid: Braid) -> None:
     mine, my_path = await new_session(mcp_braid)

@@ -13,10 +13,7 @@ from typing import Any
 import pytest
 
 from conftest import Server, WsClient, free_port
-from server.agent.sandbox import box
 
-pytestmark = pytest.mark.skipif(box.why_not() is not None,
-                                reason=f"no sandbox here: {box.why_not()}")
 HOST = "127.0.0.2"  # a loopback address of the host, listed in BRAID_SHELL_HOSTS
 
 

@@ -18,9 +18,6 @@ import pytest
 from conftest import TOKEN, Server, WsClient, free_port, git
 from server.agent.sandbox import box
 
-pytestmark = pytest.mark.skipif(box.why_not() is not None,
-                                reason=f"no sandbox here: {box.why_not()}")
-
 
 @pytest.fixture(scope="module")
 def sandbox_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from server.agent.mcp_servers.launch import OWNER
-from server.agent.sandbox import box
 
 SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "mcp_server.py"
 
@@ -44,8 +43,6 @@ def alive(pid: int) -> bool:
 @pytest.mark.parametrize("sandbox", [True, False])
 def test_kill_9_of_braid_leaves_no_mcp_server_after_the_restart(
         server_factory: Any, tmp_path: Path, sandbox: bool) -> None:
-    if sandbox and box.why_not() is not None:
-        pytest.skip(f"no sandbox here: {box.why_not()}")
     config = tmp_path / "mcp.json"
     config.write_text(json.dumps({"mcpServers": {"files": {
         "command": sys.executable, "args": [str(SERVER)], "sandbox": sandbox}}}))

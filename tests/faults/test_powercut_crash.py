@@ -37,10 +37,9 @@ from tests.faults.test_crash_matrix import (
     crash_at,
     use_session,
 )
-from tests.powercut import Mount, available
+from tests.powercut import Mount
 
-pytestmark = [pytest.mark.skipif(available() is not None, reason=str(available())),
-              pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(autouse=True)

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.powercut import Mount, available
-
-pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
+from tests.powercut import Mount
 
 
 @pytest.fixture

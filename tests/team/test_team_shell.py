@@ -9,13 +9,7 @@ import subprocess
 import sys
 from typing import Any
 
-import pytest
-
 from conftest import ROOT
-from server.agent.sandbox import box
-
-pytestmark = pytest.mark.skipif(box.why_not() is not None,
-                                reason=f"no sandbox here: {box.why_not()}")
 
 
 def tool_text(run: dict[str, Any]) -> str:
