@@ -32,6 +32,7 @@ from server.base.results import (
     EventFrame,
     EventName,
     QueuedMessage,
+    SubAgentResult,
     SubAgentSummary,
     WaitingCall,
 )
@@ -228,21 +229,6 @@ def sub_agent_started(run_id: str, branch: str, label: str, prompt: str,
     return Event("sub_agent_started", data)
 
 
-class SubAgentEnd(TypedDict):
-    """How a sub-agent ended, as `sub_agent_done` tells it."""
-
-    branch: str
-    label: str
-    run_id: str
-    status: str
-    final_text: str
-    error: str | None
-    commit_id: str | None
-    parent_branch: str
-    parent_turn_id: str
-    files: list[FileChip]
-
-
 class SubAgentShown(TypedDict):
     """A user-spawned child's result written on the parent branch, and the branch shown."""
 
@@ -250,7 +236,7 @@ class SubAgentShown(TypedDict):
     shown_branch: str
 
 
-def sub_agent_done(end: SubAgentEnd, *, shown: SubAgentShown | None = None,
+def sub_agent_done(end: SubAgentResult, *, shown: SubAgentShown | None = None,
                    spawn: ModelSpawn | None = None, usage: Usage | None = None
                    ) -> Event[Literal["sub_agent_done"]]:
     """A user-spawned child's end comes with its summary (`shown`), a model's child's with
@@ -259,7 +245,7 @@ def sub_agent_done(end: SubAgentEnd, *, shown: SubAgentShown | None = None,
         "branch": end["branch"], "label": end["label"], "run_id": end["run_id"],
         "status": end["status"], "final_text": end["final_text"], "error": end["error"],
         "commit_id": end["commit_id"], "parent_branch": end["parent_branch"],
-        "parent_turn_id": end["parent_turn_id"], "files": end["files"]}
+        "parent_turn_id": end["parent_turn_id"], "files": end.get("files") or []}
     if shown is not None:
         summary = shown["summary"]
         data["summary_run_id"], data["summary_commit_id"] = summary["run_id"], summary["commit_id"]

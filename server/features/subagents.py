@@ -33,7 +33,6 @@ from server.agent.turn_context import (
 from server.agent.turns import launch
 from server.base import crash, events
 from server.base.errors import NotFound, TooMany
-from server.base.events import SubAgentEnd
 from server.base.ids import new_message_id, now_iso
 from server.base.records import (
     RunFields,
@@ -243,21 +242,11 @@ async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> SubAgen
             result["summary_commit_id"] = summary["commit_id"]
             # `shown_branch`: the parent's transcript shows the result only on that branch.
             braid.bus.publish(sid, events.sub_agent_done(
-                _end_of(result), shown={"summary": summary, "shown_branch": shown}))
+                result, shown={"summary": summary, "shown_branch": shown}))
             braid.bus.publish(sid, events.dag_changed(branch=branch))
     except RuntimeError:  # the session's thread is gone: the server is stopping
         log.warning("sub-agent %s ended while the server stopped", branch)
     return result
-
-
-def _end_of(result: SubAgentResult) -> SubAgentEnd:
-    """`sub_agent_done`'s account of the result (with the summary written on the parent
-    branch and the branch the parent shows: its transcript shows the result only there)."""
-    return {"branch": result["branch"], "label": result["label"], "run_id": result["run_id"],
-            "status": result["status"], "final_text": result["final_text"],
-            "error": result["error"], "commit_id": result["commit_id"],
-            "parent_branch": result["parent_branch"],
-            "parent_turn_id": result["parent_turn_id"], "files": result.get("files") or []}
 
 
 def _close_worktree(git: GitSession, branch: str) -> str:
