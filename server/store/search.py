@@ -10,10 +10,17 @@ A forked session shares its source's rows up to the fork (`message_shares`, one 
 fork) rather than copying them; deleting a source first gives its forks their own copies.
 Hits are the caller's own sessions, archived ones left out (as the sidebar leaves them out),
 newest first; the snippet marks each matched word `«word»`.
+
+The index filters by user before it walks a match: each indexed word carries its owner's tag
+(`owner_tag`, glued to the word's front) and a query asks for the caller's tagged words only.
+The index never reads another user's matches, so how long a query takes tells nothing of how
+often a word appears in other users' chats (issue 34: a filter after the match walked every
+user's matches, 5.3 vs 8.3 ms).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
@@ -38,6 +45,7 @@ SNIPPET_WORDS = 16
 PREFIX_FROM = 2  # a one-letter last word is a word, not every word that starts with it
 # A word as FTS5's unicode61 tokenizer sees one: letters and digits (an underscore splits).
 WORD = re.compile(r"[^\W_]+")
+TAG_CHARS = 12  # hex digits of a user's tag
 
 
 class SearchRow(NamedTuple):
@@ -91,12 +99,28 @@ def query_words(query: str) -> list[str]:
     return WORD.findall(query)[:MAX_WORDS]
 
 
-def fts_query(words: list[str]) -> str:
-    """FTS5 MATCH text: every word quoted (so none is an operator), all required, the last
-    one a prefix (results while typing) when it has PREFIX_FROM characters or more (the
-    table keeps prefix indexes of 2 and 3 characters: a prefix query then reads one list, not
-    every word it starts)."""
-    quoted = [f'"{w}"' for w in words]
+def owner_tag(user_id: str) -> str:
+    """What goes in front of each of a user's words in the index: hex digits (letters and
+    digits, so a tagged word stays one word to FTS5 and PostgreSQL), of a fixed length (so
+    no tag starts another's words)."""
+    return hashlib.sha256(user_id.encode()).hexdigest()[:TAG_CHARS]
+
+
+def tagged_terms(user_id: str | None, text: str | None) -> str:
+    """The text FTS5 indexes for a message of `user_id`: its words, each tagged. The
+    triggers call it (as `braid_terms`) when a row goes in and again when it goes out, with
+    the row's own owner and text: the same words both times."""
+    tag = owner_tag(user_id or "")
+    return " ".join(tag + w for w in WORD.findall(text or ""))
+
+
+def fts_query(user_id: str, words: list[str]) -> str:
+    """FTS5 MATCH text: every word tagged with the caller's tag and quoted (so none is an
+    operator), all required, the last one a prefix (results while typing) when it has
+    PREFIX_FROM characters or more. A prefix reads the terms from the caller's tag + prefix
+    on: the caller's words only."""
+    tag = owner_tag(user_id)
+    quoted = [f'"{tag}{w}"' for w in words]
     if is_prefix(words[-1]):
         quoted[-1] += "*"
     return " ".join(quoted)
@@ -153,6 +177,7 @@ class MessageSearch(Protocol):
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS message_text (
     id INTEGER PRIMARY KEY,
+    owner TEXT NOT NULL,
     session_id TEXT NOT NULL,
     run_id TEXT NOT NULL,
     message_index INTEGER NOT NULL,
@@ -160,17 +185,20 @@ CREATE TABLE IF NOT EXISTS message_text (
     text TEXT NOT NULL,
     UNIQUE (session_id, run_id, message_index)
 );
+-- Contentless: the index of the tagged words (`tagged_terms`), the text stays in message_text.
 CREATE VIRTUAL TABLE IF NOT EXISTS message_fts USING fts5(
-    text, content='message_text', content_rowid='id', tokenize='unicode61', prefix='2 3');
+    terms, content='', tokenize='unicode61');
 CREATE TRIGGER IF NOT EXISTS message_text_ai AFTER INSERT ON message_text BEGIN
-    INSERT INTO message_fts(rowid, text) VALUES (new.id, new.text);
+    INSERT INTO message_fts(rowid, terms) VALUES (new.id, braid_terms(new.owner, new.text));
 END;
 CREATE TRIGGER IF NOT EXISTS message_text_ad AFTER DELETE ON message_text BEGIN
-    INSERT INTO message_fts(message_fts, rowid, text) VALUES ('delete', old.id, old.text);
+    INSERT INTO message_fts(message_fts, rowid, terms)
+    VALUES ('delete', old.id, braid_terms(old.owner, old.text));
 END;
 CREATE TRIGGER IF NOT EXISTS message_text_au AFTER UPDATE ON message_text BEGIN
-    INSERT INTO message_fts(message_fts, rowid, text) VALUES ('delete', old.id, old.text);
-    INSERT INTO message_fts(rowid, text) VALUES (new.id, new.text);
+    INSERT INTO message_fts(message_fts, rowid, terms)
+    VALUES ('delete', old.id, braid_terms(old.owner, old.text));
+    INSERT INTO message_fts(rowid, terms) VALUES (new.id, braid_terms(new.owner, new.text));
 END;
 -- A forked session holds its source's rows up to the fork (`upto`: the newest row then),
 -- shared rather than copied: a fork costs one row here, not a row and its words per message.
@@ -183,17 +211,19 @@ CREATE TABLE IF NOT EXISTS message_shares (
 CREATE INDEX IF NOT EXISTS message_shares_by_source ON message_shares(source_id);
 """
 # A message already indexed with the same text is left alone (a resumed run's earlier ones).
+# Its owner is its session's user (the session's row comes first: created, or reindexed).
 ADD_SQL = (
-    "INSERT INTO message_text (session_id, run_id, message_index, role, text) "
-    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, run_id, message_index) DO UPDATE "
+    "INSERT INTO message_text (owner, session_id, run_id, message_index, role, text) "
+    "VALUES (coalesce((SELECT user_id FROM sessions WHERE session_id = ?1), ''), "
+    "?1, ?2, ?3, ?4, ?5) ON CONFLICT (session_id, run_id, message_index) DO UPDATE "
     "SET role = excluded.role, text = excluded.text WHERE text != excluded.text"
 )
 # Newest first: FTS5 walks its matches by rowid, so the first `limit` of the caller's end it.
 # A session's own rows, then the rows it shares with the sessions it was forked from.
-_HIT = ("SELECT {sid} AS session_id, s.title, m.run_id, m.message_index, m.role, "
-        f"snippet(message_fts, 0, '{MARK_OPEN}', '{MARK_CLOSE}', '…', {SNIPPET_WORDS}) "
-        "AS snippet, m.id AS row_id FROM message_fts JOIN message_text m "
-        "ON m.id = message_fts.rowid ")
+# The words matched are the caller's (tagged); the joins then leave out their archived
+# sessions. The snippet is made here (`snippet`): FTS5's would show the tags.
+_HIT = ("SELECT {sid} AS session_id, s.title, m.run_id, m.message_index, m.role, m.text, "
+        "m.id AS row_id FROM message_fts JOIN message_text m ON m.id = message_fts.rowid ")
 SEARCH_SQL = (
     _HIT.format(sid="m.session_id") + "JOIN sessions s ON s.session_id = m.session_id "
     "WHERE message_fts MATCH ? AND s.user_id = ? AND s.archived = 0 UNION ALL "
@@ -205,8 +235,9 @@ SEARCH_SQL = (
 # Before a session's rows go, the forks sharing them get their own copies (a delete is rare,
 # a fork is not).
 UNSHARE_SQL = (
-    "INSERT OR IGNORE INTO message_text (session_id, run_id, message_index, role, text) "
-    "SELECT h.session_id, m.run_id, m.message_index, m.role, m.text FROM message_shares h "
+    "INSERT OR IGNORE INTO message_text (owner, session_id, run_id, message_index, role, "
+    "text) SELECT m.owner, h.session_id, m.run_id, m.message_index, m.role, m.text "
+    "FROM message_shares h "
     "JOIN message_text m ON m.session_id = h.source_id AND m.id <= h.upto "
     "WHERE h.source_id = ? ORDER BY m.id"
 )
@@ -219,12 +250,17 @@ class SqliteSearch:
         self.index = index
 
     async def open(self) -> bool:
-        """Create the tables (after the index opened); True when they did not exist yet."""
+        """Create the tables (after the index opened); True when they did not exist yet, or
+        were made anew (an older index's, whose words carry no owner: rebuilt from git)."""
         db = self.index.db
-        async with db.execute(
-            "SELECT 1 FROM sqlite_master WHERE name = 'message_text'"
-        ) as cur:
-            fresh = await cur.fetchone() is None
+        await db.create_function("braid_terms", 2, tagged_terms, deterministic=True)
+        async with db.execute("PRAGMA table_info(message_text)") as cur:
+            columns = {r[1] for r in await cur.fetchall()}
+        fresh = "owner" not in columns
+        if columns and fresh:
+            await db.executescript(
+                "DROP TABLE IF EXISTS message_fts; DROP TABLE message_text; "
+                "DROP TABLE IF EXISTS message_shares;")
         await db.executescript(SCHEMA)
         await db.commit()
         return fresh
@@ -268,10 +304,17 @@ class SqliteSearch:
         words = query_words(query)
         if not words:
             return []
-        async with self.index.db.execute(
-            SEARCH_SQL, (match := fts_query(words), user_id, match, user_id, check_limit(limit))
-        ) as cur:
+        async with self.index.db.execute(*search_statement(user_id, words, limit)) as cur:
             rows = [dict(r) for r in await cur.fetchall()]
         for r in rows:
             del r["row_id"]
+            r["snippet"] = snippet(r.pop("text"), words)
         return cast(list[SearchHit], rows)
+
+
+def search_statement(user_id: str, words: list[str],
+                     limit: int) -> tuple[str, tuple[str | int, ...]]:
+    """The SQL and its parameters for the caller's matches (what `SqliteSearch.search` runs;
+    the tests count the work it does)."""
+    match = fts_query(user_id, words)
+    return SEARCH_SQL, (match, user_id, match, user_id, check_limit(limit))

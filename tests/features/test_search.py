@@ -15,6 +15,7 @@ from conftest import ROOT, call_action, new_session, run_turn
 from server.agent.turn_context import first_line_title
 from server.app.reindex import reindex
 from server.features import fork, search, session_meta, sessions, subagents, timetravel
+from server.store.search import tagged_terms
 
 
 async def found(braid: Any, q: str, user_id: str = "local") -> list[tuple[str, str, int, str]]:
@@ -108,6 +109,8 @@ async def test_braid_reindex_rebuilds_it(make_braid: Any, tmp_path: Path) -> Non
     await run_turn(braid, sid, "say capybara")
     await braid.stop()
     with sqlite3.connect(data / "index.sqlite3") as db:
+        # The triggers index each row's words with their owner's tag (Braid's function).
+        db.create_function("braid_terms", 2, tagged_terms, deterministic=True)
         db.execute("DELETE FROM message_text")
     out = subprocess.run([sys.executable, "-m", "server.cli", "reindex", "--data-dir",
                           str(data)], cwd=ROOT, capture_output=True, text=True)

@@ -4,6 +4,7 @@ archived sessions left out, newest first, the match marked, and no query ever an
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,14 @@ from typing import Any
 import pytest
 
 from server.base.errors import BadRequest
-from server.store.search import SearchRow, branch_rows, run_rows
+from server.store.search import (
+    SearchRow,
+    SqliteSearch,
+    branch_rows,
+    query_words,
+    run_rows,
+    search_statement,
+)
 
 # `pg` by hand: the cluster is asked for inside the test, out of sight of conftest's marking.
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.pg)]
@@ -165,3 +173,86 @@ async def test_a_fork_shares_its_source_s_rows_up_to_the_fork(search: Any) -> No
     assert await hits() == {("g", "r1"), ("g", "r3")}
     hit = (await search.search("local", "forked", 5))[0]
     assert hit["snippet"] == "walrus «forked»" and hit["session_id"] == "g"
+
+
+async def _work(search: Any, user_id: str, q: str) -> tuple[int, int]:
+    """What a search does, not how long it takes: (the matches the full-text index hands
+    back, and SQLite's VM steps for the whole query | PostgreSQL's rows the GIN index hands
+    back, and the most rows a step of the plan reads)."""
+    words = query_words(q)
+    if isinstance(search, SqliteSearch):
+        db = search.index.db
+        sql, args = search_statement(user_id, words, 20)
+        async with db.execute("SELECT count(*) FROM message_fts WHERE message_fts MATCH ?",
+                              (args[0],)) as cur:
+            (matched,) = await cur.fetchone()
+        steps = 0
+
+        def step() -> int:
+            nonlocal steps
+            steps += 1
+            return 0
+        await db.set_progress_handler(step, 1)
+        async with db.execute(sql, args) as cur:
+            await cur.fetchall()
+        await db.set_progress_handler(None, 1)
+        return int(matched), steps
+    from server.backends.pg_search import SEARCH_SQL, search_args
+
+    args = search_args(user_id, words, 20)
+    async with search.index.pool.acquire() as db, db.transaction():
+        # What the full-text index alone hands back (a small table's plan may not use it).
+        await db.execute("SET LOCAL enable_seqscan = off")
+        matched = await db.fetchval(
+            "SELECT count(*) FROM message_text WHERE tsv @@ "
+            "braid_tagged_query($2, to_tsquery('simple', $1))", args[0], args[3])
+        await db.execute("RESET enable_seqscan")
+        (plan,) = json.loads(await db.fetchval(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + SEARCH_SQL, *args))
+    nodes, todo = [], [plan["Plan"]]
+    while todo:
+        nodes.append(node := todo.pop())
+        todo += node.get("Plans", [])
+    # Whatever plan PostgreSQL chose: the most rows any step read of the message table.
+    read = [(n["Actual Rows"] + n.get("Rows Removed by Filter", 0)
+             + n.get("Rows Removed by Index Recheck", 0)) * n["Actual Loops"] for n in nodes
+            if n.get("Relation Name") == "message_text"
+            or str(n.get("Index Name", "")).startswith("message_text")]
+    assert read, json.dumps(plan, indent=1)
+    return int(matched), max(read)
+
+
+async def test_another_user_s_matches_are_never_walked(search: Any) -> None:
+    """Search filters by user before it walks a match (issue 34): the same work for the
+    caller's query whether another user's chats hold the word never or 300 times."""
+    await search.sessions.upsert_session(meta("mine"))
+    await search.sessions.upsert_session(meta("theirs", user="other"))
+    await search.add([SearchRow("mine", "r", i, "user", f"zebra number {i}") for i in range(3)])
+    before = await _work(search, "local", "zebra")
+    hits = await search.search("local", "zebra", 20)
+    assert before[0] == 3 and before[1] > 0 and len(hits) == 3
+    await search.add([SearchRow("theirs", "q", i, "user", f"zebra zebras {i}")
+                      for i in range(300)])
+    assert await _work(search, "local", "zebra") == before
+    assert await search.search("local", "zebra", 20) == hits
+    # Theirs are found by them, all of them (the limit aside), and only theirs.
+    assert (await _work(search, "other", "zebra"))[0] == 300
+    assert {h["session_id"] for h in await search.search("other", "zebra", 100)} == {"theirs"}
+
+
+async def test_an_older_index_without_owners_is_made_anew(search: Any) -> None:
+    """An index from before the owners' tags: its search table is dropped and made again,
+    and `open` says so (start-up then refills it from git)."""
+    if isinstance(search, SqliteSearch):
+        await search.index.db.executescript(
+            "DROP TABLE message_fts; DROP TABLE message_text; CREATE TABLE message_text "
+            "(id INTEGER PRIMARY KEY, session_id TEXT, run_id TEXT, message_index INTEGER, "
+            "role TEXT, text TEXT);")
+    else:
+        await search.index.pool.execute(
+            "ALTER TABLE message_text DROP COLUMN tsv, DROP COLUMN owner")
+    assert await search.open() is True
+    assert await search.open() is False
+    await search.sessions.upsert_session(meta("s"))
+    await search.add([SearchRow("s", "r", 0, "user", "narwhal")])
+    assert len(await search.search("local", "narwhal", 20)) == 1
