@@ -123,6 +123,12 @@ class PgSearch:
         await self.index.pool.execute(
             "DELETE FROM message_text WHERE session_id = $1", session_id)
 
+    async def delete_runs(self, session_id: str, run_ids: list[str]) -> None:
+        """A removed branch's runs (a fork has its own copies)."""
+        await self.index.pool.execute(
+            "DELETE FROM message_text WHERE session_id = $1 AND run_id = ANY($2::text[])",
+            session_id, run_ids)
+
     async def clear(self) -> None:
         await self.index.pool.execute("DELETE FROM message_text")
 

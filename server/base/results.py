@@ -412,6 +412,14 @@ class SubAgentResult(TypedDict):
     summary_commit_id: NotRequired[str]
 
 
+class RemovedBranch(TypedDict):
+    """A finished sub-agent's branch removed (`remove_sub_branch`): the runs that left the
+    index with it (those no other branch holds)."""
+
+    branch: str
+    run_ids: list[str]
+
+
 class SubAgentSummary(TypedDict):
     """The sub-agent's result as written on the parent branch (subagents.write_result)."""
 

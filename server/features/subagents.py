@@ -7,7 +7,8 @@ runs an ordinary turn there (turns.launch/drive) through a `SessionHandle` opene
 worktree: its own GitSession on its own worker thread, so several sub-agents and the parent
 work at the same time. The sub-agent holds its own branch (locks.py), never the parent's.
 When the turn ends, its answer is written into the parent branch as an assistant message
-naming the branch and commit, the worktree is removed (folder included) and the branch kept.
+naming the branch and commit, the worktree is removed (folder included) and the branch kept:
+readable in the graph until the user removes it (`remove_sub_branch`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from server.agent.turn_context import (
 )
 from server.agent.turns import launch
 from server.base import crash, events
-from server.base.errors import NotFound, TooMany
+from server.base.errors import BadRequest, Busy, Conflict, NotFound, TooMany
 from server.base.ids import new_message_id, now_iso
 from server.base.records import (
     RunFields,
@@ -42,9 +43,9 @@ from server.base.records import (
     new_run,
     to_json_bytes,
 )
-from server.base.results import SubAgentResult, SubAgentSummary
+from server.base.results import RemovedBranch, SubAgentResult, SubAgentSummary
 from server.git import lookup
-from server.git.branches import clean_label, sub_branch
+from server.git.branches import clean_label, is_sub, sub_branch
 from server.git.commits import commit_message
 from server.git.history import HISTORY, RUNS
 from server.git.session import WORKTREES, GitSession
@@ -365,3 +366,46 @@ async def run_model_child(braid: Services, parent: SessionHandle, child: SpawnCh
         usage=out["usage"]))
     braid.bus.publish(sid, events.dag_changed(branch=branch))
     return out
+
+
+# -- a finished child's branch, removed from the page -------------------------------------
+
+
+def _delete_sub_branch(git: GitSession, branch: str, run_ids: list[str]) -> list[str]:
+    """On the session's thread: delete `branch` (not the one shown) and return those of its
+    runs (`run_ids`) that no other branch holds (a merge may have taken them in)."""
+    git.branch_tip(branch)  # NotFound when gone
+    if git.branch == branch:
+        raise Conflict(f"branch {branch} is shown: show another branch before removing it")
+    if branch in git.repo.list_worktrees():  # one a dead server left: its files first
+        recover_worktree(git, branch)
+    git.delete_branch(branch)
+    tips = [git.commit(tip) for tip in git.branches().values()]
+    return [rid for rid in run_ids
+            if not any(layout.find_run_path(git, rid, tip) for tip in tips)]
+
+
+async def remove_sub_branch(braid: Services, user_id: str, session_id: str,
+                            branch: str) -> RemovedBranch:
+    """Remove a finished sub-agent's branch: its ref goes, and with it its commits from the
+    graph (unless another branch reaches them) and its runs from the index and search. Its
+    result on the parent's branch stays. Refused while a run goes on in the session (a
+    model's children wait for their turn on branches made already), and for the branch
+    shown or one with queued messages."""
+    handle = braid.store.get_owned(user_id, session_id)
+    sid = handle.session_id
+    if not is_sub(branch):
+        raise BadRequest(f"{branch} is not a sub-agent's branch")
+    if await braid.locks.held(sid) or braid.runs.worktrees(sid):
+        raise Busy("a run is going on in this session: remove the branch when it ends")
+    if await braid.queue.has_waiting(sid, branch):
+        raise Conflict(f"messages are queued on branch {branch}")
+    async with braid.locks.hold(sid, branch):
+        run_ids = [r["run_id"] for r in await braid.index.list_runs(sid)
+                   if r.get("branch") == branch]
+        gone = await handle.call(lambda git: _delete_sub_branch(git, branch, run_ids))
+        for run_id in gone:
+            await braid.index.delete_run(sid, run_id)
+        await braid.search.delete_runs(sid, gone)
+    braid.bus.publish(sid, events.dag_changed(branch=branch))
+    return {"branch": branch, "run_ids": gone}

@@ -19,7 +19,7 @@ from typing import Any
 import pygit2
 from pygit2.enums import FileMode
 
-from server.base import crash, names
+from server.base import crash, fsops, names
 from server.base.errors import Conflict, NotFound
 from server.base.records import SessionMeta, Skipped, to_json_bytes
 from server.git import lookup, objects
@@ -423,3 +423,11 @@ class GitSession:
         if lookup.branch_target(self.repo, name) is not None:
             raise Conflict(f"branch {name} exists")
         self.repo.branches.local.create(name, self.repo[target].peel(pygit2.Commit))
+
+    def delete_branch(self, name: str) -> None:
+        """Delete the branch `name` (its loose ref, its line in packed-refs, its reflog), then
+        sync the folders that held them: a power cut never brings it back."""
+        if lookup.branch_target(self.repo, name) is None:
+            raise NotFound(f"no branch {name}")
+        self.repo.branches.local.delete(name)
+        fsops.sync_dirs([self.common / "refs" / "heads", self.common])

@@ -170,6 +170,7 @@ class MessageSearch(Protocol):
     async def add(self, rows: list[SearchRow]) -> None: ...
     async def copy_session(self, from_session_id: str, to_session_id: str) -> None: ...
     async def delete_session(self, session_id: str) -> None: ...
+    async def delete_runs(self, session_id: str, run_ids: list[str]) -> None: ...
     async def clear(self) -> None: ...
     async def search(self, user_id: str, query: str, limit: int) -> list[SearchHit]: ...
 
@@ -293,6 +294,19 @@ class SqliteSearch:
         await db.execute("DELETE FROM message_shares WHERE source_id = ? OR session_id = ?",
                          (session_id, session_id))
         await db.execute("DELETE FROM message_text WHERE session_id = ?", (session_id,))
+        await db.commit()
+
+    async def delete_runs(self, session_id: str, run_ids: list[str]) -> None:
+        """A removed branch's runs (their forks keep their own copies, as `delete_session`
+        gives them)."""
+        if not run_ids:
+            return
+        db = self.index.db
+        marks = ", ".join("?" for _ in run_ids)
+        await db.execute(UNSHARE_SQL.replace("ORDER BY", f"AND m.run_id IN ({marks}) ORDER BY"),
+                         (session_id, *run_ids))
+        await db.execute(f"DELETE FROM message_text WHERE session_id = ? AND run_id IN ({marks})",
+                         (session_id, *run_ids))
         await db.commit()
 
     async def clear(self) -> None:

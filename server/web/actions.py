@@ -89,6 +89,8 @@ SPECS: list[Action] = [
         Param("prompt", P.text("prompt")),
         Param("label", P.label),
     ), Http("POST", "/api/sessions/{session_id}/sub_agents")),
+    Action("remove_sub_branch", subagents.remove_sub_branch, (Param("branch", P.branch_name),),
+           Http("DELETE", "/api/sessions/{session_id}/branches/{branch}")),
     Action("merge_branches", merge.merge_branches, (
         Param("branches", P.branch_list, many=True),
         Param("message", P.string("message")),

@@ -14,8 +14,9 @@ import pytest
 
 from conftest import assert_fsck, call_action, git, run_to_end
 from server.app.braid import Braid
-from server.base.errors import BadRequest, Busy, NotFound
-from server.features import sessions, subagents
+from server.app.reindex import reindex
+from server.base.errors import BadRequest, Busy, Conflict, NotFound
+from server.features import dag, search, sessions, subagents
 from server.git.session import GitSession
 from server.store import atomic
 
@@ -314,3 +315,56 @@ async def test_a_result_carries_the_childs_files_as_chips_with_their_diff(
     assert "+hello" in diff["diff"] and diff["paths"] == [{"path": "new.txt",
                                                            "status": "added"}]
     assert not (path / "workdir" / "new.txt").exists()  # the parent's files are its own
+
+
+async def test_a_finished_child_s_branch_is_removed_with_its_runs_and_nothing_else(
+        braid: Braid) -> None:
+    """Finished children's branches stay readable until removed (issue 34): Remove takes the
+    branch, its commits out of the graph and its runs out of the index and search; the
+    parent's result stays, the repo stays valid. A branch shown, a run going on, or a branch
+    not a child's is refused with a clear error, and another user cannot touch it."""
+    sid, path, turn_id = await session_with_turn(braid)
+    red = await subagents.spawn_sub_agent(braid, USER, sid, turn_id, "say scarlet red")
+    blue = await subagents.spawn_sub_agent(braid, USER, sid, turn_id, "say blue", "second")
+    with pytest.raises(BadRequest, match="not a sub-agent's branch"):
+        await call_action(braid, USER, sid, "remove_sub_branch", branch="main")
+    with pytest.raises(NotFound):
+        await call_action(braid, "intruder", sid, "remove_sub_branch", branch=red["branch"])
+    with pytest.raises(NotFound):
+        await call_action(braid, USER, sid, "remove_sub_branch", branch="sub_nothing_here_0")
+    # Shown: refused, then removable once another branch is shown.
+    await call_action(braid, USER, sid, "checkout", ref=blue["branch"])
+    with pytest.raises(Conflict, match="is shown"):
+        await call_action(braid, USER, sid, "remove_sub_branch", branch=blue["branch"])
+    await call_action(braid, USER, sid, "checkout", ref="main")
+    # Running in the session: refused (a model's children wait on branches made already).
+    queue = braid.bus.subscribe(sid)
+    slow = asyncio.create_task(subagents.spawn_sub_agent(
+        braid, USER, sid, turn_id, "slow 200\nsay " + " ".join(["word"] * 30), "slowpoke"))
+    while (await asyncio.wait_for(queue.get(), 20))["event"] != "sub_agent_started":
+        pass
+    with pytest.raises(Busy, match="a run is going on"):
+        await call_action(braid, USER, sid, "remove_sub_branch", branch=red["branch"])
+    await asyncio.wait_for(slow, 60)
+
+    removed = await call_action(braid, USER, sid, "remove_sub_branch", branch=red["branch"])
+    assert removed == {"branch": red["branch"], "run_ids": [red["run_id"]]}
+    names = git(path, "branch", "--format=%(refname:short)").split()
+    assert red["branch"] not in names and blue["branch"] in names and "main" in names
+    assert_fsck(path)
+    assert git(path, "status", "--porcelain") == ""
+    # Out of the graph, the index and search; the parent's result (on main) stays.
+    graph = await dag.get_dag(braid, USER, sid)
+    assert red["branch"] not in {b["name"] for b in graph["branches"]}
+    assert red["commit_id"] not in {n["id"] for n in graph["nodes"]}
+    assert red["run_id"] not in {r["run_id"] for r in await braid.index.list_runs(sid)}
+    hits = (await search.search(braid, USER, "scarlet"))["results"]
+    assert [h["run_id"] for h in hits] == [red["summary_run_id"]]
+    with pytest.raises(NotFound):
+        await sessions.get_run(braid, USER, sid, red["run_id"])
+    with pytest.raises(NotFound):  # gone already
+        await call_action(braid, USER, sid, "remove_sub_branch", branch=red["branch"])
+    # The index agrees with git after a rebuild from git alone.
+    before = sorted(r["run_id"] for r in await braid.index.list_runs(sid))
+    await reindex(braid)
+    assert sorted(r["run_id"] for r in await braid.index.list_runs(sid)) == before

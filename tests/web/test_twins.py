@@ -97,6 +97,11 @@ def cases() -> list[tuple[str, Params, str | None]]:
          None),
         ("merge_branches", lambda c: {"branches": [c["sub"]["branch"]], "message": "m"},
          None),
+        ("remove_sub_branch", lambda c: {"branch": "main"}, None),
+        ("remove_sub_branch", lambda c: {"branch": "-x"}, None),
+        ("remove_sub_branch", lambda c: {"branch": "sub_nothing_here_0"}, None),
+        ("remove_sub_branch", lambda c: {"branch": c["sub"]["branch"]}, None),
+        ("remove_sub_branch", lambda c: {"branch": c["sub"]["branch"]}, None),  # gone
         ("continue_run", lambda c: {"run_id": c["turn"], "fork": "yes"}, None),
         ("continue_run", lambda c: {"run_id": c["turn"], "keep_files": "yes"}, None),
         ("continue_run", lambda c: {"run_id": c["turn"], "continue_from": "2"}, None),

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from server.base.errors import BraidError, ErrorInfo, NotFound
-from server.base.results import ChildCard, MergeResult, TranscriptItem
+from server.base.results import ChildCard, MergeResult, RemovedBranch, TranscriptItem
 from server.features import dag, sessions
 from server.web import params
 from server.web.auth import user_of
@@ -39,7 +39,11 @@ env.globals["node_kind"] = node_kind
 
 
 def dag_html(layout: dag_layout.Layout, session_id: str) -> str:
-    return render("_dag.html", dag=layout, session_id=session_id, row_h=dag_layout.ROW_H)
+    """The graph, and (out of band: outside the merge form, forms do not nest) the list of
+    the sub-agents' branches with their Remove buttons, drawn from the same branches."""
+    subs = [b for b in layout.branches if b.get("sub_agent")]
+    return render("_dag.html", dag=layout, session_id=session_id, row_h=dag_layout.ROW_H) + \
+        render("_sub_branches.html", branches=subs, oob=True)
 
 
 async def load_layout(braid: Any, user_id: str, session_id: str,
@@ -177,6 +181,15 @@ async def merge_done(r: Renderer, data: MergeResult) -> str:
     return '<span id="merge-ack" hidden data-state="merged"></span>'
 
 
-DAG_RESULTS: dict[str, ResultRenderer] = {"spawn_sub_agent": no_html, "merge_branches": merge_done}
+async def branch_removed(r: Renderer, data: RemovedBranch) -> str:
+    # The graph and the list are redrawn by dag_changed; this says what went.
+    runs = len(data["run_ids"])
+    return r.toast(f"Removed {short_branch(data['branch'])}"
+                   f"{f' and its {runs} run' + ('s' if runs != 1 else '') if runs else ''}.",
+                   level="info")
+
+
+DAG_RESULTS: dict[str, ResultRenderer] = {"spawn_sub_agent": no_html, "merge_branches": merge_done,
+                                          "remove_sub_branch": branch_removed}
 # Error renderers take the frame's `error` object: {code, message, details?}.
 DAG_ERRORS: dict[str, ErrorRenderer] = {"merge_branches": merge_error}
