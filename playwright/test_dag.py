@@ -8,9 +8,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 from playwright.sync_api import Page, expect
 
 from conftest import git as git_cli
+from conftest import send_from_page
 
 Server = Any  # the root conftest's `Server`
 TIMEOUT = 20_000
@@ -170,3 +172,65 @@ def test_a_conflict_is_resolved_by_hand_in_the_merge_panel(
     parents = git_cli(path, "rev-list", "--parents", "-n", "1", "HEAD^").split()
     assert len(parents) == 4  # the merge commit (the turn's commit is on top) has 3 parents
 
+
+
+@pytest.mark.parametrize("size", [pytest.param({"width": 1400, "height": 900}, id="laptop"),
+                                  pytest.param({"width": 390, "height": 844}, id="phone")])
+def test_a_finished_sub_agent_s_branch_is_listed_and_removed(
+        page: Page, login: Any, shared_server: Server, size: dict[str, int]) -> None:
+    """Sub-agent branches under the graph, each with Remove (issue 34): refused with a clear
+    message while a run goes on; then Remove takes the branch, its lane and its nodes from
+    the graph; the result stays in the chat; git still lists main and the other child."""
+    page.set_viewport_size(size)
+    server = shared_server
+    session_id = server.new_session()
+    turn_id = server.run(session_id, "say hi")["run_id"]
+    server.spawn_conflicting(session_id, turn_id)  # red and blue, finished
+    login(page, session_id)
+    branches = [b for b in git_cli(server.session_path(session_id), "branch",
+                                   "--format=%(refname:short)").split() if b.startswith("sub_")]
+    red = next(b for b in branches if "_red_" in b)
+    blue = next(b for b in branches if "_blue_" in b)
+    slow = send_from_page(page, "slow 400\nsay " + " ".join(["busy"] * 40))
+    if not page.locator("#dag-body").is_visible():
+        page.click("[data-toggle-dag]")
+    listed = page.locator("#sub-branches .sub-branch")
+    expect(listed).to_have_count(2, timeout=TIMEOUT)
+    expect(page.locator("#sub-branches h3")).to_contain_text("Sub-agent branches")
+    assert sorted(listed.evaluate_all("els => els.map(e => e.dataset.branch)")) == \
+        sorted(branches)
+    row = page.locator(f'#sub-branches .sub-branch[data-branch="{red}"]')
+    lane_nodes = page.locator(f'#dag .dag-node[data-branch="{red}"]')
+    expect(lane_nodes).not_to_have_count(0)
+    remove = row.get_by_role("button", name=re.compile("^Remove"))
+    remove.scroll_into_view_if_needed()
+    box, window = remove.bounding_box(), page.viewport_size
+    assert box is not None and window is not None
+    assert box["x"] >= 0 and box["x"] + box["width"] <= window["width"], (box, window)
+
+    # While a turn runs: refused, said so, nothing removed.
+    remove.click()
+    expect(page.locator("#toasts")).to_contain_text("a run is going on", timeout=TIMEOUT)
+    expect(row).to_have_count(1)
+    expect(page.locator(f"#turn-{slow}")).to_have_attribute("data-status", "COMPLETED",
+                                                             timeout=TIMEOUT)
+    if not page.locator("#dag-body").is_visible():
+        page.click("[data-toggle-dag]")
+    remove.click()
+    expect(row).to_have_count(0, timeout=TIMEOUT)
+    expect(lane_nodes).to_have_count(0, timeout=TIMEOUT)
+    expect(page.locator(f'#dag .dag-branch[data-branch="{red}"]')).to_have_count(0)
+    expect(page.locator("#toasts")).to_contain_text("Removed", timeout=TIMEOUT)
+    expect(listed).to_have_count(1)
+    # The child's result stays in the parent's chat.
+    expect(page.locator("#transcript")).to_contain_text("sub-agent red")
+    names = git_cli(server.session_path(session_id), "branch",
+                    "--format=%(refname:short)").split()
+    assert red not in names and blue in names and "main" in names
+    git_cli(server.session_path(session_id), "fsck", "--strict")
+    # Drawn the same by the server on a reload.
+    page.reload()
+    if not page.locator("#dag-body").is_visible():
+        page.click("[data-toggle-dag]")
+    expect(listed).to_have_count(1, timeout=TIMEOUT)
+    expect(listed.first).to_have_attribute("data-branch", blue)
