@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -159,3 +160,71 @@ def test_the_users_spawn_never_touches_the_models_children(server_factory: Any) 
     assert git(path, "worktree", "list").count("\n") == 1
     _, info = srv.api("GET", f"/api/sessions/{sid}")
     assert all(r["status"] != "RUNNING" for r in info["runs"])
+
+
+RUNS = 5 * (1 + 4 * 3)  # five messages, each its run, 4 children and 8 grandchildren
+
+
+def test_a_flood_of_sub_agents_loses_no_index_or_search_row(server_factory: Any) -> None:
+    """Under a flood of children (each message 4 children × 2 grandchildren, four messages
+    queued behind the first, and another user's turns meanwhile), every run's index row
+    and search rows are written: once it all ends, the index agrees with git run by run, and
+    each completed run's words are found (issue 34: 3 runs were COMPLETED in git, RUNNING in
+    the index and unfindable, `sqlite3.InterfaceError`). A restart changes nothing."""
+    from tests.faults.test_powercut_crash import git_runs
+
+    srv = server_factory()
+    other = add_user(srv, "bea")
+    sid = srv.new_session()
+    ws = srv.socket(sid)
+    status, info = srv.api("POST", "/api/sessions", {}, token=other)
+    assert status == 201
+    theirs = srv.socket(info["session_id"], token=other)
+
+    def message(k: int) -> str:
+        return "\n".join(f"spawn c{k}{i}: spawn g1: say leaf{k}{i}a\\nspawn g2: say leaf{k}{i}b"
+                         f"\\nsay kid{k}{i}" for i in range(4))
+
+    first = ws.call("send_message", text=message(0))["data"]["run_id"]
+    for k in range(1, 5):
+        reply = ws.call("send_message", text=message(k), queue=True)
+        assert reply["type"] == "result", reply
+    for k in range(6):
+        said = theirs.call("send_message", text=f"say bea{k} here")["data"]["run_id"]
+        assert ended(theirs, said, timeout=120)["status"] == "COMPLETED"
+    assert ended(ws, first, timeout=300)["status"] == "COMPLETED"
+    deadline = time.monotonic() + 600
+    while True:  # the queued four, one after another, each with its 12 children
+        _, info = srv.api("GET", f"/api/sessions/{sid}")
+        _, queued = srv.api("GET", f"/api/sessions/{sid}/queue")
+        if not queued["queued"] and len(info["runs"]) >= RUNS and \
+                all(r["status"] != "RUNNING" for r in info["runs"]):
+            break
+        assert time.monotonic() < deadline, (queued, info["runs"])
+        time.sleep(0.5)
+    ws.close()
+    theirs.close()
+
+    def check() -> None:
+        _, info = srv.api("GET", f"/api/sessions/{sid}")
+        indexed = {r["run_id"]: (r["branch"], r["status"]) for r in info["runs"]}
+        in_git = git_runs(srv.session_path(sid))
+        assert set(indexed) == set(in_git)
+        assert {rid: in_git[rid][branch] for rid, (branch, _) in indexed.items()} == \
+            {rid: status for rid, (_, status) in indexed.items()}
+        assert len(indexed) == RUNS
+        assert all(status == "COMPLETED" for _, status in indexed.values()), indexed
+        for k in range(5):
+            for i in range(4):
+                for word, n in ((f"kid{k}{i}", 2), (f"leaf{k}{i}a", 3)):
+                    status, found = srv.api("GET", f"/api/search?q={word}&limit=100")
+                    assert status == 200
+                    # In the parent's message, the child's prompt (and answer), and for a
+                    # leaf the grandchild's prompt and answer: each of those runs found.
+                    runs = {h["run_id"] for h in found["results"]}
+                    assert len(runs) >= n, (word, found)
+
+    check()
+    srv.stop()
+    srv.start()
+    check()
