@@ -34,7 +34,6 @@ from server.base.records import SessionMeta, new_session_meta, to_json_bytes
 from server.base.results import ForkedSession
 from server.git.commits import commit_message
 from server.git.init_repo import init_repository
-from server.git.loose import WRITERS
 from server.git.session import GitSession
 from server.git.trees import apply_changes
 from server.git.workdir.index_format import stat_words
@@ -201,7 +200,7 @@ async def fork_session(braid: Services, user_id: str, session_id: str) -> Forked
             session_settings.save(target, meta)
 
         await source.call(clone)
-        await asyncio.to_thread(sync_tree, target, WRITERS)  # whole before it is listed
+        await asyncio.to_thread(sync_tree, target)  # whole before it is listed
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         journal.end_folder(braid.store.root, new_id)

@@ -12,15 +12,17 @@ once costs about one wait instead of twelve in a row (bench/checkpoint.py, secti
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 import zlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
-from server.base.fsops import rename_new, sync_all, sync_dir
+from server.base.fsops import SYNCERS, rename_new, sync_all, sync_dir
 from server.base.pools import IdlingThreadPool
 
 _WRITERS = 4  # threads a checkpoint's object files are written on (this one and 3 more)
@@ -29,6 +31,21 @@ _LEVEL = 1  # git's core.looseCompression default (and libgit2's): loose objects
 
 # The threads checkpoints' object files are written on, shared by every session.
 WRITERS = IdlingThreadPool(_WRITERS - 1, 5.0, name="braid-objects")
+
+
+class _Staged(NamedTuple):
+    hexid: bytes
+    body: bytes
+    tmp: bytes  # its temporary file, written, open as `fd`
+    fd: int
+
+
+def _drop(staged: list[_Staged]) -> None:
+    """Temporary files given up: closed and removed."""
+    for s in staged:
+        os.close(s.fd)
+        with contextlib.suppress(OSError):
+            os.unlink(s.tmp)
 
 
 class LooseWriter:
@@ -48,6 +65,8 @@ class LooseWriter:
         self._made: set[bytes] = set()  # fan-out folders known to exist
         self._batch: dict[bytes, bytes] | None = None  # hex id -> deflated bytes, unwritten
         self._pool = pool
+        # Without a pool (tests), the syncs too run one after another here.
+        self._syncs: Executor | None = SYNCERS if pool is not None else None
         self._grown = False  # a fan-out folder made since the last sync of objects/
 
     def write(self, kind: bytes, data: bytes) -> bytes:
@@ -77,36 +96,103 @@ class LooseWriter:
             self.begin()
 
     def finish(self, also: Sequence[Callable[[], None]] = ()) -> None:
-        """Write the objects kept since `begin()` (several files at once) and stop keeping.
-        When it returns they survive a power cut (DESIGN "Durability"): each file's data
-        was synced before its rename, then each folder that gained a name, once, together
-        with the syncs `also` (the checkpoint's files in the working tree)."""
+        """Write the objects kept since `begin()` and stop keeping. When it returns they
+        survive a power cut (DESIGN "Durability"), in two waits on the disk however many
+        objects: every file written (several threads), then every file's data synced at
+        once together with the syncs `also` (the checkpoint's files in the working tree),
+        then each named (a name never holds data not on disk), then every folder that
+        gained a name synced at once. A file that could not be written is raised once the
+        others are written and named."""
         batch, self._batch = self._batch, None
         if not batch:
-            sync_all(also, self._pool)
+            sync_all(also, self._syncs)
             return
-        items = list(batch.items())
-        pool = self._pool
-        if pool is None or len(items) < 2:
-            self._sync_folders(self._put_all(items), also)
-            return
-        # A share for each of a few threads, one share on this thread: all are waited for.
-        shares = [items[i::_WRITERS] for i in range(min(_WRITERS, len(items)))]
-        futures = [pool.submit(self._put_all, share) for share in shares[1:]]
-        error: BaseException | None = None
-        named: set[bytes] = set()
+        staged, error = self._stage_shares(list(batch.items()))
         try:
-            named |= self._put_all(shares[0])
-        except BaseException as e:  # noqa: BLE001 - raised after the others are done
-            error = e
-        for future in futures:
-            try:
-                named |= future.result()
-            except BaseException as e:  # noqa: BLE001
-                error = error or e
+            sync_all([*(functools.partial(os.fsync, s.fd) for s in staged), *also], self._syncs)
+        except BaseException:
+            _drop(staged)
+            raise
+        for s in staged:
+            os.close(s.fd)
+        self._sync_folders(self._name_all(staged))
         if error is not None:
             raise error
-        self._sync_folders(named, also)
+
+    def _stage_shares(self, items: list[tuple[bytes, bytes]]
+                      ) -> tuple[list[_Staged], BaseException | None]:
+        """Each object's temporary file written, not synced: a share on each of a few
+        threads (a file's creation may wait on the journal), one share here. The files
+        written, and the first failure."""
+        pool = self._pool
+        if pool is None or len(items) < 2:
+            return self._stage_all(items)
+        shares = [items[i::_WRITERS] for i in range(min(_WRITERS, len(items)))]
+        futures = [pool.submit(self._stage_all, share) for share in shares[1:]]
+        staged, error = self._stage_all(shares[0])
+        for future in futures:
+            try:
+                more, failed = future.result()
+            except BaseException as e:  # noqa: BLE001 - raised after the others are done
+                more, failed = [], e
+            staged += more
+            error = error or failed
+        return staged, error
+
+    def _stage_all(self, items: list[tuple[bytes, bytes]]
+                   ) -> tuple[list[_Staged], BaseException | None]:
+        staged: list[_Staged] = []
+        error: BaseException | None = None
+        for hexid, body in items:
+            try:
+                staged.append(self._stage(hexid, body))
+            except OSError as e:
+                error = error or e
+        return staged, error
+
+    def _stage(self, hexid: bytes, body: bytes) -> _Staged:
+        """The object's data in a temporary file in its fan-out folder, left open (its
+        fsync comes with the batch's). A folder a prune removed meanwhile is made again."""
+        folder = self._base + hexid[:2]
+        for attempt in range(_ATTEMPTS):
+            tmp = folder + b"/tmp_obj_" + os.urandom(6).hex().encode()
+            try:
+                fd = self._create(folder, tmp)
+            except FileNotFoundError:
+                self._made.discard(folder)
+                if attempt == _ATTEMPTS - 1:
+                    raise
+                continue
+            try:
+                view = memoryview(body)
+                while view:
+                    view = view[os.write(fd, view):]
+            except BaseException:
+                os.close(fd)
+                os.unlink(tmp)
+                raise
+            return _Staged(hexid, body, tmp, fd)
+        raise AssertionError("not reached")  # the last attempt returns or raises
+
+    def _name_all(self, staged: list[_Staged]) -> set[bytes]:
+        """Each synced file renamed to its object's name (or dropped, the object there
+        already); the folders given a name (or holding one: synced even when the object was
+        there, as another worktree's writer may have named it and not yet synced its
+        folder). An object a prune took meanwhile is written again, alone."""
+        named: set[bytes] = set()
+        for s in staged:
+            folder = self._base + s.hexid[:2]
+            path = folder + b"/" + s.hexid[2:]
+            try:
+                if not rename_new(s.tmp, path):  # there already: kept, freshened
+                    os.unlink(s.tmp)
+                    os.utime(path)
+            except FileNotFoundError:
+                with contextlib.suppress(OSError):
+                    os.unlink(s.tmp)
+                self._put(s.hexid, s.body)
+            named.add(folder)
+        return named
 
     def _sync_folders(self, named: set[bytes],
                       also: Sequence[Callable[[], None]] = ()) -> None:
@@ -114,24 +200,7 @@ class LooseWriter:
         if self._grown:
             self._grown = False
             named.add(self._base)
-        sync_all([*(functools.partial(sync_dir, p) for p in named), *also], self._pool)
-
-    def _put_all(self, items: list[tuple[bytes, bytes]]) -> set[bytes]:
-        """Write each one (the folders given a new name); the first failure is raised once
-        the others are written."""
-        error: OSError | None = None
-        named: set[bytes] = set()
-        for hexid, body in items:
-            try:
-                self._put(hexid, body)
-                # Synced even when the object was there: another worktree's writer may
-                # have named it and not yet synced its folder.
-                named.add(self._base + hexid[:2])
-            except OSError as e:
-                error = error or e
-        if error is not None:
-            raise error
-        return named
+        sync_all([*(functools.partial(sync_dir, p) for p in named), *also], self._syncs)
 
     def _put(self, hexid: bytes, body: bytes) -> bool:
         """Write one object (True when it got a new name, False when it was there)."""

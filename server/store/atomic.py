@@ -14,7 +14,6 @@ from server.base import crash
 from server.base.fsops import sync_all
 from server.git import lookup
 from server.git.history import HISTORY, RUNS
-from server.git.loose import WRITERS
 from server.git.session import Change, GitSession
 from server.git.trees import apply_changes, tree_delta
 from server.git.workdir import guarded
@@ -109,7 +108,7 @@ def sync_paths(git: GitSession, written: list[str], deleted: list[str]) -> None:
                                        for rel in written]
     calls += [functools.partial(guarded.sync_folder, git.path, rel)
               for rel in sorted(guarded.folders_of(written + deleted))]
-    sync_all(calls, WRITERS)
+    sync_all(calls)
 
 
 def merge_paths(git: GitSession, old_oid: pygit2.Oid, new_oid: pygit2.Oid

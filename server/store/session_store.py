@@ -21,7 +21,6 @@ from server.base.ids import is_session_id, new_session_id
 from server.base.names import plain_title
 from server.base.pools import IdlingThreadPool, SerialLane
 from server.base.records import SessionMeta, new_session_meta
-from server.git.loose import WRITERS
 from server.git.session import GitSession
 from server.store import session_settings
 
@@ -190,7 +189,7 @@ class SessionStore:
         try:
             made = await loop.run_in_executor(None, build, path, meta)
             # Whole on disk before anyone is told it exists (DESIGN "Durability").
-            await loop.run_in_executor(None, sync_tree, path, WRITERS)
+            await loop.run_in_executor(None, sync_tree, path)
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise
