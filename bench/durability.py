@@ -1,7 +1,8 @@
 """What the power-cut syncs cost a turn (DESIGN "Durability"), side by side in one run.
 
 A turn's checkpoint as a one-file turn writes it (2 message files, the run record, one
-workdir file; `GitSession.write_checkpoint`) and its run's index row (SQLite), measured
+workdir file; `GitSession.write_checkpoint`) and its run's index row (SQLite,
+`Index.upsert_run`), measured
 with the syncs and with every `fsync` made a no-op (what Braid did before), the two
 interleaved sample by sample so a busy machine weighs on both alike. Run it once per file
 system: TMPDIR picks where (`TMPDIR=/dev/shm` for tmpfs; the default /tmp is the disk here).
@@ -48,10 +49,11 @@ def turn(git: GitSession, n: int) -> None:
 
 
 async def index_row(index: Index, n: int) -> None:
-    await index.db.execute(
-        "INSERT OR REPLACE INTO runs (session_id, run_id, status, created_at) "
-        "VALUES (?, ?, ?, ?)", ("s", f"{n:032x}", "COMPLETED", now_iso()))
-    await index.db.commit()
+    """The run's row as a turn's end writes it (`Index.upsert_run`: the row and the
+    session's time)."""
+    now = now_iso()
+    await index.upsert_run("0" * 32, {"run_id": f"{n:032x}", "status": "COMPLETED",
+                                      "branch": "main", "created_at": now, "updated_at": now})
 
 
 async def main() -> None:
@@ -61,6 +63,7 @@ async def main() -> None:
         git = GitSession.create(root / "s", meta)
         index = Index(root / "index.sqlite3")
         await index.open()
+        await index.upsert_session(meta)
         synced: dict[str, list[float]] = {"commit": [], "row": []}
         bare: dict[str, list[float]] = {"commit": [], "row": []}
         n = 0

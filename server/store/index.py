@@ -105,10 +105,12 @@ class Index:
         row["archived"] = 1 if row["archived"] else 0
         row["updated_at"] = updated_at or meta.get("updated_at") or meta["created_at"]
         await self._upsert("sessions", SESSION_COLUMNS, row)
+        await self.db.commit()
 
     async def upsert_run(self, session_id: str, run: RunRecord | RunRow) -> None:
         row: dict[str, object] = {c: run.get(c) for c in RUN_COLUMNS}
         row["session_id"] = session_id
+        # The row and the session's time in one transaction: one sync (FULL), not two.
         await self._upsert("runs", RUN_COLUMNS, row)
         await self.db.execute(
             "UPDATE sessions SET updated_at = max(updated_at, ?) WHERE session_id = ?",
@@ -123,7 +125,6 @@ class Index:
             f"INSERT OR REPLACE INTO {table} ({cols}) VALUES ({marks})",
             tuple(row[c] for c in columns),
         )
-        await self.db.commit()
 
     async def list_sessions(self, user_id: str, query: str = "",
                             archived: bool = False) -> list[SessionRow]:
