@@ -12,6 +12,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from server.agent.turns import own_endpoints
 from server.base.errors import NotFound
 from server.features import model_choice, session_meta
 from server.web.auth import user_of
@@ -20,8 +21,8 @@ from server.web.render.templating import render
 
 async def picker_html(braid: Any, user_id: str, session_id: str) -> str:
     handle = braid.store.get_owned(user_id, session_id)
-    listed = await model_choice.list_models(braid)
-    now = model_choice.current(braid, handle)
+    listed = await model_choice.list_models(braid, user_id)
+    now = model_choice.current(braid, handle, await own_endpoints(braid, user_id))
     models = [m for m in listed["models"] if m.get("ref")]
     if now["ref"] not in {m["ref"] for m in models}:
         models.insert(0, {"id": now["id"], "endpoint": now["endpoint"], "ref": now["ref"]})
