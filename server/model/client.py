@@ -17,7 +17,7 @@ from typing import Any
 
 from server.base.errors import BadRequest, BraidError
 from server.base.records import ModelEntry, ModelMessage, ToolSchema, ToolSpec
-from server.base.settings import Settings
+from server.base.settings import Settings, variable_of
 from server.model import body as model_body
 from server.model import reach
 from server.model.endpoints import (
@@ -267,7 +267,7 @@ class ModelClient:
         try:
             await asyncio.to_thread(reach.check_url, self.settings.endpoint_hosts,
                                     ep.base_url or "", "a model endpoint",
-                                    "BRAID_ENDPOINT_HOSTS")
+                                    variable_of("endpoint_hosts"))
         except BraidError as e:
             raise ModelError(ep.scrub(f"the model server at {ep.where()} is not reached: "
                                       f"{e.message}")) from None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from server.base.errors import BadRequest
 from server.base.records import ConnectionRecord
-from server.base.settings import Settings
+from server.base.settings import Settings, variable_of
 from server.model import reach
 
 PREFIX = "mcp__"
@@ -119,7 +119,7 @@ def split_name(name: str) -> tuple[str, str] | None:
 def check_url(hosts: tuple[str, ...], url: str) -> str:
     """`url` if Braid may reach it (the import's URL rules, model/reach.py), else BadRequest
     or Forbidden. The host is resolved here; each of its addresses must be allowed."""
-    return reach.check_url(hosts, url, "an MCP server", "BRAID_MCP_HOSTS")
+    return reach.check_url(hosts, url, "an MCP server", variable_of("mcp_hosts"))
 
 
 def user_servers(records: list[ConnectionRecord]) -> dict[str, HttpServer]:

@@ -10,11 +10,12 @@ import asyncio
 import re
 from typing import TYPE_CHECKING
 
-from server.agent.mcp_servers.config import HttpServer, entry_of
+from server.agent.mcp_servers.config import HttpServer, check_url, entry_of
 from server.base.errors import BadRequest, NotFound, TooMany
 from server.base.ids import now_iso
 from server.base.records import ConnectionRecord
 from server.base.results import ConnectionList, ConnectionView
+from server.base.settings import variable_of
 from server.features.connections import probe
 from server.model import reach
 from server.model.endpoints import DEFAULT, DEMO, Endpoint, redact_url
@@ -68,7 +69,7 @@ async def _endpoint(braid: Services, name: str, url: str, key: str | None,
     if name in (DEMO, DEFAULT) or name in braid.model.endpoints:
         raise BadRequest(f"the name {name!r} is one of the server's endpoints")
     await asyncio.to_thread(reach.check_url, braid.settings.endpoint_hosts, url,
-                            "a model endpoint", "BRAID_ENDPOINT_HOSTS")
+                            "a model endpoint", variable_of("endpoint_hosts"))
     ep = Endpoint(name=name, base_url=url, api_key=key or None, own=True)
     listed = await probe.endpoint_models(ep)
     return {"kind": "model", "name": name, "url": url,
@@ -82,8 +83,7 @@ async def _mcp_server(braid: Services, name: str, url: str,
     assert isinstance(entry, HttpServer)
     if name in braid.mcp.servers:
         raise BadRequest(f"the name {name!r} is one of the server's MCP servers")
-    await asyncio.to_thread(reach.check_url, braid.settings.mcp_hosts, url,
-                            "an MCP server", "BRAID_MCP_HOSTS")
+    await asyncio.to_thread(check_url, braid.settings.mcp_hosts, url)
     await probe.server_tools(entry, braid.data_dir, braid.settings.mcp_timeout)
     return {"kind": "mcp", "name": name, "url": url, "secret": dict(headers), "models": [],
             "created_at": now_iso()}
