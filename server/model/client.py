@@ -304,6 +304,13 @@ class ModelClient:
         self._listed[ep.name] = (time.monotonic(), ids, error)
         return ids, error
 
+    async def forget(self, ep: Endpoint) -> None:
+        """A user removed or changed their endpoint `ep`: its client goes (its connections
+        closed), in this process; another process's goes at shutdown."""
+        client = self._clients.pop((ep.name, ep.base_url, ep.api_key), None)
+        if client is not None:
+            await client.close()
+
     async def close(self) -> None:
         for client in self._clients.values():
             await client.close()

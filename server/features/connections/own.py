@@ -10,7 +10,7 @@ import asyncio
 import re
 from typing import TYPE_CHECKING
 
-from server.agent.mcp_servers.config import HttpServer, check_url, entry_of
+from server.agent.mcp_servers.config import HttpServer, check_url, entry_of, user_servers
 from server.base.errors import BadRequest, NotFound, TooMany
 from server.base.ids import now_iso
 from server.base.records import ConnectionRecord
@@ -18,7 +18,7 @@ from server.base.results import ConnectionList, ConnectionView
 from server.base.settings import variable_of
 from server.features.connections import probe
 from server.model import reach
-from server.model.endpoints import DEFAULT, DEMO, Endpoint, redact_url
+from server.model.endpoints import DEFAULT, DEMO, Endpoint, redact_url, user_endpoints
 from server.store.users import off_loop
 
 if TYPE_CHECKING:
@@ -50,8 +50,8 @@ async def add_connection(braid: Services, user_id: str, kind: str, name: str, ur
     Nothing is kept when it does not answer (`connection_failed`)."""
     users = off_loop(braid.users)
     mine = await users.connections(user_id)
-    if len(mine) >= MAX_CONNECTIONS and not any(
-            r["kind"] == kind and r["name"] == name for r in mine):
+    replaced = [r for r in mine if r["kind"] == kind and r["name"] == name]
+    if len(mine) >= MAX_CONNECTIONS and not replaced:
         raise TooMany(f"at most {MAX_CONNECTIONS} connections a user: remove one first")
     url = url.strip().rstrip("/")
     if kind == "model":
@@ -59,7 +59,17 @@ async def add_connection(braid: Services, user_id: str, kind: str, name: str, ur
     else:
         record = await _mcp_server(braid, name, url, headers)
     await users.put_connection(user_id, record)
+    await _let_go(braid, user_id, replaced)
     return view(record)
+
+
+async def _let_go(braid: Services, user_id: str, records: list[ConnectionRecord]) -> None:
+    """What this process holds of connections the user removed or replaced: an endpoint's
+    client, an MCP server's tools (learnt again if it comes back)."""
+    for ep in user_endpoints(records).values():
+        await braid.model.forget(ep)
+    for server in user_servers(records).values():
+        braid.mcp.forget(user_id, server)
 
 
 async def _endpoint(braid: Services, name: str, url: str, key: str | None,
@@ -97,6 +107,5 @@ async def remove_connection(braid: Services, user_id: str, kind: str,
     if not gone or not await users.remove_connection(user_id, kind, name):
         raise NotFound(f"you have no {'endpoint' if kind == 'model' else 'MCP server'} "
                        f"named {name!r}")
-    if kind == "mcp":
-        braid.mcp.forget(user_id, HttpServer(name, gone[0]["url"]))
+    await _let_go(braid, user_id, gone)
     return await list_connections(braid, user_id)
