@@ -151,7 +151,12 @@ async def _index_run(braid: Services, handle: SessionHandle, ctx: TurnContext) -
 async def drive(braid: Services, ctx: TurnContext, active: ActiveRun) -> None:
     """The model loop. Always ends with a `turn` commit holding the run's final status."""
     status, error = "COMPLETED", None
-    own = await own_endpoints(braid, ctx.handle.user_id)
+    # The owner's own endpoints, and their MCP servers known before any listing: a call
+    # resumed after a restart (_answer_resumed_calls) may name one.
+    records = await off_loop(braid.users).connections(ctx.handle.user_id)
+    own = user_endpoints(records)
+    braid.mcp.remember(ctx.handle.session_id, ctx.handle.user_id,
+                       mcp_config.user_servers(records))
     endpoint, model = braid.model.resolve(ctx.run.get("model"), ctx.run.get("endpoint"), own)
     active.started = True
     try:

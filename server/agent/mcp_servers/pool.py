@@ -82,7 +82,7 @@ class McpPool:
         servers, kept for the session's calls); a server not seen yet is started for this
         session to learn them; one that will not start offers none, and says why."""
         if own is not None:
-            self._own[session_id] = (user_id, own)
+            self.remember(session_id, user_id, own)
         out: list[OfferedTool] = []
         now = time.monotonic()
         for name, (owner, _) in self._servers_of(session_id).items():
@@ -95,6 +95,10 @@ class McpPool:
                     continue
             out.extend(self._catalog.get(owner, ()))
         return out
+
+    def remember(self, session_id: str, user_id: str, own: dict[str, HttpServer]) -> None:
+        """The session's owner and their own servers, for the session's calls."""
+        self._own[session_id] = (user_id, own)
 
     def _servers_of(self, session_id: str) -> dict[str, tuple[Owner, ServerEntry]]:
         """The servers a session may use: its owner's own, then the operator's (which win a
