@@ -253,11 +253,47 @@ def reflog_message(message: str, parents: int) -> str:
     return f"commit{kind}: {commit_summary(message)}"
 
 
-def move_branch(repo: pygit2.Repository, common: Path, ref: str, old: bytes, new: bytes,
-                committer: pygit2.Signature, log_message: str, head_log: bool) -> bool:
-    """Move the loose ref `ref` (refs/heads/…) from `old` to `new`, as git does. False when
-    the ref is not a loose file holding an id (packed, symbolic): the caller asks libgit2.
-    Raises BranchMoved when it holds another commit or its lock is taken."""
+class HeldBranch:
+    """A loose ref locked as git locks one, its lock file holding the new id (`lock_branch`),
+    until `publish` renames it into place or `abandon` gives it up."""
+
+    def __init__(self, ref: str, path: Path, lock: Path, fd: int, old: bytes,
+                 new: bytes) -> None:
+        self.ref, self.path, self.lock, self.fd = ref, path, lock, fd
+        self.old, self.new = old, new
+
+    def sync(self) -> None:
+        """The new id on disk (a sync of its batch): the ref survives a cut as the new id or
+        the old, never empty."""
+        os.fsync(self.fd)
+
+    def publish(self, repo: pygit2.Repository, common: Path, committer: pygit2.Signature,
+                log_message: str, head_log: bool) -> None:
+        """After `sync` and after everything the new commit names is on disk: the reflog
+        line, the rename, its folder synced (what follows, run_completed, may say so)."""
+        os.close(self.fd)
+        self.fd = -1
+        line = b"%s %s %s\t%s\n" % (self.old.hex().encode(), self.new.hex().encode(),
+                                    signature_line(committer),
+                                    log_message.replace("\n", " ").encode())
+        _append_if_there(common / "logs" / self.ref, line)
+        if head_log:
+            _append_if_there(Path(repo.path) / "logs" / "HEAD", line)
+        replace(self.lock, self.path)
+        sync_dir(self.path.parent)
+
+    def abandon(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.lock.unlink(missing_ok=True)
+
+
+def lock_branch(common: Path, ref: str, old: bytes, new: bytes) -> HeldBranch | None:
+    """Lock the loose ref `ref` (refs/heads/…) to move it from `old` to `new`, as git does:
+    its lock file made and given the new id (not yet synced). None when the ref is not a
+    loose file holding an id (packed, symbolic): the caller asks libgit2. Raises
+    BranchMoved when it holds another commit or its lock is taken."""
     path = common / ref
     lock = path.with_name(path.name + ".lock")
     try:
@@ -265,34 +301,38 @@ def move_branch(repo: pygit2.Repository, common: Path, ref: str, old: bytes, new
     except FileExistsError as e:
         raise BranchMoved(f"{ref} is locked by another writer") from e
     except FileNotFoundError:
-        return False
+        return None
+    held = HeldBranch(ref, path, lock, fd, old, new)
     try:
         try:
             current = path.read_bytes().strip()
         except FileNotFoundError:
             current = b""
         if len(current) != 40 or current.startswith(b"ref:"):
-            os.close(fd)
-            lock.unlink()
-            return False
+            held.abandon()
+            return None
         if current != old.hex().encode():
             raise BranchMoved(f"{ref} is at {current.decode()}, not {old.hex()}")
         os.write(fd, new.hex().encode() + b"\n")
-        os.fsync(fd)  # the ref survives a cut as the new id or the old, never empty
-        os.close(fd)
-        fd = -1
-        line = b"%s %s %s\t%s\n" % (old.hex().encode(), new.hex().encode(),
-                                    signature_line(committer),
-                                    log_message.replace("\n", " ").encode())
-        _append_if_there(common / "logs" / ref, line)
-        if head_log:
-            _append_if_there(Path(repo.path) / "logs" / "HEAD", line)
-        replace(lock, path)
-        sync_dir(path.parent)  # the rename too: what follows (run_completed) may say so
     except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        lock.unlink(missing_ok=True)
+        held.abandon()
+        raise
+    return held
+
+
+def move_branch(repo: pygit2.Repository, common: Path, ref: str, old: bytes, new: bytes,
+                committer: pygit2.Signature, log_message: str, head_log: bool) -> bool:
+    """Move the loose ref `ref` (refs/heads/…) from `old` to `new`, as git does. False when
+    the ref is not a loose file holding an id (packed, symbolic): the caller asks libgit2.
+    Raises BranchMoved when it holds another commit or its lock is taken."""
+    held = lock_branch(common, ref, old, new)
+    if held is None:
+        return False
+    try:
+        held.sync()
+        held.publish(repo, common, committer, log_message, head_log)
+    except BaseException:
+        held.abandon()
         raise
     return True
 

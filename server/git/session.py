@@ -212,16 +212,30 @@ class GitSession:
             tree = self._root(base, objects.nest(entries))
             self.index.queue_commit(entries, base.raw if base is not None else None, tree.raw)
             written = self._commit_object(ref, tree, parents, message)
+            held = self._lock_branch(ref, parents, written)
         except BaseException:
             self.loose.finish()
             raise
-        # The objects, and the files this commit holds as they are in the working tree,
-        # are on disk before the branch moves (DESIGN "Durability"): one batch of syncs.
-        self.loose.finish(self._disk_syncs(entries))
-        if sync_index:
-            self.index.flush()
-        crash.commit_point(kind, "before_commit")
-        oid = self._commit(ref, tree, parents, message, head_log=True, written=written)
+        try:
+            # The objects, and the files this commit holds as they are in the working tree,
+            # are on disk before the branch moves (DESIGN "Durability"): one batch of syncs,
+            # the branch's lock file (the new id) in it too.
+            self.loose.finish([*self._disk_syncs(entries), *([held.sync] if held else [])])
+            if sync_index:
+                self.index.flush()
+            crash.commit_point(kind, "before_commit")
+            if held is not None and written is not None:
+                held.publish(self.repo, self.common, self.signature,
+                             objects.reflog_message(message, len(parents)), head_log=True)
+                oid = pygit2.Oid(raw=written)
+                self._last_commit = (oid, tree)
+            else:
+                oid = self._commit(ref, tree, parents, message, head_log=True,
+                                   written=written)
+        except BaseException:
+            if held is not None:
+                held.abandon()
+            raise
         crash.commit_point(kind, "after_commit")
         self.pending.drop(changes)  # the live turn's pending files are committed now
         self.last_skipped = skipped
@@ -257,6 +271,17 @@ class GitSession:
         sig = self.signature
         data = objects.encode_commit(tree.raw, [p.raw for p in parents], sig, sig, message)
         return self.loose.write(b"commit", data)
+
+    def _lock_branch(self, ref: str, parents: list[pygit2.Oid],
+                     written: bytes | None) -> objects.HeldBranch | None:
+        """The branch locked for the commit `written` (the new id in its lock file, synced
+        with the checkpoint's batch), or None: `_commit` moves it the usual way."""
+        if written is None or not parents:
+            return None
+        try:
+            return objects.lock_branch(self.common, ref, parents[0].raw, written)
+        except BranchMoved as e:
+            raise Conflict(f"branch moved while writing a checkpoint: {e}") from e
 
     def _commit(self, ref: str, tree: pygit2.Oid, parents: list[pygit2.Oid], message: str,
                 head_log: bool, written: bytes | None = None) -> pygit2.Oid:

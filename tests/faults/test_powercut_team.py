@@ -113,7 +113,7 @@ def test_power_cut_on_a_team_server(tmp_path: Path, pg_url: str,
             srv.stop(signal.SIGKILL)
             worker.join(timeout=60)
             made = len(seen.done) - done_before
-            assert made, "no completion was seen before the kill"
+            assert made, f"no completion was seen before the kill: {seen.stopped_by}"
             mount.cut()
     finally:
         mount.stop()
