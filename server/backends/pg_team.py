@@ -110,9 +110,14 @@ class Team:
             await db.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK)
             await db.execute(SCHEMA)
         port = getattr(self.braid.settings, "port", None)
-        alone = not await self.pool.fetchval(
-            f"SELECT count(*) FROM braid_processes WHERE seen_at > now() - interval "
+        # A process seen lately is alive unless it ran on this host and its pid is gone: a
+        # server killed (or cut off by a power cut) and started again within STALE seconds
+        # must still recover what it left half done (tests/faults/test_powercut_team.py).
+        here = socket.gethostname()
+        seen = await self.pool.fetch(
+            f"SELECT pid, host FROM braid_processes WHERE seen_at > now() - interval "
             f"'{STALE} seconds'")
+        alone = not [r for r in seen if r["host"] != here or _pid_alive(int(r["pid"]))]
         await self.pool.execute(
             "INSERT INTO braid_processes (owner_id, pid, host, port) VALUES ($1, $2, $3, $4)",
             self.owner_id, os.getpid(), socket.gethostname(), port)
@@ -315,3 +320,13 @@ class Team:
                 log.info("run %s cancelled from another process", active.run_id)
                 active.stop("cancel")
 
+
+def _pid_alive(pid: int) -> bool:
+    """A process with this id runs on this host (another's reused id counts: alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
