@@ -1,7 +1,7 @@
 """Merging branches back (DESIGN §4 "Merge"): a real multi-parent commit and a merge turn.
 
 libgit2 has no octopus merge, so the branches' `workdir/` trees are merged three-way into the
-parent's one at a time, in the order given (`merge_trees` on the workdir subtrees only: a
+parent's one at a time, in the order given (git/merge3.py, on the workdir subtrees only: a
 child's history never enters the parent). The result is one `merge` commit whose parents are
 the parent's HEAD and every branch tip; it is also the first checkpoint of a merge turn, a
 normal run (record, messages, `Braid-Run` trailers) whose answer the model writes from the
@@ -11,10 +11,10 @@ branches' results, given in a system note that opens the turn.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pygit2
-from pygit2.enums import FileMode, MergeFavor, MergeFlag
+from pygit2.enums import FileMode
 
 from server.agent.live_runs import claim_turn
 from server.agent.turn_context import TurnContext, open_turn, snapshot_user_edits
@@ -27,6 +27,7 @@ from server.git import lookup
 from server.git.branches import branch_words
 from server.git.commits import first_parent_line
 from server.git.history import HISTORY, RUNS
+from server.git.merge3 import Clash, Merged, Side, markers, merge, side_text
 from server.git.session import GitSession
 from server.git.trees import empty_tree
 from server.git.workdir.scan import workdir_tree
@@ -48,7 +49,6 @@ MAX_BRANCHES = 16
 SIDE_CHARS = 20_000
 FOLDER_NAMES = 5  # a folder side of a conflict shows this many of its files
 RESULT_LINE = 300
-NO_RENAMES = MergeFlag(0)
 
 
 @dataclass
@@ -67,16 +67,10 @@ def _workdir_tree(git: GitSession, commit: pygit2.Commit | None, empty: pygit2.O
     return tree.id if tree is not None else empty
 
 
-def _side(git: GitSession, entry: pygit2.IndexEntry | None) -> str | None:
-    if entry is None:
-        return None
-    return lookup.blob_data(git.repo, entry.id)[:SIDE_CHARS].decode("utf-8", "replace")
-
-
-def _editable(git: GitSession, entries: tuple[Any, Any, Any]) -> bool:
+def _editable(git: GitSession, clash: Clash) -> bool:
     """Whether the page may offer the file for editing by hand: every side is UTF-8 text
     shown whole (a side cut at SIDE_CHARS, or bytes, would lose what the editor cannot show)."""
-    for entry in entries[1:]:
+    for entry in (clash.ours, clash.theirs):
         if entry is None:
             continue
         data = lookup.blob_data(git.repo, entry.id)
@@ -89,41 +83,28 @@ def _editable(git: GitSession, entries: tuple[Any, Any, Any]) -> bool:
     return True
 
 
-def _conflict(git: GitSession, index: pygit2.Index, entries: tuple[Any, Any, Any], into: str,
-              branch: str, resolutions: dict[str, str], before: list[str]) -> Conflicted:
+def _conflict(git: GitSession, clash: Clash, into: str, branch: str,
+              resolutions: dict[str, str], before: list[str]) -> Conflicted:
     """One conflicted file as the page and the API show it: both sides (`ours`: the branch
     merged into, with the branches merged before this one; `theirs`: `branch`; a folder where
     the other side has a file: its names), the file with conflict markers to edit by hand,
     and whether the user's resolution settles it."""
-    ancestor, ours, theirs = entries
-    path = _path(entries)
-    folder = _folder_in_the_way(index, path)
-    editable = not folder and _editable(git, entries)
-    mine, other = _side(git, ours), _side(git, theirs)
+    folder = list(clash.folder)
+    editable = not folder and _editable(git, clash)
+    mine = side_text(git.repo, clash.ours, SIDE_CHARS)
+    other = side_text(git.repo, clash.theirs, SIDE_CHARS)
     if folder:
         more = " …" if len(folder) > FOLDER_NAMES else ""
         shown = f"(a folder: {', '.join(folder[:FOLDER_NAMES])}{more})"
-        mine, other = (mine, shown) if ours is not None else (shown, other)
-    return {"path": path, "ours": mine, "theirs": other,
+        mine, other = (mine, shown) if clash.ours is not None else (shown, other)
+    return {"path": clash.path, "ours": mine, "theirs": other,
             "branch": branch, "into": into, "editable": editable,
             "before": before,
             # The editor's start: git's markers, labelled in words for the person editing.
-            "merged": _markers(git, entries, " + ".join(map(branch_words, [into, *before])),
-                               branch_words(branch)).decode("utf-8", "replace")
+            "merged": markers(git.repo, clash, " + ".join(map(branch_words, [into, *before])),
+                              branch_words(branch), SIDE_CHARS).decode("utf-8", "replace")
             if editable else None,
-            "resolved": path in resolutions, "resolution": resolutions.get(path)}
-
-
-def _put_text(git: GitSession, index: pygit2.Index, entries: tuple[Any, Any, Any],
-              text: str) -> None:
-    """The user's own result for a conflicted file replaces whatever the merge made of it."""
-    ancestor, ours, theirs = entries
-    path = _path(entries)
-    if index.conflicts is not None and path in index.conflicts:
-        del index.conflicts[path]
-    mode = (ours or theirs or ancestor).mode
-    blob = git.repo.create_blob(text.encode())
-    index.add(pygit2.IndexEntry(path, blob, mode if mode != FileMode.LINK else FileMode.BLOB))
+            "resolved": clash.path in resolutions, "resolution": resolutions.get(clash.path)}
 
 
 def _best_base(git: GitSession, merged: list[pygit2.Oid], tip: pygit2.Oid) -> pygit2.Oid | None:
@@ -137,98 +118,26 @@ def _best_base(git: GitSession, merged: list[pygit2.Oid], tip: pygit2.Oid) -> py
     return best
 
 
-def _markers(git: GitSession, entries: tuple[Any, Any, Any], into: str, branch: str) -> bytes:
-    """The file with conflict markers, for the agent to resolve with its tools."""
-    ancestor, ours, theirs = entries
-    if ours is not None and theirs is not None:
-        text = git.repo.merge_file_from_index(ancestor, ours, theirs).contents
-        # libgit2 labels both sides with the path; name them by branch, as git does.
-        lines = []
-        for line in text.split("\n"):
-            if line.startswith("<<<<<<< "):
-                line = f"<<<<<<< {into}"
-            elif line.startswith(">>>>>>> "):
-                line = f">>>>>>> {branch}"
-            lines.append(line)
-        return "\n".join(lines).encode()
-    mine, other = _side(git, ours) or "", _side(git, theirs) or ""
-    gone_ours = " (deleted)" if ours is None else ""
-    gone_theirs = " (deleted)" if theirs is None else ""
-    body = (f"<<<<<<< {into}{gone_ours}\n{mine}{_nl(mine)}=======\n{other}{_nl(other)}"
-            f">>>>>>> {branch}{gone_theirs}\n")
-    return body.encode()
-
-
-def _path(entries: tuple[Any, Any, Any]) -> str:
-    ancestor, ours, theirs = entries
-    return str((ours or theirs or ancestor).path)
-
-
-def _nl(text: str) -> str:
-    return "\n" if text and not text.endswith("\n") else ""
-
-
-def _folder_in_the_way(index: pygit2.Index, path: str) -> list[str]:
-    """The merged files under `path/` when `path` is a conflicted file: one side made a file
-    where the other made a folder (a tree cannot hold both)."""
-    prefix = path + "/"
-    return sorted(e.path for e in index if e.path.startswith(prefix))
-
-
-def _file_and_folder(git: GitSession, index: pygit2.Index, entries: tuple[Any, Any, Any],
-                     strategy: str, into: str, branch: str, text: str | None) -> None:
-    """A file on one side, a folder on the other: neither is dropped. The side the strategy
-    takes (the file when the user wrote its text) keeps the name, the other is set aside as
-    `path~<its branch>` (as git does); `agent` and `fail` keep the folder, as git does."""
-    ancestor, ours, theirs = entries
-    path = _path(entries)
-    file_entry = ours if ours is not None else theirs
-    file_is_ours = ours is not None
-    del index.conflicts[path]
-    keep_file = text is not None or strategy == ("ours" if file_is_ours else "theirs")
-    folder_side, file_side = (branch, into) if file_is_ours else (into, branch)
-    if keep_file:
-        aside = f"{path}~{_plain(folder_side)}"
-        for name in _folder_in_the_way(index, path):
-            moved = index[name]
-            index.remove(name)
-            index.add(pygit2.IndexEntry(aside + name[len(path):], moved.id, moved.mode))
-        blob = git.repo.create_blob(text.encode()) if text is not None else file_entry.id
-        mode = file_entry.mode if text is None or file_entry.mode != FileMode.LINK \
-            else FileMode.BLOB
-        index.add(pygit2.IndexEntry(path, blob, mode))
+def _settle(git: GitSession, merged: Merged, clash: Clash, strategy: str, into: str,
+            branch: str, text: str | None) -> None:
+    """One clash the strategy leaves open. The user's own text settles it; a file against a
+    folder keeps both (merge3's rule), the folder keeping the name under `agent` and `fail`,
+    as git does; `agent` gives any other the file with markers, `fail` goes on with ours so
+    that every conflict is listed."""
+    if text is not None:
+        merged.put(clash, text.encode())
+    elif clash.folder_side is not None and strategy not in ("ours", "theirs"):
+        merged.take(clash, clash.folder_side)
+    elif strategy == "agent" and clash.folder_side is None:
+        merged.put(clash, markers(git.repo, clash, into, branch, SIDE_CHARS))
     else:
-        index.add(pygit2.IndexEntry(f"{path}~{_plain(file_side)}", file_entry.id,
-                                    file_entry.mode))
-
-
-def _plain(branch: str) -> str:
-    """A branch name as one path component (`run/<hex>` has a slash)."""
-    return branch.replace("/", "_")
-
-
-def _resolve(git: GitSession, index: pygit2.Index, entries: tuple[Any, Any, Any],
-             strategy: str, into: str, branch: str) -> None:
-    ancestor, ours, theirs = entries
-    path = (ours or theirs or ancestor).path
-    del index.conflicts[path]
-    if strategy == "agent":
-        mode = (ours or theirs).mode
-        blob = git.repo.create_blob(_markers(git, entries, into, branch))
-        index.add(pygit2.IndexEntry(path, blob, mode if mode != FileMode.LINK else FileMode.BLOB))
-        return
-    chosen = theirs if strategy == "theirs" else ours  # `fail` goes on with ours to list all
-    if chosen is None:
-        if path in index:
-            index.remove(path)
-    else:
-        index.add(pygit2.IndexEntry(path, chosen.id, chosen.mode))
+        merged.take(clash, "theirs" if strategy == "theirs" else "ours")
 
 
 def plan_merge(git: GitSession, branches: list[str], strategy: str,
                resolutions: dict[str, str] | None = None) -> MergePlan:
-    """Merge each branch's workdir/ into HEAD's, in order, in memory. Nothing is written but
-    blobs and trees (unreferenced objects, harmless), so `fail` changes nothing.
+    """Merge each branch's workdir/ into HEAD's, in order, in memory (git/merge3.py). Nothing
+    is written but blobs and trees (unreferenced objects, harmless), so `fail` changes nothing.
     `resolutions` ({workdir path: text}): the user's own result for a conflicted file, which
     settles that file whatever the strategy (and so `fail` does not refuse for it)."""
     resolutions = resolutions or {}
@@ -239,7 +148,8 @@ def plan_merge(git: GitSession, branches: list[str], strategy: str,
     merged = [head.id]
     ours_oid = _workdir_tree(git, head, empty)
     plan = MergePlan(into=into, tips=[], workdir_oid=ours_oid, results={})
-    favor = {"ours": MergeFavor.OURS, "theirs": MergeFavor.THEIRS}.get(strategy)
+    favor: Side | None = "ours" if strategy == "ours" else \
+        "theirs" if strategy == "theirs" else None
     for name in branches:
         tip = git.commit(git.branch_tip(name))
         if tip.id == head.id or repo.descendant_of(head.id, tip.id):
@@ -247,29 +157,18 @@ def plan_merge(git: GitSession, branches: list[str], strategy: str,
         base_oid = _best_base(git, merged, tip.id)
         base = _workdir_tree(git, git.commit(base_oid) if base_oid else None, empty)
         theirs = _workdir_tree(git, tip, empty)
-        # No rename detection: each conflict is then about one path, on both sides.
-        index = repo.merge_trees(base, ours_oid, theirs, flags=NO_RENAMES)
-        found = list(index.conflicts) if index.conflicts is not None else []
+        result = merge(repo, base, ours_oid, theirs, favor=favor, labels=(into, name))
         before = branches[:branches.index(name)]  # merged into `ours` ahead of this one
-        plan.conflicts += [_conflict(git, index, entries, into, name, resolutions, before)
-                           for entries in found]
-        by_hand = [e for e in found if _path(e) in resolutions]
-        if found and favor is not None:
-            # Conflicting hunks take one side, the other hunks still merge (git's -X ours).
-            index = repo.merge_trees(base, ours_oid, theirs, favor=favor, flags=NO_RENAMES)
-            found = list(index.conflicts) if index.conflicts is not None else []
-        folders: set[str] = set()  # a file where the other side has a folder: both kept
-        for entries in found:
-            if _folder_in_the_way(index, _path(entries)):
-                folders.add(_path(entries))
-                _file_and_folder(git, index, entries, strategy, into, name,
-                                 resolutions.get(_path(entries)))
-            elif _path(entries) not in resolutions:
-                _resolve(git, index, entries, strategy, into, name)
-        for entries in by_hand:
-            if _path(entries) not in folders:
-                _put_text(git, index, entries, resolutions[_path(entries)])
-        ours_oid = index.write_tree(repo)
+        plan.conflicts += [_conflict(git, clash, into, name, resolutions, before)
+                           for clash in result.conflicts]
+        settled = set()
+        for clash in result.open():
+            _settle(git, result, clash, strategy, into, name, resolutions.get(clash.path))
+            settled.add(clash.path)
+        for clash in result.conflicts:  # a hunk `favor` settled: the user's text still wins
+            if clash.path in resolutions and clash.path not in settled:
+                result.put(clash, resolutions[clash.path].encode())
+        ours_oid = result.tree()
         merged.append(tip.id)
         plan.tips.append(tip.id)
         plan.results[name] = last_answer(git, tip)
