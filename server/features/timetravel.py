@@ -81,6 +81,7 @@ class Plan:
     fork: bool
     message_index: int
     branch: str  # the branch the continued run goes on
+    at_end: bool  # a resume of a run turns came after: a new run at the branch's end
     tip_id: str  # the source branch's tip when planned: execution checks it did not move
     new_run_id: str
     options: Options
@@ -110,12 +111,18 @@ def plan_continue(git: GitSession, run_id: str, options: Options, new_run_id: st
         raise BadRequest(f"the first {k} messages hold no user message: give an input")
     status = view.record.get("status")
     ends_branch = bool(view.entries) and view.entries[-1].seq == layout.next_seq(git, view.tip) - 1
-    # Only a failed or interrupted run goes on in place, and only from its end while it is
-    # still the last thing on its branch; everything else becomes a sibling run.
-    in_place = (status in RESUMABLE or status == "RUNNING") and not options.fork \
-        and not options.regenerate and k == len(messages) and ends_branch
-    branch = view.branch if in_place else run_branch(new_run_id)
-    return Plan(run_id, not in_place, k, branch, str(view.tip.id), new_run_id, options)
+    # Only a failed or interrupted run goes on on its branch, and only from its end: in place
+    # while it is still the last thing on its branch, else as a new run at the branch's end
+    # (a run's messages are numbered contiguously: the later turns stay where they are);
+    # everything else becomes a sibling run. A spawn or merge a kill cut off goes on in place
+    # only (its journal is the run's).
+    resumed = (status in RESUMABLE or status == "RUNNING") and not options.fork \
+        and not options.regenerate and k == len(messages)
+    in_place = resumed and ends_branch
+    at_end = resumed and not ends_branch and not orchestrate.open_calls(messages)
+    branch = view.branch if in_place or at_end else run_branch(new_run_id)
+    return Plan(run_id, not (in_place or at_end), k, branch, at_end, str(view.tip.id),
+                new_run_id, options)
 
 
 # -- writing ------------------------------------------------------------------------------
@@ -219,6 +226,23 @@ def _resume(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Pla
                        legacy=layout.is_legacy(git))
 
 
+def _resume_at_end(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
+                   ) -> TurnContext:
+    """A new run at the end of the interrupted run's branch that goes on with it: copies of
+    its messages (the user's, the answer so far) open it, the turns after it stay."""
+    if git.branch != view.branch:
+        atomic.checkout(git, view.branch)
+    record = new_run(plan.new_run_id, handle.session_id, view.branch)
+    record["resumes_run_id"] = view.run_id
+    ctx = TurnContext(handle=handle, run=record,
+                      run_file=layout.new_run_path(git, plan.new_run_id),
+                      prior=layout.messages(git), messages=[], next_seq=layout.next_seq(git),
+                      prior_sums=layout.window_sums(git), legacy=layout.is_legacy(git))
+    for copy in _copies(view.messages, plan.new_run_id):
+        add_message(ctx, copy)
+    return ctx
+
+
 def execute_plan(git: GitSession, handle: SessionHandle, plan: Plan
                  ) -> tuple[TurnContext, RunRecord | None, str]:
     """On the session thread: make the branch and the turn's context, ready to drive.
@@ -230,6 +254,8 @@ def execute_plan(git: GitSession, handle: SessionHandle, plan: Plan
     snapshot_user_edits(git)
     if plan.fork:
         ctx, marked = _fork(git, handle, view, plan)
+    elif plan.at_end:
+        ctx, marked = _resume_at_end(git, handle, view, plan), None
     else:
         ctx, marked = _resume(git, handle, view, plan), None
     if plan.options.text:
