@@ -33,6 +33,7 @@ from server.git.trees import empty_tree
 from server.git.workdir.scan import workdir_tree
 from server.store import atomic, journal
 from server.store.layout import answer_of, last_answer
+from server.store.locks import on_branch
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -208,8 +209,6 @@ def _start_merge(git: GitSession, handle: SessionHandle, into: str, branches: li
                  ) -> tuple[TurnContext, MergePlan, list[str]]:
     """On the session thread, in one go: plan, refuse or write the merge commit. Returns the
     turn, the plan and the merge commit's id and parent ids."""
-    if git.branch != into:
-        raise Busy(f"the session switched from branch {into} to {git.branch}")
     for name in branches:
         git.branch_tip(name)  # NotFound before anything is written
     # The user's unsaved edits are "ours": committed first, so the merge cannot clobber them.
@@ -262,9 +261,9 @@ async def merge_branches(braid: Services, user_id: str, session_id: str, branche
         busy = [name for name in names if name in held]
         if busy:
             raise Busy(f"a run is going on on branch {busy[0]}")
-        ctx, plan, (commit_id, *parent_ids) = await handle.call(
-            lambda git: _start_merge(git, handle, into, names, how, text, braid.model.model,
-                                     by_hand))
+        ctx, plan, (commit_id, *parent_ids) = await handle.call(on_branch(
+            into, lambda git: _start_merge(git, handle, into, names, how, text,
+                                           braid.model.model, by_hand)))
         braid.bus.publish(sid, events.checkpoint(ctx.run_id, commit_id, "merge"))
         braid.bus.publish(sid, events.merged(ctx.run_id, commit_id, parent_ids, names, how,
                                              conflicts=plan.conflicts))

@@ -32,7 +32,7 @@ from server.agent.turn_changes import (
 )
 from server.agent.turn_context import snapshot_user_edits
 from server.base import crash, events
-from server.base.errors import BadRequest, Busy, Conflict, ErrorDetails, NotFound
+from server.base.errors import BadRequest, Conflict, ErrorDetails, NotFound
 from server.base.ids import new_message_id, now_iso
 from server.base.records import FileChip, MessageRecord, RunRecord, to_json_bytes
 from server.base.results import Conflicted, RevertResult, TurnDiff, TurnFiles
@@ -44,6 +44,7 @@ from server.git.workdir.scan import WORKDIR
 from server.git.workdir.staging import DISK
 from server.store import journal, layout
 from server.store.backups import check_writable, write_entry
+from server.store.locks import hold_shown, on_branch
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -459,15 +460,8 @@ async def exclusive(braid: Services, handle: SessionHandle,
                      work: Callable[[GitSession], RevertResult]) -> RevertResult:
     """Run a revert or unrevert holding the branch like a turn does: refused (`Busy`) while a
     run is live on it, and no turn can start in the middle."""
-    branch = await handle.call(lambda git: git.branch)
-
-    def guarded(git: GitSession) -> RevertResult:
-        if git.branch != branch:
-            raise Busy("the session switched branches; try again")
-        return work(git)
-
-    async with braid.locks.hold(handle.session_id, branch):
-        result = await handle.call(guarded)
+    async with hold_shown(braid.locks, handle) as branch:
+        result = await handle.call(on_branch(branch, work))
     sid = handle.session_id
     braid.bus.publish(sid, events.checkpoint(result["run_id"], result["commit_id"],
                                              "revert" if result["reverted"] else "unrevert"))

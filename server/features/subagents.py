@@ -27,6 +27,7 @@ from server.agent.turn_changes import files_of
 from server.agent.turn_context import (
     TurnContext,
     open_turn,
+    resume_in_place,
     snapshot_user_edits,
     write_pending_to_disk,
 )
@@ -36,7 +37,6 @@ from server.base.errors import NotFound, TooMany
 from server.base.ids import new_message_id, now_iso
 from server.base.records import (
     RunFields,
-    RunRecord,
     SpawnChild,
     new_message,
     new_run,
@@ -287,14 +287,7 @@ def resume_child_turn(git: GitSession, handle: SessionHandle, run_id: str) -> Tu
     """On the child's worktree: its INTERRUPTED run going on in place, as `continue_run`
     resumes one (its messages kept, its record RUNNING again)."""
     view = locate_run(git, run_id)
-    record: RunRecord = {**view.record, "status": "RUNNING", "error": None,
-                         "updated_at": now_iso(),
-                         "resumed_from_message_index": len(view.messages)}
-    first = view.entries[0].seq if view.entries else layout.next_seq(git)
-    prior = [e.message for e in layout.stored_messages(git, git.head_commit()) if e.seq < first]
-    ctx = TurnContext(handle=handle, run=record, run_file=view.record_path, prior=prior,
-                      messages=[m.copy() for m in view.messages],
-                      next_seq=layout.next_seq(git), legacy=layout.is_legacy(git))
+    ctx = resume_in_place(git, handle, view, len(view.messages))
     write_pending_to_disk(git, ctx)
     return ctx
 

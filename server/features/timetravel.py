@@ -28,7 +28,9 @@ from server.agent.live_runs import claim_turn
 from server.agent.turn_context import (
     TurnContext,
     add_message,
+    resume_in_place,
     snapshot_user_edits,
+    turn_context,
     write_pending_to_disk,
 )
 from server.agent.turns import launch
@@ -192,9 +194,8 @@ def _fork(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
         changes[record_path] = to_json_bytes(record)
         git.write_checkpoint(changes, summary=summary, kind="fork", run_id=new_id,
                              message_index=k)
-    ctx = TurnContext(handle=handle, run=record, run_file=record_path,
-                      prior=[e.message for e in prior], messages=copies,
-                      next_seq=first_seq + k, legacy=layout.is_legacy(git, base))
+    ctx = turn_context(git, handle, record, record_path, messages=copies,
+                       prior=[e.message for e in prior], next_seq=first_seq + k, at=base)
     return ctx, marked
 
 
@@ -212,20 +213,6 @@ def _fork_keeping_files(git: GitSession, view: RunOnBranch, branch: str,
                          run_id=run_id, message_index=k)
 
 
-def _resume(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
-            ) -> TurnContext:
-    if git.branch != view.branch:
-        atomic.checkout(git, view.branch)
-    first_seq = view.entries[0].seq
-    prior = [e.message for e in layout.stored_messages(git, git.head_commit()) if e.seq < first_seq]
-    record: RunRecord = {**view.record, "status": "RUNNING", "error": None,
-                         "updated_at": now_iso(),
-                         "resumed_from_message_index": plan.message_index}
-    return TurnContext(handle=handle, run=record, run_file=view.record_path, prior=prior,
-                       messages=[m.copy() for m in view.messages], next_seq=layout.next_seq(git),
-                       legacy=layout.is_legacy(git))
-
-
 def _resume_at_end(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
                    ) -> TurnContext:
     """A new run at the end of the interrupted run's branch that goes on with it: copies of
@@ -234,10 +221,7 @@ def _resume_at_end(git: GitSession, handle: SessionHandle, view: RunOnBranch, pl
         atomic.checkout(git, view.branch)
     record = new_run(plan.new_run_id, handle.session_id, view.branch)
     record["resumes_run_id"] = view.run_id
-    ctx = TurnContext(handle=handle, run=record,
-                      run_file=layout.new_run_path(git, plan.new_run_id),
-                      prior=layout.messages(git), messages=[], next_seq=layout.next_seq(git),
-                      prior_sums=layout.window_sums(git), legacy=layout.is_legacy(git))
+    ctx = turn_context(git, handle, record, layout.new_run_path(git, plan.new_run_id))
     for copy in _copies(view.messages, plan.new_run_id):
         add_message(ctx, copy)
     return ctx
@@ -257,7 +241,9 @@ def execute_plan(git: GitSession, handle: SessionHandle, plan: Plan
     elif plan.at_end:
         ctx, marked = _resume_at_end(git, handle, view, plan), None
     else:
-        ctx, marked = _resume(git, handle, view, plan), None
+        if git.branch != view.branch:
+            atomic.checkout(git, view.branch)
+        ctx, marked = resume_in_place(git, handle, view, plan.message_index), None
     if plan.options.text:
         add_message(ctx, new_message("user", ctx.run_id, plan.options.text))
     write_pending_to_disk(git, ctx)
