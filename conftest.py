@@ -31,6 +31,45 @@ pytest_plugins = ["tests.model_replay", "tests.live.llama", "tests.pg"]
 TOKEN = "test-token-0123456789"
 
 
+# -- where tests write: a RAM file system when there is one. Every turn syncs its files
+# (docs/DESIGN.md "Durability"), ~10 ms a sync on a VM's disk, and nothing here tests what a
+# disk keeps: the power cut has its own file system (tests/powercut.py), the syncs' cost is
+# bench/durability.py's. A test that needs a real disk asks for `disk_path`.
+# BRAID_TEST_TMP=disk keeps everything on the disk (pytest's default place).
+RAM_DIR = Path("/dev/shm")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.option.basetemp or os.environ.get("BRAID_TEST_TMP") == "disk":
+        return
+    try:
+        room = os.statvfs(RAM_DIR)
+    except OSError:
+        return
+    if room.f_bavail * room.f_frsize >= 8 * 1024**3 and os.access(RAM_DIR, os.W_OK):
+        # One folder a run (helpers' runs in parallel never clear each other's), gone at
+        # its end (it is memory).
+        config.option.basetemp = str(RAM_DIR / f"braid-tests-{os.getpid()}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    where = Path(str(config.option.basetemp or ""))
+    if where.parent == RAM_DIR and where.name.startswith("braid-tests-"):
+        subprocess.run(["rm", "-rf", "--one-file-system", str(where)], check=False)
+
+
+@pytest.fixture
+def disk_path() -> Iterator[Path]:
+    """A folder on the disk, for a test of what only a disk does (a file's bytes are not
+    the writer's memory, as they are on a RAM file system)."""
+    import shutil
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix="braid-test-", dir="/var/tmp"))
+    yield where
+    shutil.rmtree(where, ignore_errors=True)
+
+
 # -- markers (pyproject.toml) for `scripts/test --quick`: set here from where a test lives and
 # what it uses, so a new test is marked without anyone remembering to; `slow` is by hand.
 CRASH_FILE = re.compile(r"crash|killed")
