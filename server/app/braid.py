@@ -21,9 +21,8 @@ from server.backends.choose import make_index, make_queue, make_search, make_tea
 from server.base import memo
 from server.base.pools import IdlingThreadPool
 from server.base.records import RunFields, SpawnChild
-from server.base.results import ToolMerge
 from server.base.settings import Settings
-from server.features import merge, queue, subagents
+from server.features import queue, subagents
 from server.git.packing import Packer
 from server.model.client import ModelClient
 from server.store.locks import BranchLocks
@@ -182,20 +181,11 @@ class Braid:
             else:
                 again = 0
 
-    # -- the model's sub-agents and merges (agent.services.Services; agent/orchestrate.py) --
-
-    async def open_child_branches(self, parent: SessionHandle,
-                                  children: list[SpawnChild]) -> str:
-        return await parent.call(lambda git: subagents.open_child_branches(git, children))
+    # -- the model's sub-agents (agent.services.Services; agent/orchestrate.py) --
 
     async def run_child(self, parent: SessionHandle, child: SpawnChild, fields: RunFields,
                         started: Callable[[str], Awaitable[None]]) -> SpawnChild:
         return await subagents.run_model_child(self, parent, child, fields, started)
-
-    async def merge_in_turn(self, handle: SessionHandle, run_id: str, branches: list[str],
-                            strategy: str, message_index: int) -> ToolMerge:
-        return await handle.call(lambda git: merge.merge_in_turn(
-            git, run_id, branches, strategy, message_index))
 
     async def stop(self) -> None:
         if self._reaper is not None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from server.agent.interrupted import prune_worktrees, recover_worktree
 from server.agent.live_runs import ActiveRun, claim_turn
+from server.agent.orchestrate import make_sub_branch
 from server.agent.turn_changes import files_of
 from server.agent.turn_context import (
     TurnContext,
@@ -45,8 +46,6 @@ from server.base.records import (
 from server.base.results import SubAgentResult, SubAgentSummary
 from server.git import lookup
 from server.git.branches import clean_label, sub_branch
-from server.git.commits import commit_message
-from server.git.history import HISTORY, RUNS
 from server.git.session import WORKTREES, GitSession
 from server.git.workdir.scan import WORKDIR
 from server.store import journal, layout
@@ -92,18 +91,6 @@ def open_sub_branch(git: GitSession, branch: str, label: str, prompt: str,
     crash.at("subagent.after_worktree")
     (path / WORKDIR).mkdir(exist_ok=True)  # git keeps no empty folders
     return SubBranch(branch, path, parent_branch, str(head.id))
-
-
-def make_sub_branch(git: GitSession, branch: str, label: str, prompt: str) -> str:
-    """The branch's first `sub-agent` commit: HEAD's state without history/ and runs/ (the
-    child starts a fresh conversation). Returns the commit it branches from (HEAD)."""
-    head = git.head_commit()
-    tree = lookup.without(git.repo, head.tree, (HISTORY, RUNS)).id
-    first_line = prompt.strip().splitlines()[0][:80] if prompt.strip() else ""
-    message = commit_message(f"Sub-agent {label}: {first_line}", "sub-agent", None, None)
-    oid = git.repo.create_commit(None, git.signature, git.signature, message, tree, [head.id])
-    git.create_branch(branch, oid)
-    return str(head.id)
 
 
 def write_result(git: GitSession, parent_branch: str, session_id: str, parent_turn_id: str,
@@ -255,17 +242,6 @@ def _close_worktree(git: GitSession, branch: str) -> str:
 
 
 # -- children the model spawns (agent/orchestrate.py drives them) -------------------------
-
-
-def open_child_branches(git: GitSession, children: list[SpawnChild]) -> str:
-    """On the spawning run's thread (the user's run's session, or a child's worktree): each
-    child's branch from the run's current state; a branch made already (a resume) is kept.
-    Returns the commit they branch from."""
-    base = str(git.head_oid())
-    for child in children:
-        if lookup.branch_target(git.repo, child["branch"]) is None:
-            base = make_sub_branch(git, child["branch"], child["label"], child["prompt"])
-    return base
 
 
 def add_child_worktree(git: GitSession, branch: str) -> Path:

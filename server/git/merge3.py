@@ -1,4 +1,5 @@
-"""The one three-way merge of trees: revert, merge and update from source all call `merge`.
+"""The one three-way merge of trees: revert, merge and update from source all call `merge`;
+merging branches (the user's merge, the model's `merge_branches`) plans with `plan_merge`.
 
 `merge(repo, base, ours, theirs)` runs libgit2's tree merge (paths, not renames, unless asked)
 and returns a `Merged`: the merged index and every conflict as a `Clash`, each side's entry
@@ -19,12 +20,20 @@ from typing import Literal
 import pygit2
 from pygit2.enums import FileMode, MergeFavor, MergeFlag
 
+from server.base.errors import BadRequest
+from server.base.results import Conflicted
 from server.git import lookup
-from server.git.trees import Entry
+from server.git.branches import branch_words
+from server.git.session import GitSession
+from server.git.trees import Entry, empty_tree
+from server.git.workdir.scan import workdir_tree
 
 Side = Literal["ours", "theirs"]
 NO_RENAMES = MergeFlag(0)  # each conflict is then about one path, on both sides
 FAVOR = {"ours": MergeFavor.OURS, "theirs": MergeFavor.THEIRS}
+STRATEGIES = ("fail", "ours", "theirs", "agent")  # what a merge of branches does on conflict
+SIDE_CHARS = 20_000
+FOLDER_NAMES = 5  # a folder side of a conflict shows this many of its files
 
 
 class OpenConflicts(ValueError):
@@ -219,3 +228,135 @@ def _plain(label: str) -> str:
 
 def _nl(text: str) -> str:
     return "\n" if text and not text.endswith("\n") else ""
+
+
+# -- merging branches' workdirs -------------------------------------------------------------
+
+
+@dataclass
+class MergePlan:
+    """The merged `workdir/` tree and what it took to get there."""
+
+    into: str
+    tips: list[pygit2.Oid]
+    workdir_oid: pygit2.Oid
+    conflicts: list[Conflicted] = field(default_factory=list)
+    results: dict[str, str] = field(default_factory=dict)  # a merge turn's: each answer
+
+
+def workdir_oid(commit: pygit2.Commit | None, empty: pygit2.Oid) -> pygit2.Oid:
+    """The id of `commit`'s `workdir/` tree (`empty` when it has none)."""
+    tree = workdir_tree(commit)
+    return tree.id if tree is not None else empty
+
+
+def _editable(git: GitSession, clash: Clash) -> bool:
+    """Whether the page may offer the file for editing by hand: every side is UTF-8 text
+    shown whole (a side cut at SIDE_CHARS, or bytes, would lose what the editor cannot show)."""
+    for entry in (clash.ours, clash.theirs):
+        if entry is None:
+            continue
+        data = lookup.blob_data(git.repo, entry.id)
+        if len(data) > SIDE_CHARS or entry.mode == FileMode.LINK:
+            return False
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return True
+
+
+def _conflict(git: GitSession, clash: Clash, into: str, branch: str,
+              resolutions: dict[str, str], before: list[str]) -> Conflicted:
+    """One conflicted file as the page and the API show it: both sides (`ours`: the branch
+    merged into, with the branches merged before this one; `theirs`: `branch`; a folder where
+    the other side has a file: its names), the file with conflict markers to edit by hand,
+    and whether the user's resolution settles it."""
+    folder = list(clash.folder)
+    editable = not folder and _editable(git, clash)
+    mine = side_text(git.repo, clash.ours, SIDE_CHARS)
+    other = side_text(git.repo, clash.theirs, SIDE_CHARS)
+    if folder:
+        more = " …" if len(folder) > FOLDER_NAMES else ""
+        shown = f"(a folder: {', '.join(folder[:FOLDER_NAMES])}{more})"
+        mine, other = (mine, shown) if clash.ours is not None else (shown, other)
+    return {"path": clash.path, "ours": mine, "theirs": other,
+            "branch": branch, "into": into, "editable": editable,
+            "before": before,
+            # The editor's start: git's markers, labelled in words for the person editing.
+            "merged": markers(git.repo, clash, " + ".join(map(branch_words, [into, *before])),
+                              branch_words(branch), SIDE_CHARS).decode("utf-8", "replace")
+            if editable else None,
+            "resolved": clash.path in resolutions, "resolution": resolutions.get(clash.path)}
+
+
+def _best_base(git: GitSession, merged: list[pygit2.Oid], tip: pygit2.Oid) -> pygit2.Oid | None:
+    # The newest of the merge bases with what is merged so far (HEAD and earlier tips).
+    best: pygit2.Oid | None = None
+    for oid in merged:
+        # None when they share no commit: pygit2's stub types it a plain Oid.
+        base: pygit2.Oid | None = git.repo.merge_base(oid, tip)
+        if base is not None and (best is None or git.repo.descendant_of(base, best)):
+            best = base
+    return best
+
+
+def _settle(git: GitSession, merged: Merged, clash: Clash, strategy: str, into: str,
+            branch: str, text: str | None) -> None:
+    """One clash the strategy leaves open. The user's own text settles it; a file against a
+    folder keeps both (merge3's rule), the folder keeping the name under `agent` and `fail`,
+    as git does; `agent` gives any other the file with markers, `fail` goes on with ours so
+    that every conflict is listed."""
+    if text is not None:
+        merged.put(clash, text.encode())
+    elif clash.folder_side is not None and strategy not in ("ours", "theirs"):
+        merged.take(clash, clash.folder_side)
+    elif strategy == "agent" and clash.folder_side is None:
+        merged.put(clash, markers(git.repo, clash, into, branch, SIDE_CHARS))
+    else:
+        merged.take(clash, "theirs" if strategy == "theirs" else "ours")
+
+
+def plan_merge(git: GitSession, branches: list[str], strategy: str,
+               resolutions: dict[str, str] | None = None) -> MergePlan:
+    """Merge each branch's workdir/ into HEAD's, in order, in memory (`merge`). Nothing
+    is written but blobs and trees (unreferenced objects, harmless), so `fail` changes nothing.
+    `resolutions` ({workdir path: text}): the user's own result for a conflicted file, which
+    settles that file whatever the strategy (and so `fail` does not refuse for it)."""
+    resolutions = resolutions or {}
+    repo = git.repo
+    empty = empty_tree(repo).id
+    head = git.head_commit()
+    into = git.branch
+    merged = [head.id]
+    ours_oid = workdir_oid(head, empty)
+    plan = MergePlan(into=into, tips=[], workdir_oid=ours_oid)
+    favor: Side | None = "ours" if strategy == "ours" else \
+        "theirs" if strategy == "theirs" else None
+    for name in branches:
+        tip = git.commit(git.branch_tip(name))
+        if tip.id == head.id or repo.descendant_of(head.id, tip.id):
+            raise BadRequest(f"branch {name} is already merged into {into}")
+        base_oid = _best_base(git, merged, tip.id)
+        base = workdir_oid(git.commit(base_oid) if base_oid else None, empty)
+        theirs = workdir_oid(tip, empty)
+        result = merge(repo, base, ours_oid, theirs, favor=favor, labels=(into, name))
+        before = branches[:branches.index(name)]  # merged into `ours` ahead of this one
+        plan.conflicts += [_conflict(git, clash, into, name, resolutions, before)
+                           for clash in result.conflicts]
+        settled = set()
+        for clash in result.open():
+            _settle(git, result, clash, strategy, into, name, resolutions.get(clash.path))
+            settled.add(clash.path)
+        for clash in result.conflicts:  # a hunk `favor` settled: the user's text still wins
+            if clash.path in resolutions and clash.path not in settled:
+                result.put(clash, resolutions[clash.path].encode())
+        ours_oid = result.tree()
+        merged.append(tip.id)
+        plan.tips.append(tip.id)
+    plan.workdir_oid = ours_oid
+    stray = sorted(set(resolutions) - {c["path"] for c in plan.conflicts})
+    if stray:
+        raise BadRequest(f"{', '.join(stray)} has no conflict in this merge: nothing was changed",
+                         {"conflicts": plan.conflicts})
+    return plan
