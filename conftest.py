@@ -4,6 +4,7 @@ WebSocket client, and git checks through the `git` CLI."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import io
 import json
@@ -522,3 +523,28 @@ def console_errors(request: pytest.FixtureRequest) -> Iterator[ConsoleErrors | N
     yield watcher
     unexpected = watcher.unexpected()
     assert not unexpected, "browser console errors:\n" + "\n".join(unexpected)
+
+
+# -- a real MCP server over streamable HTTP on loopback (tests/fixtures/mcp_server.py) -----
+
+
+@contextlib.contextmanager
+def mcp_http_server(folder: Path) -> Iterator[str]:
+    """The tests' MCP server over HTTP on 127.0.0.1, its cwd `folder`: its URL while open."""
+    port = free_port()
+    folder.mkdir(parents=True, exist_ok=True)
+    script = ROOT / "tests" / "fixtures" / "mcp_server.py"
+    proc = subprocess.Popen([sys.executable, str(script), "http", str(port)], cwd=folder,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
