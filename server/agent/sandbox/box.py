@@ -111,7 +111,26 @@ def sandboxed_argv(argv: Sequence[str], *, workdir: Path, env: Mapping[str, str]
     """The argv that runs `argv` in a sandbox (see the module's docstring). `status_fd`:
     bwrap writes its JSON status there (`child-pid`: the sandbox's PID 1, as the host sees
     it); `block_fd`: the command waits until a byte can be read from it. Both must be
-    passed to the child (`pass_fds`)."""
+    passed to the child (`pass_fds`). For a caller that can pass no descriptor (an MCP
+    server's command line): `start` is the faster way, with the seccomp filter too."""
+    box = bwrap_argv(workdir, env, readonly, limits)
+    if status_fd is not None:
+        box += ["--json-status-fd", str(status_fd)]
+    if block_fd is not None:
+        box += ["--block-fd", str(block_fd)]
+    bounds = [f"--nproc={limits.procs}", f"--fsize={limits.write}", "--core=0"]
+    if cgroup is None:
+        bounds.append(f"--as={limits.memory}")
+    box += ["--", "/usr/bin/prlimit", *bounds, "--", *argv]
+    start = ["/usr/bin/env", "-i"]
+    if cgroup is not None:
+        start += ["/bin/sh", "-c", _JOIN, "sh", *map(str, cgroup.procs_files()), "--"]
+    return start + box
+
+
+def bwrap_argv(workdir: Path, env: Mapping[str, str], readonly: Sequence[Path],
+                limits: Limits) -> list[str]:
+    """bwrap and its options (what the command sees), up to its `--`."""
     tool = bwrap()
     if tool is None:
         raise FileNotFoundError("bwrap (bubblewrap) is not installed")
@@ -128,18 +147,7 @@ def sandboxed_argv(argv: Sequence[str], *, workdir: Path, env: Mapping[str, str]
     box += ["--bind", work, work, "--chdir", work, "--clearenv"]
     for key, value in env.items():
         box += ["--setenv", key, value]
-    if status_fd is not None:
-        box += ["--json-status-fd", str(status_fd)]
-    if block_fd is not None:
-        box += ["--block-fd", str(block_fd)]
-    bounds = [f"--nproc={limits.procs}", f"--fsize={limits.write}", "--core=0"]
-    if cgroup is None:
-        bounds.append(f"--as={limits.memory}")
-    box += ["--", "/usr/bin/prlimit", *bounds, "--", *argv]
-    start = ["/usr/bin/env", "-i"]
-    if cgroup is not None:
-        start += ["/bin/sh", "-c", _JOIN, "sh", *map(str, cgroup.procs_files()), "--"]
-    return start + box
+    return box
 
 
 _verdict: list[str | None] = []
