@@ -18,6 +18,7 @@ import os
 import resource
 import signal
 import subprocess
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -127,3 +128,35 @@ def _child_pid(fd: int) -> int | None:
     except ValueError:
         return None
     return pid if isinstance(pid, int) else None
+
+
+_verdict: list[str | None] = []
+
+
+def why_not() -> str | None:
+    """None when a command can be started this way here (bwrap takes the seccomp filter, the
+    rlimits can be set from outside); else the reason. Asked once per process."""
+    if not _verdict:
+        _verdict.append(_probe())
+    return _verdict[0]
+
+
+def _probe() -> str | None:
+    with tempfile.TemporaryDirectory(prefix="braid-probe-") as tmp:
+        try:
+            started = start(["/bin/sh", "-c", "true"], workdir=Path(tmp), env=box.base_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        except OSError as e:
+            return f"the sandbox's bounds cannot be set: {e}"
+        try:
+            _, err = started.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            started.proc.kill()
+            started.proc.wait()
+            return "bwrap did not finish `true` in 30 s"
+        finally:
+            started.close()
+    if started.proc.returncode != 0:
+        said = err.decode(errors="replace").strip().splitlines()
+        return "bwrap cannot start a command here" + (f": {said[-1]}" if said else "")
+    return None
