@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from pathlib import Path
@@ -102,7 +101,8 @@ async def start_turn(
     braid: Services, handle: SessionHandle, text: str, fields: RunFields | None = None
 ) -> ActiveRun:
     branch = await handle.call(lambda git: git.branch)
-    needs = context_request.check_for(braid, text) if not fields else None
+    needs = None if fields else context_request.check_for(
+        braid, text, await offered_cost(braid, handle))
 
     def prepare(git: GitSession) -> TurnContext:
         # A fork or a checkout queued before this may have switched the session's branch.
@@ -251,20 +251,23 @@ async def session_tools(braid: Services, session_id: str, workdir: Path) -> list
     return tools + [t.schema for t in await braid.mcp.tools(session_id, workdir)]
 
 
-def definition_cost(tool: ToolSchema) -> int:
-    """What an MCP tool's definition takes of the context budget (the built-in ones are
-    part of the fixed prompt)."""
-    return context.text_cost(json.dumps(tool)) if tool["function"]["name"].startswith(
-        "mcp__") else 0
+async def offered(braid: Services, handle: SessionHandle, workdir: Path) -> list[ToolSchema]:
+    """The tools a call in `workdir` is offered, less those the session switched off
+    (`tools_off`)."""
+    off = set(handle.meta.get("tools_off") or ())
+    return [t for t in await session_tools(braid, handle.session_id, workdir)
+            if t["function"]["name"] not in off]
+
+
+async def offered_cost(braid: Services, handle: SessionHandle) -> int:
+    """What the definitions a turn on the session's workdir is offered take of the context
+    budget: every one, built-in and MCP's (DESIGN §4 "Compaction")."""
+    return context_request.tool_tokens(await offered(braid, handle, handle.path / WORKDIR))
 
 
 async def offered_tools(braid: Services, ctx: TurnContext) -> list[ToolSchema]:
-    """The tools the model is offered, less those the session switched off (`tools_off`)."""
-    sid = ctx.handle.session_id
-    off = set(braid.store.get(sid).meta.get("tools_off") or ())
-    tools = [t for t in await session_tools(braid, sid, ctx.handle.path / WORKDIR)
-             if t["function"]["name"] not in off]
-    return tools
+    """The tools the turn's model is offered."""
+    return await offered(braid, ctx.handle, ctx.handle.path / WORKDIR)
 
 
 def _partial_message(ctx: TurnContext, active: ActiveRun) -> MessageRecord:

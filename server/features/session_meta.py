@@ -124,7 +124,8 @@ async def list_tools(braid: Services, user_id: str, session_id: str) -> ToolList
     """The tools the session's model may be offered, each with whether it is switched off
     (`tools_off`) and what its definition costs of the context budget; and the configured
     MCP servers whose tools are not offered, with why."""
-    from server.agent.turns import definition_cost, session_tools
+    from server.agent.compaction.request import definition_cost
+    from server.agent.turns import session_tools
 
     handle = braid.store.get_owned(user_id, session_id)
     off = set(handle.meta.get("tools_off") or ())
