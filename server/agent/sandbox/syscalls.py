@@ -19,6 +19,7 @@ and the sandbox then runs without it (its other layers hold; the log says so).""
 from __future__ import annotations
 
 import errno
+import functools
 import platform
 import struct
 
@@ -63,6 +64,7 @@ def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
+@functools.cache
 def program() -> bytes | None:
     """The filter as bwrap's `--seccomp` reads it (struct sock_filter[], native byte order),
     or None where it is not written for this architecture."""
