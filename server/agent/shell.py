@@ -192,22 +192,14 @@ class _Sandboxed:
 
     def __init__(self, command: str, workdir: Path, plan: Sandboxing) -> None:
         self.plan, self.workdir = plan, workdir
-        self.group = Cgroup.take(plan.limits, "sh") if plan.cgroup else None
         self.notes: list[str] = []
         self.killed = threading.Event()
         self.stop_network: Callable[[], None] | None = None
         self.reader: threading.Thread | None = None
         env = box.base_env(egress.proxy_env() if plan.network else {})
-        try:
-            self.started = start.start(
-                ["/bin/bash", "-c", command], workdir=workdir, env=env,
-                readonly=plan.readonly, limits=plan.limits, cgroup=self.group,
-                ready=self._connect, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        except OSError:
-            if self.group is not None:
-                self.group.close()
-            raise
-        self.proc = self.started.proc
+        self.started = start.shell(command, workdir=workdir, env=env, readonly=plan.readonly,
+                                   limits=plan.limits, cgroup=plan.cgroup, ready=self._connect)
+        self.proc, self.group = self.started.proc, self.started.cgroup
         if self.started.ready_error is not None:
             e = self.started.ready_error
             self.notes.append(f"note: no network for this command ({e.strerror or e})")
@@ -226,7 +218,7 @@ class _Sandboxed:
 
     def wait(self, capture: _Capture) -> str | None:
         """Until the command ends; the reason it was ended, if it was."""
-        self.reader = threading.Thread(target=capture.pump, args=(self.proc.stdout,),
+        self.reader = threading.Thread(target=capture.pump, args=(self.started.output,),
                                        daemon=True)
         self.reader.start()
         limits = self.plan.limits
@@ -257,9 +249,8 @@ class _Sandboxed:
         self.started.close()
         if self.stop_network is not None:
             self.stop_network()
-        if self.proc.stdout is not None and self.reader is not None \
-                and not self.reader.is_alive():
-            self.proc.stdout.close()
+        if self.reader is not None and not self.reader.is_alive():
+            self.started.output.close()
         if self.plan.output is not None:
             self.plan.output.flush(final=True)
 

@@ -42,15 +42,19 @@ def run(request: pytest.FixtureRequest) -> Run:
                                       limits=Limits(**lim), cgroup=cgroup)
             return subprocess.run(argv, capture_output=True, text=True, timeout=120,
                                   check=False)
-        started = start.start(argv, workdir=workdir, env=env, readonly=readonly,
-                              limits=Limits(**lim), cgroup=cgroup, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE)
+        # One pipe holds stdout and stderr (as the shell reads them): stderr comes after a NUL.
+        split = ["/bin/bash", "-c", f"{{ {script}\n}} 2>/tmp/.stderr; rc=$?; printf '\\0'; "
+                 "cat /tmp/.stderr; exit $rc"]
+        started = start.start(split, workdir=workdir, env=env, readonly=readonly,
+                              limits=Limits(**lim), cgroup=cgroup)
         try:
-            out, err = started.proc.communicate(timeout=120)
+            said = started.output.read().decode()
+            started.proc.wait(120)
         finally:
             started.close()
-        return subprocess.CompletedProcess(argv, started.proc.returncode, out.decode(),
-                                           err.decode())
+            started.output.close()
+        out, _, err = said.partition("\0")
+        return subprocess.CompletedProcess(argv, started.proc.returncode, out, err)
     return run
 
 
@@ -207,15 +211,18 @@ def test_the_kernels_riskiest_calls_are_refused(tmp_path: Path) -> None:
     # Without it, in the same namespaces, the key ring, io_uring, userfaultfd and ptrace
     # answer (the `argv` way, an MCP server's, has no filter yet).
     (tmp_path / "probe.py").write_text(PROBE)
-    started = start.start(["/usr/bin/python3", "probe.py"], workdir=tmp_path,
-                          env=box.base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    started = start.shell("/usr/bin/python3 probe.py", workdir=tmp_path, env=box.base_env())
     try:
-        out, err = started.proc.communicate(timeout=60)
+        out = started.output.read().decode()
+        started.proc.wait(60)
     finally:
         started.close()
-    said = dict(line.split(" ", 1) for line in out.decode().splitlines())
+        started.output.close()
+        if started.cgroup is not None:
+            started.cgroup.close()
+    said = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
     refused = {name: said.get(name) for name in DENIED_HERE}
-    assert refused == dict.fromkeys(DENIED_HERE, "EPERM"), err
+    assert refused == dict.fromkeys(DENIED_HERE, "EPERM"), out
     assert said.get("thread") == "ran" and said.get("fork") == "ran"
     bare = subprocess.run(box.sandboxed_argv(["/usr/bin/python3", "probe.py"], workdir=tmp_path,
                                              env=box.base_env()),

@@ -148,7 +148,7 @@ class Cgroup:
             spare = _spares.pop((limits, name), None)
         made = spare if spare is not None else cls.make(limits, name)
         if made is not None:
-            _later(lambda: _make_spare(limits, name))
+            later(lambda: _make_spare(limits, name))
         return made
 
     def join(self, pids: list[int]) -> None:
@@ -164,7 +164,7 @@ class Cgroup:
         exiting when bwrap reports the command's end) and removing the cgroup are left to a
         thread of their own, off the command's path."""
         self.kill(until_empty=False)
-        _later(self.close)
+        later(self.close)
 
     def procs_files(self) -> list[Path]:
         return [f / "cgroup.procs" for f in self.folders]
@@ -223,8 +223,10 @@ _chores: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
 _keeper: list[threading.Thread] = []
 
 
-def _later(chore: Callable[[], None]) -> None:
-    """Run `chore` on this process's one cgroup keeper thread (started on first use)."""
+def later(chore: Callable[[], None]) -> None:
+    """Run `chore` on this process's one keeper thread (started on first use, never ending:
+    a process it starts keeps its parent-death signal, bound to the starting thread, for
+    as long as the server lives)."""
     _chores.put(chore)
     with _spares_lock:
         if not _keeper:
