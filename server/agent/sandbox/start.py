@@ -13,11 +13,13 @@ RLIMIT_FSIZE, no core; RLIMIT_AS without a cgroup) and attaches the egress proxy
 (`ready`); the command, forked by PID 1 after the block, inherits them all. bwrap loads the
 seccomp filter (syscalls.py) just before it runs the command.
 
-One such *spare* waits per set of limits; the keeper thread (limits.later) makes the next as
-one is taken, so a command finds one ready unless commands come faster than ~10 ms apart;
-then one is made on the spot, the same way. A spare holds nothing of any session: until its
-options come it is a bwrap blocked in `read`; if the server dies first, the pipe's end
-gives it no options, and with `--unshare-all` and no mount bwrap has no bash to run.
+One such *spare* waits per set of limits; the keeper thread (limits.later) makes the next
+when a command ends (not while it runs: the move into a cgroup holds back every fork on the
+machine meanwhile), so a command finds one ready unless another runs at the same time
+(then one is made on the spot, the same way) or none has ended yet. A spare holds nothing
+of any session: until its options come it is a bwrap blocked in `read`; if the server dies
+first, the pipe's end gives it no options, and with `--unshare-all` and no mount bwrap has
+no bash to run.
 
 Where a bound cannot be put on, the sandbox is killed before the command runs, and OSError
 is raised: a command never runs with fewer bounds than asked."""
@@ -55,6 +57,7 @@ class Started:
         self.pid1: int | None = None
         self.ready_error: OSError | None = None  # what `ready` raised
         self._status_fd = status_fd
+        self.after: Callable[[], None] | None = None  # on the keeper thread, after close
 
     def close(self) -> None:
         """After the command's end (bwrap writes its exit status on the status pipe too: kept
@@ -62,6 +65,8 @@ class Started:
         if self._status_fd >= 0:
             os.close(self._status_fd)
             self._status_fd = -1
+            if self.after is not None:
+                later(self.after)
 
 
 class _Pending:
@@ -141,14 +146,17 @@ def shell(command: str, *, workdir: Path, env: Mapping[str, str],
     ready: bounded by `limits`, in a cgroup of its own when `cgroup`. As `start`."""
     with _spares_lock:
         pending = _spares.pop((limits, cgroup), None)
-    later(lambda: _make_spare(limits, cgroup))
     if pending is not None and pending.proc.poll() is not None:  # killed meanwhile
         pending.discard()
         pending = None
     if pending is None:
         pending = _Pending(["/bin/bash", "-c", TRAMPOLINE], limits,
                            Cgroup.take(limits, "sh") if cgroup else None)
-    return _go(pending, workdir, {**env, COMMAND_VAR: command}, readonly, ready)
+    started = _go(pending, workdir, {**env, COMMAND_VAR: command}, readonly, ready)
+    # The next spare is made once this command has ended, not meanwhile: moving a process
+    # into a cgroup holds back every fork on the machine for an RCU grace period.
+    started.after = lambda: _make_spare(limits, cgroup)
+    return started
 
 
 _spares: dict[tuple[Limits, bool], _Pending] = {}
