@@ -1,6 +1,6 @@
 """Where a sandboxed command's time goes (issue 31: ≤ 10 ms added per command): each step of
-the shell's way of running `true` (agent/sandbox/start.py), on a spare bwrap made ahead and
-on one made on the spot ("cold"), next to `bash -c true` on the host and a bare
+the shell's way of running `true` (agent/sandbox/start.py), on a sandbox made ahead for its
+workdir ("warm") and on one made on the spot ("cold"), next to `bash -c true` on the host and a bare
 `bwrap --unshare-all` around `/bin/true`, the samples interleaved. Prints medians and
 minimums (ms) and the load average.
 
@@ -58,8 +58,8 @@ def main() -> None:
                             "/bin/true"], check=True, env={})
             took("bare bwrap --unshare-all true", t)
 
-            for way in ("spare", "cold"):
-                time.sleep(0.02)  # the keeper makes the next spare meanwhile
+            for way in ("warm", "cold"):
+                time.sleep(0.02)  # the keeper makes the next warm meanwhile
                 proxies: list[egress.Proxy] = []
 
                 def ready(pid: int, proxies: list[egress.Proxy] = proxies,
@@ -72,14 +72,13 @@ def main() -> None:
                     took(f"{way} 1b of which: the egress listener in its netns", t1)
 
                 t0 = t = time.perf_counter()
-                if way == "spare":
+                if way == "warm":
                     started = start.shell("true", workdir=work, env=env, limits=limits,
                                           ready=ready)
-                else:
-                    pending = start._Pending(  # noqa: SLF001 - what `shell` does without one
-                        ["/bin/bash", "-c", start.TRAMPOLINE], limits, Cgroup.take(limits))
-                    started = start._go(  # noqa: SLF001
-                        pending, work, {**env, start.COMMAND_VAR: "true"}, (), ready)
+                else:  # what `shell` does when no sandbox waits
+                    started = start.Sandbox((), limits, Cgroup.take(limits), command_fd=True)
+                    started.build(work, env, ())
+                    started.run("true", ready)
                 t = took(f"{way} 1 start: bwrap up, bounds and proxy on", t)
                 started.proc.wait()
                 started.output.read()

@@ -216,6 +216,7 @@ def test_the_kernels_riskiest_calls_are_refused(tmp_path: Path) -> None:
         out = started.output.read().decode()
         started.proc.wait(60)
     finally:
+        started.after = None  # no next sandbox for this folder
         started.close()
         started.output.close()
         if started.cgroup is not None:

@@ -234,11 +234,23 @@ def later(chore: Callable[[], None]) -> None:
             _keeper[0].start()
 
 
+_idle: list[Callable[[], None]] = []
+
+
+def when_idle(chore: Callable[[], None]) -> None:
+    """Run `chore` on the keeper thread whenever it has had nothing to do for 30 s."""
+    _idle.append(chore)
+
+
 def _keep() -> None:
     while True:
-        chore = _chores.get()
-        with contextlib.suppress(OSError):
-            chore()
+        try:
+            chores = [_chores.get(timeout=30)]
+        except queue.Empty:
+            chores = list(_idle)
+        for chore in chores:
+            with contextlib.suppress(OSError):
+                chore()
 
 
 def _make_spare(limits: Limits, name: str) -> None:
