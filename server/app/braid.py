@@ -220,6 +220,7 @@ class Braid:
             except TimeoutError:
                 log.warning("run %s did not stop in time", active.run_id)
         await self.mcp.close()
+        await asyncio.get_running_loop().run_in_executor(None, sandbox_start.shut)
         await self.packer.close()
         await self.model.close()
         if self._marker is not None:  # stopped cleanly: nothing to check at the next start

@@ -234,6 +234,28 @@ def later(chore: Callable[[], None]) -> None:
             _keeper[0].start()
 
 
+def drain(timeout: float = 5.0) -> bool:
+    """Wait until the keeper has done what it was given so far (a clean stop leaves no
+    cgroup behind); False if it had not within `timeout` seconds."""
+    done = threading.Event()
+    later(done.set)
+    return done.wait(timeout)
+
+
+def close_all() -> None:
+    """A clean stop, once no command runs: the cgroups made ahead go, then this server's
+    folder (`braid-<pid>-<start>`) if nothing is left in it."""
+    with _spares_lock:
+        spares = list(_spares.values())
+        _spares.clear()
+    for group in spares:
+        group.close()
+    drain()
+    for home in _homes().values():
+        with contextlib.suppress(OSError):
+            home.rmdir()
+
+
 _idle: list[Callable[[], None]] = []
 
 

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from server.agent.sandbox import box, syscalls
-from server.agent.sandbox.limits import Cgroup, Limits, later, when_idle
+from server.agent.sandbox.limits import Cgroup, Limits, close_all, drain, later, when_idle
 
 WARM_FOR = 60.0  # seconds a sandbox made ahead waits for its command
 WARM_MAX = 8  # sandboxes made ahead at most, the oldest dropped first
@@ -269,6 +269,15 @@ def _discard_stale() -> None:
 
 
 when_idle(_discard_stale)
+
+
+def shut() -> None:
+    """A clean stop: what the keeper was given is done, the sandboxes made ahead end and
+    their cgroups go (a kill -9 leaves them to the next start's `limits.sweep`)."""
+    drain()
+    for sandbox in drop_stale(every=True):
+        sandbox.discard()
+    close_all()
 
 
 def drop_stale(every: bool = False) -> list[Sandbox]:
