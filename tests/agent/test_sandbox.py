@@ -232,6 +232,42 @@ def test_the_kernels_riskiest_calls_are_refused(tmp_path: Path) -> None:
     assert unfiltered.get("add_key") == "ok" and unfiltered.get("userfaultfd") == "ok"
 
 
+def _finish(sandbox: start.Sandbox) -> str:
+    try:
+        said = sandbox.output.read().decode()
+        sandbox.proc.wait(60)
+    finally:
+        if sandbox.cgroup is not None:
+            sandbox.cgroup.close()
+        sandbox.close()
+        sandbox.output.close()
+    return said
+
+
+def test_a_sandbox_made_ahead_is_bounded_and_sees_the_folder_as_it_is_now(tmp_path: Path
+                                                                         ) -> None:
+    # The shell's next command runs in a sandbox made when the last one ended (start.py):
+    # it must hold the same bounds, its own cgroup, and the workdir's files of now.
+    bounds = Limits(procs=64, memory=256 * 1024**2)
+    _finish(start.shell("echo first > one", workdir=tmp_path, env=box.base_env(),
+                        limits=bounds))
+    assert limits.drain()  # the keeper has made the next one
+    (tmp_path / "two").write_text("written after it was made\n")
+    asked = time.monotonic()
+    second = start.shell("ulimit -u; cat one two; cat /proc/self/cgroup | grep pids; "
+                         "(for i in $(seq 200); do sleep 30 & done) 2>/dev/null; "
+                         "n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; echo $n",
+                         workdir=tmp_path, env=box.base_env(), limits=bounds)
+    second.after = None  # no third one
+    assert second.made < asked  # it was made ahead
+    lines = _finish(second).split()
+    assert lines[0] == "64" and "first" in lines and "after" in lines
+    assert any(line.endswith("pids:/") for line in lines)  # its own cgroup, at its root
+    assert 32 < int(lines[-1]) <= 64
+    for waiting in start.drop_stale(every=True):
+        waiting.discard()
+
+
 def _read(path: Path) -> bytes:
     try:
         return path.read_bytes()
