@@ -203,13 +203,15 @@ def test_a_flood_of_sub_agents_loses_no_index_or_search_row(server_factory: Any)
         if time.monotonic() > deadline:  # what is missing, and what git says of it
             statuses = [r["status"] for r in info["runs"]]
             in_git = git_runs(srv.session_path(sid))
+            running = {r["run_id"]: in_git.get(r["run_id"]) for r in info["runs"]
+                       if r["status"] == "RUNNING"}
             raise AssertionError(
                 f"{len(statuses)} runs indexed of {RUNS} ({len(in_git)} in git), "
                 f"{ {s: statuses.count(s) for s in set(statuses)} }, queued "
                 f"{len(queued['queued'])}; in git, not indexed: "
                 f"{sorted(set(in_git) - {r['run_id'] for r in info['runs']})}; "
                 f"RUNNING indexed, in git: "
-                f"{ {r['run_id']: in_git.get(r['run_id']) for r in info['runs'] if r['status'] == 'RUNNING'} }")
+                f"{running}")
         time.sleep(0.5)
     ws.close()
     theirs.close()
