@@ -56,40 +56,33 @@ def checked_addresses(hosts: tuple[str, ...], host: str, port: int, what: str,
 
 
 def pinned_transport(hosts: tuple[str, ...], what: str, setting: str) -> Any:
-    """An `httpx2` transport whose every connection passes these rules: the host is resolved
-    and checked when it connects, and the connection goes to the address checked (TLS still
-    names the host). A refusal is a connection error carrying the rule's sentence."""
-    import httpcore2
+    """An `httpx2` transport whose every request passes these rules: the host is resolved
+    and checked as it is sent, and the request goes to the address checked (the Host
+    header and TLS's server name stay the host's, so its certificate is still verified).
+    A refusal is a connection error carrying the rule's sentence."""
     import httpx2
 
-    class Pinned(httpcore2.AsyncNetworkBackend):
+    class Pinned(httpx2.AsyncBaseTransport):
         def __init__(self) -> None:
-            self.inner = httpcore2.AnyIOBackend()
+            self.inner = httpx2.AsyncHTTPTransport(trust_env=False)
 
-        async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
-                              local_address: str | None = None,
-                              socket_options: Any = None) -> Any:
+        async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+            host, port = request.url.host, request.url.port
             try:
-                found = await asyncio.to_thread(checked_addresses, hosts, host, port, what,
-                                                setting)
+                found = await asyncio.to_thread(
+                    checked_addresses, hosts, host,
+                    port or (443 if request.url.scheme == "https" else 80), what, setting)
             except BraidError as e:
-                raise httpcore2.ConnectError(e.message) from None
-            return await self.inner.connect_tcp(str(found[0]), port, timeout, local_address,
-                                                socket_options)
+                raise httpx2.ConnectError(e.message, request=request) from None
+            if request.url.scheme == "https":
+                request.extensions = {**request.extensions, "sni_hostname": host}
+            request.url = request.url.copy_with(host=str(found[0]))  # Host: kept as made
+            return await self.inner.handle_async_request(request)
 
-        async def connect_unix_socket(self, path: str, timeout: float | None = None,
-                                      socket_options: Any = None) -> Any:
-            raise httpcore2.ConnectError(f"{what} is reached over TCP only")
+        async def aclose(self) -> None:
+            await self.inner.aclose()
 
-        async def sleep(self, seconds: float) -> None:
-            await self.inner.sleep(seconds)
-
-    transport = httpx2.AsyncHTTPTransport(trust_env=False)
-    # httpx takes no network backend of its own: its pool is made again around ours, with
-    # the TLS context it made (the system's roots).
-    transport._pool = httpcore2.AsyncConnectionPool(
-        ssl_context=transport._pool._ssl_context, network_backend=Pinned())
-    return transport
+    return Pinned()
 
 
 def listed(hosts: tuple[str, ...], host: str, addr: Address | None = None) -> bool:
