@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from datetime import UTC, datetime
@@ -36,12 +35,6 @@ def rewinds_of(transcript: object) -> dict[str, str]:
     """A transcript's standing files-only rewinds, {user message id: rewind id}."""
     rewinds = transcript.get("rewinds") if isinstance(transcript, dict) else None
     return rewinds if isinstance(rewinds, dict) else {}
-
-
-def path_key(path: object) -> str:
-    """A file path as a short id part (a chip's own forms): the same for the same path,
-    whatever characters the path holds."""
-    return hashlib.sha1(str(path).encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
 class Block(TypedDict, total=False):
@@ -199,7 +192,6 @@ env.filters["humanize"] = humanize
 env.filters["note_for_people"] = note_for_people
 env.filters["readable"] = readable
 env.filters["dom_id"] = dom_id
-env.filters["path_key"] = path_key
 env.filters["pretty"] = pretty
 env.globals["tool_args"] = tool_args
 env.globals["tool_target"] = tool_target
