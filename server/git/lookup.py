@@ -24,9 +24,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pygit2
-from pygit2.enums import FileMode, ObjectType
+from pygit2.enums import ObjectType
 
-TREE_MODE = int(FileMode.TREE)
 OID_SIZE = 20  # sha1 repositories: a raw tree entry is "<mode> <name>\0" + 20 bytes
 WHOLE_FILE = 8 << 20  # a file up to this is read into memory to make its blob
 HEADS = "refs/heads/"
@@ -48,7 +47,9 @@ def entry_index(tree: pygit2.Tree, name: str) -> int | None:
         while lo < hi:
             mid = (lo + hi) // 2
             entry = tree[mid]
-            key = _key(entry.name or "", entry.filemode == TREE_MODE)
+            # isinstance, not `filemode == TREE_MODE`: a FileMode made per step cost more
+            # than the search (issue 30).
+            key = _key(entry.name or "", isinstance(entry, pygit2.Tree))
             if key < want:
                 lo = mid + 1
             elif key > want:
