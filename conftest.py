@@ -4,6 +4,7 @@ WebSocket client, and git checks through the `git` CLI."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import io
 import json
@@ -29,6 +30,45 @@ ROOT = Path(__file__).resolve().parent
 # `replay`: recorded real model servers behind a local HTTP server; `llama`: a real one.
 pytest_plugins = ["tests.model_replay", "tests.live.llama", "tests.pg"]
 TOKEN = "test-token-0123456789"
+
+
+# -- where tests write: a RAM file system when there is one. Every turn syncs its files
+# (docs/DESIGN.md "Durability"), ~10 ms a sync on a VM's disk, and nothing here tests what a
+# disk keeps: the power cut has its own file system (tests/powercut.py), the syncs' cost is
+# bench/durability.py's. A test that needs a real disk asks for `disk_path`.
+# BRAID_TEST_TMP=disk keeps everything on the disk (pytest's default place).
+RAM_DIR = Path("/dev/shm")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.option.basetemp or os.environ.get("BRAID_TEST_TMP") == "disk":
+        return
+    try:
+        room = os.statvfs(RAM_DIR)
+    except OSError:
+        return
+    if room.f_bavail * room.f_frsize >= 8 * 1024**3 and os.access(RAM_DIR, os.W_OK):
+        # One folder a run (helpers' runs in parallel never clear each other's), gone at
+        # its end (it is memory).
+        config.option.basetemp = str(RAM_DIR / f"braid-tests-{os.getpid()}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    where = Path(str(config.option.basetemp or ""))
+    if where.parent == RAM_DIR and where.name.startswith("braid-tests-"):
+        subprocess.run(["rm", "-rf", "--one-file-system", str(where)], check=False)
+
+
+@pytest.fixture
+def disk_path() -> Iterator[Path]:
+    """A folder on the disk, for a test of what only a disk does (a file's bytes are not
+    the writer's memory, as they are on a RAM file system)."""
+    import shutil
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix="braid-test-", dir="/var/tmp"))
+    yield where
+    shutil.rmtree(where, ignore_errors=True)
 
 
 # -- markers (pyproject.toml) for `scripts/test --quick`: set here from where a test lives and
@@ -483,3 +523,28 @@ def console_errors(request: pytest.FixtureRequest) -> Iterator[ConsoleErrors | N
     yield watcher
     unexpected = watcher.unexpected()
     assert not unexpected, "browser console errors:\n" + "\n".join(unexpected)
+
+
+# -- a real MCP server over streamable HTTP on loopback (tests/fixtures/mcp_server.py) -----
+
+
+@contextlib.contextmanager
+def mcp_http_server(folder: Path) -> Iterator[str]:
+    """The tests' MCP server over HTTP on 127.0.0.1, its cwd `folder`: its URL while open."""
+    port = free_port()
+    folder.mkdir(parents=True, exist_ok=True)
+    script = ROOT / "tests" / "fixtures" / "mcp_server.py"
+    proc = subprocess.Popen([sys.executable, str(script), "http", str(port)], cwd=folder,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)

@@ -7,6 +7,7 @@ count naming each part of what was sent, on hover."""
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 from typing import Any
 
@@ -91,4 +92,15 @@ def test_no_chip_without_instructions(page: Page, login: Any, shared_server: Ser
     # A turn that writes AGENTS.md brings the chip when it ends (its last call had it).
     page.fill("#composer-text", "write AGENTS.md Use tabs.\nbatch\nsay ok")
     page.keyboard.press("Enter")
-    expect(page.locator("#instructions-chip .instructions-chip")).to_be_visible(timeout=TIMEOUT)
+    chip = page.locator("#instructions-chip .instructions-chip")
+    expect(chip).to_be_visible(timeout=TIMEOUT)
+    expect(chip).to_have_attribute("title", re.compile(r"AGENTS\.md of this branch \(10 B"))
+    # Reverting that turn takes the file away, and the chip with it; Redo brings both back.
+    turn = page.locator("#transcript > section.turn").last
+    expect(turn).to_have_attribute("data-status", "COMPLETED", timeout=TIMEOUT)
+    footer = page.locator(f"#footer-{turn.get_attribute('data-run-id')}")
+    footer.locator(".revert-btn").click()
+    footer.locator(".confirm-revert").click()
+    expect(chip).to_have_count(0, timeout=TIMEOUT)
+    footer.locator(".redo-btn").click()
+    expect(chip).to_be_visible(timeout=TIMEOUT)

@@ -14,5 +14,6 @@ import "./rewind.js";
 import "./search.js";
 import "./dag.js";
 import "./context.js";
+import "./connections.js";
 
 start();

@@ -71,7 +71,7 @@ async def gate(braid: Services, ctx: TurnContext, call: ToolCall) -> str | None:
     tool = str(fn.get("name") or "")
     sid, run_id = ctx.handle.session_id, ctx.run_id
     # The session's own settings (a sub-agent's handle holds its worktree's older copy).
-    mcp_write = braid.mcp.is_mcp(tool) and not braid.mcp.read_only(tool)
+    mcp_write = braid.mcp.is_mcp(tool, sid) and not braid.mcp.read_only(tool, sid)
     if not needs_approval(braid.store.get(sid).meta, tool, mcp_write):
         return None
     active = braid.runs.find(sid, run_id)

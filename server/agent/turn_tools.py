@@ -92,7 +92,7 @@ async def run_tool(braid: Services, ctx: TurnContext, call: ToolCall) -> ToolOut
         return ToolOutcome(content, is_error, [])
     if name in (braid.store.get(handle.session_id).meta.get("tools_off") or ()):
         return ToolOutcome(f"error: the tool {name} is switched off in this session", True, [])
-    if braid.mcp.is_mcp(name):  # an MCP server's tool (mcp_servers/)
+    if braid.mcp.is_mcp(name, handle.session_id):  # an MCP server's tool (mcp_servers/)
         return await _mcp_tool(braid, ctx, name, bad_args or None, fn)
     if name != "shell":
         if bad_args:

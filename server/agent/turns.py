@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from server.agent.compaction import request as context_request
 from server.agent.compaction.request import SYSTEM_PROMPT
 from server.agent.compaction.run import compact_in_turn
 from server.agent.live_runs import ActiveRun, claim_turn
+from server.agent.mcp_servers import config as mcp_config
 from server.agent.tools import Workspace
 from server.agent.turn_changes import files_of
 from server.agent.turn_context import (
@@ -52,10 +52,11 @@ from server.git.history import history_path
 from server.git.session import GitSession
 from server.git.workdir.scan import WORKDIR
 from server.model.client import ModelError
-from server.model.endpoints import choice_for_call
+from server.model.endpoints import Endpoint, choice_for_call, user_endpoints
 from server.store import context
 from server.store.lineage import sibling_map
 from server.store.search import run_rows
+from server.store.users import off_loop
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -102,7 +103,8 @@ async def start_turn(
     braid: Services, handle: SessionHandle, text: str, fields: RunFields | None = None
 ) -> ActiveRun:
     branch = await handle.call(lambda git: git.branch)
-    needs = context_request.check_for(braid, text) if not fields else None
+    needs = None if fields else context_request.check_for(
+        braid, text, await offered_cost(braid, handle))
 
     def prepare(git: GitSession) -> TurnContext:
         # A fork or a checkout queued before this may have switched the session's branch.
@@ -122,7 +124,8 @@ async def launch(
     """Start driving a prepared turn in the background."""
     active.run_id = ctx.run_id
     active.ctx = ctx
-    endpoint, model = braid.model.resolve(handle.meta.get("model"), handle.meta.get("endpoint"))
+    endpoint, model = braid.model.resolve(handle.meta.get("model"), handle.meta.get("endpoint"),
+                                          await own_endpoints(braid, handle.user_id))
     ctx.run["model"], ctx.run["endpoint"] = model, endpoint.name
     # A sub-agent (never a fork: no siblings) goes to its model while its index rows are
     # written: with several children at once those writes queue on the one index connection.
@@ -148,7 +151,13 @@ async def _index_run(braid: Services, handle: SessionHandle, ctx: TurnContext) -
 async def drive(braid: Services, ctx: TurnContext, active: ActiveRun) -> None:
     """The model loop. Always ends with a `turn` commit holding the run's final status."""
     status, error = "COMPLETED", None
-    endpoint, model = braid.model.resolve(ctx.run.get("model"), ctx.run.get("endpoint"))
+    # The owner's own endpoints, and their MCP servers known before any listing: a call
+    # resumed after a restart (_answer_resumed_calls) may name one.
+    records = await off_loop(braid.users).connections(ctx.handle.user_id)
+    own = user_endpoints(records)
+    braid.mcp.remember(ctx.handle.session_id, ctx.handle.user_id,
+                       mcp_config.user_servers(records))
+    endpoint, model = braid.model.resolve(ctx.run.get("model"), ctx.run.get("endpoint"), own)
     active.started = True
     try:
         if active.stop_requested:  # cancelled between `launch` and this first step
@@ -162,7 +171,7 @@ async def drive(braid: Services, ctx: TurnContext, active: ActiveRun) -> None:
                     SYSTEM_PROMPT, ctx.instructions, braid.settings.instructions_file))
             await _answer_resumed_calls(braid, ctx)
             for batch in range(MAX_BATCHES):
-                reply, msg_id = await _model_call(braid, ctx, active, (endpoint, model),
+                reply, msg_id = await _model_call(braid, ctx, active, (endpoint, model, own),
                                                   batch)
                 if not reply.tool_calls:
                     break
@@ -193,9 +202,10 @@ async def drive(braid: Services, ctx: TurnContext, active: ActiveRun) -> None:
 
 
 async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
-                      using: tuple[Any, str], batch: int) -> tuple[Any, str]:
+                      using: tuple[Endpoint, str, dict[str, Endpoint]], batch: int
+                      ) -> tuple[Any, str]:
     """One model call, streamed as `message_delta` events; its reply joins the turn."""
-    endpoint, model = using
+    endpoint, model, own = using
     sid = ctx.handle.session_id
     msg_id = ctx.run_id if not any(m["role"] == "assistant" for m in ctx.messages) \
         else new_message_id()
@@ -213,7 +223,7 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
     sent = model_messages(ctx, braid.settings.context_tokens, endpoint.send_reasoning,
                           context_request.tool_tokens(tools), braid.settings.instructions_file)
     stream = braid.model.stream(sent, tools, model=model, endpoint=endpoint.name,
-                                tool_choice=choice)
+                                tool_choice=choice, own=own)
     tag = sub_branch(ctx)
     async with contextlib.aclosing(stream):  # a stop closes the model's stream at once
         async for kind, value in stream:
@@ -242,29 +252,41 @@ async def _model_call(braid: Services, ctx: TurnContext, active: ActiveRun,
     return reply, msg_id
 
 
-async def session_tools(braid: Services, session_id: str, workdir: Path) -> list[ToolSchema]:
+async def session_tools(braid: Services, session_id: str, workdir: Path,
+                        user_id: str) -> list[ToolSchema]:
     """Every tool a turn in `workdir` may be offered: the built-in ones, the sub-agents',
-    the MCP servers' (a server not seen yet is started to learn them)."""
+    the MCP servers' (the operator's and the session's owner's own; a server not seen yet
+    is started to learn them)."""
     tools = Workspace.schemas(braid.settings.shell)
     if braid.settings.subagent_tools:
         tools += orchestrate.schemas()
-    return tools + [t.schema for t in await braid.mcp.tools(session_id, workdir)]
+    own = mcp_config.user_servers(await off_loop(braid.users).connections(user_id))
+    return tools + [t.schema for t in await braid.mcp.tools(session_id, workdir, user_id, own)]
 
 
-def definition_cost(tool: ToolSchema) -> int:
-    """What an MCP tool's definition takes of the context budget (the built-in ones are
-    part of the fixed prompt)."""
-    return context.text_cost(json.dumps(tool)) if tool["function"]["name"].startswith(
-        "mcp__") else 0
+async def own_endpoints(braid: Services, user_id: str) -> dict[str, Endpoint]:
+    """The user's own model endpoints (added on the page), read at each turn: another
+    process of a team server may have changed them."""
+    return user_endpoints(await off_loop(braid.users).connections(user_id))
+
+
+async def offered(braid: Services, handle: SessionHandle, workdir: Path) -> list[ToolSchema]:
+    """The tools a call in `workdir` is offered, less those the session switched off
+    (`tools_off`)."""
+    off = set(handle.meta.get("tools_off") or ())
+    return [t for t in await session_tools(braid, handle.session_id, workdir, handle.user_id)
+            if t["function"]["name"] not in off]
+
+
+async def offered_cost(braid: Services, handle: SessionHandle) -> int:
+    """What the definitions a turn on the session's workdir is offered take of the context
+    budget: every one, built-in and MCP's (DESIGN §4 "Compaction")."""
+    return context_request.tool_tokens(await offered(braid, handle, handle.path / WORKDIR))
 
 
 async def offered_tools(braid: Services, ctx: TurnContext) -> list[ToolSchema]:
-    """The tools the model is offered, less those the session switched off (`tools_off`)."""
-    sid = ctx.handle.session_id
-    off = set(braid.store.get(sid).meta.get("tools_off") or ())
-    tools = [t for t in await session_tools(braid, sid, ctx.handle.path / WORKDIR)
-             if t["function"]["name"] not in off]
-    return tools
+    """The tools the turn's model is offered."""
+    return await offered(braid, ctx.handle, ctx.handle.path / WORKDIR)
 
 
 def _partial_message(ctx: TurnContext, active: ActiveRun) -> MessageRecord:

@@ -12,7 +12,16 @@ from typing import Any
 from server.backends.pg_conn import PgThread
 from server.base.errors import BadRequest
 from server.base.ids import now_iso
-from server.store.users import USER_NAME, hash_token, new_token, roots_list, roots_text
+from server.base.records import ConnectionRecord
+from server.store.users import (
+    USER_NAME,
+    connection_record,
+    connection_row,
+    hash_token,
+    new_token,
+    roots_list,
+    roots_text,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS users (
@@ -22,6 +31,16 @@ CREATE TABLE IF NOT EXISTS users (
     roots TEXT
 );
 ALTER TABLE users ADD COLUMN IF NOT EXISTS roots TEXT;
+CREATE TABLE IF NOT EXISTS connections (
+    user_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    url TEXT NOT NULL,
+    secret TEXT NOT NULL,
+    models TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (user_id, kind, name)
+);
 """
 SCHEMA_LOCK = 0x6272616965
 
@@ -73,6 +92,28 @@ class PgUsers:
         row = self._db.run(lambda db: db.fetchrow(
             "SELECT roots FROM users WHERE user_id = $1", user_id))
         return roots_list(row["roots"] if row else None)
+
+    def connections(self, user_id: str) -> list[ConnectionRecord]:
+        rows = self._db.run(lambda db: db.fetch(
+            "SELECT kind, name, url, secret, models, created_at FROM connections "
+            "WHERE user_id = $1 ORDER BY kind DESC, name", user_id))
+        return [connection_record(r["kind"], r["name"], r["url"], r["secret"], r["models"],
+                                  r["created_at"]) for r in rows]
+
+    def put_connection(self, user_id: str, record: ConnectionRecord) -> None:
+        """Add `record`, or replace the user's connection of its kind and name."""
+        row = connection_row(record)
+        self._db.run(lambda db: db.execute(
+            "INSERT INTO connections (user_id, kind, name, url, secret, models, created_at) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (user_id, kind, name) DO UPDATE "
+            "SET url = EXCLUDED.url, secret = EXCLUDED.secret, models = EXCLUDED.models, "
+            "created_at = EXCLUDED.created_at", user_id, *row))
+
+    def remove_connection(self, user_id: str, kind: str, name: str) -> bool:
+        status = self._db.run(lambda db: db.execute(
+            "DELETE FROM connections WHERE user_id = $1 AND kind = $2 AND name = $3",
+            user_id, kind, name))
+        return str(status).rsplit(" ", 1)[-1] != "0"
 
     def close(self) -> None:
         self._db.close()

@@ -481,3 +481,17 @@ class ModelEntry(TypedDict):
     endpoint: str
     error: NotRequired[str]
     ref: NotRequired[str]  # the choice that names it (`id@endpoint` where ids repeat)
+
+
+class ConnectionRecord(TypedDict):
+    """One of a user's own connections as the users backend keeps it (store/users.py): a
+    model endpoint (`kind` "model": its key in `secret["api_key"]`, its `models`) or an HTTP
+    MCP server (`kind` "mcp": its headers in `secret`). `secret` never leaves the server:
+    pages and the API see a `ConnectionView` (results.py)."""
+
+    kind: str
+    name: str
+    url: str
+    secret: dict[str, str]
+    models: list[str]
+    created_at: str

@@ -624,3 +624,21 @@ class EventFrame(TypedDict):
     type: Literal["event"]
     event: EventName
     data: EventData
+
+
+class ConnectionView(TypedDict):
+    """A user's connection as the page and the API show it: the URL with any credential in
+    it as ***, whether a key or headers are set, never what they are."""
+
+    kind: str  # "model" | "mcp"
+    name: str
+    url: str
+    models: list[str]
+    secret_set: bool  # a key (model) or headers (mcp) are kept
+    created_at: str
+
+
+class ConnectionList(TypedDict):
+    """The user's connections (`GET /api/connections`), model endpoints first."""
+
+    connections: list[ConnectionView]

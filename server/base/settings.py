@@ -168,6 +168,11 @@ class Settings:
                                          "the default endpoint's key", secret=True)
     endpoints_file: Path | None = setting("BRAID_ENDPOINTS", MAYBE_PATH, None,
                                           "a JSON or TOML file naming several endpoints")
+    # A user's own endpoints (added on the page) are held to the import's URL rules: https,
+    # and a host of the server's own network only when listed here (names or CIDRs).
+    endpoint_hosts: tuple[str, ...] = setting("BRAID_ENDPOINT_HOSTS", WORDS, (),
+                                              "private hosts or CIDRs a user's own model "
+                                              "endpoint may be at")
     tool_choice: str | None = setting("BRAID_TOOL_CHOICE", MAYBE_TEXT, None,
                                       "a tool the default endpoint is made to call first")
     model_timeout: float = setting("BRAID_MODEL_TIMEOUT", SECONDS, 120.0,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from server.agent.turns import own_endpoints
 from server.base.errors import BadRequest
 from server.base.records import Usage
 from server.base.results import ModelInUse, ModelList, UsageTotal
@@ -14,6 +15,7 @@ from server.store import layout
 
 if TYPE_CHECKING:
     from server.agent.services import Services
+    from server.model.endpoints import Endpoint
     from server.store.session_store import SessionHandle
 
 MAX_MODEL = 200
@@ -23,8 +25,13 @@ def ref(model_id: str, endpoint: str) -> str:
     return model_id if endpoint == "demo" else f"{model_id}@{endpoint}"
 
 
-async def list_models(braid: Services) -> ModelList:
+async def list_models(braid: Services, user_id: str = "") -> ModelList:
+    """The operator's endpoints' models, then those of the user's own endpoints (the ones
+    listed when it was added; an own endpoint named as an operator's is not reached)."""
     rows = await braid.model.list_models()
+    own = await own_endpoints(braid, user_id) if user_id else {}
+    rows += [{"id": model_id, "endpoint": ep.name} for ep in own.values()
+             if ep.name not in braid.model.endpoints for model_id in ep.models]
     for row in rows:
         if row["id"]:
             row["ref"] = ref(row["id"], row["endpoint"])
@@ -32,22 +39,25 @@ async def list_models(braid: Services) -> ModelList:
     return {"models": rows, "default": ref(model, ep.name)}
 
 
-def current(braid: Services, handle: SessionHandle) -> ModelInUse:
-    """The model the session's next turn uses."""
-    ep, model = braid.model.resolve(handle.meta.get("model"), handle.meta.get("endpoint"))
+def current(braid: Services, handle: SessionHandle,
+            own: dict[str, Endpoint] | None = None) -> ModelInUse:
+    """The model the session's next turn uses (`own`: its owner's own endpoints)."""
+    ep, model = braid.model.resolve(handle.meta.get("model"), handle.meta.get("endpoint"), own)
     return {"id": model, "endpoint": ep.name, "ref": ref(model, ep.name),
             "chosen": bool(handle.meta.get("model"))}
 
 
-def check_model(braid: Services, value: object) -> str | None:
-    """A model choice as `update_session` takes it; null or "" = the default."""
+def check_model(braid: Services, value: object,
+                own: dict[str, Endpoint] | None = None) -> str | None:
+    """A model choice as `update_session` takes it; null or "" = the default. `own`: the
+    user's own endpoints, which a choice may name too."""
     if value is None or value == "":
         return None
     if not isinstance(value, str) or len(value) > MAX_MODEL or not value.strip() \
             or any(ord(c) < 32 for c in value):
         raise BadRequest(f"model must be a model id of at most {MAX_MODEL} characters")
     model_id, _, endpoint = value.rpartition("@")
-    if model_id and endpoint not in braid.model.endpoints:
+    if model_id and endpoint not in braid.model.endpoints and endpoint not in (own or {}):
         raise BadRequest(f"no endpoint named {endpoint!r}")
     return value.strip()
 

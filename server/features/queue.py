@@ -33,7 +33,7 @@ from server.agent.compaction.request import check_for
 from server.agent.interrupted import find_record
 from server.agent.live_runs import claim_turn
 from server.agent.turn_context import TurnContext, open_turn
-from server.agent.turns import launch, start_turn
+from server.agent.turns import launch, offered_cost, start_turn
 from server.base import crash, events
 from server.base.errors import Busy, NotFound, TooMany
 from server.base.records import QueueRow, RunRecord
@@ -172,13 +172,14 @@ async def drain(braid: Services, session_id: str, branch: str) -> str | None:
     if not await braid.queue.has_waiting(session_id, branch):  # most ends of a run
         return None
     row: QueueRow | None = None
+    tools = await offered_cost(braid, handle)
 
     def prepare(git: GitSession) -> TurnContext:
         assert row is not None
         if git.branch != branch:  # the session shows another branch: wait for it
             raise Busy(f"the session shows branch {git.branch}, not {branch}")
         return open_turn(git, handle, row["text"], {}, run_id=row["queued_id"],
-                         compact_if=check_for(braid, row["text"]))
+                         compact_if=check_for(braid, row["text"], tools))
 
     try:
         async with claim_turn(braid.locks, braid.runs, session_id, branch) as active:

@@ -98,9 +98,11 @@ async def update_session(braid: Services, user_id: str, session_id: str,
 
     handle = braid.store.get_owned(user_id, session_id)
     if changes.get("model"):
+        from server.agent.turns import own_endpoints
         from server.features.model_choice import check_model
 
-        check_model(braid, changes["model"])  # names an endpoint Braid knows
+        # names an endpoint Braid knows, or one of the user's own
+        check_model(braid, changes["model"], await own_endpoints(braid, user_id))
     if changes:
         meta = _changed(handle.meta, changes)
         if meta != handle.meta:
@@ -124,19 +126,22 @@ async def list_tools(braid: Services, user_id: str, session_id: str) -> ToolList
     """The tools the session's model may be offered, each with whether it is switched off
     (`tools_off`) and what its definition costs of the context budget; and the configured
     MCP servers whose tools are not offered, with why."""
-    from server.agent.turns import definition_cost, session_tools
+    from server.agent.compaction.request import definition_cost
+    from server.agent.turns import session_tools
 
     handle = braid.store.get_owned(user_id, session_id)
     off = set(handle.meta.get("tools_off") or ())
     out: list[ToolInfo] = []
-    for tool in await session_tools(braid, handle.session_id, handle.path / WORKDIR):
+    for tool in await session_tools(braid, handle.session_id, handle.path / WORKDIR,
+                                    handle.user_id):
         name = tool["function"]["name"]
         server = split_name(name)
         out.append({"name": name, "server": server[0] if server else None,
                     "description": tool["function"].get("description") or "",
-                    "read_only": braid.mcp.read_only(name) if server else name in READS,
+                    "read_only": braid.mcp.read_only(name, handle.session_id) if server
+                    else name in READS,
                     "off": name in off, "tokens": definition_cost(tool)})
-    return {"tools": out, "unavailable": braid.mcp.why_not()}
+    return {"tools": out, "unavailable": braid.mcp.why_not(handle.session_id)}
 
 
 async def approve_tool_call(braid: Services, user_id: str, session_id: str, run_id: str,

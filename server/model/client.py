@@ -17,8 +17,9 @@ from typing import Any
 
 from server.base.errors import BadRequest, BraidError
 from server.base.records import ModelEntry, ModelMessage, ToolSchema, ToolSpec
-from server.base.settings import Settings
+from server.base.settings import Settings, variable_of
 from server.model import body as model_body
+from server.model import reach
 from server.model.endpoints import (
     DEFAULT,
     DEMO,
@@ -113,7 +114,9 @@ class ModelClient:
         self.endpoints: dict[str, Endpoint] = {e.name: e for e in endpoints_from_settings(
             settings)}
         self.default_endpoint = DEMO if settings.model == DEMO else DEFAULT
-        self._clients: dict[str, Any] = {}
+        # One client per endpoint: an operator's by its name, a user's own by its name, URL
+        # and key (two users may name theirs alike; a user may change theirs).
+        self._clients: dict[object, Any] = {}
         self._listed: dict[str, tuple[float, list[str], str | None]] = {}
 
     @property
@@ -125,40 +128,43 @@ class ModelClient:
         return self.client_for(self.endpoints[self.default_endpoint])
 
     def client_for(self, ep: Endpoint) -> Any:
-        if ep.name not in self._clients:
+        name: object = (ep.name, ep.base_url, ep.api_key) if ep.own else ep.name
+        if name not in self._clients:
             retries = int(getattr(self.settings, "model_retries", 2))
             if ep.is_demo:
                 from server.model.demo import demo_client
 
-                self._clients[ep.name] = demo_client(max_retries=retries)
+                self._clients[name] = demo_client(max_retries=retries)
             else:
                 import httpx2
                 import openai
 
                 base_url, query = ep.request_url()
-                self._clients[ep.name] = openai.AsyncOpenAI(
+                self._clients[name] = openai.AsyncOpenAI(
                     base_url=base_url, default_query=query or None,
                     api_key=ep.key() or "unset", max_retries=retries,
                     timeout=httpx2.Timeout(self.timeout, connect=min(self.timeout, 10.0)))
-        return self._clients[ep.name]
+        return self._clients[name]
 
-    def resolve(self, model: str | None = None, endpoint: str | None = None
-                ) -> tuple[Endpoint, str]:
+    def resolve(self, model: str | None = None, endpoint: str | None = None,
+                own: dict[str, Endpoint] | None = None) -> tuple[Endpoint, str]:
         """The endpoint and model id a turn uses: the session's choice, else the default.
-        A choice is a model id, or `id@endpoint` where two endpoints serve the same id."""
+        A choice is a model id, or `id@endpoint` where two endpoints serve the same id.
+        `own`: the session's owner's own endpoints (the operator's win a name both use)."""
+        endpoints = {**own, **self.endpoints} if own else self.endpoints
         if model and "@" in model:
             model_id, _, name = model.rpartition("@")
-            if name in self.endpoints:
-                return self.resolve(model_id or None, name)
-        if endpoint and endpoint in self.endpoints:
-            ep = self.endpoints[endpoint]
+            if name in endpoints:
+                return self.resolve(model_id or None, name, own)
+        if endpoint and endpoint in endpoints:
+            ep = endpoints[endpoint]
             if ep.is_demo:
                 return ep, DEMO
             return ep, model or (ep.models[0] if ep.models else self.model)
         if model == DEMO or (not model and self.default_endpoint == DEMO):
             return self.endpoints[DEMO], DEMO
         if model:
-            for ep in self.endpoints.values():
+            for ep in endpoints.values():
                 if model in ep.models or model in self._listed.get(ep.name, (0, [], None))[1]:
                     return ep, model
         ep = self.endpoints.get(self.default_endpoint) or self.endpoints[DEMO]
@@ -217,10 +223,14 @@ class ModelClient:
     async def stream(
         self, messages: list[ModelMessage], tools: list[ToolSchema], *,
         model: str | None = None, endpoint: str | None = None, tool_choice: str | None = None,
+        own: dict[str, Endpoint] | None = None,
     ) -> AsyncGenerator[tuple[str, Any], None]:
         """Yields ("delta", text) and ("reasoning", text) while the reply streams, then
-        ("reply", Reply). Raises ModelError (its `partial` holds what had arrived)."""
-        ep, model_id = self.resolve(model, endpoint)
+        ("reply", Reply). Raises ModelError (its `partial` holds what had arrived).
+        `own`: the session's owner's own endpoints (see `resolve`)."""
+        ep, model_id = self.resolve(model, endpoint, own)
+        if ep.own:
+            await self._check_own(ep)
         fields = self._request(ep, model_id, tools, tool_choice)
         client = self.client_for(ep)
         timeout = self.timeout
@@ -250,6 +260,17 @@ class ModelClient:
         if not reply.usage:
             reply.usage = estimate_usage(messages, reply)
         yield "reply", reply
+
+    async def _check_own(self, ep: Endpoint) -> None:
+        """A user's endpoint is reached only under the import's URL rules, checked at each
+        turn (its host may resolve elsewhere since it was added)."""
+        try:
+            await asyncio.to_thread(reach.check_url, self.settings.endpoint_hosts,
+                                    ep.base_url or "", "a model endpoint",
+                                    variable_of("endpoint_hosts"))
+        except BraidError as e:
+            raise ModelError(ep.scrub(f"the model server at {ep.where()} is not reached: "
+                                      f"{e.message}")) from None
 
     async def list_models(self) -> list[ModelEntry]:
         """Every endpoint's models: the configured ones and what GET /v1/models lists."""
@@ -282,6 +303,13 @@ class ModelClient:
             log.warning("listing models: %s", error)
         self._listed[ep.name] = (time.monotonic(), ids, error)
         return ids, error
+
+    async def forget(self, ep: Endpoint) -> None:
+        """A user removed or changed their endpoint `ep`: its client goes (its connections
+        closed), in this process; another process's goes at shutdown."""
+        client = self._clients.pop((ep.name, ep.base_url, ep.api_key), None)
+        if client is not None:
+            await client.close()
 
     async def close(self) -> None:
         for client in self._clients.values():

@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
+from server.base.records import ConnectionRecord
+
 DEMO = "demo"
 DEFAULT = "default"
 TOOL_CHOICE_WORDS = ("auto", "none", "required")
@@ -76,6 +78,9 @@ class Endpoint:
     max_argument_chars: int | None = None
     max_argument_items: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    # A user's own endpoint (added on the page): its URL is held to the import's rules
+    # (reach.py, BRAID_ENDPOINT_HOSTS) each time a turn uses it.
+    own: bool = False
 
     @property
     def is_demo(self) -> bool:
@@ -110,6 +115,7 @@ class Endpoint:
         found += [v for k, v in parse_qsl(parts.query, keep_blank_values=True)
                   if k.lower() not in PLAIN_PARAMS]
         found.append(parts.fragment)  # never sent, but some paste a key there
+        found.append(self.api_key or "")  # a server may quote the key it refused
         found += [unquote(v) for v in found]
         # Longest first, so a secret holding another is hidden whole; a one- or two-letter
         # secret is not hunted in free text (it would hide every such letter), only in URLs.
@@ -270,6 +276,14 @@ def endpoints_from_settings(settings: Any) -> list[Endpoint]:
                 raise ValueError(f"BRAID_ENDPOINTS: the name {e.name!r} is taken")
         out.extend(extra)
     return out
+
+
+def user_endpoints(records: list[ConnectionRecord]) -> dict[str, Endpoint]:
+    """A user's own endpoints (added on the page; store/users.py keeps them) by name."""
+    return {r["name"]: Endpoint(name=r["name"], base_url=r["url"],
+                                api_key=r["secret"].get("api_key") or None,
+                                models=tuple(r["models"]), own=True)
+            for r in records if r["kind"] == "model"}
 
 
 def choice_for_call(tool_choice: str | None, call: int) -> str | None:

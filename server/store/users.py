@@ -1,6 +1,9 @@
-"""Users and their tokens (users.sqlite3). Not derived from git: reindex keeps it.
+"""Users and their tokens (users.sqlite3), and each user's own connections (model endpoints
+and HTTP MCP servers added on the page). Not derived from git: reindex keeps it.
 
-Tokens are long random strings, so a plain SHA-256 of the token is a safe thing to store."""
+Tokens are long random strings, so a plain SHA-256 of the token is a safe thing to store. A
+connection's key or headers must be sent as they are, so they are kept in clear: the file
+is the server user's alone (mode 0600), and nothing of it goes into a session's repository."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from weakref import WeakKeyDictionary
 
 from server.base.errors import BadRequest
 from server.base.ids import now_iso
+from server.base.records import ConnectionRecord
 
 T = TypeVar("T")
 DEFAULT_USER = "local"
@@ -33,7 +37,18 @@ CREATE TABLE IF NOT EXISTS users (
     created_at TEXT NOT NULL,
     roots TEXT
 );
+CREATE TABLE IF NOT EXISTS connections (
+    user_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    url TEXT NOT NULL,
+    secret TEXT NOT NULL,
+    models TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (user_id, kind, name)
+);
 """
+# A connection's `secret` and `models` are JSON (connection_record reads them back).
 # `roots`: a JSON list of the folders the user may import from and export to (roots.py);
 # NULL for none. Databases made before it get the column when opened.
 ADD_ROOTS = "ALTER TABLE users ADD COLUMN roots TEXT"
@@ -53,6 +68,10 @@ class Users:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
+        # Made the server user's alone before SQLite opens it (its journal takes the same
+        # mode): it holds the keys of the users' connections.
+        os.close(os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600))
+        os.chmod(path, 0o600)
         with self._connect() as db:
             db.executescript(SCHEMA)
             columns = {row[1] for row in db.execute("PRAGMA table_info(users)")}
@@ -115,6 +134,46 @@ class Users:
             row = db.execute("SELECT roots FROM users WHERE user_id = ?", (user_id,)).fetchone()
         return roots_list(row[0] if row else None)
 
+    def connections(self, user_id: str) -> list[ConnectionRecord]:
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT kind, name, url, secret, models, created_at FROM connections "
+                "WHERE user_id = ? ORDER BY kind DESC, name", (user_id,)).fetchall()
+        return [connection_record(*row) for row in rows]
+
+    def put_connection(self, user_id: str, record: ConnectionRecord) -> None:
+        """Add `record`, or replace the user's connection of its kind and name."""
+        with self._connect() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO connections (user_id, kind, name, url, secret, models, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)", (user_id, *connection_row(record)))
+
+    def remove_connection(self, user_id: str, kind: str, name: str) -> bool:
+        with self._connect() as db:
+            gone = db.execute("DELETE FROM connections WHERE user_id = ? AND kind = ? AND "
+                              "name = ?", (user_id, kind, name)).rowcount
+        return gone > 0
+
+
+def connection_row(record: ConnectionRecord) -> tuple[str, str, str, str, str, str]:
+    """(kind, name, url, secret, models, created_at) as both backends store them."""
+    return (record["kind"], record["name"], record["url"], json.dumps(record["secret"]),
+            json.dumps(record["models"]), record["created_at"])
+
+
+def connection_record(kind: str, name: str, url: str, secret: str, models: str,
+                      created_at: str) -> ConnectionRecord:
+    """A stored row as the record it was (a value not of its shape reads as empty)."""
+    try:
+        keys, ids = json.loads(secret), json.loads(models)
+    except ValueError:
+        keys, ids = {}, []
+    return {"kind": kind, "name": name, "url": url,
+            "secret": {str(k): str(v) for k, v in keys.items()} if isinstance(keys, dict)
+            else {},
+            "models": [str(m) for m in ids] if isinstance(ids, list) else [],
+            "created_at": created_at}
+
 
 def check_roots(raw: str) -> list[str]:
     """`--roots A:B` as absolute folder paths (`~` expanded); "" for none."""
@@ -150,6 +209,9 @@ class UserStore(Protocol):
     def exists(self, user_id: str) -> bool: ...
     def set_roots(self, user_id: str, roots: list[str]) -> None: ...
     def roots(self, user_id: str) -> list[str]: ...
+    def connections(self, user_id: str) -> list[ConnectionRecord]: ...
+    def put_connection(self, user_id: str, record: ConnectionRecord) -> None: ...
+    def remove_connection(self, user_id: str, kind: str, name: str) -> bool: ...
     def close(self) -> None: ...
 
 
@@ -178,6 +240,15 @@ class UsersOffLoop:
 
     async def roots(self, user_id: str) -> list[str]:
         return await self._run(lambda: self.backend.roots(user_id))
+
+    async def connections(self, user_id: str) -> list[ConnectionRecord]:
+        return await self._run(lambda: self.backend.connections(user_id))
+
+    async def put_connection(self, user_id: str, record: ConnectionRecord) -> None:
+        await self._run(lambda: self.backend.put_connection(user_id, record))
+
+    async def remove_connection(self, user_id: str, kind: str, name: str) -> bool:
+        return await self._run(lambda: self.backend.remove_connection(user_id, kind, name))
 
     def close(self) -> None:
         self._thread.shutdown(wait=False)

@@ -27,6 +27,7 @@ from server.features import (
     subagents,
     timetravel,
 )
+from server.features.connections import own as own_connections
 from server.features.sources import exporting, sync
 from server.store.search import MAX_QUERY
 from server.web import params as P
@@ -45,7 +46,7 @@ async def sessions_of(braid: Braid, user_id: str, query: str, archived: bool) ->
 
 
 async def models(braid: Braid, user_id: str) -> ModelList:
-    return await model_choice.list_models(braid)
+    return await model_choice.list_models(braid, user_id)
 
 
 def no_content(result: Any, status: int) -> Response:
@@ -160,6 +161,20 @@ SPECS: list[Action] = [
         Param("limit", P.search_limit),
     ), Http("GET", "/api/search"), socket=False, session=False),
     Action("list_models", models, (), Http("GET", "/api/models"), socket=False, session=False),
+    # -- the user's own connections (model endpoints, HTTP MCP servers) ---------------------
+    Action("list_connections", own_connections.list_connections, (),
+           Http("GET", "/api/connections"), socket=False, session=False),
+    Action("add_connection", own_connections.add_connection, (
+        Param("kind", P.connection_kind),
+        Param("name", P.connection_name),
+        Param("url", P.connection_url),
+        Param("key", P.secret),
+        Param("headers", P.headers),
+        Param("models", P.model_ids),
+    ), Http("POST", "/api/connections", status=201), socket=False, session=False),
+    Action("remove_connection", own_connections.remove_connection, (
+        Param("kind", P.connection_kind), Param("name", P.connection_name),
+    ), Http("DELETE", "/api/connections/{kind}/{name}"), socket=False, session=False),
 ]
 
 ACTIONS: dict[str, Handler] = socket_table(SPECS)

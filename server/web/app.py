@@ -108,6 +108,7 @@ def routes() -> list[Route | WebSocketRoute | Mount]:
         Route("/s/{session_id}/fork", page(pages.fork_page), methods=["POST"]),
         Route("/s/{session_id}/model", partial(model_actions.picker_fragment)),
         Route("/s/{session_id}/tools", partial(model_actions.tools_fragment)),
+        Route("/connections", partial(model_actions.connections_fragment)),
         *http_routes(SPECS),  # the JSON API: one route per declared action
         WebSocketRoute("/ws/sessions/{session_id}", session_socket),
         Mount("/static", StaticFiles(directory=str(ROOT / "static")), name="static"),

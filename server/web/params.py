@@ -21,6 +21,7 @@ from server.base.errors import BadRequest, NotFound
 from server.base.ids import is_message_id
 from server.base.names import is_utf8
 from server.base.results import SessionChanges
+from server.features.connections.own import KINDS
 from server.features.files import path_param, ref_param
 from server.features.merge import MAX_BRANCHES, STRATEGIES
 from server.features.session_meta import MAX_MODEL, MAX_TITLE
@@ -416,3 +417,67 @@ def message_index(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadRequest("message_index must be an integer")
     return value
+
+
+# -- a user's own connections (features/connections/) ---------------------------------------
+
+MAX_URL = 2000
+MAX_SECRET = 4096  # characters of a key or of one header's value
+MAX_HEADERS = 20
+HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}")  # an HTTP token
+
+
+def connection_kind(value: object) -> str:
+    return one_of(value, "kind", KINDS)
+
+
+def connection_name(value: object) -> str:
+    """A connection's name (its kind's own rules are the feature's)."""
+    if not isinstance(value, str) or not value.strip():
+        raise BadRequest("name must be a non-empty string")
+    return one_line(value.strip(), "name", 40)
+
+
+def connection_url(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise BadRequest("url must be a non-empty string")
+    return one_line(value.strip(), "url", MAX_URL)
+
+
+def secret(value: object) -> str | None:
+    """A key: none, or one line (it goes into a header)."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise BadRequest("key must be a string")
+    return one_line(value.strip(), "key", MAX_SECRET)
+
+
+def headers(value: object) -> dict[str, str]:
+    """An MCP server's headers: an object of header names to one-line values."""
+    if value is None or value == "":
+        return {}
+    if not isinstance(value, dict) or len(value) > MAX_HEADERS:
+        raise BadRequest(f"headers must be an object of at most {MAX_HEADERS} headers")
+    out: dict[str, str] = {}
+    for name, text in value.items():
+        if not isinstance(name, str) or not HEADER_NAME.fullmatch(name):
+            raise BadRequest("a header's name must be an HTTP token")
+        if not isinstance(text, str):
+            raise BadRequest(f"header {name!r} must be a string")
+        out[name] = one_line(text.strip(), f"header {name!r}", MAX_SECRET)
+    return out
+
+
+def model_ids(value: object) -> list[str]:
+    """The models of an endpoint: a list, or names separated by commas or spaces (none: the
+    ones it lists)."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        value = [v for v in re.split(r"[\s,]+", value) if v]
+    if not isinstance(value, list) or len(value) > 50 or not all(
+            isinstance(v, str) and 0 < len(v) <= MAX_MODEL and "@" not in v
+            and v.isprintable() and " " not in v for v in value):
+        raise BadRequest("models must be at most 50 model ids (no spaces or '@')")
+    return list(dict.fromkeys(value))

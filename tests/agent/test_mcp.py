@@ -144,7 +144,8 @@ async def test_the_sessions_tools_are_listed_with_their_cost_and_switched_off(
     read, write = by_name["mcp__files__read"], by_name["mcp__files__write"]
     assert read["server"] == "files" and read["read_only"] and not write["read_only"]
     assert read["description"].startswith("Read a text file")
-    assert read["tokens"] > 0 and by_name["read_file"]["tokens"] == 0
+    # Every definition offered costs what the Tools list says, built-in ones too.
+    assert read["tokens"] > 0 and by_name["read_file"]["tokens"] > 0
     assert by_name["read_file"]["server"] is None and not read["off"]
 
     info = await call_action(mcp_braid, USER, sid, "update_session",
@@ -173,10 +174,32 @@ async def test_the_tools_definitions_count_in_the_context_budget(make_braid: Mak
     with_mcp = await run_turn(braid, sid2, "hello")
     listed = await call_action(braid, USER, sid2, "list_tools")
     cost = sum(t["tokens"] for t in listed["tools"])
+    mcp_cost = sum(t["tokens"] for t in listed["tools"] if t["server"])
     used = json.loads(git(path2, "show", f"HEAD:runs/000/00/{with_mcp['run_id']}.json"))
     used_plain = json.loads(git(plain.store.path(sid), "show",
                                 f"HEAD:runs/000/00/{without['run_id']}.json"))
-    assert used["context"]["tokens"] - used_plain["context"]["tokens"] == cost > 0
+    assert used["context"]["parts"]["tools"] == cost
+    assert used["context"]["tokens"] - used_plain["context"]["tokens"] == mcp_cost > 0
+
+
+@pytest.mark.slow
+async def test_the_compaction_check_counts_the_mcp_tools_too(make_braid: MakeBraid,
+                                                              tmp_path: Path) -> None:
+    """A turn opens with a compaction when its call would leave messages out: with MCP
+    servers' definitions taking their share of the budget, never a dropped message first."""
+    braid = await make_braid(context_tokens=2500, mcp_file=servers_file(tmp_path, files=stdio()),
+                             mcp_timeout=15.0)
+    sid, path = await new_session(braid)
+    listed = await call_action(braid, USER, sid, "list_tools")
+    assert sum(t["tokens"] for t in listed["tools"] if t["server"]) > 250
+    filler = "lorem ipsum dolor sit amet " * 12
+    for i in range(16):
+        done = await run_turn(braid, sid, f"say m{i}\n{filler}")
+        assert done["status"] == "COMPLETED"
+        assert done["context"]["omitted_messages"] == 0, (i, done["context"])
+        assert done["context"]["tokens"] <= 2500
+    kinds = git(path, "log", "--format=%(trailers:key=Braid-Kind,valueonly)").split()
+    assert "compaction" in kinds
 
 
 @pytest.mark.slow

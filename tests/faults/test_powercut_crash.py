@@ -2,7 +2,7 @@
 power-cut file system (tests/powercut.py), the server dies (at a crash point, or kill -9 at a
 random moment while a client works), the power is cut (every write not fsynced is dropped),
 and the server starts again. Then: every session opens, `git fsck` is clean, every run,
-upload and import whose completion the client saw is there with its files, and the index
+upload, import and merge whose completion the client saw is there with its files, and the index
 agrees with git.
 
 `BRAID_POWERCUT_SERVER=/path/to/a/checkout` runs that checkout's server instead (how the
@@ -87,6 +87,7 @@ class Seen:
     done: dict[str, tuple[str, str, bytes]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopped_by: list[str] = field(default_factory=list)  # how each client ended
+    merges: int = 0  # merges seen done (so a run that never reached one says so)
 
 
 def git_runs(repo: Path) -> dict[str, dict[str, str]]:
@@ -234,17 +235,23 @@ CUTS = int(os.environ.get("BRAID_POWERCUT_CUTS", "8"))
 
 def client(srv: CutServer, sid: str, home: Path, rng: random.Random, tag: str,
            seen: Seen) -> None:
-    """Turns, uploads and imports until the server dies, noting each completion seen."""
+    """Turns, uploads, imports and merges until the server dies, noting each completion
+    seen (a merge: the turn whose sub-agent wrote the file, merged into the branch)."""
+    order = rng.sample(range(5), 5)  # each cut's client starts with another kind
     for k in range(1000):
         name = f"{tag}_{k}.txt"
         content = f"{tag} {k} {rng.random()}\n".encode()
         try:
-            op = k % 4
-            if op in (0, 1):
-                body = srv.run(sid, f"write {name} {content.decode().strip()}")
+            op = order[k % 5]
+            if op in (0, 1, 4):
+                text = f"write {name} {content.decode().strip()}"
+                if op == 4:
+                    text = f"spawn m{k}: {text}\nmerge fail"
+                body = srv.run(sid, text)
                 if body["status"] == "COMPLETED":
                     with seen.lock:
                         seen.done[body["run_id"]] = (sid, name, content)
+                        seen.merges += op == 4
             elif op == 2:
                 status, _ = upload(srv, sid, [(name, content)])
                 if status == 200:
@@ -315,9 +322,10 @@ def test_power_cut_at_random_points(tmp_path: Path,
     finally:
         mount.stop()
     with capsys.disabled():
-        print("\n\npower cut at random moments of turns, uploads and imports")
+        print("\n\npower cut at random moments of turns, uploads, imports and merges")
         for n, delay, made, lost in rows:
             print(f"cut {n:>2} {delay:4.1f} s after a completion ({made} seen, client stopped "
                   f"by {seen.stopped_by[n - 1] if n <= len(seen.stopped_by) else '?'}): "
                   f"{'; '.join(lost) or 'nothing lost'}")
     assert not [r for r in rows if r[3]], rows
+    assert seen.merges, "no merge was seen done before a cut"

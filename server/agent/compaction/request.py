@@ -14,10 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from server.agent import orchestrate
 from server.agent.compaction import instructions
 from server.agent.compaction.instructions import Instructions
-from server.agent.tools import Workspace
 from server.base.records import (
     ContextUse,
     Covers,
@@ -38,16 +36,17 @@ SYSTEM_PROMPT = (
     "enabled); paths are relative to the workdir. Every turn is checkpointed in git, so the "
     "user can revert what you did. Answer concisely in Markdown."
 )
-_TOOL_TOKENS: dict[tuple[str, ...], int] = {}
 
 
 def tool_tokens(tools: list[Any]) -> int:
-    """The estimated tokens of the tool definitions a call offers (made once per set)."""
-    key = tuple(str((t.get("function") or {}).get("name")) for t in tools)
-    if key not in _TOOL_TOKENS:
-        # Each definition's cost, added up: what the session's Tools list shows per tool.
-        _TOOL_TOKENS[key] = sum(context.text_cost(json.dumps(tool)) for tool in tools)
-    return _TOOL_TOKENS[key]
+    """The estimated tokens of the tool definitions a call offers: each definition's cost
+    (what the session's Tools list shows), added up."""
+    return sum(definition_cost(tool) for tool in tools)
+
+
+def definition_cost(tool: Any) -> int:
+    """What one tool's definition takes of the context budget."""
+    return context.text_cost(json.dumps(tool))
 
 
 @dataclass
@@ -126,21 +125,13 @@ def needs_compaction(git: GitSession, heads: list[str], text: str, budget: int,
     return keep if plan(prior, sums, keep) is not None else 0
 
 
-def turn_tools(braid: Services) -> list[Any]:
-    """The tool definitions a turn's calls offer."""
-    tools = Workspace.schemas(braid.settings.shell)
-    if braid.settings.subagent_tools:
-        tools += orchestrate.schemas()
-    return tools
-
-
-def check_for(braid: Services, text: str) -> Callable[[GitSession], int] | None:
+def check_for(braid: Services, text: str, tools: int) -> Callable[[GitSession], int] | None:
     """`open_turn`'s `compact_if` for a turn that opens with the user's `text` (a message
-    sent or queued); None when compaction is off."""
+    sent or queued), whose calls offer tool definitions of `tools` tokens (every tool
+    offered, MCP's too: `turns.offered_cost`); None when compaction is off."""
     settings = braid.settings
     if not settings.compaction:
         return None
-    tools = tool_tokens(turn_tools(braid))
 
     def needs(git: GitSession) -> int:
         heads = heads_of(SYSTEM_PROMPT, instructions.project(git), settings.instructions_file)

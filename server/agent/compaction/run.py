@@ -40,7 +40,9 @@ from server.base.records import (
 )
 from server.base.results import InstructionsShown, RunStarted
 from server.git.session import GitSession
+from server.model.endpoints import user_endpoints
 from server.store import context, journal, layout
+from server.store.users import off_loop
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -63,7 +65,8 @@ async def summarize(braid: Services, handle: SessionHandle, request: Request,
                     model: str | None, endpoint: str | None) -> tuple[str, Usage | None]:
     """The model's summary (its text, its usage). Raises what the call raised."""
     crash.at("compaction.model")
-    stream = braid.model.stream(request.messages, [], model=model, endpoint=endpoint)
+    own = user_endpoints(await off_loop(braid.users).connections(handle.user_id))
+    stream = braid.model.stream(request.messages, [], model=model, endpoint=endpoint, own=own)
     reply = None
     async with contextlib.aclosing(stream):
         async for kind, value in stream:
@@ -177,8 +180,9 @@ async def compact(braid: Services, user_id: str, session_id: str) -> RunStarted:
         if found is None:
             raise Conflict("nothing to compact: the branch has no earlier turns to summarize")
         heads = heads_of(SYSTEM_PROMPT, found_instructions, braid.settings.instructions_file)
+        own = user_endpoints(await off_loop(braid.users).connections(handle.user_id))
         endpoint, model = braid.model.resolve(handle.meta.get("model"),
-                                              handle.meta.get("endpoint"))
+                                              handle.meta.get("endpoint"), own)
         record, _ = await run_compaction(braid, handle, branch, found, heads,
                                          (model, endpoint.name), None)
         active.run_id = str(record["run_id"])

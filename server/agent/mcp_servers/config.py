@@ -6,16 +6,15 @@ a host of the server's own network only when `BRAID_MCP_HOSTS` lists it."""
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
-from server.base.errors import BadRequest, Forbidden
-from server.base.settings import Settings
+from server.base.errors import BadRequest
+from server.base.records import ConnectionRecord
+from server.base.settings import Settings, variable_of
+from server.model import reach
 
 PREFIX = "mcp__"
 # A server's name goes into every tool name the model sees (`mcp__NAME__TOOL`), which the
@@ -118,41 +117,12 @@ def split_name(name: str) -> tuple[str, str] | None:
 
 
 def check_url(hosts: tuple[str, ...], url: str) -> str:
-    """`url` if Braid may reach it (the import's URL rules), else BadRequest or Forbidden.
-    The host is resolved here; each of its addresses must be allowed."""
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    if not host or parts.username or parts.password:
-        raise BadRequest("an MCP server's URL needs a host (and no user:password in it)")
-    if parts.scheme != "https" and not (parts.scheme == "http" and _listed(hosts, host)):
-        raise Forbidden("an MCP server must be reached over https:// (plain http only for a "
-                        "host BRAID_MCP_HOSTS lists)")
-    try:
-        infos = socket.getaddrinfo(host, parts.port or 443, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        raise BadRequest(f"the MCP server's host {host} does not resolve") from None
-    for info in infos:
-        addr = ipaddress.ip_address(str(info[4][0]).split("%")[0])
-        if (addr.is_multicast or not addr.is_global) and not _listed(hosts, host, addr):
-            raise Forbidden(f"{host} is an address of the server's own network: MCP servers "
-                            "there are off (BRAID_MCP_HOSTS)")
-    return url
+    """`url` if Braid may reach it (the import's URL rules, model/reach.py), else BadRequest
+    or Forbidden. The host is resolved here; each of its addresses must be allowed."""
+    return reach.check_url(hosts, url, "an MCP server", variable_of("mcp_hosts"))
 
 
-def _listed(hosts: tuple[str, ...], host: str,
-            addr: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None) -> bool:
-    for entry in hosts:
-        if entry == host:
-            return True
-        try:
-            net = ipaddress.ip_network(entry, strict=False)
-        except ValueError:
-            continue
-        if addr is None:
-            try:
-                addr = ipaddress.ip_address(host)
-            except ValueError:
-                continue
-        if addr in net:
-            return True
-    return False
+def user_servers(records: list[ConnectionRecord]) -> dict[str, HttpServer]:
+    """A user's own HTTP servers (added on the page; store/users.py) as entries."""
+    return {r["name"]: HttpServer(r["name"], r["url"], dict(r["secret"]))
+            for r in records if r["kind"] == "mcp"}

@@ -1,6 +1,11 @@
 """The MCP servers of one Braid process: a connection per (session, workdir, server), so two
 sessions, two users, or a sub-agent's worktree and its parent never share a server process.
 
+A user's own HTTP servers (added on the page) are offered in that user's sessions only: the
+listing of a session's tools is given its owner's servers and the pool keeps them for the
+session's calls; the operator's server of the same name wins. Their catalogs are kept per
+user.
+
 A server is started on first use: the first time a session's turn needs its tools, or a call
 reaches it. The tools a server offers are remembered per server (its catalog), so a later
 session is offered them without starting anything until a call comes. A connection idle for
@@ -37,6 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("braid")
 Key = tuple[str, str, str]  # session id, workdir, server name
+Owner = tuple[str, str]  # whose server ("" for the operator's BRAID_MCP), its name
 MAX_RESULT = 100_000  # characters of a result the model reads
 RETRY_SECONDS = 60.0  # a server that failed to start is not started again to list its tools
 
@@ -62,42 +68,67 @@ class McpPool:
         self.data_dir, self.timeout, self.idle_seconds = data_dir, timeout, idle_seconds
         self._live: dict[Key, Connection] = {}
         self._starting: dict[Key, asyncio.Lock] = {}
-        self._catalog: dict[str, list[OfferedTool]] = {}  # server -> its tools, once seen
-        self._failed: dict[str, str] = {}  # server -> why it last failed to start
-        self._failed_at: dict[str, float] = {}
+        self._catalog: dict[Owner, list[OfferedTool]] = {}  # a server's tools, once seen
+        self._failed: dict[Owner, str] = {}  # why a server last failed to start
+        self._failed_at: dict[Owner, float] = {}
+        # session id -> (its owner, the owner's own servers), as its last listing found them
+        self._own: dict[str, tuple[str, dict[str, HttpServer]]] = {}
 
     # ------------------------------------------------------------------------ tools
 
-    async def tools(self, session_id: str, workdir: Path) -> list[OfferedTool]:
-        """Every configured server's tools (a server not seen yet is started for this
-        session to learn them; one that will not start offers none, and says why)."""
+    async def tools(self, session_id: str, workdir: Path, user_id: str = "",
+                    own: dict[str, HttpServer] | None = None) -> list[OfferedTool]:
+        """Every configured server's tools, and those of `own` (the session's owner's own
+        servers, kept for the session's calls); a server not seen yet is started for this
+        session to learn them; one that will not start offers none, and says why."""
+        if own is not None:
+            self.remember(session_id, user_id, own)
         out: list[OfferedTool] = []
         now = time.monotonic()
-        for name in self.servers:
-            if name not in self._catalog and now - self._failed_at.get(name, -RETRY_SECONDS) \
-                    >= RETRY_SECONDS:
+        for name, (owner, _) in self._servers_of(session_id).items():
+            if owner not in self._catalog and now - self._failed_at.get(
+                    owner, -RETRY_SECONDS) >= RETRY_SECONDS:
                 try:
                     await self._connection(session_id, workdir, name)
                 except Failed as exc:
                     log.warning("%s", exc)
                     continue
-            out.extend(self._catalog.get(name, ()))
+            out.extend(self._catalog.get(owner, ()))
         return out
 
-    def why_not(self) -> dict[str, str]:
-        """Servers whose tools are not offered: why (the last start's failure)."""
-        return {k: v for k, v in self._failed.items() if k not in self._catalog}
+    def remember(self, session_id: str, user_id: str, own: dict[str, HttpServer]) -> None:
+        """The session's owner and their own servers, for the session's calls."""
+        self._own[session_id] = (user_id, own)
 
-    def read_only(self, name: str) -> bool:
+    def _servers_of(self, session_id: str) -> dict[str, tuple[Owner, ServerEntry]]:
+        """The servers a session may use: its owner's own, then the operator's (which win a
+        name both use)."""
+        user_id, own = self._own.get(session_id, ("", {}))
+        out: dict[str, tuple[Owner, ServerEntry]] = {
+            # Keyed by its URL too: another process may have seen the server the user changed.
+            name: ((user_id, f"{name} {entry.url}"), entry) for name, entry in own.items()
+            if user_id}
+        out.update({name: (("", name), entry) for name, entry in self.servers.items()})
+        return out
+
+    def why_not(self, session_id: str = "") -> dict[str, str]:
+        """The session's servers whose tools are not offered: why (the last start's
+        failure)."""
+        return {name: self._failed[owner] for name, (owner, _) in
+                self._servers_of(session_id).items()
+                if owner in self._failed and owner not in self._catalog}
+
+    def read_only(self, name: str, session_id: str = "") -> bool:
         """Whether the tool says `readOnlyHint: true` (any other MCP tool is a write)."""
         split = split_name(name)
-        if split is None:
+        found = self._servers_of(session_id).get(split[0]) if split else None
+        if found is None:
             return False
-        return any(t.name == name and t.read_only for t in self._catalog.get(split[0], ()))
+        return any(t.name == name and t.read_only for t in self._catalog.get(found[0], ()))
 
-    def is_mcp(self, name: str) -> bool:
+    def is_mcp(self, name: str, session_id: str = "") -> bool:
         split = split_name(name)
-        return split is not None and split[0] in self.servers
+        return split is not None and split[0] in self._servers_of(session_id)
 
     def is_stdio(self, name: str) -> bool:
         split = split_name(name)
@@ -109,7 +140,7 @@ class McpPool:
                    raw_args: str) -> tuple[str, bool]:
         """One call of `mcp__SERVER__TOOL`: (what the model reads, whether it failed)."""
         split = split_name(name)
-        if split is None or split[0] not in self.servers:
+        if split is None or split[0] not in self._servers_of(session_id):
             return f"error: unknown tool {name!r}", True
         try:
             args = json.loads(raw_args or "{}")
@@ -126,16 +157,18 @@ class McpPool:
 
     async def _connection(self, session_id: str, workdir: Path, server: str) -> Connection:
         key = (session_id, str(workdir), server)
+        owner, entry = self._servers_of(session_id)[server]
         lock = self._starting.setdefault(key, asyncio.Lock())
         async with lock:
             conn = self._live.get(key)
-            if conn is not None and not conn.closed:
+            if conn is not None and not conn.closed and conn.entry == entry:
                 conn.last_used = time.monotonic()
                 return conn
+            if conn is not None:  # the user changed the server since: a new connection
+                await conn.close()
             # The SDK is imported on the first start: a Braid without MCP servers never pays it.
             from server.agent.mcp_servers.connection import Connection
 
-            entry = self.servers[server]
             conn = Connection(entry, workdir, self.data_dir, self.timeout, self.limits,
                               session_id)
             try:
@@ -143,17 +176,22 @@ class McpPool:
                     await asyncio.to_thread(check_url, self.hosts, entry.url)
                 tools = await conn.open()
             except BraidError as exc:
-                self._failed_at[server] = time.monotonic()
-                self._failed[server] = f"MCP server {server!r} was not reached: {exc.message}"
-                raise Failed(self._failed[server]) from None
+                self._failed_at[owner] = time.monotonic()
+                self._failed[owner] = f"MCP server {server!r} was not reached: {exc.message}"
+                raise Failed(self._failed[owner]) from None
             except Failed as exc:
-                self._failed_at[server] = time.monotonic()
-                self._failed[server] = str(exc)
+                self._failed_at[owner] = time.monotonic()
+                self._failed[owner] = str(exc)
                 raise
             self._live[key] = conn
-            self._catalog[server] = offered(server, tools)
-            self._failed.pop(server, None)
+            self._catalog[owner] = offered(server, tools)
+            self._failed.pop(owner, None)
             return conn
+
+    def forget(self, user_id: str, server: HttpServer) -> None:
+        """A user removed their server `server`: its tools are learnt again if it comes back."""
+        for table in (self._catalog, self._failed, self._failed_at):
+            table.pop((user_id, f"{server.name} {server.url}"), None)
 
     def live(self, session_id: str) -> list[Connection]:
         """The session's live connections (tests and the page look at them)."""
@@ -162,6 +200,7 @@ class McpPool:
     # ---------------------------------------------------------------------- stopping
 
     async def stop_session(self, session_id: str) -> None:
+        self._own.pop(session_id, None)
         await self._stop([k for k in self._live if k[0] == session_id])
 
     async def stop_under(self, workdir: Path) -> None:

@@ -68,7 +68,8 @@ async def reads_run_done(ctx: ActionContext, data: EventData) -> EventReads:
     if is_sub_agent_run(data):
         return {}
     out: EventReads = {"usage": await model_choice.session_usage(ctx.braid, ctx.user_id,
-                                                                 ctx.session_id)}
+                                                                 ctx.session_id),
+                       **await reads_instructions(ctx, data)}
     # A turn that spawned sub-agents: its children's tokens (their records) for their cards.
     if not any(m.get("name") == SPAWN for m in data.get("messages") or ()):
         return out
@@ -90,6 +91,15 @@ def grows_lane(ctx: ActionContext, data: EventData) -> bool:
     return is_sub(branch)
 
 
+async def reads_instructions(ctx: ActionContext, data: EventData) -> EventReads:
+    """The header's instructions chip: what the shown branch holds now (a turn, a revert,
+    a checkout or a continue may each have changed its AGENTS.md)."""
+    from server.agent.compaction.run import instructions_in_effect
+
+    return {"instructions": await instructions_in_effect(ctx.braid, ctx.user_id,
+                                                          ctx.session_id)}
+
+
 async def _usage(ctx: ActionContext) -> EventReads:
     """The header's token count: the shown branch's, which a checkout or a continue changes."""
     return {"usage": await model_choice.session_usage(ctx.braid, ctx.user_id, ctx.session_id)}
@@ -97,7 +107,8 @@ async def _usage(ctx: ActionContext) -> EventReads:
 
 async def reads_transcript(ctx: ActionContext, data: EventData) -> EventReads:
     return {"transcript": await transcript_with_children(ctx.braid, ctx.user_id,
-                                                         ctx.session_id), **await _usage(ctx)}
+                                                         ctx.session_id), **await _usage(ctx),
+            **await reads_instructions(ctx, data)}
 
 
 async def reads_layout(ctx: ActionContext, data: EventData) -> EventReads:
@@ -108,7 +119,8 @@ async def reads_layout(ctx: ActionContext, data: EventData) -> EventReads:
 
 async def reads_session_changed(ctx: ActionContext, data: EventData) -> EventReads:
     transcript = await transcript_with_children(ctx.braid, ctx.user_id, ctx.session_id)
-    return {"transcript": transcript, **await reads_layout(ctx, data), **await _usage(ctx)}
+    return {"transcript": transcript, **await reads_layout(ctx, data), **await _usage(ctx),
+            **await reads_instructions(ctx, data)}
 
 
 async def reads_session_updated(ctx: ActionContext, data: EventData) -> EventReads:

@@ -15,6 +15,7 @@ from server.base.records import SessionRow
 from server.base.results import (
     ChildCard,
     EventData,
+    InstructionsShown,
     QueuedMessage,
     RunSummary,
     SessionInfo,
@@ -51,6 +52,7 @@ class EventReads(TypedDict, total=False):
     picker: str
     children: list[ChildCard]  # a finished turn's sub-agents, their tokens read
     queue: list[QueuedMessage]  # the session's queue now (queue_changed)
+    instructions: InstructionsShown  # the header's chip: the shown branch's, now
 
 
 class SessionRowView(SessionRow):
@@ -87,6 +89,13 @@ def append_frame(target_id: str, text: str) -> str:
 
 def toast(message: str, level: str = "error") -> str:
     return oob_append("toasts", render("_toast.html", message=message, level=level))
+
+
+def instructions_chip(v: View) -> str:
+    """The header's instructions chip as the event's reads have it (none read: nothing)."""
+    shown = v.reads.get("instructions")
+    return "" if shown is None else render("_instructions_chip.html", instructions=shown,
+                                           oob=True)
 
 
 def run_state(running: list[str]) -> str:

@@ -34,6 +34,7 @@ from server.web.render.events import (
     Load,
     grows_lane,
     is_sub_agent_run,
+    reads_instructions,
     reads_layout,
     reads_nothing,
     reads_queue,
@@ -49,6 +50,7 @@ from server.web.render.fragments import (
     ResultRenderer,
     View,
     append_frame,
+    instructions_chip,
     oob_append,
     run_state,
     session_list,
@@ -137,16 +139,6 @@ def _compaction_done(v: View) -> str:
     return render("_note.html", item={"message": summary}, oob_part=True) + run_state(v.running)
 
 
-def _instructions_of(data: EventData) -> str:
-    """The header's chip as the turn's last call had it (AGENTS.md, the operator's file)."""
-    run = data.get("run")
-    used = run.get("context") if isinstance(run, dict) else None
-    used = used if isinstance(used, dict) else {}
-    shown = {"path": "AGENTS.md" if used.get("instructions") else None, "size": 0,
-             "cut": False, "server": bool(used.get("server_instructions"))}
-    return render("_instructions_chip.html", instructions=shown, oob=True)
-
-
 def _run_started(v: View) -> str:
     if is_sub_agent_run(v.data):  # it streams into its card in the DAG panel instead
         return run_state(v.running)
@@ -218,14 +210,14 @@ def _run_done(v: View) -> str:
     if v.data.get("error"):
         html += toast(f"Run failed: {v.data['error']}")
     return html + render("_session_tokens.html", usage=v.reads["usage"], oob=True) \
-        + _instructions_of(v.data)
+        + instructions_chip(v)
 
 
 def _session_changed(v: View) -> str:
     html = render("_transcript.html", transcript=v.reads["transcript"]) + run_state(v.running)
     if v.data.get("branch"):
         html += render("_branch.html", branch=v.data["branch"])
-    html += render("_session_tokens.html", usage=v.reads["usage"], oob=True)
+    html += render("_session_tokens.html", usage=v.reads["usage"], oob=True) + instructions_chip(v)
     return html + dag_html(v.reads["layout"], v.data["session_id"])  # marks the branch shown
 
 
@@ -269,7 +261,7 @@ RENDERINGS: dict[EventName, Rendering] = {
     "approval_needed": Rendering(_approval_needed),
     "approval_resolved": Rendering(_approval_resolved),
     # the history
-    "reverted": Rendering(reverted),
+    "reverted": Rendering(reverted, reads_instructions),
     "run_continued": Rendering(run_continued, reads_transcript),
     "dag_changed": Rendering(dag_changed, reads_layout),
     "sub_agent_started": Rendering(sub_agent_started),

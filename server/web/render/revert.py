@@ -9,7 +9,13 @@ from markupsafe import Markup, escape
 from server.base.errors import ErrorInfo
 from server.base.records import RewindPoint
 from server.base.results import RevertResult, RunSummary, TranscriptItem, TurnDiff
-from server.web.render.fragments import ErrorRenderer, Renderer, ResultRenderer, View
+from server.web.render.fragments import (
+    ErrorRenderer,
+    Renderer,
+    ResultRenderer,
+    View,
+    instructions_chip,
+)
 from server.web.render.highlight import highlight_diff_line
 from server.web.render.templating import dom_id, render
 
@@ -76,11 +82,11 @@ def _rewound(v: View, point: RewindPoint) -> str:
 def reverted(v: View) -> str:
     data = v.data
     if data.get("rewind"):
-        return _rewound(v, data["rewind"])
+        return _rewound(v, data["rewind"]) + instructions_chip(v)
     turn: TranscriptItem = {"type": "turn", "run_id": data["run_id"],
                             "run": data.get("run") or RunSummary(),
                             "files": data.get("files") or []}
-    html = footer(turn)
+    html = footer(turn) + instructions_chip(v)  # the turn may have written AGENTS.md
     if data.get("note"):
         note = render("_note.html", item={"message": data["note"]})
         html += f'<div id="transcript" hx-swap-oob="beforeend">{note}</div>'

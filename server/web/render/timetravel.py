@@ -6,7 +6,7 @@ events get their `‹ 2/3 ›` switcher data from the payload (`siblings`)."""
 from __future__ import annotations
 
 from server.base.results import Transcript
-from server.web.render.fragments import View, run_state
+from server.web.render.fragments import View, instructions_chip, run_state
 from server.web.render.templating import render
 
 
@@ -17,5 +17,6 @@ def run_continued(v: View) -> str:
     return (render("_transcript.html", transcript=view)
             + render("_branch.html", branch=v.data.get("branch"))
             + render("_session_tokens.html", usage=v.reads["usage"], oob=True)
+            + instructions_chip(v)
             + run_state(v.running))
 
