@@ -12,7 +12,6 @@ exists now wins over the other side's deletion."""
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
@@ -100,17 +99,10 @@ def _fill(tree: pygit2.Tree | None, items: list[tuple[str, list[str]]], depth: i
 
 # -- two trees ----------------------------------------------------------------------------------
 
-# A raw tree entry: "<octal mode> <name>\0<20-byte id>" (sha1 repositories).
-RAW_ENTRY = re.compile(rb"(\d+) ([^\0]*)\0(.{20})", re.S)
-RAW_TREE_MODE = b"40000"
-
-
 def _entries(tree: pygit2.Tree) -> dict[bytes, tuple[int, bytes, bytes]]:
-    """name → (index, octal mode, raw id) of a tree's entries, read from its raw object in
-    one pass: making a pygit2 object and a FileMode per entry cost most of a page's file
-    chips (issue 30)."""
+    """name → (index, octal mode, raw id) of a tree's entries (lookup.raw_entries)."""
     return {name: (index, mode, oid)
-            for index, (mode, name, oid) in enumerate(RAW_ENTRY.findall(tree.read_raw()))}
+            for index, (mode, name, oid) in enumerate(lookup.raw_entries(tree))}
 
 
 def tree_delta(a: pygit2.Tree | None, b: pygit2.Tree | None, prefix: str = ""
@@ -129,10 +121,9 @@ def tree_delta(a: pygit2.Tree | None, b: pygit2.Tree | None, prefix: str = ""
         if old is not None and new is not None and old[1:] == new[1:]:
             continue  # the same mode and id
         path = f"{prefix}{os.fsdecode(raw)}"
-        old_tree = a[old[0]] if a is not None and old is not None and old[1] == RAW_TREE_MODE \
-            else None
-        new_tree = b[new[0]] if b is not None and new is not None and new[1] == RAW_TREE_MODE \
-            else None
+        folder = lookup.RAW_TREE_MODE
+        old_tree = a[old[0]] if a is not None and old is not None and old[1] == folder else None
+        new_tree = b[new[0]] if b is not None and new is not None and new[1] == folder else None
         if old_tree is not None or new_tree is not None:
             out += tree_delta(cast(pygit2.Tree | None, old_tree),
                               cast(pygit2.Tree | None, new_tree), f"{path}/")
