@@ -218,13 +218,15 @@ async def test_slow_delays_between_chunks_and_really_streams() -> None:
 async def test_closing_a_stream_early_is_clean() -> None:
     client = demo_client()
     chunks = await client.chat.completions.create(
-        model="demo", messages=[user("slow 50\nsay " + "word " * 50)], stream=True
+        model="demo", messages=[user("slow 200\nsay " + "word " * 50)], stream=True
     )
     start = time.monotonic()
     async for _ in chunks:
         break
     await chunks.close()
-    assert time.monotonic() - start < 1
+    # The whole stream would take 10 s (50 gaps of 200 ms): closed, it ends long before,
+    # however busy the machine.
+    assert time.monotonic() - start < 5
 
 
 async def test_non_stream_answer_and_tool_calls() -> None:
