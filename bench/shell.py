@@ -2,9 +2,12 @@
 (`send_message` in, `run_completed` out) against two real servers side by side, one with
 BRAID_SHELL=sandbox and one with BRAID_SHELL=host, the samples interleaved so both see the
 same machine. Commands: `true`, `python3 -c pass`, `ls -R` of 1,000 files; and a `say`
-turn without the shell as the floor. Prints the medians and what the sandbox adds.
+turn without the shell as the floor. Prints the medians and what the sandbox adds; then the
+same commands run the way the shell runs them (`run_shell`, `run_sandboxed`) without a
+server. `--baseline DIR` adds a third server, sandboxed, from another checkout (an older
+commit: `git worktree add DIR COMMIT`), interleaved with the two others.
 
-    .venv/bin/python bench/shell.py [--samples 30]
+    .venv/bin/python bench/shell.py [--samples 30] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -50,13 +53,13 @@ def http(base: str, method: str, path: str, body: Any = None) -> Any:
 
 
 class Served:
-    def __init__(self, mode: str, data: Path) -> None:
+    def __init__(self, mode: str, data: Path, root: Path = ROOT) -> None:
         self.port = free_port()
         env = {**os.environ, "PYTHONMALLOC": "malloc", "BRAID_SERVER_MALLOC": "1",
                "BRAID_TOKEN": TOKEN, "BRAID_MODEL": "demo", "BRAID_SHELL": mode}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port),
-             "--data-dir", str(data)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+             "--data-dir", str(data)], cwd=root, env=env, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
         self.base = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 60
@@ -92,58 +95,80 @@ class Served:
         self.proc.wait(30)
 
 
-def bare_ms(samples: int) -> tuple[float, float]:
-    """`bash -c true` started the way each mode starts it, without a server: (host, sandbox)
-    medians, interleaved. The sandbox side makes and removes its cgroup as the shell does."""
-    sys.path.insert(0, str(ROOT))
-    from server.agent.sandbox import box
-    from server.agent.sandbox.limits import Cgroup, Limits
+SHELL_COMMANDS = {"true": "true", "python3 -c pass": "/usr/bin/python3 -c pass",
+                  "ls -R (1,000 files)": "ls -R tree > /dev/null"}
 
-    host: list[float] = []
-    boxed: list[float] = []
-    with tempfile.TemporaryDirectory() as work:
-        for _ in range(samples):
-            t0 = time.perf_counter()
-            subprocess.run(["bash", "-c", "true"], cwd=work, check=True)
-            host.append((time.perf_counter() - t0) * 1000)
-            t0 = time.perf_counter()
-            group = Cgroup.make(Limits(), "bench")
-            subprocess.run(box.sandboxed_argv(["bash", "-c", "true"], workdir=Path(work),
-                                              env=box.base_env(), cgroup=group), check=True)
-            if group is not None:
-                group.close()
-            boxed.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(host), statistics.median(boxed)
+
+def bare_ms(samples: int) -> dict[str, tuple[float, float]]:
+    """Each command run the way the shell runs it, without a server: `run_shell` (host) and
+    `run_sandboxed` (its cgroup, rlimits, seccomp; no network), interleaved: name -> (host,
+    sandbox) medians."""
+    sys.path.insert(0, str(ROOT))
+    from server.agent import shell
+
+    found: dict[str, tuple[float, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for d in range(10):
+            (work / "tree" / f"d{d}").mkdir(parents=True)
+            for f in range(100):
+                (work / "tree" / f"d{d}" / f"f{f}").write_text(f"{f}\n")
+        for name, command in SHELL_COMMANDS.items():
+            host: list[float] = []
+            boxed: list[float] = []
+            for _ in range(samples + 1):  # the first of each: a warm-up
+                t0 = time.perf_counter()
+                shell.run_shell(command, cwd=work, timeout=60)
+                host.append((time.perf_counter() - t0) * 1000)
+                t0 = time.perf_counter()
+                out, failed = shell.run_sandboxed(command, workdir=work,
+                                                  plan=shell.Sandboxing())
+                boxed.append((time.perf_counter() - t0) * 1000)
+                if failed or not out.startswith("exit code: 0"):
+                    raise RuntimeError(f"the sandboxed command failed: {out}")
+            found[name] = (statistics.median(host[1:]), statistics.median(boxed[1:]))
+    return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=30)
+    parser.add_argument("--baseline", type=Path, help="another checkout, run sandboxed too")
     args = parser.parse_args()
+    load = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        sandbox = Served("sandbox", Path(tmp) / "sandbox")
-        host = Served("host", Path(tmp) / "host")
+        servers = {"sandbox": Served("sandbox", Path(tmp) / "sandbox"),
+                   "host": Served("host", Path(tmp) / "host")}
+        if args.baseline is not None:
+            servers["baseline"] = Served("sandbox", Path(tmp) / "baseline",
+                                         args.baseline.resolve())
         try:
             results: dict[str, dict[str, list[float]]] = {}
             for name, text in COMMANDS.items():
-                for served in (sandbox, host):  # warm up
+                for served in servers.values():  # warm up
                     served.turn_ms(text)
-                times: dict[str, list[float]] = {"host": [], "sandbox": []}
+                times: dict[str, list[float]] = {mode: [] for mode in servers}
                 for _ in range(args.samples):
-                    times["host"].append(host.turn_ms(text))
-                    times["sandbox"].append(sandbox.turn_ms(text))
+                    for mode, served in servers.items():
+                        times[mode].append(served.turn_ms(text))
                 results[name] = times
         finally:
-            sandbox.close()
-            host.close()
+            for served in servers.values():
+                served.close()
     bare = bare_ms(args.samples)
-    print(f"{'turn':<28} {'host ms':>9} {'sandbox ms':>11} {'added ms':>9} {'ratio':>6}"
+    base = "  baseline ms" if args.baseline is not None else ""
+    print(f"load average at the start {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, at the end "
+          "{:.2f} {:.2f} {:.2f}; {} CPUs".format(*os.getloadavg(), os.cpu_count()))
+    print(f"{'turn':<28} {'host ms':>9} {'sandbox ms':>11} {'added ms':>9} {'ratio':>6}{base}"
           f"   (median of {args.samples}, interleaved; whole turn through the socket)")
     for name, times in results.items():
         h, s = statistics.median(times["host"]), statistics.median(times["sandbox"])
+        extra = f" {statistics.median(times['baseline']):>12.1f}" if "baseline" in times else ""
+        print(f"{name:<28} {h:>9.1f} {s:>11.1f} {s - h:>9.1f} {s / h:>6.2f}{extra}")
+    print(f"{'command, no server':<28} {'host ms':>9} {'sandbox ms':>11} {'added ms':>9} "
+          f"{'ratio':>6}   (run_shell vs run_sandboxed)")
+    for name, (h, s) in bare.items():
         print(f"{name:<28} {h:>9.1f} {s:>11.1f} {s - h:>9.1f} {s / h:>6.2f}")
-    h, s = bare
-    print(f"{'bash -c true, no server':<28} {h:>9.1f} {s:>11.1f} {s - h:>9.1f} {s / h:>6.2f}")
 
 
 if __name__ == "__main__":

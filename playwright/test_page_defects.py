@@ -2,7 +2,7 @@
 real server: a long answer that ends stays open where it is read; the demo's `say` keeps its
 line breaks; toasts do not pile up; a one-file turn has one Revert; the laptop's top bar keeps
 one line; a search result opened on a phone keeps the header in view; the phone's History
-sheet has a way out."""
+sheet has a way out; Resume on an earlier interrupted turn keeps the turns after it."""
 
 from __future__ import annotations
 
@@ -247,10 +247,11 @@ def test_a_conflict_on_a_sibling_branch_names_it_for_people(
 
 
 def interrupted_mid_answer(page: Page, server_factory: Any, sig: int = signal.SIGTERM,
-                           seen: str = "streamed3") -> tuple[Any, str, str]:
+                           seen: str = "streamed3", later_text: str = "say after the restart"
+                           ) -> tuple[Any, str, str]:
     """A server stopped (`sig`) once the page watched `seen` stream, started again, and a
-    turn run after the restart: (the new server, the interrupted run's id, the later run's
-    id)."""
+    turn (`later_text`) run after the restart: (the new server, the interrupted run's id, the
+    later run's id)."""
     srv = server_factory()
     sid = srv.new_session()
     page.goto(f"{srv.base_url}/login?token={srv.token}")
@@ -264,7 +265,7 @@ def interrupted_mid_answer(page: Page, server_factory: Any, sig: int = signal.SI
     srv.stop(sig)
     again = dataclasses.replace(srv, proc=None)
     again.start()
-    later = again.run(sid, "say after the restart")["run_id"]
+    later = again.run(sid, later_text)["run_id"]
     page.reload()
     expect(page.locator(f"#turn-{later}")).to_have_attribute("data-status", "COMPLETED",
                                                              timeout=TIMEOUT)
@@ -294,6 +295,41 @@ def test_a_killed_server_keeps_what_streamed(page: Page, server_factory: Any,
         back = page.locator(f"#turn-{run_id}")
         expect(back).to_have_attribute("data-status", "INTERRUPTED")
         expect(back.locator(".md.partial")).to_contain_text("streamed0 streamed1 streamed2")
+    finally:
+        srv.stop()
+
+
+def test_resume_of_an_earlier_turn_keeps_the_later_ones(page: Page, server_factory: Any,
+                                                        console_errors: Any) -> None:
+    """Resume on an interrupted turn that is not the last goes on at the branch's end, on the
+    same branch: the later turn and its file stay in the chat and the workdir, and no
+    `‹ 2/2 ›` appears (it used to fork at the interrupted turn and leave them behind)."""
+    console_errors.allow_server_down()
+    srv, run_id, later = interrupted_mid_answer(page, server_factory,
+                                                later_text="write later.txt made later")
+    sid = page.url.rsplit("/s/", 1)[1].split("?")[0].split("#")[0]
+    try:
+        back = page.locator(f"#turn-{run_id}")
+        expect(back).to_have_attribute("data-status", "INTERRUPTED")
+        back.locator(".resume-btn").click()
+        last = page.locator("#transcript > section.turn").last
+        expect(last).not_to_have_attribute("data-run-id", later, timeout=TIMEOUT)
+        expect(last).to_have_attribute("data-status", "COMPLETED", timeout=60_000)
+        expect(last.locator(".bubble-assistant .md").last).to_contain_text("streamed39")
+        # The later turn and its file are still where they were, with the interrupted one.
+        expect(page.locator(f"#turn-{later}")).to_be_visible()
+        expect(page.locator(f"#turn-{later} .chip[data-path='later.txt']")).to_be_visible()
+        expect(back).to_be_visible()
+        expect(page.locator(".switcher")).to_have_count(0)
+        turns = page.locator("#transcript > section.turn")
+        ids = [turns.nth(i).get_attribute("data-run-id") for i in range(turns.count())]
+        assert ids.index(run_id) < ids.index(later) < len(ids) - 1, ids
+        work = srv.session_path(sid) / "workdir"
+        assert (work / "later.txt").read_text() == "made later\n"
+        page.reload()  # and so they are read back from git
+        expect(page.locator(f"#turn-{later} .chip[data-path='later.txt']")).to_be_visible(
+            timeout=TIMEOUT)
+        expect(page.locator(".switcher")).to_have_count(0)
     finally:
         srv.stop()
 

@@ -6,7 +6,8 @@ children branch from what the parent has done), then journals the call in the pa
 record (`spawn`: each child's label, prompt and branch, then its run id and status as it goes)
 before any branch is made, and writes that record again as each child starts and ends. The
 children run in parallel, at most `BRAID_SUBAGENTS_PARALLEL` at once, each a sub-agent on its
-own `sub_…` branch in its own worktree (`Services.run_child`: features/subagents.py); while
+own `sub_…` branch (made here) in its own worktree (`Services.run_child`: features/subagents.py,
+the one callback left: a child's turn is driven by turns.py, which calls this module); while
 they run the parent gives its turn slot back (`TurnGate.lend`). A child is refused past
 `BRAID_SUBAGENT_DEPTH` levels below the user's run, as a tool result the model reads.
 
@@ -18,11 +19,12 @@ children the journal shows finished are not run again, interrupted ones resume i
 ones never started start.
 
 `merge_branches` merges into the branch the model runs on as one of the turn's checkpoints
-(`Services.merge_in_turn`: features/merge.py), a multi-parent `merge` commit; with `fail` and
-conflicts it returns them and changes nothing. A resumed call whose merge was already made
-returns that merge. A sub-agent branch whose last run the user stopped (CANCELLED) is left
-out (named in the result's `skipped`; refused when nothing else is left): the user said no to
-that work, and the model passes on every branch the spawn returned.
+(`merge_in_turn`, planned by git/merge3.py as the user's merge is), a multi-parent `merge`
+commit; with `fail` and conflicts it returns them and changes nothing. A resumed call whose
+merge was already made returns that merge. A sub-agent branch whose last run the user
+stopped (CANCELLED) is left out (named in the result's `skipped`; refused when nothing else
+is left): the user said no to that work, and the model passes on every branch the spawn
+returned.
 """
 
 from __future__ import annotations
@@ -46,7 +48,15 @@ from server.base.records import (
     Usage,
     to_json_bytes,
 )
+from server.base.results import ToolConflict, ToolMerge
+from server.git import lookup
 from server.git.branches import is_sub, sub_branch
+from server.git.commits import commit_message, first_parent_line
+from server.git.history import HISTORY, RUNS
+from server.git.merge3 import STRATEGIES, plan_merge, workdir_oid
+from server.git.session import GitSession
+from server.git.trees import empty_tree
+from server.store import atomic, journal
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -57,7 +67,6 @@ NAMES = frozenset({SPAWN, MERGE})
 MAX_CHILDREN = 8
 MESSAGE_SUBAGENTS = 32  # sub-agent runs one user message may start, all levels (fair shares)
 MAX_PROMPT = 20_000
-STRATEGIES = ("fail", "ours", "theirs", "agent")
 FINISHED = frozenset({"COMPLETED", "ERROR", "CANCELLED"})
 STOP_POLL = 0.05
 # Of the children's answers, what the parent's model reads (each child's whole transcript
@@ -244,7 +253,9 @@ async def _spawn(braid: Services, ctx: TurnContext, wanted: list[tuple[str, str]
         await _found_runs(braid, ctx, journal)
     # Kept with the next write of the journal (a child starting): a resumed call finds the
     # branches made already by their names.
-    journal["base_commit_id"] = await braid.open_child_branches(ctx.handle, journal["children"])
+    children = journal["children"]
+    journal["base_commit_id"] = await ctx.handle.call(
+        lambda git: open_child_branches(git, children))
     crash.at("spawn.after_branches")
     braid.bus.publish(ctx.handle.session_id,
                       events.dag_changed(branch=str(ctx.run.get("branch") or "")))
@@ -253,6 +264,29 @@ async def _spawn(braid: Services, ctx: TurnContext, wanted: list[tuple[str, str]
         raise ServerStopping("the server stopped while the sub-agents ran")
     crash.at("spawn.before_result")
     return json.dumps(_result(ctx, journal))
+
+
+def open_child_branches(git: GitSession, children: list[SpawnChild]) -> str:
+    """On the spawning run's thread (the user's run's session, or a child's worktree): each
+    child's branch from the run's current state; a branch made already (a resume) is kept.
+    Returns the commit they branch from."""
+    base = str(git.head_oid())
+    for child in children:
+        if lookup.branch_target(git.repo, child["branch"]) is None:
+            base = make_sub_branch(git, child["branch"], child["label"], child["prompt"])
+    return base
+
+
+def make_sub_branch(git: GitSession, branch: str, label: str, prompt: str) -> str:
+    """The branch's first `sub-agent` commit: HEAD's state without history/ and runs/ (the
+    child starts a fresh conversation). Returns the commit it branches from (HEAD)."""
+    head = git.head_commit()
+    tree = lookup.without(git.repo, head.tree, (HISTORY, RUNS)).id
+    first_line = prompt.strip().splitlines()[0][:80] if prompt.strip() else ""
+    message = commit_message(f"Sub-agent {label}: {first_line}", "sub-agent", None, None)
+    oid = git.repo.create_commit(None, git.signature, git.signature, message, tree, [head.id])
+    git.create_branch(branch, oid)
+    return str(head.id)
 
 
 async def _found_runs(braid: Services, ctx: TurnContext, journal: SpawnJournal) -> None:
@@ -393,8 +427,9 @@ async def merge(braid: Services, ctx: TurnContext, args: dict[str, Any]) -> str:
         raise ToolRefused(f"nothing to merge: {', '.join(stopped)} "
                           f"{'was' if len(stopped) == 1 else 'were'} stopped by the user")
     await _checkpoint(braid, ctx, "Before merge")
-    done = await braid.merge_in_turn(ctx.handle, ctx.run_id, wanted, strategy,
-                                     len(ctx.messages))
+    index, run_id = len(ctx.messages), ctx.run_id
+    done = await ctx.handle.call(
+        lambda git: merge_in_turn(git, run_id, wanted, strategy, index))
     if done["commit_id"] is None:
         paths = sorted({c["path"] for c in done["conflicts"]})
         return json.dumps({"conflicts": done["conflicts"], "note": (
@@ -417,3 +452,38 @@ async def merge(braid: Services, ctx: TurnContext, args: dict[str, Any]) -> str:
             out["note"] = ("these files now hold conflict markers (<<<<<<< ======= >>>>>>>): "
                            "fix each with your file tools")
     return json.dumps(out)
+
+
+def merge_in_turn(git: GitSession, run_id: str, branches: list[str], strategy: str,
+                  message_index: int) -> ToolMerge:
+    """On the session thread of a live turn that holds the branch (its own changes committed
+    just before): merge `branches` into it as one of the turn's checkpoints, kind `merge`,
+    whose parents are HEAD and every branch tip; reverting the turn reverts it. With `fail`
+    and conflicts: the conflicts, nothing written. Branches all merged already (a resumed
+    call whose merge was made before a kill): that merge again."""
+    tips = [git.branch_tip(name) for name in branches]  # NotFound before anything is written
+    head = git.head_commit()
+    if all(tip == head.id or git.repo.descendant_of(head.id, tip) for tip in tips):
+        made = next((c for c in first_parent_line(head)
+                     if len(c.parent_ids) > 1 and set(tips) <= set(c.parent_ids)), None)
+        if made is not None:
+            return {"commit_id": str(made.id), "parent_ids": [str(p) for p in made.parent_ids],
+                    "branches": branches, "strategy": strategy, "conflicts": []}
+    plan = plan_merge(git, branches, strategy)
+    shown: list[ToolConflict] = [{"path": c["path"], "ours": c["ours"], "theirs": c["theirs"],
+                                  "branch": c["branch"]} for c in plan.conflicts]
+    if plan.conflicts and strategy == "fail":
+        return {"commit_id": None, "parent_ids": [], "branches": branches,
+                "strategy": strategy, "conflicts": shown}
+    old_workdir = workdir_oid(head, empty_tree(git.repo).id)
+    written, deleted = atomic.merge_paths(git, old_workdir, plan.workdir_oid)
+    with journal.intent(git, "merge", [*written, *deleted]):
+        changes = atomic.write_workdir(git, plan.workdir_oid, written, deleted)
+        crash.at("merge-tool.after_files")
+        oid = git.write_checkpoint(
+            changes, summary=f"Merge {', '.join(branches)} into {plan.into}"[:200],
+            kind="merge", run_id=run_id, message_index=message_index,
+            extra_parents=plan.tips)
+    crash.at("merge-tool.after_commit")
+    return {"commit_id": str(oid), "parent_ids": [str(p) for p in git.commit(oid).parent_ids],
+            "branches": branches, "strategy": strategy, "conflicts": shown}

@@ -16,7 +16,7 @@ from server.agent.live_runs import RunRegistry, TurnGate
 from server.agent.mcp_servers.pool import McpPool
 from server.base.events import EventBus
 from server.base.records import RunFields, SpawnChild
-from server.base.results import RunStatus, ToolMerge
+from server.base.results import RunStatus
 from server.base.settings import Settings
 from server.git.packing import Packer
 from server.model.client import ModelClient
@@ -70,11 +70,7 @@ class Services(Protocol):
     @property
     def mcp(self) -> McpPool: ...
 
-    # The model's own sub-agents and merges (agent/orchestrate.py), done by the features
-    # (features/subagents.py, features/merge.py).
-    async def open_child_branches(self, parent: SessionHandle,
-                                  children: list[SpawnChild]) -> str: ...
+    # The model's own sub-agents (agent/orchestrate.py) run as turns of their own, driven by
+    # turns.py, which calls orchestrate.py: this one step is handed over (features/subagents.py).
     async def run_child(self, parent: SessionHandle, child: SpawnChild, fields: RunFields,
                         started: Callable[[str], Awaitable[None]]) -> SpawnChild: ...
-    async def merge_in_turn(self, handle: SessionHandle, run_id: str, branches: list[str],
-                            strategy: str, message_index: int) -> ToolMerge: ...

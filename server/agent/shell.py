@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
-import json
 import os
 import subprocess
 import threading
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from server.agent.sandbox import box, egress
+from server.agent.sandbox import box, egress, start
 from server.agent.sandbox.limits import Cgroup, Limits
 from server.base import proctree
 
@@ -193,48 +192,21 @@ class _Sandboxed:
 
     def __init__(self, command: str, workdir: Path, plan: Sandboxing) -> None:
         self.plan, self.workdir = plan, workdir
-        self.group = Cgroup.make(plan.limits, "sh") if plan.cgroup else None
         self.notes: list[str] = []
         self.killed = threading.Event()
         self.stop_network: Callable[[], None] | None = None
         self.reader: threading.Thread | None = None
-        status_r, status_w = os.pipe()
-        block_r, block_w = os.pipe()
         env = box.base_env(egress.proxy_env() if plan.network else {})
-        try:
-            argv = box.sandboxed_argv(
-                ["/bin/bash", "-c", command], workdir=workdir, env=env,
-                readonly=plan.readonly, limits=plan.limits, cgroup=self.group,
-                status_fd=status_w, block_fd=block_r)
-            self.proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=True, env={},
-                pass_fds=(status_w, block_r))
-        except OSError:
-            for fd in (status_r, block_w):
-                os.close(fd)
-            if self.group is not None:
-                self.group.close()
-            raise
-        finally:
-            os.close(status_w)
-            os.close(block_r)
-        # Kept open until the end: bwrap writes its exit status there too (else SIGPIPE).
-        self.status_r = status_r
-        try:
-            self._connect(_child_pid(status_r))
-        finally:
-            with contextlib.suppress(OSError):
-                os.write(block_w, b"go")  # the command starts now
-            os.close(block_w)
-
-    def _connect(self, pid: int | None) -> None:
-        if pid is None or self.plan.network is None:
-            return
-        try:
-            self.stop_network = self.plan.network(pid)
-        except OSError as e:
+        self.started = start.shell(command, workdir=workdir, env=env, readonly=plan.readonly,
+                                   limits=plan.limits, cgroup=plan.cgroup, ready=self._connect)
+        self.proc, self.group = self.started.proc, self.started.cgroup
+        if self.started.ready_error is not None:
+            e = self.started.ready_error
             self.notes.append(f"note: no network for this command ({e.strerror or e})")
+
+    def _connect(self, pid: int) -> None:
+        if self.plan.network is not None:
+            self.stop_network = self.plan.network(pid)
 
     def kill(self) -> None:
         """From any thread (a Stop on the event loop too): one pass, no waiting."""
@@ -246,7 +218,7 @@ class _Sandboxed:
 
     def wait(self, capture: _Capture) -> str | None:
         """Until the command ends; the reason it was ended, if it was."""
-        self.reader = threading.Thread(target=capture.pump, args=(self.proc.stdout,),
+        self.reader = threading.Thread(target=capture.pump, args=(self.started.output,),
                                        daemon=True)
         self.reader.start()
         limits = self.plan.limits
@@ -269,34 +241,18 @@ class _Sandboxed:
 
     def close(self) -> None:
         if self.group is not None:
-            self.group.close()
+            self.group.release()
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, 9)
         self.proc.wait()
-        os.close(self.status_r)
+        self.started.close()
         if self.stop_network is not None:
             self.stop_network()
-        if self.proc.stdout is not None and self.reader is not None \
-                and not self.reader.is_alive():
-            self.proc.stdout.close()
+        if self.reader is not None and not self.reader.is_alive():
+            self.started.output.close()
         if self.plan.output is not None:
             self.plan.output.flush(final=True)
-
-
-def _child_pid(fd: int) -> int | None:
-    """The sandbox's PID 1 as bwrap reports it first on --json-status-fd (None: it failed)."""
-    data = b""
-    while b"}" not in data:
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            return None
-        data += chunk
-    try:
-        pid = json.loads(data[:data.index(b"}") + 1]).get("child-pid")
-    except ValueError:
-        return None
-    return pid if isinstance(pid, int) else None
 
 
 def _watch(reader: threading.Thread, workdir: Path, limits: Limits,

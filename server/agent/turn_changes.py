@@ -24,10 +24,10 @@ from server.base.results import TranscriptItem
 from server.git import lookup
 from server.git.commits import TRAILER_KIND, TRAILER_RUN, first_parent_line, parse_trailers
 from server.git.session import GitSession
-from server.git.trees import file_at, tree_delta
+from server.git.trees import Entry, file_at, tree_delta
 from server.git.workdir.scan import workdir_tree
 from server.store import layout
-from server.store.backups import BackupStore, Entry
+from server.store.backups import BackupStore
 
 MAX_DIFF_BYTES = 400_000
 

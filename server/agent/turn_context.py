@@ -35,6 +35,9 @@ from server.git.workdir.staging import DISK
 from server.store import context, layout, session_settings
 
 if TYPE_CHECKING:
+    import pygit2
+
+    from server.store.checkpoints import RunOnBranch
     from server.store.session_store import SessionHandle
 
 log = logging.getLogger("braid")
@@ -133,13 +136,10 @@ def open_turn(
     run: RunRecord = {**new_run(run_id, handle.session_id, git.branch), **fields}
     seq = layout.next_seq(git)
     keep = compact_if(git) if compact_if is not None else 0
-    ctx = TurnContext(
-        handle=handle, run=run, run_file=layout.new_run_path(git, run_id),
-        prior=layout.messages(git), messages=[], next_seq=seq + bool(keep),
-        prior_sums=layout.window_sums(git), legacy=layout.is_legacy(git),
-        carried=set(unholdable), instructions=instructions.project(git),
-        compaction=(seq, keep) if keep else None,
-    )
+    ctx = turn_context(git, handle, run, layout.new_run_path(git, run_id),
+                       next_seq=seq + bool(keep))
+    ctx.carried, ctx.instructions = set(unholdable), instructions.project(git)
+    ctx.compaction = (seq, keep) if keep else None
     for note in notes:  # system messages that open the turn (a merge turn's note)
         add_message(ctx, new_message("system", run_id, note))
     add_message(ctx, new_message("user", run_id, text))
@@ -149,6 +149,35 @@ def open_turn(
         session_settings.save(git.path, handle.meta)  # the session's title, on any branch
     write_pending_to_disk(git, ctx)
     return ctx
+
+
+def turn_context(git: GitSession, handle: SessionHandle, run: RunRecord, run_file: str, *,
+                 messages: list[MessageRecord] | None = None,
+                 prior: list[MessageRecord] | None = None, next_seq: int | None = None,
+                 at: pygit2.Commit | None = None) -> TurnContext:
+    """Every live turn's context is made here, on the session thread: `messages` the run's
+    own already on the branch (a resume's), `prior` what came before them (default: the
+    branch's messages, with their running sums), `next_seq` the next message's number
+    (default: the branch's next), all read at `at` (default HEAD)."""
+    sums = None
+    if prior is None:
+        prior, sums = layout.messages(git, at), layout.window_sums(git, at)
+    return TurnContext(handle=handle, run=run, run_file=run_file, prior=prior,
+                       messages=messages if messages is not None else [],
+                       next_seq=next_seq if next_seq is not None else layout.next_seq(git, at),
+                       prior_sums=sums, legacy=layout.is_legacy(git, at))
+
+
+def resume_in_place(git: GitSession, handle: SessionHandle, view: RunOnBranch,
+                    message_index: int) -> TurnContext:
+    """A failed or interrupted run going on in place, on its branch checked out: its
+    messages kept (the last on the branch), its record RUNNING again."""
+    record: RunRecord = {**view.record, "status": "RUNNING", "error": None,
+                         "updated_at": now_iso(), "resumed_from_message_index": message_index}
+    first = view.entries[0].seq if view.entries else layout.next_seq(git)
+    prior = [e.message for e in layout.stored_messages(git, git.head_commit()) if e.seq < first]
+    return turn_context(git, handle, record, view.record_path, prior=prior,
+                        messages=[m.copy() for m in view.messages])
 
 
 def write_pending_to_disk(git: GitSession, ctx: TurnContext) -> None:

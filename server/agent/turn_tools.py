@@ -161,18 +161,25 @@ def shell_runner(braid: Services, ctx: TurnContext, call_id: str
     consent = network.CommandNetwork(braid, ctx, call_id)
 
     def attach(pid: int) -> Callable[[], None]:  # on the command's thread
+        # The listener already listens: a connection made before the loop serves it waits
+        # in its backlog, so neither the start nor the end waits for the loop.
         listener = egress.attach(pid)
         proxy = egress.Proxy(consent.consent, settings.shell_hosts)
         try:
-            asyncio.run_coroutine_threadsafe(proxy.serve(listener), loop).result(30)
+            serving = asyncio.run_coroutine_threadsafe(proxy.serve(listener), loop)
         except BaseException:
             listener.close()
             raise
 
-        def stop() -> None:
-            with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(proxy.close(), loop).result(30)
+        async def close() -> None:
+            with contextlib.suppress(BaseException):
+                await asyncio.wrap_future(serving)
+            await proxy.close()
             listener.close()
+
+        def stop() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: the server stops
+                asyncio.run_coroutine_threadsafe(close(), loop)
         return stop
 
     plan = Sandboxing(limits=bounds, cgroup=limits.why_not() is None, output=stream,

@@ -32,7 +32,7 @@ from server.agent.turn_context import (
 )
 from server.agent.turn_tools import batch_summary, settle_inflight, tool_step
 from server.base import crash, events
-from server.base.errors import Busy, NotFound
+from server.base.errors import NotFound
 from server.base.ids import new_message_id, now_iso
 from server.base.records import (
     FileChip,
@@ -55,6 +55,7 @@ from server.model.client import ModelError
 from server.model.endpoints import Endpoint, choice_for_call, user_endpoints
 from server.store import context
 from server.store.lineage import sibling_map
+from server.store.locks import on_branch
 from server.store.search import run_rows
 from server.store.users import off_loop
 
@@ -106,15 +107,10 @@ async def start_turn(
     needs = None if fields else context_request.check_for(
         braid, text, await offered_cost(braid, handle))
 
-    def prepare(git: GitSession) -> TurnContext:
-        # A fork or a checkout queued before this may have switched the session's branch.
-        if git.branch != branch:
-            raise Busy(f"the session switched from branch {branch} to {git.branch}")
-        return open_turn(git, handle, text, fields or {}, compact_if=needs)
-
     # Claimed under a placeholder id before any git work, so two sends cannot both pass.
     async with claim_turn(braid.locks, braid.runs, handle.session_id, branch) as active:
-        ctx = await handle.call(prepare)
+        ctx = await handle.call(on_branch(branch, lambda git: open_turn(
+            git, handle, text, fields or {}, compact_if=needs)))
         return await launch(braid, handle, ctx, active)
 
 

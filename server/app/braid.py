@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import platform
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -13,17 +14,17 @@ from server.agent.live_runs import ActiveRun, TurnGate
 from server.agent.mcp_servers import config as mcp_config
 from server.agent.mcp_servers.launch import sweep_orphans
 from server.agent.mcp_servers.pool import McpPool
-from server.agent.sandbox import box
+from server.agent.sandbox import box, syscalls
 from server.agent.sandbox import limits as sandbox_limits
+from server.agent.sandbox import start as sandbox_start
 from server.app import power_cut, recovery
 from server.app.memory import give_back_memory, limit_arenas
 from server.backends.choose import make_index, make_queue, make_search, make_team, make_users
 from server.base import memo
 from server.base.pools import IdlingThreadPool
 from server.base.records import RunFields, SpawnChild
-from server.base.results import ToolMerge
 from server.base.settings import Settings
-from server.features import merge, queue, subagents
+from server.features import queue, subagents
 from server.git.packing import Packer
 from server.model.client import ModelClient
 from server.store.locks import BranchLocks
@@ -105,7 +106,7 @@ class Braid:
                         "server's own user")
         if settings.shell_mode != "sandbox":
             return
-        why = box.why_not()
+        why = box.why_not() or sandbox_start.why_not()
         if why is not None:
             settings.shell = False
             settings.shell_unavailable = why
@@ -117,6 +118,9 @@ class Braid:
         if sandbox_limits.why_not() is not None:
             log.warning("the shell's commands run without a cgroup (%s): bounded by rlimits "
                         "and their PID namespace only", sandbox_limits.why_not())
+        if syscalls.program() is None:
+            log.warning("the shell's commands run without the seccomp filter: it is written "
+                        "for x86-64 only, and this machine is %s", platform.machine())
 
     def _local_token(self) -> str:
         """Without BRAID_TOKEN, the default user's token is made once and kept in the data
@@ -182,20 +186,11 @@ class Braid:
             else:
                 again = 0
 
-    # -- the model's sub-agents and merges (agent.services.Services; agent/orchestrate.py) --
-
-    async def open_child_branches(self, parent: SessionHandle,
-                                  children: list[SpawnChild]) -> str:
-        return await parent.call(lambda git: subagents.open_child_branches(git, children))
+    # -- the model's sub-agents (agent.services.Services; agent/orchestrate.py) --
 
     async def run_child(self, parent: SessionHandle, child: SpawnChild, fields: RunFields,
                         started: Callable[[str], Awaitable[None]]) -> SpawnChild:
         return await subagents.run_model_child(self, parent, child, fields, started)
-
-    async def merge_in_turn(self, handle: SessionHandle, run_id: str, branches: list[str],
-                            strategy: str, message_index: int) -> ToolMerge:
-        return await handle.call(lambda git: merge.merge_in_turn(
-            git, run_id, branches, strategy, message_index))
 
     async def stop(self) -> None:
         if self._reaper is not None:
@@ -215,6 +210,7 @@ class Braid:
             except TimeoutError:
                 log.warning("run %s did not stop in time", active.run_id)
         await self.mcp.close()
+        await asyncio.get_running_loop().run_in_executor(None, sandbox_start.shut)
         await self.packer.close()
         await self.model.close()
         if self._marker is not None:  # stopped cleanly: nothing to check at the next start

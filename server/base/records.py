@@ -219,6 +219,7 @@ class RunRecord(TypedDict):
     reverted: NotRequired[bool]
     messages: NotRequired[list[MessageRecord]]  # a legacy record's own messages
     resumed_from_message_index: NotRequired[int]
+    resumes_run_id: NotRequired[str]  # an earlier interrupted run this one goes on with
     regenerated_by: NotRequired[str]
     reverted_at: NotRequired[str]
     revert_forced: NotRequired[bool]

@@ -1,7 +1,7 @@
 """Merging branches back (DESIGN §4 "Merge"): a real multi-parent commit and a merge turn.
 
 libgit2 has no octopus merge, so the branches' `workdir/` trees are merged three-way into the
-parent's one at a time, in the order given (`merge_trees` on the workdir subtrees only: a
+parent's one at a time, in the order given (git/merge3.py, on the workdir subtrees only: a
 child's history never enters the parent). The result is one `merge` commit whose parents are
 the parent's HEAD and every branch tip; it is also the first checkpoint of a merge turn, a
 normal run (record, messages, `Braid-Run` trailers) whose answer the model writes from the
@@ -10,11 +10,7 @@ branches' results, given in a system note that opens the turn.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-import pygit2
-from pygit2.enums import FileMode, MergeFavor, MergeFlag
+from typing import TYPE_CHECKING
 
 from server.agent.live_runs import claim_turn
 from server.agent.turn_context import TurnContext, open_turn, snapshot_user_edits
@@ -22,22 +18,20 @@ from server.agent.turns import launch
 from server.base import crash, events
 from server.base.errors import BadRequest, Busy, Conflict
 from server.base.records import RunFields, to_json_bytes
-from server.base.results import Conflicted, MergeResult, ToolConflict, ToolMerge
-from server.git import lookup
+from server.base.results import MergeResult
 from server.git.branches import branch_words
-from server.git.commits import first_parent_line
 from server.git.history import HISTORY, RUNS
+from server.git.merge3 import MergePlan, plan_merge, workdir_oid
 from server.git.session import GitSession
 from server.git.trees import empty_tree
-from server.git.workdir.scan import workdir_tree
 from server.store import atomic, journal
 from server.store.layout import answer_of, last_answer
+from server.store.locks import on_branch
 
 if TYPE_CHECKING:
     from server.agent.services import Services
     from server.store.session_store import SessionHandle
 
-STRATEGIES = ("fail", "ours", "theirs", "agent")
 # The merge note's lines for the model only: the page leaves them out (web: note_for_people).
 MARKERS_LINE = ("These files hold conflict markers (<<<<<<< ======= >>>>>>>). Resolve each "
                 "with your tools, keeping what both sides meant, then answer.")
@@ -45,240 +39,7 @@ ANSWER_LINE = "Tell the user what the merged work now holds."
 MODEL_LINES = (MARKERS_LINE, ANSWER_LINE)
 NOTE_HEAD = "Merge turn: "
 MAX_BRANCHES = 16
-SIDE_CHARS = 20_000
-FOLDER_NAMES = 5  # a folder side of a conflict shows this many of its files
 RESULT_LINE = 300
-NO_RENAMES = MergeFlag(0)
-
-
-@dataclass
-class MergePlan:
-    """The merged `workdir/` tree and what it took to get there."""
-
-    into: str
-    tips: list[pygit2.Oid]
-    workdir_oid: pygit2.Oid
-    results: dict[str, str]
-    conflicts: list[Conflicted] = field(default_factory=list)
-
-
-def _workdir_tree(git: GitSession, commit: pygit2.Commit | None, empty: pygit2.Oid) -> pygit2.Oid:
-    tree = workdir_tree(commit)
-    return tree.id if tree is not None else empty
-
-
-def _side(git: GitSession, entry: pygit2.IndexEntry | None) -> str | None:
-    if entry is None:
-        return None
-    return lookup.blob_data(git.repo, entry.id)[:SIDE_CHARS].decode("utf-8", "replace")
-
-
-def _editable(git: GitSession, entries: tuple[Any, Any, Any]) -> bool:
-    """Whether the page may offer the file for editing by hand: every side is UTF-8 text
-    shown whole (a side cut at SIDE_CHARS, or bytes, would lose what the editor cannot show)."""
-    for entry in entries[1:]:
-        if entry is None:
-            continue
-        data = lookup.blob_data(git.repo, entry.id)
-        if len(data) > SIDE_CHARS or entry.mode == FileMode.LINK:
-            return False
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            return False
-    return True
-
-
-def _conflict(git: GitSession, index: pygit2.Index, entries: tuple[Any, Any, Any], into: str,
-              branch: str, resolutions: dict[str, str], before: list[str]) -> Conflicted:
-    """One conflicted file as the page and the API show it: both sides (`ours`: the branch
-    merged into, with the branches merged before this one; `theirs`: `branch`; a folder where
-    the other side has a file: its names), the file with conflict markers to edit by hand,
-    and whether the user's resolution settles it."""
-    ancestor, ours, theirs = entries
-    path = _path(entries)
-    folder = _folder_in_the_way(index, path)
-    editable = not folder and _editable(git, entries)
-    mine, other = _side(git, ours), _side(git, theirs)
-    if folder:
-        more = " …" if len(folder) > FOLDER_NAMES else ""
-        shown = f"(a folder: {', '.join(folder[:FOLDER_NAMES])}{more})"
-        mine, other = (mine, shown) if ours is not None else (shown, other)
-    return {"path": path, "ours": mine, "theirs": other,
-            "branch": branch, "into": into, "editable": editable,
-            "before": before,
-            # The editor's start: git's markers, labelled in words for the person editing.
-            "merged": _markers(git, entries, " + ".join(map(branch_words, [into, *before])),
-                               branch_words(branch)).decode("utf-8", "replace")
-            if editable else None,
-            "resolved": path in resolutions, "resolution": resolutions.get(path)}
-
-
-def _put_text(git: GitSession, index: pygit2.Index, entries: tuple[Any, Any, Any],
-              text: str) -> None:
-    """The user's own result for a conflicted file replaces whatever the merge made of it."""
-    ancestor, ours, theirs = entries
-    path = _path(entries)
-    if index.conflicts is not None and path in index.conflicts:
-        del index.conflicts[path]
-    mode = (ours or theirs or ancestor).mode
-    blob = git.repo.create_blob(text.encode())
-    index.add(pygit2.IndexEntry(path, blob, mode if mode != FileMode.LINK else FileMode.BLOB))
-
-
-def _best_base(git: GitSession, merged: list[pygit2.Oid], tip: pygit2.Oid) -> pygit2.Oid | None:
-    # The newest of the merge bases with what is merged so far (HEAD and earlier tips).
-    best: pygit2.Oid | None = None
-    for oid in merged:
-        # None when they share no commit: pygit2's stub types it a plain Oid.
-        base: pygit2.Oid | None = git.repo.merge_base(oid, tip)
-        if base is not None and (best is None or git.repo.descendant_of(base, best)):
-            best = base
-    return best
-
-
-def _markers(git: GitSession, entries: tuple[Any, Any, Any], into: str, branch: str) -> bytes:
-    """The file with conflict markers, for the agent to resolve with its tools."""
-    ancestor, ours, theirs = entries
-    if ours is not None and theirs is not None:
-        text = git.repo.merge_file_from_index(ancestor, ours, theirs).contents
-        # libgit2 labels both sides with the path; name them by branch, as git does.
-        lines = []
-        for line in text.split("\n"):
-            if line.startswith("<<<<<<< "):
-                line = f"<<<<<<< {into}"
-            elif line.startswith(">>>>>>> "):
-                line = f">>>>>>> {branch}"
-            lines.append(line)
-        return "\n".join(lines).encode()
-    mine, other = _side(git, ours) or "", _side(git, theirs) or ""
-    gone_ours = " (deleted)" if ours is None else ""
-    gone_theirs = " (deleted)" if theirs is None else ""
-    body = (f"<<<<<<< {into}{gone_ours}\n{mine}{_nl(mine)}=======\n{other}{_nl(other)}"
-            f">>>>>>> {branch}{gone_theirs}\n")
-    return body.encode()
-
-
-def _path(entries: tuple[Any, Any, Any]) -> str:
-    ancestor, ours, theirs = entries
-    return str((ours or theirs or ancestor).path)
-
-
-def _nl(text: str) -> str:
-    return "\n" if text and not text.endswith("\n") else ""
-
-
-def _folder_in_the_way(index: pygit2.Index, path: str) -> list[str]:
-    """The merged files under `path/` when `path` is a conflicted file: one side made a file
-    where the other made a folder (a tree cannot hold both)."""
-    prefix = path + "/"
-    return sorted(e.path for e in index if e.path.startswith(prefix))
-
-
-def _file_and_folder(git: GitSession, index: pygit2.Index, entries: tuple[Any, Any, Any],
-                     strategy: str, into: str, branch: str, text: str | None) -> None:
-    """A file on one side, a folder on the other: neither is dropped. The side the strategy
-    takes (the file when the user wrote its text) keeps the name, the other is set aside as
-    `path~<its branch>` (as git does); `agent` and `fail` keep the folder, as git does."""
-    ancestor, ours, theirs = entries
-    path = _path(entries)
-    file_entry = ours if ours is not None else theirs
-    file_is_ours = ours is not None
-    del index.conflicts[path]
-    keep_file = text is not None or strategy == ("ours" if file_is_ours else "theirs")
-    folder_side, file_side = (branch, into) if file_is_ours else (into, branch)
-    if keep_file:
-        aside = f"{path}~{_plain(folder_side)}"
-        for name in _folder_in_the_way(index, path):
-            moved = index[name]
-            index.remove(name)
-            index.add(pygit2.IndexEntry(aside + name[len(path):], moved.id, moved.mode))
-        blob = git.repo.create_blob(text.encode()) if text is not None else file_entry.id
-        mode = file_entry.mode if text is None or file_entry.mode != FileMode.LINK \
-            else FileMode.BLOB
-        index.add(pygit2.IndexEntry(path, blob, mode))
-    else:
-        index.add(pygit2.IndexEntry(f"{path}~{_plain(file_side)}", file_entry.id,
-                                    file_entry.mode))
-
-
-def _plain(branch: str) -> str:
-    """A branch name as one path component (`run/<hex>` has a slash)."""
-    return branch.replace("/", "_")
-
-
-def _resolve(git: GitSession, index: pygit2.Index, entries: tuple[Any, Any, Any],
-             strategy: str, into: str, branch: str) -> None:
-    ancestor, ours, theirs = entries
-    path = (ours or theirs or ancestor).path
-    del index.conflicts[path]
-    if strategy == "agent":
-        mode = (ours or theirs).mode
-        blob = git.repo.create_blob(_markers(git, entries, into, branch))
-        index.add(pygit2.IndexEntry(path, blob, mode if mode != FileMode.LINK else FileMode.BLOB))
-        return
-    chosen = theirs if strategy == "theirs" else ours  # `fail` goes on with ours to list all
-    if chosen is None:
-        if path in index:
-            index.remove(path)
-    else:
-        index.add(pygit2.IndexEntry(path, chosen.id, chosen.mode))
-
-
-def plan_merge(git: GitSession, branches: list[str], strategy: str,
-               resolutions: dict[str, str] | None = None) -> MergePlan:
-    """Merge each branch's workdir/ into HEAD's, in order, in memory. Nothing is written but
-    blobs and trees (unreferenced objects, harmless), so `fail` changes nothing.
-    `resolutions` ({workdir path: text}): the user's own result for a conflicted file, which
-    settles that file whatever the strategy (and so `fail` does not refuse for it)."""
-    resolutions = resolutions or {}
-    repo = git.repo
-    empty = empty_tree(repo).id
-    head = git.head_commit()
-    into = git.branch
-    merged = [head.id]
-    ours_oid = _workdir_tree(git, head, empty)
-    plan = MergePlan(into=into, tips=[], workdir_oid=ours_oid, results={})
-    favor = {"ours": MergeFavor.OURS, "theirs": MergeFavor.THEIRS}.get(strategy)
-    for name in branches:
-        tip = git.commit(git.branch_tip(name))
-        if tip.id == head.id or repo.descendant_of(head.id, tip.id):
-            raise BadRequest(f"branch {name} is already merged into {into}")
-        base_oid = _best_base(git, merged, tip.id)
-        base = _workdir_tree(git, git.commit(base_oid) if base_oid else None, empty)
-        theirs = _workdir_tree(git, tip, empty)
-        # No rename detection: each conflict is then about one path, on both sides.
-        index = repo.merge_trees(base, ours_oid, theirs, flags=NO_RENAMES)
-        found = list(index.conflicts) if index.conflicts is not None else []
-        before = branches[:branches.index(name)]  # merged into `ours` ahead of this one
-        plan.conflicts += [_conflict(git, index, entries, into, name, resolutions, before)
-                           for entries in found]
-        by_hand = [e for e in found if _path(e) in resolutions]
-        if found and favor is not None:
-            # Conflicting hunks take one side, the other hunks still merge (git's -X ours).
-            index = repo.merge_trees(base, ours_oid, theirs, favor=favor, flags=NO_RENAMES)
-            found = list(index.conflicts) if index.conflicts is not None else []
-        folders: set[str] = set()  # a file where the other side has a folder: both kept
-        for entries in found:
-            if _folder_in_the_way(index, _path(entries)):
-                folders.add(_path(entries))
-                _file_and_folder(git, index, entries, strategy, into, name,
-                                 resolutions.get(_path(entries)))
-            elif _path(entries) not in resolutions:
-                _resolve(git, index, entries, strategy, into, name)
-        for entries in by_hand:
-            if _path(entries) not in folders:
-                _put_text(git, index, entries, resolutions[_path(entries)])
-        ours_oid = index.write_tree(repo)
-        merged.append(tip.id)
-        plan.tips.append(tip.id)
-        plan.results[name] = last_answer(git, tip)
-    plan.workdir_oid = ours_oid
-    stray = sorted(set(resolutions) - {c["path"] for c in plan.conflicts})
-    if stray:
-        raise BadRequest(f"{', '.join(stray)} has no conflict in this merge: nothing was changed",
-                         {"conflicts": plan.conflicts})
-    return plan
 
 
 def merge_note(plan: MergePlan, branches: list[str], strategy: str) -> str:
@@ -309,19 +70,19 @@ def _start_merge(git: GitSession, handle: SessionHandle, into: str, branches: li
                  ) -> tuple[TurnContext, MergePlan, list[str]]:
     """On the session thread, in one go: plan, refuse or write the merge commit. Returns the
     turn, the plan and the merge commit's id and parent ids."""
-    if git.branch != into:
-        raise Busy(f"the session switched from branch {into} to {git.branch}")
     for name in branches:
         git.branch_tip(name)  # NotFound before anything is written
     # The user's unsaved edits are "ours": committed first, so the merge cannot clobber them.
     snapshot_user_edits(git)
     plan = plan_merge(git, branches, strategy, resolutions)
+    plan.results = {name: last_answer(git, git.commit(tip))
+                    for name, tip in zip(branches, plan.tips, strict=True)}
     open_paths = sorted({c["path"] for c in plan.conflicts if not c["resolved"]})
     if open_paths and strategy == "fail":
         raise Conflict(f"the merge conflicts in {', '.join(open_paths)}; nothing was changed",
                        {"conflicts": plan.conflicts})
     head = git.head_commit()
-    old_workdir = _workdir_tree(git, head, empty_tree(git.repo).id)
+    old_workdir = workdir_oid(head, empty_tree(git.repo).id)
     fields: RunFields = {"model": model, "merge": {
         "branches": branches, "strategy": strategy,
         "conflicts": sorted({c["path"] for c in plan.conflicts}),
@@ -363,9 +124,9 @@ async def merge_branches(braid: Services, user_id: str, session_id: str, branche
         busy = [name for name in names if name in held]
         if busy:
             raise Busy(f"a run is going on on branch {busy[0]}")
-        ctx, plan, (commit_id, *parent_ids) = await handle.call(
-            lambda git: _start_merge(git, handle, into, names, how, text, braid.model.model,
-                                     by_hand))
+        ctx, plan, (commit_id, *parent_ids) = await handle.call(on_branch(
+            into, lambda git: _start_merge(git, handle, into, names, how, text,
+                                           braid.model.model, by_hand)))
         braid.bus.publish(sid, events.checkpoint(ctx.run_id, commit_id, "merge"))
         braid.bus.publish(sid, events.merged(ctx.run_id, commit_id, parent_ids, names, how,
                                              conflicts=plan.conflicts))
@@ -377,41 +138,3 @@ async def merge_branches(braid: Services, user_id: str, session_id: str, branche
             "final_text": answer_of(ctx.messages), "conflicts": plan.conflicts,
             "run_id": ctx.run_id, "status": ctx.run["status"], "branches": names,
             "strategy": how}
-
-
-# -- the model's `merge_branches` tool (agent/orchestrate.py) ------------------------------
-
-
-def merge_in_turn(git: GitSession, run_id: str, branches: list[str], strategy: str,
-                  message_index: int) -> ToolMerge:
-    """On the session thread of a live turn that holds the branch (its own changes committed
-    just before): merge `branches` into it as one of the turn's checkpoints, kind `merge`,
-    whose parents are HEAD and every branch tip; reverting the turn reverts it. With `fail`
-    and conflicts: the conflicts, nothing written. Branches all merged already (a resumed
-    call whose merge was made before a kill): that merge again."""
-    tips = [git.branch_tip(name) for name in branches]  # NotFound before anything is written
-    head = git.head_commit()
-    if all(tip == head.id or git.repo.descendant_of(head.id, tip) for tip in tips):
-        made = next((c for c in first_parent_line(head)
-                     if len(c.parent_ids) > 1 and set(tips) <= set(c.parent_ids)), None)
-        if made is not None:
-            return {"commit_id": str(made.id), "parent_ids": [str(p) for p in made.parent_ids],
-                    "branches": branches, "strategy": strategy, "conflicts": []}
-    plan = plan_merge(git, branches, strategy)
-    shown: list[ToolConflict] = [{"path": c["path"], "ours": c["ours"], "theirs": c["theirs"],
-                                  "branch": c["branch"]} for c in plan.conflicts]
-    if plan.conflicts and strategy == "fail":
-        return {"commit_id": None, "parent_ids": [], "branches": branches,
-                "strategy": strategy, "conflicts": shown}
-    old_workdir = _workdir_tree(git, head, empty_tree(git.repo).id)
-    written, deleted = atomic.merge_paths(git, old_workdir, plan.workdir_oid)
-    with journal.intent(git, "merge", [*written, *deleted]):
-        changes = atomic.write_workdir(git, plan.workdir_oid, written, deleted)
-        crash.at("merge-tool.after_files")
-        oid = git.write_checkpoint(
-            changes, summary=f"Merge {', '.join(branches)} into {plan.into}"[:200],
-            kind="merge", run_id=run_id, message_index=message_index,
-            extra_parents=plan.tips)
-    crash.at("merge-tool.after_commit")
-    return {"commit_id": str(oid), "parent_ids": [str(p) for p in git.commit(oid).parent_ids],
-            "branches": branches, "strategy": strategy, "conflicts": shown}

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, cast
 
 import pygit2
-from pygit2.enums import MergeFlag
 
 from server.agent.turn_changes import (
     FileChange,
@@ -33,18 +32,19 @@ from server.agent.turn_changes import (
 )
 from server.agent.turn_context import snapshot_user_edits
 from server.base import crash, events
-from server.base.errors import BadRequest, Busy, Conflict, ErrorDetails, NotFound
+from server.base.errors import BadRequest, Conflict, ErrorDetails, NotFound
 from server.base.ids import new_message_id, now_iso
 from server.base.records import FileChip, MessageRecord, RunRecord, to_json_bytes
 from server.base.results import Conflicted, RevertResult, TurnDiff, TurnFiles
-from server.git import lookup
+from server.git import lookup, merge3
 from server.git.commits import first_parent_line
 from server.git.session import Change, GitSession
-from server.git.trees import apply_changes, empty_tree, file_at
+from server.git.trees import Entry, apply_changes, empty_tree, file_at
 from server.git.workdir.scan import WORKDIR
 from server.git.workdir.staging import DISK
 from server.store import journal, layout
-from server.store.backups import Entry, check_writable, write_entry
+from server.store.backups import check_writable, write_entry
+from server.store.locks import hold_shown, on_branch
 
 if TYPE_CHECKING:
     from server.agent.services import Services
@@ -107,7 +107,8 @@ def _chosen(run_id: str, changes: list[FileChange], paths: list[str] | None
 
 def three_way(git: GitSession, base: dict[str, Entry | None], ours: dict[str, Entry | None],
               theirs: dict[str, Entry | None]) -> tuple[dict[str, Entry | None], list[str]]:
-    """Apply base→theirs onto ours per path. Returns (the paths whose content changes, with
+    """Apply base→theirs onto ours per path (git/merge3.py for the paths changed on both
+    sides). Returns (the paths whose content changes, with
     their new entry; the paths whose hunks conflict)."""
     result: dict[str, Entry | None] = {}
     merge: list[str] = []
@@ -121,24 +122,17 @@ def three_way(git: GitSession, base: dict[str, Entry | None], ours: dict[str, En
             merge.append(path)
     if not merge:
         return result, []
-    index = git.repo.merge_trees(
-        _tree_of(git.repo, {p: base[p] for p in merge}),
-        _tree_of(git.repo, {p: ours.get(p) for p in merge}),
-        _tree_of(git.repo, {p: theirs.get(p) for p in merge}),
-        flags=MergeFlag(0),  # paths, not renames: a turn's files are known by name
-    )
-    conflicted: set[str] = set()
-    if index.conflicts is not None:
-        for sides in index.conflicts:
-            conflicted.update(e.path for e in sides if e is not None)
+    # Paths, not renames: a turn's files are known by name.
+    merged = merge3.merge(git.repo, _tree_of(git.repo, {p: base[p] for p in merge}),
+                          _tree_of(git.repo, {p: ours.get(p) for p in merge}),
+                          _tree_of(git.repo, {p: theirs.get(p) for p in merge}))
+    conflicted = {c.path for c in merged.conflicts}
     conflicts = []
     for path in merge:
         if path in conflicted:
             conflicts.append(path)
-            continue
-        merged = (index[path].id, int(index[path].mode)) if path in index else None
-        if merged != ours.get(path):
-            result[path] = merged
+        elif (entry := merged.entry(path)) != ours.get(path):
+            result[path] = entry
     return result, conflicts
 
 
@@ -466,15 +460,8 @@ async def exclusive(braid: Services, handle: SessionHandle,
                      work: Callable[[GitSession], RevertResult]) -> RevertResult:
     """Run a revert or unrevert holding the branch like a turn does: refused (`Busy`) while a
     run is live on it, and no turn can start in the middle."""
-    branch = await handle.call(lambda git: git.branch)
-
-    def guarded(git: GitSession) -> RevertResult:
-        if git.branch != branch:
-            raise Busy("the session switched branches; try again")
-        return work(git)
-
-    async with braid.locks.hold(handle.session_id, branch):
-        result = await handle.call(guarded)
+    async with hold_shown(braid.locks, handle) as branch:
+        result = await handle.call(on_branch(branch, work))
     sid = handle.session_id
     braid.bus.publish(sid, events.checkpoint(result["run_id"], result["commit_id"],
                                              "revert" if result["reverted"] else "unrevert"))

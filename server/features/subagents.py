@@ -23,10 +23,12 @@ from typing import TYPE_CHECKING
 
 from server.agent.interrupted import prune_worktrees, recover_worktree
 from server.agent.live_runs import ActiveRun, claim_turn
+from server.agent.orchestrate import make_sub_branch
 from server.agent.turn_changes import files_of
 from server.agent.turn_context import (
     TurnContext,
     open_turn,
+    resume_in_place,
     snapshot_user_edits,
     write_pending_to_disk,
 )
@@ -36,7 +38,6 @@ from server.base.errors import NotFound, TooMany
 from server.base.ids import new_message_id, now_iso
 from server.base.records import (
     RunFields,
-    RunRecord,
     SpawnChild,
     new_message,
     new_run,
@@ -45,8 +46,6 @@ from server.base.records import (
 from server.base.results import SubAgentResult, SubAgentSummary
 from server.git import lookup
 from server.git.branches import clean_label, sub_branch
-from server.git.commits import commit_message
-from server.git.history import HISTORY, RUNS
 from server.git.session import WORKTREES, GitSession
 from server.git.workdir.scan import WORKDIR
 from server.store import journal, layout
@@ -92,18 +91,6 @@ def open_sub_branch(git: GitSession, branch: str, label: str, prompt: str,
     crash.at("subagent.after_worktree")
     (path / WORKDIR).mkdir(exist_ok=True)  # git keeps no empty folders
     return SubBranch(branch, path, parent_branch, str(head.id))
-
-
-def make_sub_branch(git: GitSession, branch: str, label: str, prompt: str) -> str:
-    """The branch's first `sub-agent` commit: HEAD's state without history/ and runs/ (the
-    child starts a fresh conversation). Returns the commit it branches from (HEAD)."""
-    head = git.head_commit()
-    tree = lookup.without(git.repo, head.tree, (HISTORY, RUNS)).id
-    first_line = prompt.strip().splitlines()[0][:80] if prompt.strip() else ""
-    message = commit_message(f"Sub-agent {label}: {first_line}", "sub-agent", None, None)
-    oid = git.repo.create_commit(None, git.signature, git.signature, message, tree, [head.id])
-    git.create_branch(branch, oid)
-    return str(head.id)
 
 
 def write_result(git: GitSession, parent_branch: str, session_id: str, parent_turn_id: str,
@@ -257,17 +244,6 @@ def _close_worktree(git: GitSession, branch: str) -> str:
 # -- children the model spawns (agent/orchestrate.py drives them) -------------------------
 
 
-def open_child_branches(git: GitSession, children: list[SpawnChild]) -> str:
-    """On the spawning run's thread (the user's run's session, or a child's worktree): each
-    child's branch from the run's current state; a branch made already (a resume) is kept.
-    Returns the commit they branch from."""
-    base = str(git.head_oid())
-    for child in children:
-        if lookup.branch_target(git.repo, child["branch"]) is None:
-            base = make_sub_branch(git, child["branch"], child["label"], child["prompt"])
-    return base
-
-
 def add_child_worktree(git: GitSession, branch: str) -> Path:
     """On the session's own thread: the child's branch checked out under `_worktrees/` (one a
     dead process left is recovered first: its files committed, nothing lost)."""
@@ -287,14 +263,7 @@ def resume_child_turn(git: GitSession, handle: SessionHandle, run_id: str) -> Tu
     """On the child's worktree: its INTERRUPTED run going on in place, as `continue_run`
     resumes one (its messages kept, its record RUNNING again)."""
     view = locate_run(git, run_id)
-    record: RunRecord = {**view.record, "status": "RUNNING", "error": None,
-                         "updated_at": now_iso(),
-                         "resumed_from_message_index": len(view.messages)}
-    first = view.entries[0].seq if view.entries else layout.next_seq(git)
-    prior = [e.message for e in layout.stored_messages(git, git.head_commit()) if e.seq < first]
-    ctx = TurnContext(handle=handle, run=record, run_file=view.record_path, prior=prior,
-                      messages=[m.copy() for m in view.messages],
-                      next_seq=layout.next_seq(git), legacy=layout.is_legacy(git))
+    ctx = resume_in_place(git, handle, view, len(view.messages))
     write_pending_to_disk(git, ctx)
     return ctx
 

@@ -28,7 +28,9 @@ from server.agent.live_runs import claim_turn
 from server.agent.turn_context import (
     TurnContext,
     add_message,
+    resume_in_place,
     snapshot_user_edits,
+    turn_context,
     write_pending_to_disk,
 )
 from server.agent.turns import launch
@@ -81,6 +83,7 @@ class Plan:
     fork: bool
     message_index: int
     branch: str  # the branch the continued run goes on
+    at_end: bool  # a resume of a run turns came after: a new run at the branch's end
     tip_id: str  # the source branch's tip when planned: execution checks it did not move
     new_run_id: str
     options: Options
@@ -110,12 +113,18 @@ def plan_continue(git: GitSession, run_id: str, options: Options, new_run_id: st
         raise BadRequest(f"the first {k} messages hold no user message: give an input")
     status = view.record.get("status")
     ends_branch = bool(view.entries) and view.entries[-1].seq == layout.next_seq(git, view.tip) - 1
-    # Only a failed or interrupted run goes on in place, and only from its end while it is
-    # still the last thing on its branch; everything else becomes a sibling run.
-    in_place = (status in RESUMABLE or status == "RUNNING") and not options.fork \
-        and not options.regenerate and k == len(messages) and ends_branch
-    branch = view.branch if in_place else run_branch(new_run_id)
-    return Plan(run_id, not in_place, k, branch, str(view.tip.id), new_run_id, options)
+    # Only a failed or interrupted run goes on on its branch, and only from its end: in place
+    # while it is still the last thing on its branch, else as a new run at the branch's end
+    # (a run's messages are numbered contiguously: the later turns stay where they are);
+    # everything else becomes a sibling run. A spawn or merge a kill cut off goes on in place
+    # only (its journal is the run's).
+    resumed = (status in RESUMABLE or status == "RUNNING") and not options.fork \
+        and not options.regenerate and k == len(messages)
+    in_place = resumed and ends_branch
+    at_end = resumed and not ends_branch and not orchestrate.open_calls(messages)
+    branch = view.branch if in_place or at_end else run_branch(new_run_id)
+    return Plan(run_id, not (in_place or at_end), k, branch, at_end, str(view.tip.id),
+                new_run_id, options)
 
 
 # -- writing ------------------------------------------------------------------------------
@@ -185,9 +194,8 @@ def _fork(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
         changes[record_path] = to_json_bytes(record)
         git.write_checkpoint(changes, summary=summary, kind="fork", run_id=new_id,
                              message_index=k)
-    ctx = TurnContext(handle=handle, run=record, run_file=record_path,
-                      prior=[e.message for e in prior], messages=copies,
-                      next_seq=first_seq + k, legacy=layout.is_legacy(git, base))
+    ctx = turn_context(git, handle, record, record_path, messages=copies,
+                       prior=[e.message for e in prior], next_seq=first_seq + k, at=base)
     return ctx, marked
 
 
@@ -205,18 +213,18 @@ def _fork_keeping_files(git: GitSession, view: RunOnBranch, branch: str,
                          run_id=run_id, message_index=k)
 
 
-def _resume(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
-            ) -> TurnContext:
+def _resume_at_end(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
+                   ) -> TurnContext:
+    """A new run at the end of the interrupted run's branch that goes on with it: copies of
+    its messages (the user's, the answer so far) open it, the turns after it stay."""
     if git.branch != view.branch:
         atomic.checkout(git, view.branch)
-    first_seq = view.entries[0].seq
-    prior = [e.message for e in layout.stored_messages(git, git.head_commit()) if e.seq < first_seq]
-    record: RunRecord = {**view.record, "status": "RUNNING", "error": None,
-                         "updated_at": now_iso(),
-                         "resumed_from_message_index": plan.message_index}
-    return TurnContext(handle=handle, run=record, run_file=view.record_path, prior=prior,
-                       messages=[m.copy() for m in view.messages], next_seq=layout.next_seq(git),
-                       legacy=layout.is_legacy(git))
+    record = new_run(plan.new_run_id, handle.session_id, view.branch)
+    record["resumes_run_id"] = view.run_id
+    ctx = turn_context(git, handle, record, layout.new_run_path(git, plan.new_run_id))
+    for copy in _copies(view.messages, plan.new_run_id):
+        add_message(ctx, copy)
+    return ctx
 
 
 def execute_plan(git: GitSession, handle: SessionHandle, plan: Plan
@@ -230,8 +238,12 @@ def execute_plan(git: GitSession, handle: SessionHandle, plan: Plan
     snapshot_user_edits(git)
     if plan.fork:
         ctx, marked = _fork(git, handle, view, plan)
+    elif plan.at_end:
+        ctx, marked = _resume_at_end(git, handle, view, plan), None
     else:
-        ctx, marked = _resume(git, handle, view, plan), None
+        if git.branch != view.branch:
+            atomic.checkout(git, view.branch)
+        ctx, marked = resume_in_place(git, handle, view, plan.message_index), None
     if plan.options.text:
         add_message(ctx, new_message("user", ctx.run_id, plan.options.text))
     write_pending_to_disk(git, ctx)

@@ -35,7 +35,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 
 from server.agent.turn_changes import files_of
 from server.base import crash, events, names
-from server.base.errors import BadRequest, BraidError, Busy, Conflict, Forbidden, TooLarge
+from server.base.errors import BadRequest, BraidError, Conflict, Forbidden, TooLarge
 from server.base.ids import new_message_id, now_iso
 from server.base.records import MessageRecord, new_run, to_json_bytes
 from server.base.results import UploadMade, UploadResult
@@ -44,6 +44,7 @@ from server.git.session import Change, GitSession
 from server.git.workdir.scan import WORKDIR
 from server.git.workdir.staging import DISK
 from server.store import journal, layout
+from server.store.locks import hold_shown, on_branch
 from server.store.search import run_rows
 
 if TYPE_CHECKING:
@@ -370,15 +371,9 @@ async def upload(braid: Services, user_id: str, session_id: str, body: AsyncIter
                                  settings.import_max_files)
         crash.at("upload.after_temp")
         targets = received.targets()
-        branch = await handle.call(lambda git: git.branch)
-
-        def work(git: GitSession) -> UploadMade:
-            if git.branch != branch:
-                raise Busy(f"the session switched from branch {branch} to {git.branch}")
-            return commit_upload(git, handle.session_id, folder, targets)
-
-        async with braid.locks.hold(handle.session_id, branch):  # no turn may run meanwhile
-            made = await handle.call(work)
+        async with hold_shown(braid.locks, handle) as branch:  # no turn may run meanwhile
+            made = await handle.call(on_branch(branch, lambda git: commit_upload(
+                git, handle.session_id, folder, targets)))
     finally:
         await asyncio.to_thread(shutil.rmtree, folder, True)
     await braid.search.add(run_rows(handle.session_id, made["run_id"], made["messages"]))

@@ -53,7 +53,7 @@ def is_legacy(tree: pygit2.Tree | None) -> bool:
 
 
 @dataclass(frozen=True)
-class Entry:
+class ListedFile:
     """One file of a listed tree: its repo-relative path, its number (a message's seq, a
     run's ordinal) and its blob."""
 
@@ -70,7 +70,7 @@ class Listing:
     legacy: bool = False
     shards: list[tuple[str, pygit2.Oid]] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
-    entries: list[Entry] = field(default_factory=list)
+    entries: list[ListedFile] = field(default_factory=list)
     # Filled on demand: run id → entry index (runs), parsed messages (history), and the
     # running totals of the messages' token estimates (sums[name][k]: the first k
     # messages', by the estimate's name: whole, masked...).
@@ -172,7 +172,7 @@ def _read_shards(repo: pygit2.Repository, listing: Listing,
             if isinstance(entry, pygit2.Tree) or name is None:  # a tree's entries have names
                 continue
             n = len(listing.entries)
-            listing.entries.append(Entry(f"{path}/{name}", _number(listing.top, name, n),
+            listing.entries.append(ListedFile(f"{path}/{name}", _number(listing.top, name, n),
                                          entry.id, name))
 
 

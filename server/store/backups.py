@@ -32,7 +32,7 @@ from server.base.errors import Conflict
 from server.base.records import to_json_bytes
 from server.git import lookup
 from server.git.session import GitSession
-from server.git.trees import apply_changes, file_at
+from server.git.trees import Entry, apply_changes, file_at
 from server.git.workdir import guarded
 from server.git.workdir.scan import WORKDIR
 
@@ -41,7 +41,6 @@ MANIFEST = "manifest.json"
 BLOBS = "blobs"
 
 # A file as git stores it: (blob id, file mode). None: the file does not exist.
-Entry = tuple[pygit2.Oid, int]
 
 
 class BackupStore:

@@ -20,7 +20,7 @@ import pygit2
 
 from server.base.records import MessageRecord, RunRecord, Usage
 from server.git import lookup
-from server.git.history import HISTORY, RUNS, Entry, history_path, run_path
+from server.git.history import HISTORY, RUNS, ListedFile, history_path, run_path
 
 if TYPE_CHECKING:
     from server.git.session import GitSession
@@ -90,7 +90,7 @@ def window_sums(git: GitSession, commit: pygit2.Commit | None = None) -> Sums:
         git.listings.sums(tree, git.blob_json, context.is_maskable, "maskable"))
 
 
-def message_files(git: GitSession, commit: pygit2.Commit | None = None) -> list[Entry]:
+def message_files(git: GitSession, commit: pygit2.Commit | None = None) -> list[ListedFile]:
     """The message files of the branch at `commit` (path, seq, blob), oldest first."""
     return git.listings.get(HISTORY, _tree(git, commit, HISTORY)).entries
 

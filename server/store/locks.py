@@ -11,16 +11,27 @@ implements `acquire` and `held` and returns its own `Lease`.
     lease = await braid.locks.acquire(session_id, branch)  # a turn: released at its end
     ...
     await lease.release()
+
+Whatever holds the branch the session shows reads its name first, then holds it (an await):
+a checkout queued in between may move the session, so the work in the session's lane runs
+through `on_branch`, which re-checks it (`hold_shown` does both for a block).
 """
 
 from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, TypeVar
 
 from server.base.errors import Busy
+
+if TYPE_CHECKING:
+    from server.git.session import GitSession
+    from server.store.session_store import SessionHandle
+
+T = TypeVar("T")
 
 
 class Lease(ABC):
@@ -52,6 +63,27 @@ class BranchLocks(ABC):
             yield lease
         finally:
             await lease.release()
+
+
+def on_branch(branch: str, work: Callable[[GitSession], T]) -> Callable[[GitSession], T]:
+    """`work` for the session's lane, done only while `branch` is still the one checked out
+    (`Busy` and nothing done when a checkout moved the session since it was read)."""
+
+    def guarded(git: GitSession) -> T:
+        if git.branch != branch:
+            raise Busy(f"the session switched from branch {branch} to {git.branch}")
+        return work(git)
+
+    return guarded
+
+
+@asynccontextmanager
+async def hold_shown(locks: BranchLocks, handle: SessionHandle) -> AsyncIterator[str]:
+    """Hold the branch the session shows for the block, whatever way it ends; yields its
+    name, for the block's lane calls (`on_branch`)."""
+    branch = await handle.call(lambda git: git.branch)
+    async with locks.hold(handle.session_id, branch):
+        yield branch
 
 
 def busy(branch: str) -> Busy:

@@ -23,9 +23,10 @@ from server.base.names import is_utf8
 from server.base.results import SessionChanges
 from server.features.connections.own import KINDS
 from server.features.files import path_param, ref_param
-from server.features.merge import MAX_BRANCHES, STRATEGIES
+from server.features.merge import MAX_BRANCHES
 from server.features.session_meta import MAX_MODEL, MAX_TITLE
 from server.features.sources.sources import SourceRequest
+from server.git.merge3 import STRATEGIES
 from server.store.search import DEFAULT_LIMIT, MAX_LIMIT
 
 _FALSE = ("", "false", "0", "off", "no")

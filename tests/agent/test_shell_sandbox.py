@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from conftest import TOKEN, Server, WsClient, free_port, git
-from server.agent.sandbox import box
+from server.agent.sandbox import box, limits
 
 
 @pytest.fixture(scope="module")
@@ -312,3 +312,30 @@ def test_where_no_sandbox_can_be_made_the_shell_is_not_offered(server_factory: A
     assert status == 200 and 'id="shell-off"' in page and "Permission denied" in page
     assert srv.log_path is not None
     assert "the shell is not offered" in srv.log_path.read_text()
+
+
+def test_a_clean_stop_leaves_no_sandbox_and_no_cgroup(server_factory: Any) -> None:
+    # After a command the next one's sandbox is made ahead and waits (agent/sandbox/start.py);
+    # a clean stop ends it and removes every cgroup of the server's.
+    srv = server_factory(BRAID_SHELL="sandbox")
+    sid = srv.new_session()
+    assert "marker-4741" in output(shell_run(srv, sid, "echo marker-4741"))
+    pid = srv.proc.pid
+    deadline = time.monotonic() + 30
+    while not [p for p in processes("--args") if _parent(p) == pid]:
+        assert time.monotonic() < deadline, "no sandbox was made ahead"
+        time.sleep(0.05)
+    waiting = [p for p in processes("--args") if _parent(p) == pid]
+    homes = [Path("/sys/fs/cgroup") / c for c in limits.CONTROLLERS]
+    assert any(h.glob(f"**/{limits.PREFIX}{pid}-*") for h in homes)
+    srv.stop()
+    assert not [p for p in waiting if Path(f"/proc/{p}").exists()
+                and Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()[0] != "Z"]
+    assert not [g for h in homes for g in h.glob(f"**/{limits.PREFIX}{pid}-*")]
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1

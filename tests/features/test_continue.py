@@ -245,6 +245,34 @@ async def test_completed_and_cancelled_runs_fork_errors_resume_in_place(braid: B
     assert_fsck(path)
 
 
+async def test_resuming_a_failed_run_turns_came_after_goes_on_at_the_branch_end(
+        braid: Braid) -> None:
+    """A run's messages are numbered contiguously on its branch, so a failed run with turns
+    after it cannot grow in place: Resume makes a new run at the branch's end that goes on
+    with it, on the same branch, and the later turn and its file stay."""
+    sid, path = await new_session(braid)
+    failed = await run_turn(braid, sid, "fail boom")
+    later = await run_turn(braid, sid, "write later.txt made later")
+    tip = branches(path)["main"]
+    resumed = await cont(braid, sid, failed["run_id"], input="say recovered")
+    assert resumed["forked"] is False and resumed["branch"] == "main"
+    assert resumed["run_id"] not in (failed["run_id"], later["run_id"])
+    assert resumed["status"] == "COMPLETED" and resumed["forked_from_run_id"] is None
+    assert [m["content"] for m in resumed["messages"]] == ["fail boom", "say recovered",
+                                                          "recovered"]
+    assert resumed["messages"][0]["copied_from"] == failed["messages"][0]["id"]
+    assert list(branches(path)) == ["main"]
+    assert git(path, "merge-base", "--is-ancestor", tip, "main") == ""  # on top of the later
+    record = record_at(path, "main", resumed["run_id"])
+    assert record["resumes_run_id"] == failed["run_id"]
+    assert record_at(path, "main", failed["run_id"])["status"] == "ERROR"  # left as it was
+    assert record_at(path, "main", later["run_id"])["status"] == "COMPLETED"
+    assert (path / "workdir" / "later.txt").read_text() == "made later\n"
+    order = [t["run_id"] for t in (await sessions.transcript(braid, USER, sid))["turns"]]
+    assert order == [failed["run_id"], later["run_id"], resumed["run_id"]]
+    assert_fsck(path)
+
+
 @pytest.mark.slow
 async def test_an_interrupted_run_resumes_in_place(make_braid: MakeBraid, tmp_path: Path
                                                    ) -> None:

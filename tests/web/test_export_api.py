@@ -229,6 +229,39 @@ def test_update_from_a_folder_source(srv: Server, roots: Path) -> None:
     assert_fsck(path)
 
 
+@pytest.mark.parametrize("folder_in", ["session", "source"])
+def test_update_keeps_a_file_and_a_folder_of_one_name(srv: Server, roots: Path,
+                                                      folder_in: str) -> None:
+    """The session made `p` a file where the source made it a folder, or the reverse: the
+    clash is listed and neither side is lost (the source's is set aside as `p~source`)."""
+    src = make_folder(roots)
+    _, created = srv.api("POST", "/api/sessions", {"source": {"path": str(src)}})
+    sid = created["session_id"]
+    path = srv.session_path(sid)
+    if folder_in == "session":
+        srv.run(sid, "write p/q.txt session q")
+        (src / "p").write_text("source p\n")
+    else:
+        srv.run(sid, "write p session p")
+        (src / "p").mkdir()
+        (src / "p" / "q.txt").write_text("source q\n")
+    status, up = srv.api("POST", f"/api/sessions/{sid}/update_from_source", {})
+    assert status == 200, up
+    ours, theirs = ("folder", "modified") if folder_in == "session" else ("modified", "folder")
+    assert up["conflicts"] == [{"path": "p", "ours": ours, "theirs": theirs}], up
+    tracked = set(git(path, "ls-tree", "-r", "--name-only", "HEAD", "workdir/").split())
+    if folder_in == "session":
+        assert (path / "workdir" / "p" / "q.txt").read_text() == "session q\n"
+        assert (path / "workdir" / "p~source").read_text() == "source p\n"
+        assert {"workdir/p/q.txt", "workdir/p~source"} <= tracked
+    else:
+        assert (path / "workdir" / "p").read_text() == "session p\n"
+        assert (path / "workdir" / "p~source" / "q.txt").read_text() == "source q\n"
+        assert {"workdir/p", "workdir/p~source/q.txt"} <= tracked
+    assert git(path, "status", "--porcelain") == ""
+    assert_fsck(path)
+
+
 def test_export_errors(srv: Server, roots: Path, tmp_path: Path) -> None:
     src = make_folder(roots)
     _, created = srv.api("POST", "/api/sessions", {"source": {"path": str(src)}})

@@ -42,6 +42,7 @@ from server.base.results import InstructionsShown, RunStarted
 from server.git.session import GitSession
 from server.model.endpoints import user_endpoints
 from server.store import context, journal, layout
+from server.store.locks import on_branch
 from server.store.users import off_loop
 
 if TYPE_CHECKING:
@@ -171,12 +172,10 @@ async def compact(braid: Services, user_id: str, session_id: str) -> RunStarted:
     branch = await handle.call(lambda git: git.branch)
     async with claim_turn(braid.locks, braid.runs, handle.session_id, branch) as active:
         def look(git: GitSession) -> tuple[Plan | None, Instructions]:
-            if git.branch != branch:
-                raise Conflict(f"the session switched from branch {branch} to {git.branch}")
             return plan(layout.messages(git), layout.window_sums(git), None), \
                 instructions.project(git)
 
-        found, found_instructions = await handle.call(look)
+        found, found_instructions = await handle.call(on_branch(branch, look))
         if found is None:
             raise Conflict("nothing to compact: the branch has no earlier turns to summarize")
         heads = heads_of(SYSTEM_PROMPT, found_instructions, braid.settings.instructions_file)

@@ -54,7 +54,13 @@ _JOIN = 'for f; do shift; [ "$f" = -- ] && break; echo $$ > "$f"; done; exec "$@
 
 
 def bwrap() -> str | None:
-    return shutil.which("bwrap")
+    """Where bwrap is (looked up once: a walk of PATH costs ~0.5 ms a command)."""
+    if not _bwrap_path:
+        _bwrap_path.append(shutil.which("bwrap"))
+    return _bwrap_path[0]
+
+
+_bwrap_path: list[str | None] = []
 
 
 def base_env(extra: Mapping[str, str] = {}) -> dict[str, str]:  # noqa: B006 - never mutated
@@ -111,23 +117,9 @@ def sandboxed_argv(argv: Sequence[str], *, workdir: Path, env: Mapping[str, str]
     """The argv that runs `argv` in a sandbox (see the module's docstring). `status_fd`:
     bwrap writes its JSON status there (`child-pid`: the sandbox's PID 1, as the host sees
     it); `block_fd`: the command waits until a byte can be read from it. Both must be
-    passed to the child (`pass_fds`)."""
-    tool = bwrap()
-    if tool is None:
-        raise FileNotFoundError("bwrap (bubblewrap) is not installed")
-    work = str(Path(workdir).resolve())
-    size = str(max(limits.write, 1024 * 1024))
-    box = [tool, "--unshare-all", "--unshare-user", "--uid", str(UID), "--gid", str(UID),
-           "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-           "--hostname", "sandbox", *_system(),
-           "--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm",
-           "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", HOME]
-    for path in readonly:
-        resolved = str(Path(path).resolve())
-        box += ["--ro-bind", resolved, resolved]
-    box += ["--bind", work, work, "--chdir", work, "--clearenv"]
-    for key, value in env.items():
-        box += ["--setenv", key, value]
+    passed to the child (`pass_fds`). For a caller that can pass no descriptor (an MCP
+    server's command line): `start` is the faster way, with the seccomp filter too."""
+    box = bwrap_argv(workdir, env, readonly, limits)
     if status_fd is not None:
         box += ["--json-status-fd", str(status_fd)]
     if block_fd is not None:
@@ -140,6 +132,28 @@ def sandboxed_argv(argv: Sequence[str], *, workdir: Path, env: Mapping[str, str]
     if cgroup is not None:
         start += ["/bin/sh", "-c", _JOIN, "sh", *map(str, cgroup.procs_files()), "--"]
     return start + box
+
+
+def bwrap_argv(workdir: Path, env: Mapping[str, str], readonly: Sequence[Path],
+                limits: Limits) -> list[str]:
+    """bwrap and its options (what the command sees), up to its `--`."""
+    tool = bwrap()
+    if tool is None:
+        raise FileNotFoundError("bwrap (bubblewrap) is not installed")
+    work = os.path.realpath(workdir)
+    size = str(max(limits.write, 1024 * 1024))
+    box = [tool, "--unshare-all", "--unshare-user", "--uid", str(UID), "--gid", str(UID),
+           "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+           "--hostname", "sandbox", *_system(),
+           "--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm",
+           "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", HOME]
+    for path in readonly:
+        resolved = os.path.realpath(path)
+        box += ["--ro-bind", resolved, resolved]
+    box += ["--bind", work, work, "--chdir", work, "--clearenv"]
+    for key, value in env.items():
+        box += ["--setenv", key, value]
+    return box
 
 
 _verdict: list[str | None] = []

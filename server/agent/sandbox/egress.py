@@ -41,9 +41,11 @@ Consent = Callable[[str, int], Awaitable[str | None]]  # None: allowed; else why
 
 def proxy_env() -> dict[str, str]:
     """The variables that send a command's HTTP(S) through the proxy (curl, pip, npm, git,
-    Python's urllib and requests read one or the other spelling)."""
+    Python's urllib and requests read one or the other spelling; the contract names
+    ALL_PROXY too: curl's for every scheme)."""
     return {"http_proxy": PROXY_URL, "https_proxy": PROXY_URL, "HTTP_PROXY": PROXY_URL,
-            "HTTPS_PROXY": PROXY_URL, "npm_config_proxy": PROXY_URL,
+            "HTTPS_PROXY": PROXY_URL, "ALL_PROXY": PROXY_URL, "all_proxy": PROXY_URL,
+            "npm_config_proxy": PROXY_URL,
             "npm_config_https_proxy": PROXY_URL, "no_proxy": "localhost,127.0.0.1,::1",
             "NO_PROXY": "localhost,127.0.0.1,::1"}
 

@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import secrets
 import signal
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,6 +140,32 @@ class Cgroup:
             raise
         return cls(folders)
 
+    @classmethod
+    def take(cls, limits: Limits, name: str = "") -> Cgroup | None:
+        """A new cgroup for one command, made ahead of it when one is ready (the next one is
+        made meanwhile, off the command's path: making one costs about a millisecond)."""
+        with _spares_lock:
+            spare = _spares.pop((limits, name), None)
+        made = spare if spare is not None else cls.make(limits, name)
+        if made is not None:
+            later(lambda: _make_spare(limits, name))
+        return made
+
+    def join(self, pids: list[int]) -> None:
+        """Move these processes (and their threads) into the cgroup: what they fork after
+        this is counted and killed with it."""
+        for path in self.procs_files():
+            for pid in pids:
+                path.write_text(str(pid))
+
+    def release(self) -> None:
+        """The end of a command that `take` gave its cgroup: every process in it gets SIGKILL
+        now; waiting until the kernel has reaped them (a few ms: a sandbox's PID 1 is still
+        exiting when bwrap reports the command's end) and removing the cgroup are left to a
+        thread of their own, off the command's path."""
+        self.kill(until_empty=False)
+        later(self.close)
+
     def procs_files(self) -> list[Path]:
         return [f / "cgroup.procs" for f in self.folders]
 
@@ -186,6 +215,78 @@ class Cgroup:
         self.kill()
         for folder in self.folders:
             _remove(folder)
+
+
+_spares: dict[tuple[Limits, str], Cgroup] = {}
+_spares_lock = threading.Lock()
+_chores: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+_keeper: list[threading.Thread] = []
+
+
+def later(chore: Callable[[], None]) -> None:
+    """Run `chore` on this process's one keeper thread (started on first use, never ending:
+    a process it starts keeps its parent-death signal, bound to the starting thread, for
+    as long as the server lives)."""
+    _chores.put(chore)
+    with _spares_lock:
+        if not _keeper:
+            _keeper.append(threading.Thread(target=_keep, name="cgroup-keeper", daemon=True))
+            _keeper[0].start()
+
+
+def drain(timeout: float = 5.0) -> bool:
+    """Wait until the keeper has done what it was given so far (a clean stop leaves no
+    cgroup behind); False if it had not within `timeout` seconds."""
+    done = threading.Event()
+    later(done.set)
+    return done.wait(timeout)
+
+
+def close_all() -> None:
+    """A clean stop, once no command runs: the cgroups made ahead go, then this server's
+    folder (`braid-<pid>-<start>`) if nothing is left in it."""
+    with _spares_lock:
+        spares = list(_spares.values())
+        _spares.clear()
+    for group in spares:
+        group.close()
+    drain()
+    for home in _homes().values():
+        with contextlib.suppress(OSError):
+            home.rmdir()
+
+
+_idle: list[Callable[[], None]] = []
+
+
+def when_idle(chore: Callable[[], None]) -> None:
+    """Run `chore` on the keeper thread whenever it has had nothing to do for 30 s."""
+    _idle.append(chore)
+
+
+def _keep() -> None:
+    while True:
+        try:
+            chores = [_chores.get(timeout=30)]
+        except queue.Empty:
+            chores = list(_idle)
+        for chore in chores:
+            with contextlib.suppress(OSError):
+                chore()
+
+
+def _make_spare(limits: Limits, name: str) -> None:
+    with _spares_lock:
+        if (limits, name) in _spares:
+            return
+    made = Cgroup.make(limits, name)
+    if made is None:
+        return
+    with _spares_lock:
+        if (limits, name) not in _spares:
+            _spares[(limits, name)] = made
+            return
+    made.close()
 
 
 def _limit(folder: Path, controller: str, limits: Limits) -> None:

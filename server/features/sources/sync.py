@@ -3,7 +3,8 @@ repository a session came from has moved on, bring its changes in as one `user-e
 three-way: base = the source's files as last brought in (`refs/braid/source-base`), ours =
 the session's workdir, theirs = the source now. Files changed on both sides that git cannot
 merge keep the session's side and are listed as conflicts; nothing is lost (the source's
-version is still in the source).
+version is still in the source; a source's file or folder where the session has the other is
+set aside as `path~source`).
 
 Under kill -9 the update is one commit or nothing: an intent record (journal.py) names the
 paths it writes, so start-up rolls `workdir/` back to HEAD when the commit was not made, or
@@ -26,6 +27,7 @@ from server.features.roots import Roots, roots_of
 from server.features.sources.importing import SOURCE_BASE_REF, set_source_base, take_snapshot
 from server.features.sources.sources import Source, allowed_path
 from server.git import lookup
+from server.git.merge3 import Clash, Side, merge
 from server.git.session import GitSession
 from server.git.trees import empty_tree, tree_changes
 from server.git.workdir.scan import WORKDIR, workdir_tree
@@ -38,18 +40,22 @@ if TYPE_CHECKING:
 
 def _merged(repo: pygit2.Repository, base: pygit2.Tree, ours: pygit2.Tree,
             theirs: pygit2.Tree) -> tuple[pygit2.Tree, list[PathConflict]]:
-    index = repo.merge_trees(base, ours, theirs)
+    """The source's changes merged into the session's files (git/merge3.py): a clash keeps
+    the session's side and is listed; a file against a folder keeps both, the source's side
+    set aside as `path~source`."""
+    merged = merge(repo, base, ours, theirs, renames=True, labels=("session", "source"))
     conflicts: list[PathConflict] = []
-    if index.conflicts is not None:
-        for ancestor, mine, other in list(index.conflicts):
-            path = (mine or other or ancestor).path
-            conflicts.append({"path": path,
-                              "ours": "deleted" if mine is None else "modified",
-                              "theirs": "deleted" if other is None else "modified"})
-            del index.conflicts[path]
-            if mine is not None:
-                index.add(pygit2.IndexEntry(path, mine.id, mine.mode))
-    return lookup.tree_at(repo, index.write_tree(repo)), conflicts
+    for clash in merged.open():
+        conflicts.append({"path": clash.path, "ours": _state(clash, "ours"),
+                          "theirs": _state(clash, "theirs")})
+        merged.take(clash, "ours")
+    return lookup.tree_at(repo, merged.tree()), conflicts
+
+
+def _state(clash: Clash, side: Side) -> str:
+    if clash.folder_side == side:
+        return "folder"
+    return "deleted" if clash.entry(side) is None else "modified"
 
 
 def sync_from_source(git: GitSession, settings: Settings, roots: Roots, meta: SessionMeta
