@@ -5,9 +5,17 @@ import {$, $$, feature, on, sessionId, socket} from "./core.js";
 
 function childTotals() {
   $$(".child-cards").forEach(function (box) {
-    const total = box.nextElementSibling;
-    if (!total || !total.classList.contains("child-total")) return;
+    let total = box.nextElementSibling;
     const cards = $$(".sub-card", box);
+    if (!total || !total.classList.contains("child-total")) {
+      // A turn drawn with no sub-agent has no total's line: it comes with the first card (a
+      // sub-agent's own card lists its children without one).
+      if (!cards.length || box.closest(".sub-card") || !box.id.startsWith("children-")) return;
+      total = document.createElement("p");
+      total.className = "child-total muted";
+      total.id = "child-total-" + box.id.slice("children-".length);
+      box.after(total);
+    }
     let tokens = 0;
     cards.forEach(function (c) { tokens += Number(c.dataset.tokens) || 0; });
     const text = cards.length ? cards.length + " sub-agent" + (cards.length === 1 ? "" : "s") + (tokens ? " · " + tokens + " tokens" : "") : "";

@@ -191,6 +191,38 @@ function startSocket() {
   document.addEventListener("htmx:wsOpen", function () { socket.opened += 1; });
 }
 
+// ---------------------------------------------------------------- per-turn controls
+
+// A turn's controls are drawn once a page, not once a turn (issue 30: they were half of a
+// turn's markup). A menu's contents come from a <template> of the page (_turn_pops.html) and
+// are put into the <details> when it is first opened (on the click that opens it, a mouse's or
+// Enter / Space on its summary), filled from the menu's data attributes by `fill(pop, menu)`.
+export function fillOnce(menu, templateId, popSelector, fill) {
+  if (menu.querySelector(popSelector)) return null;
+  const template = document.getElementById(templateId);
+  if (!template) return null;
+  const pop = template.content.firstElementChild.cloneNode(true);
+  fill(pop, menu);
+  menu.appendChild(pop);
+  if (window.htmx) htmx.process(pop);
+  return pop;
+}
+
+// A button that is an action (a chip's diff, its own Revert, Regenerate, a toast's "… anyway")
+// sends it through the page's one `<form ws-send id="act-form">` (_turn_pops.html, inside the
+// socket's element): `values` are the frame ({action, ...}); `from` is the element it acts
+// for (its turn's footer is where focus goes on, menus.js).
+export function sendAction(values, from) {
+  const form = document.getElementById("act-form");
+  if (!form || !window.htmx) return false;
+  const footer = from && from.closest ? from.closest("[id^=footer-]") : null;
+  form.dataset.footer = footer ? footer.id : "";
+  form.dataset.action = values.action;
+  form.setAttribute("hx-vals", JSON.stringify(values));
+  htmx.trigger(form, "submit");
+  return true;
+}
+
 // ---------------------------------------------------------------- streamed text
 
 // Appended text is cut into blocks so that appending lays out only the last block: a block

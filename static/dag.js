@@ -1,10 +1,25 @@
-// The DAG panel: collapse/expand (remembered), ticked branches kept across re-renders, the
-// spawn form closing after it is sent, a click on a graph dot opening that node, closing the
-// node/conflict boxes, and a fresh graph after a reconnect. Everything else is htmx.
-import {feature, keymap} from "./core.js";
+// The DAG panel: collapse/expand (remembered), ticked branches kept across re-renders, a
+// turn's spawn form (drawn once a page, _turn_pops.html, put in the menu opened) closing after
+// it is sent, a click on a graph dot opening that node, closing the node/conflict boxes, and a
+// fresh graph after a reconnect. Everything else is htmx.
+import {feature, fillOnce, keymap, on} from "./core.js";
 const KEY = "braid.dag.collapsed";
 const ticked = new Set();
 let opened = 0;
+
+// Its fields' ids name the turn (spawn-prompt-<turn>, spawn-label-<turn>).
+export function fillSpawn(menu) {
+  const rid = menu.id.slice("spawn-".length);
+  fillOnce(menu, "spawn-pop-template", ".spawn-form", function (form) {
+    const turn = menu.closest("section.turn");
+    form.querySelector("input[name=parent_turn_id]").value = turn ? turn.dataset.runId : "";
+    form.querySelectorAll("label[data-for]").forEach(function (label) {
+      const field = form.querySelector("[name=" + label.dataset.for + "]");
+      field.id = "spawn-" + label.dataset.for + "-" + rid;
+      label.htmlFor = field.id;
+    });
+  });
+}
 
 function panel() { return document.getElementById("dag-panel"); }
 function isPhone() { return !!window.matchMedia && window.matchMedia("(max-width: 760px)").matches; }
@@ -42,6 +57,7 @@ function refreshDag() {
 }
 
 feature("dag", function () {
+  on("click", "details.spawn > summary", function (e, summary) { fillSpawn(summary.parentElement); });
   document.addEventListener("change", function (e) {
     const box = e.target;
     if (box && box.name === "branches" && box.closest("#dag")) {

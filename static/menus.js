@@ -72,11 +72,15 @@ feature("menus", function () {
   let refocus = null;
   document.addEventListener("htmx:wsAfterSend", function (e) {
     const form = e.target && e.target.closest ? e.target.closest("form") : null;
-    const footer = form && form.closest("[id^=footer-]");
-    const action = form && form.querySelector("input[name=action]");
+    if (!form) return;
+    // A form in the footer, or #act-form sending a footer's button (core.js sendAction).
+    const footer = form.closest("[id^=footer-]") ||
+      (form.dataset.footer ? document.getElementById(form.dataset.footer) : null);
+    const input = form.querySelector("input[name=action]");
+    const action = input ? input.value : form.dataset.action;
     if (!footer || !action) return;
-    if (action.value === "revert_turn") refocus = {footer: footer.id, want: ".redo-btn"};
-    else if (action.value === "unrevert_turn") refocus = {footer: footer.id, want: ".revert-btn"};
+    if (action === "revert_turn") refocus = {footer: footer.id, want: ".redo-btn"};
+    else if (action === "unrevert_turn") refocus = {footer: footer.id, want: ".revert-btn"};
   });
   document.addEventListener("htmx:oobAfterSwap", function (e) {
     const target = e.detail && e.detail.target;

@@ -27,7 +27,7 @@ import ctypes
 import errno
 import functools
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
 
@@ -148,13 +148,17 @@ def sync_file(path: Path | str | bytes) -> None:
         os.close(fd)
 
 
-def sync_tree(path: Path, pool: Executor | None = SYNCERS) -> None:
-    """Everything under `path` (files, then folders), then the folder holding it."""
+def sync_tree(path: Path, pool: Executor | None = SYNCERS,
+              durable: Collection[str] = frozenset()) -> None:
+    """Everything under `path` (files, then folders), then the folder holding it. The files
+    named in `durable` (a fork's objects, hard links to files synced when they were
+    written) have only their names synced, with their folders."""
     files: list[Callable[[], None]] = []
     folders: list[Callable[[], None]] = []
     for top, dirs, names in os.walk(path):
         folders.append(functools.partial(sync_dir, top))
-        files += [functools.partial(sync_file, os.path.join(top, n)) for n in names]
+        files += [functools.partial(sync_file, full) for n in names
+                  if (full := os.path.join(top, n)) not in durable]
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
     sync_all(files, pool)
     sync_all(folders, pool)

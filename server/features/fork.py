@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -27,7 +28,7 @@ from pygit2.enums import FileMode
 from server.agent.turn_context import snapshot_user_edits
 from server.base import crash
 from server.base.errors import Busy
-from server.base.fsops import sync_tree
+from server.base.fsops import SYNCERS, sync_tree
 from server.base.ids import new_session_id
 from server.base.names import plain_title
 from server.base.records import SessionMeta, new_session_meta, to_json_bytes
@@ -48,38 +49,49 @@ CARRIED_REFS = ("refs/heads/", "refs/braid/", "refs/tags/")
 OBJECT_SUFFIXES = (".pack", ".idx", ".rev", ".bitmap", ".mtimes")
 
 
-def _link_or_copy(src: str, dst: str) -> None:
+def _link_or_copy(src: str, dst: str) -> bool:
+    """Hard-link `src` as `dst` (True), or copy it where links cannot be made (False)."""
     try:
         os.link(src, dst)
     except OSError:  # another file system, or links not allowed: a copy is still correct
         shutil.copy2(src, dst)
+        return False
+    return True
 
 
-def link_objects(src: Path, dst: Path) -> int:
-    """Hard-link every object file (loose objects and packs) of `src` into `dst`."""
-    count = 0
+def _link_folder(src: str, dst: Path, wanted: Callable[[str], bool]) -> list[str]:
+    """The object files of folder `src` (those `wanted`, no temporary one) linked into
+    `dst`, made when the first one comes; the files linked (not copied)."""
+    linked: list[str] = []
+    for obj in os.scandir(src):
+        if wanted(obj.name) and not obj.name.startswith("tmp"):
+            dst.mkdir(exist_ok=True)
+            if _link_or_copy(obj.path, str(dst / obj.name)):
+                linked.append(str(dst / obj.name))
+    return linked
+
+
+def link_objects(src: Path, dst: Path) -> list[str]:
+    """Hard-link every object file (loose objects and packs) of `src` into `dst`. Returns
+    the files linked (not copied): their data is the source's, synced when it was written
+    (DESIGN "Durability"), so only their new names need their folders synced. A fan-out
+    folder is made only for the objects it gets: a packed source has 256 empty ones, and
+    each folder made is one more to sync (issue 30)."""
+    linked: list[str] = []
     for entry in os.scandir(src):
         if not entry.is_dir():
             continue
         if len(entry.name) == 2:  # a loose-object fan-out folder
-            target = dst / entry.name
-            target.mkdir(exist_ok=True)
-            for obj in os.scandir(entry.path):
-                if not obj.name.startswith("tmp"):
-                    _link_or_copy(obj.path, str(target / obj.name))
-                    count += 1
+            linked += _link_folder(entry.path, dst / entry.name, lambda name: True)
         elif entry.name == "pack":
-            (dst / "pack").mkdir(exist_ok=True)
-            for obj in os.scandir(entry.path):
-                if obj.name.endswith(OBJECT_SUFFIXES) and not obj.name.startswith("tmp"):
-                    _link_or_copy(obj.path, str(dst / "pack" / obj.name))
-                    count += 1
+            linked += _link_folder(entry.path, dst / "pack",
+                                   lambda name: name.endswith(OBJECT_SUFFIXES))
         elif entry.name == "info":
             alternates = Path(entry.path) / "alternates"
             if alternates.exists():  # a source that borrows objects lends the same
                 (dst / "info").mkdir(exist_ok=True)
                 shutil.copy2(alternates, dst / "info" / "alternates")
-    return count
+    return linked
 
 
 def _with_file(repo: pygit2.Repository, tree: pygit2.Tree, name: str,
@@ -89,15 +101,16 @@ def _with_file(repo: pygit2.Repository, tree: pygit2.Tree, name: str,
     return written.id
 
 
-def clone_session(git: GitSession, target: Path, meta: SessionMeta) -> dict[str, str]:
-    """On the source's thread: build the fork at `target`. Returns its branches' tips."""
+def clone_session(git: GitSession, target: Path, meta: SessionMeta) -> list[str]:
+    """On the source's thread: build the fork at `target`. Returns the files it linked from
+    the source (`link_objects`: durable already)."""
     snapshot_user_edits(git)  # the user's unsaved edits go along, committed in the source
     git.index.flush()
     head = git.branch if git.branch != "HEAD" else "main"
     init_repository(target, head)  # pygit2's leaks a repository (git/init_repo.py)
     repo = pygit2.Repository(str(target))
     crash.at("fork.after_init")
-    link_objects(git.path / ".git" / "objects", target / ".git" / "objects")
+    linked = link_objects(git.path / ".git" / "objects", target / ".git" / "objects")
     exclude = git.path / ".git" / "info" / "exclude"
     if exclude.exists():
         (target / ".git" / "info").mkdir(parents=True, exist_ok=True)
@@ -110,13 +123,11 @@ def clone_session(git: GitSession, target: Path, meta: SessionMeta) -> dict[str,
     message = commit_message(f"Fork of session {meta['forked_from_session_id']}", "fork",
                              None, None)
     signature = git.signature
-    tips: dict[str, str] = {}
     for branch in repo.branches.local:
         tip = repo.branches.local[branch].peel(pygit2.Commit)
         tree = _with_file(repo, tip.tree, "session.json", blob)
-        oid = repo.create_commit(f"refs/heads/{branch}", signature, signature, message, tree,
-                                 [tip.id])
-        tips[branch] = str(oid)
+        repo.create_commit(f"refs/heads/{branch}", signature, signature, message, tree,
+                           [tip.id])
     crash.at("fork.after_commits")
     try:
         copy_worktree(git, repo, target, to_json_bytes(meta))
@@ -128,7 +139,7 @@ def clone_session(git: GitSession, target: Path, meta: SessionMeta) -> dict[str,
     (target / WORKDIR).mkdir(exist_ok=True)  # git keeps no empty folders
     (target / ".git" / "info").mkdir(parents=True, exist_ok=True)
     journal.ensure_excludes(GitSession(target))
-    return tips
+    return linked
 
 
 def copy_worktree(git: GitSession, repo: pygit2.Repository, target: Path, meta: bytes) -> None:
@@ -195,12 +206,14 @@ async def fork_session(braid: Services, user_id: str, session_id: str) -> Forked
     # removes the half-made folder (journal.recover_folders).
     journal.begin_folder(braid.store.root, new_id, "fork")
     try:
-        def clone(git: GitSession) -> None:
-            clone_session(git, target, meta)
+        def clone(git: GitSession) -> list[str]:
+            linked = clone_session(git, target, meta)
             session_settings.save(target, meta)
+            return linked
 
-        await source.call(clone)
-        await asyncio.to_thread(sync_tree, target)  # whole before it is listed
+        linked = await source.call(clone)
+        # Whole before it is listed, in one batch; the linked objects' data is the source's.
+        await asyncio.to_thread(sync_tree, target, SYNCERS, frozenset(linked))
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         journal.end_folder(braid.store.root, new_id)

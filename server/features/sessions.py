@@ -231,6 +231,23 @@ async def transcript(braid: Services, user_id: str, session_id: str, *,
     return view
 
 
+async def note(braid: Services, user_id: str, session_id: str, message_id: str
+               ) -> MessageRecord:
+    """A note of the branch shown (a compaction's summary, say), by its message id: the page
+    draws a summary folded and fetches its text when it is opened (issue 30: a summary is up
+    to a quarter of the context window, drawn on every load)."""
+    handle = braid.store.get_owned(user_id, session_id)
+
+    def work(git: GitSession) -> MessageRecord | None:
+        return next((m for m in reversed(layout.messages(git))
+                     if m["role"] == "system" and m["id"] == message_id), None)
+
+    found = await handle.call(work)
+    if found is None:
+        raise NotFound("no such note on the branch shown")
+    return found
+
+
 async def current_branch(braid: Services, user_id: str, session_id: str) -> str:
     """The branch the session shows now (its HEAD)."""
     handle = braid.store.get_owned(user_id, session_id)
@@ -261,6 +278,7 @@ __all__ = [
     "create_session",
     "get_run",
     "list_sessions",
+    "note",
     "read_run",
     "session_info",
     "transcript",

@@ -11,8 +11,9 @@ exists now wins over the other side's deletion."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pygit2
 from pygit2.enums import FileMode
@@ -98,6 +99,12 @@ def _fill(tree: pygit2.Tree | None, items: list[tuple[str, list[str]]], depth: i
 
 # -- two trees ----------------------------------------------------------------------------------
 
+def _entries(tree: pygit2.Tree) -> dict[bytes, tuple[int, bytes, bytes]]:
+    """name → (index, octal mode, raw id) of a tree's entries (lookup.raw_entries)."""
+    return {name: (index, mode, oid)
+            for index, (mode, name, oid) in enumerate(lookup.raw_entries(tree))}
+
+
 def tree_delta(a: pygit2.Tree | None, b: pygit2.Tree | None, prefix: str = ""
                ) -> list[Delta]:
     """(path, entry in `a`, entry in `b`) of every file that differs, walking only the
@@ -107,21 +114,23 @@ def tree_delta(a: pygit2.Tree | None, b: pygit2.Tree | None, prefix: str = ""
     out: list[Delta] = []
     if a is not None and b is not None and a.id == b.id:
         return out
-    # An entry of a tree always has a name (pygit2 types it `str | None` for any object).
-    olds = {n: e for e in a if (n := e.name) is not None} if a is not None else {}
-    news = {n: e for e in b if (n := e.name) is not None} if b is not None else {}
-    for name in sorted(olds.keys() | news.keys()):
-        old, new = olds.get(name), news.get(name)
-        if old is not None and new is not None and old.id == new.id and \
-                old.filemode == new.filemode:
-            continue
-        path = f"{prefix}{name}"
-        old_tree = old if isinstance(old, pygit2.Tree) else None
-        new_tree = new if isinstance(new, pygit2.Tree) else None
+    olds = _entries(a) if a is not None else {}
+    news = _entries(b) if b is not None else {}
+    for raw in sorted(olds.keys() | news.keys()):
+        old, new = olds.get(raw), news.get(raw)
+        if old is not None and new is not None and old[1:] == new[1:]:
+            continue  # the same mode and id
+        path = f"{prefix}{os.fsdecode(raw)}"
+        folder = lookup.RAW_TREE_MODE
+        old_tree = a[old[0]] if a is not None and old is not None and old[1] == folder else None
+        new_tree = b[new[0]] if b is not None and new is not None and new[1] == folder else None
         if old_tree is not None or new_tree is not None:
-            out += tree_delta(old_tree, new_tree, f"{path}/")
-        old_file = (old.id, int(old.filemode)) if old is not None and old_tree is None else None
-        new_file = (new.id, int(new.filemode)) if new is not None and new_tree is None else None
+            out += tree_delta(cast(pygit2.Tree | None, old_tree),
+                              cast(pygit2.Tree | None, new_tree), f"{path}/")
+        old_file = (pygit2.Oid(raw=old[2]), int(old[1], 8)) \
+            if old is not None and old_tree is None else None
+        new_file = (pygit2.Oid(raw=new[2]), int(new[1], 8)) \
+            if new is not None and new_tree is None else None
         if old_file is not None or new_file is not None:
             out.append((path, old_file, new_file))
     return out

@@ -140,10 +140,16 @@ class ModelClient:
                 import openai
 
                 base_url, query = ep.request_url()
+                timeout = httpx2.Timeout(self.timeout, connect=min(self.timeout, 10.0))
+                # A user's own endpoint: every connection under the URL rules, to the
+                # address checked (the operator's endpoints are the operator's choice).
+                http = httpx2.AsyncClient(timeout=timeout, transport=reach.pinned_transport(
+                    self.settings.endpoint_hosts, "a model endpoint",
+                    variable_of("endpoint_hosts"))) if ep.own else None
                 self._clients[name] = openai.AsyncOpenAI(
                     base_url=base_url, default_query=query or None,
-                    api_key=ep.key() or "unset", max_retries=retries,
-                    timeout=httpx2.Timeout(self.timeout, connect=min(self.timeout, 10.0)))
+                    api_key=ep.key() or "unset", max_retries=retries, timeout=timeout,
+                    http_client=http)
         return self._clients[name]
 
     def resolve(self, model: str | None = None, endpoint: str | None = None,

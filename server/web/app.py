@@ -103,6 +103,7 @@ def routes() -> list[Route | WebSocketRoute | Mount]:
         Route("/highlight.css", highlight.stylesheet_route),
         Route("/s/{session_id}/dag", partial(dag.dag_fragment)),
         Route("/s/{session_id}/turns", partial(transcript_pages.older_turns)),
+        Route("/s/{session_id}/notes/{message_id}", partial(transcript_pages.note_text)),
         Route("/s/{session_id}/dag/node/{commit_id}", partial(dag.node_fragment)),
         Route("/s/{session_id}/fork", page(pages.fork_page), methods=["POST"]),
         Route("/s/{session_id}/model", partial(model_actions.picker_fragment)),

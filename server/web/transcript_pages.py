@@ -7,9 +7,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from server.base.errors import BadRequest, NotFound
+from server.features import sessions
 from server.web import params
 from server.web.auth import user_of
 from server.web.render.events import transcript_with_children
+from server.web.render.markdown import render_markdown
 from server.web.render.templating import render
 
 
@@ -31,3 +33,17 @@ async def older_turns(request: Request) -> Response:
         return HTMLResponse(e.message, status_code=400)
     html = render("_older_turns.html", transcript=view) if view["has_more"] else ""
     return HTMLResponse(html + render("_transcript_items.html", transcript=view))
+
+
+async def note_text(request: Request) -> Response:
+    """`GET /s/{id}/notes/{message_id}`: a compaction's summary, as the divider shows it once
+    opened (the page draws it folded and empty: _note.html)."""
+    try:
+        message_id = params.message_id("message_id", "note")(request.path_params["message_id"])
+        found = await sessions.note(request.app.state.braid, user_of(request),
+                                    request.path_params["session_id"], message_id)
+    except NotFound:
+        return HTMLResponse("", status_code=404)
+    except BadRequest as e:
+        return HTMLResponse(e.message, status_code=400)
+    return HTMLResponse(render_markdown(str(found.get("content") or "")))

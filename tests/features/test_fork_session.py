@@ -78,6 +78,9 @@ async def test_a_fork_carries_the_whole_history_and_shares_objects(braid: Braid)
     src_file = src / ".git/objects" / head_obj[:2] / head_obj[2:]
     dst_file = dst / ".git/objects" / head_obj[:2] / head_obj[2:]
     assert os.stat(src_file).st_ino == os.stat(dst_file).st_ino
+    # Only the fan-out folders that got objects are made (each made is one more to sync).
+    fanouts = [d for d in (dst / ".git/objects").iterdir() if len(d.name) == 2]
+    assert fanouts and all(any(d.iterdir()) for d in fanouts)
     assert git(dst, "status", "--porcelain") == ""
     assert_fsck(src)
     assert_fsck(dst)
@@ -168,3 +171,24 @@ async def test_forking_during_a_run_is_busy(braid: Braid) -> None:
     assert active is not None
     await active.done.wait()
     assert (await fork.fork_session(braid, USER, sid))["forked_from_session_id"] == sid
+
+
+def test_link_objects_names_what_it_linked(tmp_path: Path) -> None:
+    """A fork syncs the files it linked by their folders only (their data is the source's,
+    synced when written): `link_objects` names exactly those, not a temporary file, and
+    makes no empty fan-out folder (issue 30)."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    (src / "ab").mkdir(parents=True)
+    (src / "cd").mkdir()  # empty: not made in the fork
+    (src / "pack").mkdir()
+    (src / "ab" / "0123").write_bytes(b"loose")
+    (src / "ab" / "tmp_obj_x").write_bytes(b"half")
+    (src / "pack" / "pack-1.pack").write_bytes(b"pack")
+    (src / "pack" / "pack-1.idx").write_bytes(b"idx")
+    (src / "pack" / "tmp_pack_y").write_bytes(b"half")
+    (dst / "pack").mkdir(parents=True)
+    linked = fork.link_objects(src, dst)
+    assert sorted(linked) == sorted(str(dst / p) for p in
+                                    ("ab/0123", "pack/pack-1.pack", "pack/pack-1.idx"))
+    assert not (dst / "cd").exists() and not (dst / "ab" / "tmp_obj_x").exists()
+    assert all(os.stat(p).st_nlink == 2 for p in linked)

@@ -120,10 +120,17 @@ def llama(llama_files: tuple[Path, Path], tmp_path_factory: pytest.TempPathFacto
     one.stop()
 
 
+# How long a live test waits for the model server: the tests check Braid's path, not the
+# server's speed, and a busy machine of two cores has kept a 135M model's first token back
+# for over 60 s (CI: "sent nothing for 60 s").
+MODEL_WAIT = 240
+FRAME_WAIT = MODEL_WAIT + 60
+
+
 def braid_on(server_factory: Any, tmp_path: Path, llama: Llama, **env: str) -> Any:
     path = tmp_path / "endpoints.toml"
     path.write_text(endpoints_toml(llama.base_url))
-    return server_factory(BRAID_ENDPOINTS=str(path), BRAID_MODEL_TIMEOUT="60",
+    return server_factory(BRAID_ENDPOINTS=str(path), BRAID_MODEL_TIMEOUT=str(MODEL_WAIT),
                           BRAID_MODEL_RETRIES="0", **env)
 
 

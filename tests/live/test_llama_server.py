@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import assert_fsck, git
-from tests.live.llama import Llama, braid_on, runs_json, use
+from tests.live.llama import FRAME_WAIT, MODEL_WAIT, Llama, braid_on, runs_json, use
 
 
 def kinds(path: Path) -> list[str]:
@@ -25,7 +25,7 @@ def test_a_streamed_answer(server_factory: Any, tmp_path: Path, llama: Llama) ->
     ws.call("send_message", text="What is the capital of France?")
     deltas = 0
     while True:
-        frame = ws.until(lambda f: f.get("type") == "event", timeout=90)
+        frame = ws.until(lambda f: f.get("type") == "event", timeout=FRAME_WAIT)
         if frame["event"] == "message_delta":
             deltas += 1
         if frame["event"] in ("run_completed", "run_error"):
@@ -50,7 +50,7 @@ def test_a_forced_tool_call_writes_a_file_and_the_next_turn_is_accepted(
     use(ws, "smollm2@llama-tools")
     run_id = ws.call("send_message", text="Create a file hello.txt containing hi")["data"][
         "run_id"]
-    done = ws.until(lambda f: f.get("event") in ("run_completed", "run_error"), timeout=180)
+    done = ws.until(lambda f: f.get("event") in ("run_completed", "run_error"), timeout=FRAME_WAIT)
     assert done["event"] == "run_completed", done["data"].get("error")
     messages = done["data"]["messages"]
     calls = [c for m in messages for c in m.get("tool_calls") or ()]
@@ -70,7 +70,7 @@ def test_a_forced_tool_call_writes_a_file_and_the_next_turn_is_accepted(
     # The next turn replays the tool call and its result: the server accepts the request.
     use(ws, "smollm2@llama")
     ws.call("send_message", text="Thanks. What did you do?")
-    nxt = ws.until(lambda f: f.get("event") in ("run_completed", "run_error"), timeout=120)
+    nxt = ws.until(lambda f: f.get("event") in ("run_completed", "run_error"), timeout=FRAME_WAIT)
     assert nxt["event"] == "run_completed", nxt["data"].get("error")
     assert_fsck(path)
     ws.close()
@@ -93,7 +93,7 @@ def test_cancel_mid_stream(server_factory: Any, tmp_path: Path, llama: Llama) ->
     use(ws, "smollm2@llama-long")
     run_id = ws.call("send_message", text="Write a long story about a dragon.")["data"][
         "run_id"]
-    ws.event("message_delta", timeout=90)
+    ws.event("message_delta", timeout=FRAME_WAIT)
     stopped = ws.call("cancel_run", run_id=run_id)
     assert stopped["data"]["status"] == "CANCELLED", stopped
     status, run = srv.api("GET", f"/api/runs/{run_id}?session_id={sid}")
@@ -112,9 +112,9 @@ def test_the_server_killed_mid_stream_then_resume(server_factory: Any, tmp_path:
     use(ws, "smollm2@llama-long")
     run_id = ws.call("send_message", text="Write a long story about a dragon.")["data"][
         "run_id"]
-    ws.event("message_delta", timeout=90)
+    ws.event("message_delta", timeout=FRAME_WAIT)
     llama.stop(signal.SIGKILL)
-    failed = ws.event("run_error", timeout=60)["data"]
+    failed = ws.event("run_error", timeout=FRAME_WAIT)["data"]
     assert llama.base_url in failed["error"], failed["error"]
     partial = [m for m in failed["messages"] if m.get("partial")]
     assert partial and partial[0]["content"]
@@ -123,7 +123,7 @@ def test_the_server_killed_mid_stream_then_resume(server_factory: Any, tmp_path:
     use(ws, "smollm2@llama")
     resumed = ws.call("continue_run", run_id=run_id)
     assert resumed["type"] == "result" and resumed["data"]["run_id"] == run_id, resumed
-    done = ws.until(lambda f: f.get("event") in ("run_completed", "run_error"), timeout=120)
+    done = ws.until(lambda f: f.get("event") in ("run_completed", "run_error"), timeout=FRAME_WAIT)
     assert done["event"] == "run_completed", done["data"].get("error")
     answers = [m for m in done["data"]["messages"]
                if m["role"] == "assistant" and not m.get("partial")]
@@ -144,14 +144,14 @@ def test_continue_and_regenerate(server_factory: Any, tmp_path: Path, llama: Lla
     use(ws, "smollm2@llama")
     first = ws.call("send_message", text="Name a colour.")["data"]["run_id"]
     assert ws.until(lambda f: f.get("event") in ("run_completed", "run_error"),
-                    timeout=90)["event"] == "run_completed"
+                    timeout=FRAME_WAIT)["event"] == "run_completed"
     again = ws.call("continue_run", run_id=first, regenerate=True)
     assert again["type"] == "result" and again["data"]["forked_from_run_id"] == first, again
-    done = ws.until(lambda f: f.get("event") in ("run_completed", "run_error"), timeout=90)
+    done = ws.until(lambda f: f.get("event") in ("run_completed", "run_error"), timeout=FRAME_WAIT)
     assert done["event"] == "run_completed", done["data"].get("error")
     more = ws.call("continue_run", run_id=again["data"]["run_id"], input="And another one?")
     assert more["type"] == "result", more
-    done = ws.until(lambda f: f.get("event") in ("run_completed", "run_error"), timeout=90)
+    done = ws.until(lambda f: f.get("event") in ("run_completed", "run_error"), timeout=FRAME_WAIT)
     assert done["event"] == "run_completed", done["data"].get("error")
     assert_fsck(srv.session_path(sid))
     ws.close()
@@ -175,7 +175,7 @@ def test_a_forced_spawn_runs_children_whose_files_land_in_the_merge(
         'repeat_last_n = 16, parallel_tool_calls = false }\n'
         f'[[endpoints]]\nname = "llama"\nbase_url = "{llama.base_url}"\n'
         'tool_choice = "none"\nparams = { max_tokens = 32, temperature = 0 }\n')
-    srv = server_factory(BRAID_ENDPOINTS=str(path), BRAID_MODEL_TIMEOUT="120",
+    srv = server_factory(BRAID_ENDPOINTS=str(path), BRAID_MODEL_TIMEOUT=str(MODEL_WAIT),
                          BRAID_MODEL_RETRIES="0", BRAID_SUBAGENTS_PARALLEL="2",
                          BRAID_CONTEXT_TOKENS="2500")
     sid = srv.new_session()
@@ -222,7 +222,8 @@ def test_a_real_server_answers_a_compaction_request(server_factory: Any, tmp_pat
     use(ws, "smollm2@llama")
     for text in ("My name is Ada.", "I live in Paris.", "What is 2 + 2?"):
         ws.call("send_message", text=text)
-        done = ws.until(lambda f: f.get("event") in ("run_completed", "run_error"), timeout=120)
+        done = ws.until(lambda f: f.get("event") in ("run_completed", "run_error"),
+                        timeout=FRAME_WAIT)
         assert done["event"] == "run_completed", done["data"].get("error")
     reply = ws.call("compact")
     assert reply["type"] == "result", reply
@@ -234,7 +235,7 @@ def test_a_real_server_answers_a_compaction_request(server_factory: Any, tmp_pat
     assert record["kind"] == "compaction" and record["summary"].strip()
     assert record["covers"]["turns"] == 2 and record["usage"].get("completion_tokens", 0) > 0
     ws.call("send_message", text="Say hello.")
-    done = ws.until(lambda f: f.get("event") in ("run_completed", "run_error"), timeout=120)
+    done = ws.until(lambda f: f.get("event") in ("run_completed", "run_error"), timeout=FRAME_WAIT)
     assert done["event"] == "run_completed", done["data"].get("error")
     assert done["data"]["run"]["context"]["summary_run_id"] == run_id
     assert_fsck(path)

@@ -3,6 +3,7 @@ real uvicorn server and the demo model; results checked on disk and with the git
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 from typing import Any
@@ -176,7 +177,10 @@ def test_html_frames_render_chips_diffs_badges_and_conflicts(shared_server: Serv
         tid = done.split('data-run-id="')[1][:32]
         # The finished bubble carries its chips and Revert button (no request per bubble).
         assert 'class="chip chip-modified"' in done and 'data-path="a.txt"' in done
-        assert f'id="force-revert-{tid}"' in done and "revert-btn" in done
+        # Its Revert menu (of the turn it is in); the confirmation is drawn once a page
+        # (_turn_pops.html), not per turn.
+        assert 'class="revert-menu" data-count="1"' in done
+        assert "revert-btn" in done and "revert_turn" not in done
 
         sock.send(json.dumps({"action": "turn_diff", "turn_id": tid, "path": "a.txt"}))
         diff = html_frames_until(sock, f'id="diff-{tid}"')[-1]
@@ -187,7 +191,10 @@ def test_html_frames_render_chips_diffs_badges_and_conflicts(shared_server: Serv
         sock.send(json.dumps({"action": "revert_turn", "turn_id": tid}))
         toast = html_frames_until(sock, "revert-conflict")[-1]
         assert toast.startswith('<div id="toasts" hx-swap-oob="beforeend">')
-        assert "<code>a.txt</code>" in toast and f'form="force-revert-{tid}"' in toast
+        # Its button sends the same revert, forced (through the page's #act-form).
+        force = json.loads(html.unescape(toast.split("data-force='")[1].split("'")[0]))
+        assert force == {"action": "revert_turn", "turn_id": tid, "force": True}
+        assert "<code>a.txt</code>" in toast
         assert "Revert anyway" in toast
 
         sock.send(json.dumps({"action": "revert_turn", "turn_id": tid, "force": "true"}))

@@ -4,6 +4,7 @@ uvicorn server and the demo model; checked on disk and with the git CLI
 
 from __future__ import annotations
 
+import html
 import json
 import time
 from pathlib import Path
@@ -12,7 +13,6 @@ from typing import Any
 from websockets.sync.client import connect
 
 from conftest import Server, assert_fsck, git
-from server.web.render.templating import path_key
 
 
 def files(work: Path) -> dict[str, str]:
@@ -245,20 +245,22 @@ def test_html_frames_for_a_chip_and_a_rewind(shared_server: Server) -> None:
                                   "write b.txt bee")
     tid = turn["run_id"]
     shared_server.run(sid, f"write a.txt {lines.replace('line 2', 'line 2 by 3')}")
-    key = path_key("a.txt")
     with connect(f"{shared_server.ws_url}/ws/sessions/{sid}",
                  additional_headers={"Authorization": f"Bearer {shared_server.token}",
                                      "Origin": shared_server.base_url}, open_timeout=10) as sock:
-        # One chip's Revert, as its form sends it (one value for `paths`): it conflicts, and
-        # the toast's force button names that chip's own hidden form.
+        # One chip's Revert, one value for `paths` (as a form would send it): it conflicts,
+        # and the toast's force button sends that chip's revert again, forced.
         sock.send(json.dumps({"action": "revert_turn", "turn_id": tid, "paths": "a.txt"}))
         toast = html_until(sock, "revert-conflict")[-1]
-        assert f'form="force-revert-{tid}-{key}"' in toast
+        force = json.loads(html.unescape(toast.split("data-force='")[1].split("'")[0]))
+        assert force == {"action": "revert_turn", "turn_id": tid, "force": True,
+                         "paths": ["a.txt"]}
         sock.send(json.dumps({"action": "revert_turn", "turn_id": tid, "paths": "b.txt"}))
         frames = html_until(sock, f'hx-swap-oob="innerHTML:#footer-{tid}"')
         footer = next(f for f in frames if f"#footer-{tid}" in f)
-        assert f'id="force-revert-{tid}-{key}"' in footer  # a.txt's, still revertable
-        assert f'id="force-unrevert-{tid}-{path_key("b.txt")}"' in footer
+        # Each chip's own button: a.txt's Revert (still revertable), b.txt's Redo.
+        assert 'data-path="a.txt" data-act="revert_turn"' in footer
+        assert 'data-path="b.txt" data-act="unrevert_turn"' in footer
         assert "1 of 2 reverted" in footer and "chip-off" in footer
 
         # A files-only rewind swaps the user bubble's menu by id; its undo swaps it back.
@@ -271,8 +273,8 @@ def test_html_frames_for_a_chip_and_a_rewind(shared_server: Server) -> None:
         sock.send(json.dumps({"action": "unrevert_turn", "turn_id": rewind_id}))
         frames = html_until(sock, f'id="rewind-{user_id}"')
         menu = next(f for f in frames if f'id="rewind-{user_id}"' in f)
-        # The menu again, its choices drawn once a page (_rewind_pop.html), not per message.
-        assert "undo-rewind" not in menu and 'class="rewind-menu"' in menu and \
-            f'data-run-id="{tid}" data-index="0"' in menu
+        # The menu again, its choices drawn once a page (_rewind_pop.html), not per message,
+        # for the run of the turn it is in.
+        assert "undo-rewind" not in menu and '<details class="rewind-menu" data-index="0">' in menu
     status, page = shared_server.api("GET", f"/api/sessions/{sid}")
     assert status == 200 and page["head"]

@@ -50,3 +50,30 @@ def test_bad_paging_parameters(shared_server: Server) -> None:
     assert srv.page(f"/s/{'f' * 32}/turns?before=0")[0] == 404
     status, html = srv.page(f"/s/{sid}/turns?before=0")
     assert status == 200 and bubbles(html) == []
+
+
+def test_a_compaction_summary_is_fetched_when_opened(shared_server: Server) -> None:
+    """The divider is drawn folded and empty; its summary (up to a quarter of the context
+    window) comes from `GET /s/{id}/notes/{message id}` when it is opened (issue 30)."""
+    srv = shared_server
+    sid = srv.new_session()
+    for i in range(3):
+        srv.run(sid, f"say t{i}")
+    status, made = srv.api("POST", f"/api/sessions/{sid}/compact", {})
+    assert status == 200, made
+    last = srv.run(sid, "say after")
+    status, html = srv.page(f"/s/{sid}")
+    assert status == 200 and "2 earlier turns summarized" in html
+    found = re.search(r'<div class="compaction-summary md" data-note-id="([0-9a-f]{32})" '
+                      r'aria-busy="true"></div>', html)
+    assert found is not None and "summary: say t0" not in html
+    status, text = srv.page(f"/s/{sid}/notes/{found.group(1)}")
+    assert status == 200 and text.startswith("<p>summary: say t0 | say t1")
+    # Only a note of this session's branch: not a user's message, not another session's.
+    user_message = last["messages"][0]["id"]
+    assert srv.page(f"/s/{sid}/notes/{user_message}")[0] == 404
+    assert srv.page(f"/s/{sid}/notes/{'f' * 32}")[0] == 404
+    assert srv.page(f"/s/{sid}/notes/nope")[0] == 404
+    other = srv.new_session()
+    assert srv.page(f"/s/{other}/notes/{found.group(1)}")[0] == 404
+    assert srv.page(f"/s/{'f' * 32}/notes/{found.group(1)}")[0] == 404

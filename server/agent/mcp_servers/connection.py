@@ -25,6 +25,8 @@ from mcp.types import CallToolResult, Tool
 from server.agent.mcp_servers.config import HttpServer, ServerEntry, StdioServer
 from server.agent.mcp_servers.launch import Failed, Refused, stdio_params
 from server.agent.sandbox.limits import Limits
+from server.base.settings import variable_of
+from server.model.reach import pinned_transport
 
 log = logging.getLogger("braid")
 STDERR_TAIL = 2000  # characters of a server's stderr quoted when it will not start
@@ -36,8 +38,10 @@ START_TIMEOUT = 60.0
 
 class Connection:
     def __init__(self, entry: ServerEntry, workdir: Path, data_dir: Path,
-                 timeout: float, limits: Limits, session_id: str) -> None:
+                 timeout: float, limits: Limits, session_id: str,
+                 hosts: tuple[str, ...]) -> None:
         self.entry, self.workdir, self.data_dir, self.timeout = entry, workdir, data_dir, timeout
+        self.hosts = hosts  # BRAID_MCP_HOSTS: private hosts an HTTP server may be on
         self.limits, self.session_id = limits, session_id
         self.tools: list[Tool] = []
         self.last_used = time.monotonic()
@@ -100,8 +104,11 @@ class Connection:
             self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
             return stdio_client(params, errlog=self._stderr)
         assert isinstance(entry, HttpServer)
+        # Every connection under the URL rules, to the address checked (DNS rebinding).
         http = httpx2.AsyncClient(headers=entry.headers, trust_env=False,
-                                  timeout=httpx2.Timeout(30.0, read=self.timeout + 5))
+                                  timeout=httpx2.Timeout(30.0, read=self.timeout + 5),
+                                  transport=pinned_transport(
+                                      self.hosts, "an MCP server", variable_of("mcp_hosts")))
         return streamable_http_client(entry.url, http_client=http)
 
     async def call(self, tool: str, args: dict[str, Any]) -> CallToolResult:

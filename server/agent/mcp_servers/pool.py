@@ -170,7 +170,7 @@ class McpPool:
             from server.agent.mcp_servers.connection import Connection
 
             conn = Connection(entry, workdir, self.data_dir, self.timeout, self.limits,
-                              session_id)
+                              session_id, self.hosts)
             try:
                 if isinstance(entry, HttpServer):  # resolved at each start: DNS changes
                     await asyncio.to_thread(check_url, self.hosts, entry.url)

@@ -81,7 +81,7 @@ async def _endpoint(braid: Services, name: str, url: str, key: str | None,
     await asyncio.to_thread(reach.check_url, braid.settings.endpoint_hosts, url,
                             "a model endpoint", variable_of("endpoint_hosts"))
     ep = Endpoint(name=name, base_url=url, api_key=key or None, own=True)
-    listed = await probe.endpoint_models(ep)
+    listed = await probe.endpoint_models(ep, braid.settings.endpoint_hosts)
     return {"kind": "model", "name": name, "url": url,
             "secret": {"api_key": key} if key else {},
             "models": models or listed, "created_at": now_iso()}
@@ -94,7 +94,8 @@ async def _mcp_server(braid: Services, name: str, url: str,
     if name in braid.mcp.servers:
         raise BadRequest(f"the name {name!r} is one of the server's MCP servers")
     await asyncio.to_thread(check_url, braid.settings.mcp_hosts, url)
-    await probe.server_tools(entry, braid.data_dir, braid.settings.mcp_timeout)
+    await probe.server_tools(entry, braid.data_dir, braid.settings.mcp_timeout,
+                             braid.settings.mcp_hosts)
     return {"kind": "mcp", "name": name, "url": url, "secret": dict(headers), "models": [],
             "created_at": now_iso()}
 

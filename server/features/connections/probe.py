@@ -12,6 +12,8 @@ from server.agent.mcp_servers.config import HttpServer
 from server.agent.mcp_servers.launch import Failed
 from server.agent.sandbox.limits import Limits
 from server.base.errors import BadRequest
+from server.base.settings import variable_of
+from server.model import reach
 from server.model.client import describe
 from server.model.endpoints import Endpoint
 
@@ -26,15 +28,19 @@ class ConnectionFailed(BadRequest):
     code = "connection_failed"
 
 
-async def endpoint_models(ep: Endpoint) -> list[str]:
-    """The models `ep` lists (GET /v1/models, with its key); ConnectionFailed if it cannot."""
+async def endpoint_models(ep: Endpoint, hosts: tuple[str, ...]) -> list[str]:
+    """The models `ep` lists (GET /v1/models, with its key); ConnectionFailed if it cannot.
+    `hosts`: BRAID_ENDPOINT_HOSTS, held at the connection (reach.pinned_transport)."""
     import httpx2
     import openai
 
     base_url, query = ep.request_url()
-    client = openai.AsyncOpenAI(base_url=base_url, default_query=query or None,
-                                api_key=ep.key() or "unset", max_retries=0,
-                                timeout=httpx2.Timeout(LIST_TIMEOUT, connect=LIST_TIMEOUT))
+    timeout = httpx2.Timeout(LIST_TIMEOUT, connect=LIST_TIMEOUT)
+    client = openai.AsyncOpenAI(
+        base_url=base_url, default_query=query or None, api_key=ep.key() or "unset",
+        max_retries=0, timeout=timeout, http_client=httpx2.AsyncClient(
+            timeout=timeout, transport=reach.pinned_transport(
+                hosts, "a model endpoint", variable_of("endpoint_hosts"))))
     try:
         async with asyncio.timeout(LIST_TIMEOUT + 1):
             page = await client.models.list()
@@ -48,12 +54,13 @@ async def endpoint_models(ep: Endpoint) -> list[str]:
     return ids
 
 
-async def server_tools(server: HttpServer, data_dir: Path, timeout: float) -> list[str]:
+async def server_tools(server: HttpServer, data_dir: Path, timeout: float,
+                       hosts: tuple[str, ...]) -> list[str]:
     """The names of the tools the MCP server `server` offers; ConnectionFailed if it is not
-    reached or does not speak MCP."""
+    reached or does not speak MCP. `hosts`: BRAID_MCP_HOSTS."""
     from server.agent.mcp_servers.connection import Connection
 
-    conn = Connection(server, data_dir, data_dir, timeout, Limits(), "")
+    conn = Connection(server, data_dir, data_dir, timeout, Limits(), "", hosts)
     try:
         tools = await conn.open()
     except Failed as e:

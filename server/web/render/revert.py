@@ -17,7 +17,7 @@ from server.web.render.fragments import (
     instructions_chip,
 )
 from server.web.render.highlight import highlight_diff_line
-from server.web.render.templating import dom_id, path_key, render
+from server.web.render.templating import dom_id, render
 
 MAX_HIGHLIGHTED_LINES = 3000
 
@@ -65,7 +65,7 @@ def rewind_menu(point: RewindPoint, rewound: str | None) -> str:
     rewound here · Undo rewind" after a files-only rewind to it, without after its undo."""
     msg = {"id": point.get("message_id")}
     inner = render("_rewind_menu.html", msg=msg, index=point["message_index"],
-                   turn={"run_id": point["run_id"]}, rewound=rewound)
+                   rewound=rewound)
     return inner.replace(' id="rewind-', ' hx-swap-oob="true" id="rewind-', 1)
 
 
@@ -119,14 +119,15 @@ def _refused(action: str) -> ErrorRenderer:
         if error.get("code") != "conflict" or not conflicts or not turn_id:
             return r.toast(error.get("message") or "Failed")
         undo = action == "revert_turn"
-        form = f"force-{'revert' if undo else 'unrevert'}-{dom_id(turn_id)}"
-        paths = details.get("paths") or []
-        if len(paths) == 1:  # one chip's own Revert/Redo: its own force form
-            form += f"-{path_key(paths[0])}"
+        # The toast's button sends the same action again, forced (static/revert.js: through
+        # the page's #act-form, the toast being outside the socket's element).
+        force: dict[str, object] = {"action": action, "turn_id": turn_id, "force": True}
+        if details.get("paths"):  # one chip's own Revert/Redo: that file only
+            force["paths"] = details["paths"]
         toast = render(
             "_revert_conflict.html", conflicts=conflicts, message=error.get("message"),
             title="Can't revert cleanly" if undo else "Can't redo cleanly",
-            force_form=form,
+            force=force,
             force_label="Revert anyway" if undo else "Redo anyway",
         )
         return f'<div id="toasts" hx-swap-oob="beforeend">{toast}</div>'
