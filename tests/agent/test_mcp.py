@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import call_action, free_port, git, new_session, next_event, run_turn
+from conftest import call_action, git, mcp_http_server, new_session, next_event, run_turn
 from server.agent.mcp_servers import config
 from server.agent.mcp_servers.launch import OWNER, owner_of, sweep_orphans
 from server.agent.sandbox import box
@@ -375,24 +375,8 @@ async def test_a_sandboxed_server_is_refused_where_no_sandbox_can_be_made(
 
 @pytest.fixture
 def http_server(tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    folder = tmp_path / "http-server"
-    folder.mkdir()
-    proc = subprocess.Popen([sys.executable, str(SERVER), "http", str(port)], cwd=folder,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + 30
-    import socket
-
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    yield url
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(10)
+    with mcp_http_server(tmp_path / "http-server") as url:
+        yield url
 
 
 @pytest.mark.slow
