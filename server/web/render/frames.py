@@ -10,7 +10,7 @@ row's `load` read for it once, for every tab of the session. Result and error re
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -145,7 +145,13 @@ def _run_started(v: View) -> str:
     if _is_compaction(v.data):
         return _compaction_started(v)
     turn = turn_from_event(v.data, streaming=True)
+    run: Mapping[str, object] = v.data.get("run") or {}
+    # A new version's branch is named from its run's index row, written after `run_continued`
+    # drew the badge ("another version") and before this: named now. A turn runs on the
+    # branch shown (sub-agents, in worktrees, left above).
+    forked = bool(run.get("forked_from_run_id") or run.get("regenerated_from"))
     return (oob_append("transcript", render("_turn.html", turn=turn))
+            + (render("_branch.html", branch=v.data.get("branch")) if forked else "")
             + render("_title.html", title=v.reads.get("title"))
             + (session_list(v.reads["sessions"], v.data["session_id"])
                if v.data.get("titled") else "")
