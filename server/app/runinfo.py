@@ -10,6 +10,8 @@ import urllib.request
 from pathlib import Path
 from typing import TypedDict
 
+from server.base.proctree import pid_alive
+
 INFO = "server.json"
 
 
@@ -30,14 +32,6 @@ def clear(data_dir: Path) -> None:
         pass
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class RunInfo(TypedDict):
@@ -56,7 +50,7 @@ def running(data_dir: Path) -> RunInfo | None:
         pid, host, port = int(info["pid"]), str(info["host"]), int(info["port"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if not _alive(pid):
+    if not pid_alive(pid):
         return None
     base_url = f"http://{host}:{port}"
     try:

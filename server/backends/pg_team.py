@@ -34,6 +34,7 @@ from server.backends.pg_runs import PgRunRegistry, RemoteRun
 from server.base import events
 from server.base.errors import BraidError, Busy
 from server.base.ids import new_message_id
+from server.base.proctree import pid_alive
 from server.base.records import RunRow
 from server.base.results import EventFrame, RunStatus
 from server.features.session_meta import settle
@@ -117,7 +118,7 @@ class Team:
         seen = await self.pool.fetch(
             f"SELECT pid, host FROM braid_processes WHERE seen_at > now() - interval "
             f"'{STALE} seconds'")
-        alone = not [r for r in seen if r["host"] != here or _pid_alive(int(r["pid"]))]
+        alone = not [r for r in seen if r["host"] != here or pid_alive(int(r["pid"]))]
         await self.pool.execute(
             "INSERT INTO braid_processes (owner_id, pid, host, port) VALUES ($1, $2, $3, $4)",
             self.owner_id, os.getpid(), socket.gethostname(), port)
@@ -321,12 +322,3 @@ class Team:
                 active.stop("cancel")
 
 
-def _pid_alive(pid: int) -> bool:
-    """A process with this id runs on this host (another's reused id counts: alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

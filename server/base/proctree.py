@@ -105,3 +105,14 @@ def kill_under(cwd: Path) -> int:
     for tag, proc in victims:
         kill_tree(tag, proc.pid)
     return len(victims)
+
+
+def pid_alive(pid: int) -> bool:
+    """A process with this id runs on this host (another's reused id counts: alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
