@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -52,7 +52,7 @@ class TurnContext:
     handle: SessionHandle
     run: RunRecord
     run_file: str
-    prior: list[MessageRecord]
+    prior: Sequence[MessageRecord]
     messages: list[MessageRecord]
     next_seq: int
     pending: dict[str, bytes] = field(default_factory=dict)
@@ -153,7 +153,7 @@ def open_turn(
 
 def turn_context(git: GitSession, handle: SessionHandle, run: RunRecord, run_file: str, *,
                  messages: list[MessageRecord] | None = None,
-                 prior: list[MessageRecord] | None = None, next_seq: int | None = None,
+                 prior: Sequence[MessageRecord] | None = None, next_seq: int | None = None,
                  at: pygit2.Commit | None = None) -> TurnContext:
     """Every live turn's context is made here, on the session thread: `messages` the run's
     own already on the branch (a resume's), `prior` what came before them (default: the

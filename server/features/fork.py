@@ -33,10 +33,10 @@ from server.base.ids import new_session_id
 from server.base.names import plain_title
 from server.base.records import SessionMeta, new_session_meta, to_json_bytes
 from server.base.results import ForkedSession
+from server.git import loose, objects
 from server.git.commits import commit_message
-from server.git.init_repo import init_repository
+from server.git.init_repo import init_unsynced
 from server.git.session import GitSession
-from server.git.trees import apply_changes
 from server.git.workdir.index_format import stat_words
 from server.git.workdir.scan import WORKDIR
 from server.store import journal, session_settings
@@ -61,13 +61,19 @@ def _link_or_copy(src: str, dst: str) -> bool:
 
 def _link_folder(src: str, dst: Path, wanted: Callable[[str], bool]) -> list[str]:
     """The object files of folder `src` (those `wanted`, no temporary one) linked into
-    `dst`, made when the first one comes; the files linked (not copied)."""
+    `dst`, made when the first one comes; the files linked (not copied). Paths as strings:
+    pathlib cost more than the links."""
     linked: list[str] = []
+    folder = os.fspath(dst)
+    made = False
     for obj in os.scandir(src):
         if wanted(obj.name) and not obj.name.startswith("tmp"):
-            dst.mkdir(exist_ok=True)
-            if _link_or_copy(obj.path, str(dst / obj.name)):
-                linked.append(str(dst / obj.name))
+            if not made:
+                os.makedirs(folder, exist_ok=True)
+                made = True
+            to = os.path.join(folder, obj.name)
+            if _link_or_copy(obj.path, to):
+                linked.append(to)
     return linked
 
 
@@ -94,50 +100,69 @@ def link_objects(src: Path, dst: Path) -> list[str]:
     return linked
 
 
-def _with_file(repo: pygit2.Repository, tree: pygit2.Tree, name: str,
-               blob: pygit2.Oid) -> pygit2.Oid:
-    written = apply_changes(repo, tree, {name: (blob, pygit2.enums.FileMode.BLOB)})
-    assert written is not None  # it holds the file
-    return written.id
+def write_forked_refs(git: GitSession, target: Path, meta: bytes, source_id: str) -> None:
+    """The fork's refs: every branch one `fork` commit on (its tree the source tip's with the
+    fork's `session.json`), the other carried refs as they are. Written plainly, nothing
+    synced (the folder is synced whole next, in one batch): libgit2 would sync each object,
+    ref and reflog one after another (a session's backups are a ref each: issue 30).
+    Branches are loose refs (a checkpoint moves those itself), the rest packed."""
+    dot = target / ".git"
+    objects_dir = dot / "objects"
+    blob = loose.write_unsynced(objects_dir, b"blob", meta)
+    entry = objects.tree_entry(FileMode.BLOB, b"session.json", blob)
+    message = commit_message(f"Fork of session {source_id}", "fork", None, None)
+    signature = git.signature
+    packed: list[tuple[str, str]] = []
+    for ref in git.repo.references.iterator():  # not `references[name]`: it leaks `name`
+        name = ref.name
+        if not name.startswith(CARRIED_REFS) or ref.type != pygit2.enums.ReferenceType.DIRECT:
+            continue
+        if not name.startswith("refs/heads/"):
+            packed.append((name, str(ref.target)))
+            continue
+        tip = git.repo[ref.target].peel(pygit2.Commit)
+        edit = objects.TreeEdit(objects.parse_tree(git.repo[tip.tree_id].read_raw()))
+        edit.put(b"session.json", entry)
+        tree = loose.write_unsynced(objects_dir, b"tree", edit.done()[1])
+        commit = loose.write_unsynced(objects_dir, b"commit", objects.encode_commit(
+            tree, [tip.id.raw], signature, signature, message))
+        (dot / name).parent.mkdir(parents=True, exist_ok=True)
+        (dot / name).write_bytes(commit.hex().encode() + b"\n")
+        line = b"%s %s %s\t%s\n" % (b"0" * 40, commit.hex().encode(),
+                                    objects.signature_line(signature),
+                                    objects.reflog_message(message, 1).encode())
+        (dot / "logs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (dot / "logs" / name).write_bytes(line)
+    if packed:
+        (dot / "packed-refs").write_bytes(b"# pack-refs with: sorted \n" + b"".join(
+            f"{oid} {name}\n".encode() for name, oid in sorted(packed)))
 
 
 def clone_session(git: GitSession, target: Path, meta: SessionMeta) -> list[str]:
     """On the source's thread: build the fork at `target`. Returns the files it linked from
-    the source (`link_objects`: durable already)."""
+    the source (`link_objects`: durable already). Nothing is synced here: the caller syncs
+    the folder whole, in one batch, before the fork is listed."""
     snapshot_user_edits(git)  # the user's unsaved edits go along, committed in the source
     git.index.flush()
     head = git.branch if git.branch != "HEAD" else "main"
-    init_repository(target, head)  # pygit2's leaks a repository (git/init_repo.py)
-    repo = pygit2.Repository(str(target))
+    init_unsynced(target, head)
     crash.at("fork.after_init")
     linked = link_objects(git.path / ".git" / "objects", target / ".git" / "objects")
     exclude = git.path / ".git" / "info" / "exclude"
     if exclude.exists():
-        (target / ".git" / "info").mkdir(parents=True, exist_ok=True)
         shutil.copy2(exclude, target / ".git" / "info" / "exclude")
-    for ref in git.repo.references.iterator():  # not `references[name]`: it leaks `name`
-        name = ref.name
-        if name.startswith(CARRIED_REFS) and ref.type == pygit2.enums.ReferenceType.DIRECT:
-            repo.references.create(name, ref.target)
-    blob = repo.create_blob(to_json_bytes(meta))
-    message = commit_message(f"Fork of session {meta['forked_from_session_id']}", "fork",
-                             None, None)
-    signature = git.signature
-    for branch in repo.branches.local:
-        tip = repo.branches.local[branch].peel(pygit2.Commit)
-        tree = _with_file(repo, tip.tree, "session.json", blob)
-        repo.create_commit(f"refs/heads/{branch}", signature, signature, message, tree,
-                           [tip.id])
+    meta_bytes = to_json_bytes(meta)
+    write_forked_refs(git, target, meta_bytes, str(meta["forked_from_session_id"]))
+    repo = pygit2.Repository(str(target))
     crash.at("fork.after_commits")
     try:
-        copy_worktree(git, repo, target, to_json_bytes(meta))
+        copy_worktree(git, repo, target, meta_bytes)
     except OSError:  # a folder we cannot link or copy from: check out from git instead
         log.warning("copying the working tree of %s failed; checking out", git.path,
                     exc_info=True)
         # A fresh folder holds no symlink the checkout could be led through.
         repo.checkout(f"refs/heads/{head}", strategy=pygit2.enums.CheckoutStrategy.FORCE)
     (target / WORKDIR).mkdir(exist_ok=True)  # git keeps no empty folders
-    (target / ".git" / "info").mkdir(parents=True, exist_ok=True)
     journal.ensure_excludes(GitSession(target))
     return linked
 

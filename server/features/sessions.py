@@ -3,7 +3,7 @@ out a branch, and the commit graph. Each is one call for the transports."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pygit2
@@ -137,8 +137,8 @@ async def get_run(braid: Services, user_id: str, session_id: str, run_id: str) -
     return await handle.call(lambda git: read_run(git, run_id))
 
 
-def build_turns(messages: list[MessageRecord], runs: Mapping[str, RunRecord | RunRow | RunSummary]
-                ) -> list[TranscriptItem]:
+def build_turns(messages: Sequence[MessageRecord],
+                runs: Mapping[str, RunRecord | RunRow | RunSummary]) -> list[TranscriptItem]:
     """Group a branch's messages into what the page shows: turns (a user message and the
     answer's messages) and notes (system messages such as revert notices)."""
     items: list[TranscriptItem] = []
@@ -162,7 +162,7 @@ def build_turns(messages: list[MessageRecord], runs: Mapping[str, RunRecord | Ru
     return items
 
 
-def page_start(messages: list[MessageRecord], end: int, limit: int) -> int:
+def page_start(messages: Sequence[MessageRecord], end: int, limit: int) -> int:
     """Where the newest `limit` items (turns and notes, as `build_turns` groups them) before
     message `end` begin. Walks back from `end` only, so a page costs what it shows."""
     items = 0

@@ -7,17 +7,22 @@ folder) keep it: a tree's layout is read from the tree itself, so old sessions o
 revert and continue, and every reader here takes both.
 
 A `Listing` is the flat view of one such tree (its leaf folders in order and their entries).
-Moving it to another version of the tree re-reads only the leaf folders that differ, so the
-branch's messages stay in memory with the open session and a new checkpoint costs the
-folders it touched, not the chat. Like every pygit2 object, listings stay on their thread.
+The listing of another version of the tree shares the leaf folders both begin with (a
+`Folder` is never changed once read) and reads only those that differ, so the branch's
+messages stay in memory with the open session and a new checkpoint costs the folders it
+touched, not the chat: nothing is copied per message (issue 30), and what a listing hands
+out (`Chunked`, `Totals`: read-only views over its folders) never changes under its holder.
+Like every pygit2 object, listings stay on their thread.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import accumulate, chain, islice
+from typing import Any, TypeVar, overload
 
 import pygit2
 
@@ -26,7 +31,8 @@ from server.git import lookup
 HISTORY = "history"
 RUNS = "runs"
 LEGACY_SHARD = 1000
-CACHED_LISTINGS = 12  # copies share their entries and messages: a few pointer arrays each
+CACHED_LISTINGS = 12  # listings share their folders: a few pointer arrays each
+T = TypeVar("T")
 
 
 def history_path(seq: int, role: str, message_id: str, legacy: bool = False) -> str:
@@ -63,37 +69,168 @@ class ListedFile:
     name: str
 
 
+class Chunked(Sequence[T]):
+    """A read-only sequence made of parts (a listing's folders, oldest first) that are shared
+    between listings and never changed: a new listing holds its source's parts, not a copy
+    of their items, so nothing a caller holds changes under it."""
+
+    __slots__ = ("_parts", "_starts", "_len")
+
+    def __init__(self, parts: Sequence[Sequence[T]], starts: Sequence[int], length: int) -> None:
+        self._parts, self._starts, self._len = parts, starts, length
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[T]: ...
+
+    def __getitem__(self, i: int | slice) -> T | list[T]:
+        if isinstance(i, slice):
+            lo, hi, step = i.indices(self._len)
+            if step != 1:
+                return [self[j] for j in range(lo, hi, step)]
+            return list(islice(iter(self), lo, hi)) if lo < hi else []
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError("index out of range")
+        k = bisect_right(self._starts, i) - 1
+        return self._parts[k][i - self._starts[k]]
+
+    def __iter__(self) -> Iterator[T]:
+        return chain.from_iterable(self._parts)
+
+    def __reversed__(self) -> Iterator[T]:
+        return chain.from_iterable(reversed(p) for p in reversed(self._parts))
+
+
+class Totals(Sequence[int]):
+    """Running totals `[0, c0, c0+c1, ...]` made of each folder's own (shared, never changed)
+    and the sum of the folders before it (the listing's own, one number a folder)."""
+
+    __slots__ = ("_local", "_bases", "_starts", "_len")
+
+    def __init__(self, local: Sequence[Sequence[int]], bases: Sequence[int],
+                 starts: Sequence[int], count: int) -> None:
+        self._local, self._bases, self._starts, self._len = local, bases, starts, count + 1
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
+
+    def __getitem__(self, i: int | slice) -> int | list[int]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._len))]
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError("index out of range")
+        if i == 0:
+            return 0
+        k = bisect_right(self._starts, i - 1) - 1
+        return self._bases[k] + self._local[k][i - 1 - self._starts[k]]
+
+
+class Folder:
+    """One leaf folder of a listed tree: its files, and (filled on demand, then never
+    changed) their parsed messages, their running totals by name, their stems. Shared by
+    every listing that holds the folder at the same place."""
+
+    __slots__ = ("path", "oid", "files", "messages", "totals", "stems", "_kept", "_kept_totals")
+
+    def __init__(self, path: str, oid: pygit2.Oid, files: tuple[ListedFile, ...],
+                 prior: Folder | None = None) -> None:
+        self.path, self.oid, self.files = path, oid, files
+        self.messages: tuple[Any, ...] | None = None
+        self.totals: dict[str, tuple[int, ...]] = {}
+        self.stems: dict[str, int] | None = None
+        # The same folder at an earlier version (a checkpoint adds files to the newest
+        # folder): what it parsed for the files both begin with is taken, not read again
+        # (copied: a folder never holds on to its earlier versions).
+        self._kept: tuple[Any, ...] = ()
+        self._kept_totals: dict[str, tuple[int, ...]] = {}
+        if prior is not None and prior.messages is not None:
+            same, limit = 0, min(len(files), len(prior.files))
+            while same < limit and files[same] == prior.files[same]:
+                same += 1
+            self._kept = prior.messages[:same]
+            self._kept_totals = {name: t[:same] for name, t in prior.totals.items()}
+
+    def parsed(self, load: Callable[[pygit2.Oid], Any]) -> tuple[Any, ...]:
+        if self.messages is None:
+            kept = self._kept
+            self.messages = kept + tuple(load(f.blob) for f in self.files[len(kept):])
+            self._kept = ()
+        return self.messages
+
+    def total(self, name: str, cost: Callable[[Any], int]) -> tuple[int, ...]:
+        """This folder's own running totals of `cost` (without the leading 0); `parsed`
+        first."""
+        got = self.totals.get(name)
+        if got is None:
+            assert self.messages is not None
+            kept = self._kept_totals.pop(name, ())
+            more = accumulate((cost(m) for m in self.messages[len(kept):]),
+                              initial=kept[-1] if kept else 0)
+            next(more)  # the initial value
+            got = self.totals[name] = kept + tuple(more)
+        return got
+
+
 @dataclass
 class Listing:
+    """The flat view of one tree (`history/` or `runs/`): its leaf folders in order, each
+    shared with the listings it came from and never changed; what it hands out (its
+    entries, messages, sums) never changes either."""
+
     top: str
     tree_id: pygit2.Oid | None = None
     legacy: bool = False
-    shards: list[tuple[str, pygit2.Oid]] = field(default_factory=list)
-    starts: list[int] = field(default_factory=list)
-    entries: list[ListedFile] = field(default_factory=list)
-    # Filled on demand: run id → entry index (runs), parsed messages (history), and the
-    # running totals of the messages' token estimates (sums[name][k]: the first k
-    # messages', by the estimate's name: whole, masked...).
-    by_stem: dict[str, int] | None = None
-    messages: list[Any] | None = None
-    sums: dict[str, list[int]] = field(default_factory=dict)
+    folders: tuple[Folder, ...] = ()
+    starts: tuple[int, ...] = ()  # each folder's first entry's index
+    count: int = 0
+    # Filled on demand: the parsed messages (history) and the running totals of their
+    # token estimates by the estimate's name (whole, masked...).
+    parsed: Chunked[Any] | None = None
+    sums: dict[str, Totals] = field(default_factory=dict)
+    _entries: Chunked[ListedFile] | None = None
 
-    def copy(self) -> Listing:
-        return Listing(self.top, self.tree_id, self.legacy, list(self.shards), list(self.starts),
-                       list(self.entries))
+    @property
+    def entries(self) -> Chunked[ListedFile]:
+        if self._entries is None:
+            self._entries = Chunked([f.files for f in self.folders], self.starts, self.count)
+        return self._entries
 
     def next_number(self) -> int:
         """The next seq (history) or ordinal (runs): after the last entry of the last folder,
         so the newest folder never holds more than its share."""
-        if not self.shards:
+        if not self.folders:
             return 0
         if self.top == HISTORY:
-            return self.entries[-1].seq + 1 if self.entries else 0
+            return self.entries[-1].seq + 1 if self.count else 0
         if self.legacy:
-            return len(self.entries)
-        path, _ = self.shards[-1]
-        aaa, bb = path.split("/")[1:3]
-        return int(aaa) * 10000 + int(bb) * 100 + (len(self.entries) - self.starts[-1])
+            return self.count
+        last = self.folders[-1]
+        aaa, bb = last.path.split("/")[1:3]
+        return int(aaa) * 10000 + int(bb) * 100 + len(last.files)
+
+    def find(self, stem: str) -> ListedFile | None:
+        """The file named `stem` (+ its extension): the newest folders looked at first, where
+        the runs a turn asks for are."""
+        for folder in reversed(self.folders):
+            if folder.stems is None:
+                folder.stems = {f.name.rsplit(".", 1)[0]: i for i, f in enumerate(folder.files)}
+            at = folder.stems.get(stem)
+            if at is not None:
+                return folder.files[at]
+        return None
 
 
 def _leaf_shards(tree: pygit2.Tree, prefix: str, depth: int) -> list[tuple[str, pygit2.Oid]]:
@@ -126,61 +263,49 @@ def common_shards(listing: Listing, legacy: bool, shards: list[tuple[str, pygit2
     """How many leading leaf folders `listing` shares with a tree's (its reusable part)."""
     if legacy != listing.legacy:
         return 0
-    keep, limit = 0, min(len(shards), len(listing.shards))
-    while keep < limit and shards[keep] == listing.shards[keep]:
+    folders = listing.folders
+    keep, limit = 0, min(len(shards), len(folders))
+    while keep < limit and shards[keep][1] == folders[keep].oid and \
+            shards[keep][0] == folders[keep].path:
         keep += 1
     return keep
 
 
-def move_listing(repo: pygit2.Repository, listing: Listing, tree: pygit2.Tree | None,
-                 layout: tuple[bool, list[tuple[str, pygit2.Oid]]] | None = None) -> None:
-    """Bring `listing` to `tree` (the top folder at another commit), re-reading only the leaf
-    folders that differ from the ones it holds (`layout`: the tree's, when already read)."""
+def moved_listing(repo: pygit2.Repository, base: Listing | None, top: str,
+                  tree: pygit2.Tree | None,
+                  layout: tuple[bool, list[tuple[str, pygit2.Oid]]] | None = None) -> Listing:
+    """The listing of `tree` (the top folder at some commit), sharing with `base` the leaf
+    folders both begin with and reading only the others (`layout`: the tree's, when already
+    read). `base` is left as it was."""
     if tree is None:
-        listing.tree_id, listing.shards, listing.starts, listing.entries = None, [], [], []
-        listing.by_stem = listing.messages = None
-        listing.sums = {}
-        return
-    if listing.tree_id == tree.id:
-        return
-    legacy, shards = layout or tree_shards(listing.top, tree)
-    keep = common_shards(listing, legacy, shards)
-    cut = listing.starts[keep] if keep < len(listing.starts) else len(listing.entries)
-    if listing.by_stem is not None:
-        for gone in listing.entries[cut:]:
-            listing.by_stem.pop(gone.name.rsplit(".", 1)[0], None)
-    del listing.entries[cut:]
-    del listing.starts[keep:]
-    _read_shards(repo, listing, shards[keep:])
-    listing.tree_id, listing.legacy, listing.shards = tree.id, legacy, shards
-    if listing.messages is not None:
-        del listing.messages[cut:]
-    for totals in listing.sums.values():
-        del totals[cut + 1:]
-    if listing.by_stem is not None:
-        for i in range(cut, len(listing.entries)):
-            listing.by_stem[listing.entries[i].name.rsplit(".", 1)[0]] = i
-
-
-def _read_shards(repo: pygit2.Repository, listing: Listing,
-                 shards: list[tuple[str, pygit2.Oid]]) -> None:
-    """Append the entries of these leaf folders to the listing."""
-    for path, oid in shards:
-        listing.starts.append(len(listing.entries))
+        return Listing(top)
+    legacy, shards = layout or tree_shards(top, tree)
+    keep = common_shards(base, legacy, shards) if base is not None else 0
+    old = base.folders if base is not None else ()
+    folders = list(old[:keep])
+    starts = list(base.starts[:keep]) if base is not None else []
+    count = starts[-1] + len(folders[-1].files) if folders else 0
+    for k, (path, oid) in enumerate(shards[keep:], keep):
+        files: list[ListedFile] = []
         for entry in lookup.tree_at(repo, oid):
             name = entry.name
             if isinstance(entry, pygit2.Tree) or name is None:  # a tree's entries have names
                 continue
-            n = len(listing.entries)
-            listing.entries.append(ListedFile(f"{path}/{name}", _number(listing.top, name, n),
-                                         entry.id, name))
+            files.append(ListedFile(f"{path}/{name}", _number(top, name, count + len(files)),
+                                    entry.id, name))
+        prior = old[k] if k < len(old) and old[k].path == path else None
+        starts.append(count)
+        folders.append(Folder(path, oid, tuple(files), prior))
+        count += len(files)
+    return Listing(top, tree.id, legacy, tuple(folders), tuple(starts), count)
 
 
 class Listings:
-    """A few listings per top folder, most recently used last; a miss moves a copy of the
-    one sharing the most leaf folders with the new tree (after a checkpoint: the newest),
-    so a new commit, or switching between a branch and its fork, re-reads only what
-    differs, and a long branch shown again after a short fork's turns is not read afresh."""
+    """A few listings per top folder, most recently used last; a miss makes a listing from
+    the one sharing the most leaf folders with the new tree (after a checkpoint: the newest),
+    sharing those folders (not copying them), so a new commit, or switching between a branch
+    and its fork, reads only what differs, and a long branch shown again after a short
+    fork's turns is not read afresh. What a listing hands out never changes."""
 
     def __init__(self, repo: pygit2.Repository) -> None:
         self.repo = repo
@@ -195,44 +320,34 @@ class Listings:
             cache.move_to_end(key)
             return hit
         layout = tree_shards(top, tree) if tree is not None else None
-        base = _base(cache, layout)
-        listing = base.copy() if base is not None else Listing(top)
-        if base is not None:
-            listing.messages = list(base.messages) if base.messages is not None else None
-            listing.sums = {name: list(totals) for name, totals in base.sums.items()}
-            listing.by_stem = dict(base.by_stem) if base.by_stem is not None else None
-        move_listing(self.repo, listing, tree, layout)
+        listing = moved_listing(self.repo, _base(cache, layout), top, tree, layout)
         cache[key] = listing
         while len(cache) > CACHED_LISTINGS:
             cache.popitem(last=False)
         return listing
 
-    def messages(self, tree: pygit2.Tree | None, load: Callable[[pygit2.Oid], Any]) -> list[Any]:
+    def messages(self, tree: pygit2.Tree | None,
+                 load: Callable[[pygit2.Oid], Any]) -> Chunked[Any]:
         """The parsed messages of a `history/` tree, oldest first (shared: do not change)."""
         listing = self.get(HISTORY, tree)
-        if listing.messages is None:
-            listing.messages = []
-        have = len(listing.messages)
-        if have < len(listing.entries):
-            listing.messages.extend(load(e.blob) for e in listing.entries[have:])
-        return listing.messages
+        if listing.parsed is None:
+            listing.parsed = Chunked([f.parsed(load) for f in listing.folders],
+                                     listing.starts, listing.count)
+        return listing.parsed
 
     def sums(self, tree: pygit2.Tree | None, load: Callable[[pygit2.Oid], Any],
-             cost: Callable[[Any], int], name: str = "") -> list[int]:
+             cost: Callable[[Any], int], name: str = "") -> Totals:
         """Running totals of `cost` (kept under `name`) over the tree's messages (`[0, c0,
-        c0+c1, ...]`), kept and extended by the new messages only (shared: do not change)."""
-        messages = self.messages(tree, load)
+        c0+c1, ...]`): each folder's kept with it, so a new listing sums its new folders
+        only."""
+        self.messages(tree, load)
         listing = self.get(HISTORY, tree)
-        sums = listing.sums.setdefault(name, [0])
-        for msg in messages[len(sums) - 1:]:
-            sums.append(sums[-1] + cost(msg))
-        return sums
-
-    def run_index(self, tree: pygit2.Tree | None) -> tuple[Listing, dict[str, int]]:
-        listing = self.get(RUNS, tree)
-        if listing.by_stem is None:
-            listing.by_stem = {e.name.rsplit(".", 1)[0]: i for i, e in enumerate(listing.entries)}
-        return listing, listing.by_stem
+        got = listing.sums.get(name)
+        if got is None:
+            local = [f.total(name, cost) for f in listing.folders]
+            bases = tuple(accumulate((t[-1] if t else 0 for t in local[:-1]), initial=0))
+            got = listing.sums[name] = Totals(local, bases, listing.starts, listing.count)
+        return got
 
 
 def _base(cache: OrderedDict[pygit2.Oid | None, Listing],
@@ -248,7 +363,7 @@ def _base(cache: OrderedDict[pygit2.Oid | None, Listing],
     if common_shards(newest, legacy, shards) >= len(shards) - 2:
         return newest
     return max(reversed(cache.values()), key=lambda lst: (
-        common_shards(lst, legacy, shards), lst.messages is not None))
+        common_shards(lst, legacy, shards), lst.parsed is not None))
 
 
 @dataclass

@@ -5,6 +5,9 @@
 its config snapshot, odb and refdb (~10 KB of C heap) stay for the life of the process, for
 every session made, forked or imported (issue 11: RSS back to the start when quiet). This
 makes it the same way, with the same options, and frees it.
+
+`init_unsynced`: the same repository's files written plainly, for a folder synced whole
+afterwards (a fork: libgit2 syncs each file and folder it makes, one after another).
 """
 
 from __future__ import annotations
@@ -28,3 +31,19 @@ def init_repository(path: Path, initial_head: str) -> None:
     made = ffi.new("git_repository **")
     check_error(C.git_repository_init_ext(made, os.fsencode(path), options))
     C.git_repository_free(made[0])
+
+
+# What `git_repository_init_ext` writes that git reads (hooks' samples and `description` are
+# for people).
+_CONFIG = (b"[core]\n\tbare = false\n\trepositoryformatversion = 0\n\tfilemode = true\n"
+           b"\tlogallrefupdates = true\n")
+
+
+def init_unsynced(path: Path, initial_head: str) -> None:
+    """`git init` at `path` (made if missing) with nothing synced: the caller syncs the new
+    folder whole before anyone is told of it (fsops.sync_tree)."""
+    dot = path / ".git"
+    for folder in ("objects/info", "objects/pack", "refs/heads", "refs/tags", "info"):
+        (dot / folder).mkdir(parents=True, exist_ok=True)
+    (dot / "HEAD").write_bytes(b"ref: refs/heads/%s\n" % initial_head.encode())
+    (dot / "config").write_bytes(_CONFIG)

@@ -33,6 +33,18 @@ _LEVEL = 1  # git's core.looseCompression default (and libgit2's): loose objects
 WRITERS = IdlingThreadPool(_WRITERS - 1, 5.0, name="braid-objects")
 
 
+def write_unsynced(objects: Path, kind: bytes, data: bytes) -> bytes:
+    """One object written into a repository no one reads yet, nothing synced (the caller
+    syncs the new folder whole: a fork). Its raw id."""
+    header = b"%s %d\0" % (kind, len(data))
+    raw = hashlib.sha1(header + data).digest()
+    hexid = raw.hex()
+    folder = objects / hexid[:2]
+    folder.mkdir(exist_ok=True)
+    (folder / hexid[2:]).write_bytes(zlib.compress(header + data, _LEVEL))
+    return raw
+
+
 class _Staged(NamedTuple):
     hexid: bytes
     body: bytes

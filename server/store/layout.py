@@ -12,7 +12,7 @@ is read from the tree, and new files are placed in it (`is_legacy`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,13 +64,13 @@ def _tree(git: GitSession, commit: pygit2.Commit | None, top: str) -> pygit2.Tre
 # -- history/ -------------------------------------------------------------------------------
 
 
-def messages(git: GitSession, commit: pygit2.Commit | None = None) -> list[MessageRecord]:
+def messages(git: GitSession, commit: pygit2.Commit | None = None) -> Sequence[MessageRecord]:
     """Every message of the branch at `commit` (default HEAD), oldest first, kept in memory
-    and moved by what changed. The list and its dicts are shared: copy to change."""
+    and moved by what changed. Read only, and the dicts are shared: copy to change."""
     return git.listings.messages(_tree(git, commit, HISTORY), git.blob_json)
 
 
-def message_sums(git: GitSession, commit: pygit2.Commit | None = None) -> list[int]:
+def message_sums(git: GitSession, commit: pygit2.Commit | None = None) -> Sequence[int]:
     """Running totals of the token estimates of `messages(git, commit)` (context.py), kept
     with the listing: what the context budget bisects instead of walking the window."""
     from server.store.context import estimate
@@ -90,7 +90,8 @@ def window_sums(git: GitSession, commit: pygit2.Commit | None = None) -> Sums:
         git.listings.sums(tree, git.blob_json, context.is_maskable, "maskable"))
 
 
-def message_files(git: GitSession, commit: pygit2.Commit | None = None) -> list[ListedFile]:
+def message_files(git: GitSession,
+                  commit: pygit2.Commit | None = None) -> Sequence[ListedFile]:
     """The message files of the branch at `commit` (path, seq, blob), oldest first."""
     return git.listings.get(HISTORY, _tree(git, commit, HISTORY)).entries
 
@@ -119,7 +120,7 @@ def run_entries(git: GitSession, commit: pygit2.Commit, run_id: str) -> list[Sto
     return [StoredMessage(files[i].path, files[i].seq, parsed[i]) for i in range(start, end)]
 
 
-def answer_of(msgs: list[MessageRecord]) -> str:
+def answer_of(msgs: Sequence[MessageRecord]) -> str:
     """The last final answer (an assistant message without tool calls) of `msgs`."""
     for msg in reversed(msgs):
         if msg.get("role") == "assistant" and msg.get("content") and not msg.get("tool_calls"):
@@ -184,9 +185,8 @@ def run_usages(git: GitSession, commit: pygit2.Commit | None = None) -> list[Usa
 
 def find_run_path(git: GitSession, run_id: str,
                   commit: pygit2.Commit | None = None) -> str | None:
-    listing, index = git.listings.run_index(_tree(git, commit, RUNS))
-    at = index.get(run_id)
-    return listing.entries[at].path if at is not None else None
+    found = git.listings.get(RUNS, _tree(git, commit, RUNS)).find(run_id)
+    return found.path if found is not None else None
 
 
 def run_count(git: GitSession, commit: pygit2.Commit | None = None) -> int:

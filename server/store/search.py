@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
 from server.base.errors import BadRequest
@@ -65,7 +66,7 @@ def run_rows(session_id: str, run_id: str, messages: list[MessageRecord]) -> lis
             and not m.get("copied_from")]
 
 
-def branch_rows(session_id: str, messages: list[MessageRecord]) -> list[SearchRow]:
+def branch_rows(session_id: str, messages: Sequence[MessageRecord]) -> list[SearchRow]:
     """The rows of a branch's messages (oldest first): each numbered within its run."""
     by_run: dict[str, list[MessageRecord]] = {}
     for m in messages:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +57,7 @@ class Request:
     use: ContextUse
 
 
-def build(prior: list[MessageRecord], sums: context.Sums, current: list[MessageRecord],
+def build(prior: Sequence[MessageRecord], sums: context.Sums, current: list[MessageRecord],
           heads: list[str], budget: int, tools: int, send_reasoning: bool = False,
           ask: str | None = None, shaped: bool = True) -> Request:
     """The request for a branch's messages `prior` (with their running totals) and the
@@ -150,7 +150,7 @@ class Plan:
     covers: Covers
 
 
-def plan(prior: list[MessageRecord], sums: context.Sums, keep: int | None) -> Plan | None:
+def plan(prior: Sequence[MessageRecord], sums: context.Sums, keep: int | None) -> Plan | None:
     """The oldest part of a branch to summarize: up to where the newest messages that cost
     at most `keep` tokens begin (at a run's start), or on demand (`keep` None) all but the
     newest run; always past the earlier summary, which the new one takes in. None: nothing

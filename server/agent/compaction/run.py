@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from server.agent.compaction import instructions
@@ -159,7 +160,7 @@ async def compact_in_turn(braid: Services, ctx: TurnContext, heads: list[str]) -
                               "were left out instead")
         return
 
-    def reread(git: GitSession) -> tuple[list[MessageRecord], context.Sums]:
+    def reread(git: GitSession) -> tuple[Sequence[MessageRecord], context.Sums]:
         return layout.messages(git), layout.window_sums(git)
 
     ctx.prior, ctx.prior_sums = await handle.call(reread)
