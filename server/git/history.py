@@ -194,12 +194,17 @@ class Listing:
     tree_id: pygit2.Oid | None = None
     legacy: bool = False
     folders: tuple[Folder, ...] = ()
-    starts: tuple[int, ...] = ()  # each folder's first entry's index
+    starts: list[int] = field(default_factory=list)  # each folder's first entry's index
     count: int = 0
+    shards: list[tuple[str, pygit2.Oid]] = field(default_factory=list)  # (path, oid) a folder
     # Filled on demand: the parsed messages (history) and the running totals of their
     # token estimates by the estimate's name (whole, masked...).
     parsed: Chunked[Any] | None = None
     sums: dict[str, Totals] = field(default_factory=dict)
+    # A folder each, the first ones taken from the listing this one was made from (a slice
+    # of pointers, not a loop over its folders), the rest filled when asked for.
+    message_parts: list[tuple[Any, ...]] = field(default_factory=list)
+    sum_parts: dict[str, tuple[list[tuple[int, ...]], list[int]]] = field(default_factory=dict)
     _entries: Chunked[ListedFile] | None = None
 
     @property
@@ -263,10 +268,12 @@ def common_shards(listing: Listing, legacy: bool, shards: list[tuple[str, pygit2
     """How many leading leaf folders `listing` shares with a tree's (its reusable part)."""
     if legacy != listing.legacy:
         return 0
-    folders = listing.folders
-    keep, limit = 0, min(len(shards), len(folders))
-    while keep < limit and shards[keep][1] == folders[keep].oid and \
-            shards[keep][0] == folders[keep].path:
+    held = listing.shards
+    limit = min(len(shards), len(held))
+    keep = max(limit - 2, 0)  # a checkpoint changes the last folder or two: one compare in C
+    if shards[:keep] != held[:keep]:
+        keep = 0
+    while keep < limit and shards[keep] == held[keep]:
         keep += 1
     return keep
 
@@ -280,11 +287,17 @@ def moved_listing(repo: pygit2.Repository, base: Listing | None, top: str,
     if tree is None:
         return Listing(top)
     legacy, shards = layout or tree_shards(top, tree)
+    new = Listing(top, tree.id, legacy, shards=shards)
     keep = common_shards(base, legacy, shards) if base is not None else 0
-    old = base.folders if base is not None else ()
-    folders = list(old[:keep])
-    starts = list(base.starts[:keep]) if base is not None else []
-    count = starts[-1] + len(folders[-1].files) if folders else 0
+    old: tuple[Folder, ...] = ()
+    folders: list[Folder] = []
+    if base is not None:
+        old = base.folders
+        folders, new.starts = list(old[:keep]), base.starts[:keep]
+        new.message_parts = base.message_parts[:keep]
+        new.sum_parts = {name: (local[:keep], bases[:keep])
+                         for name, (local, bases) in base.sum_parts.items()}
+    count = new.starts[-1] + len(folders[-1].files) if folders else 0
     for k, (path, oid) in enumerate(shards[keep:], keep):
         files: list[ListedFile] = []
         for entry in lookup.tree_at(repo, oid):
@@ -294,10 +307,11 @@ def moved_listing(repo: pygit2.Repository, base: Listing | None, top: str,
             files.append(ListedFile(f"{path}/{name}", _number(top, name, count + len(files)),
                                     entry.id, name))
         prior = old[k] if k < len(old) and old[k].path == path else None
-        starts.append(count)
+        new.starts.append(count)
         folders.append(Folder(path, oid, tuple(files), prior))
         count += len(files)
-    return Listing(top, tree.id, legacy, tuple(folders), tuple(starts), count)
+    new.folders, new.count = tuple(folders), count
+    return new
 
 
 class Listings:
@@ -311,6 +325,26 @@ class Listings:
         self.repo = repo
         self._by_top: dict[str, OrderedDict[pygit2.Oid | None, Listing]] = {
             HISTORY: OrderedDict(), RUNS: OrderedDict()}
+        # The leaf folders of each `AAA/` folder read (by its path and id): a full one never
+        # changes, so a new tree reads only its changed `AAA/`'s folders, not all of them.
+        self._groups: dict[tuple[str, pygit2.Oid], list[tuple[str, pygit2.Oid]]] = {}
+
+    def layout(self, top: str, tree: pygit2.Tree) -> tuple[bool, list[tuple[str, pygit2.Oid]]]:
+        """`tree_shards`, each unchanged `AAA/` folder's leaf folders kept from the last read."""
+        if is_legacy(tree):
+            return True, _leaf_shards(tree, top, 1)
+        out: list[tuple[str, pygit2.Oid]] = []
+        for entry in tree:
+            if not isinstance(entry, pygit2.Tree):
+                continue
+            key = (f"{top}/{entry.name}", entry.id)
+            leaves = self._groups.get(key)
+            if leaves is None:
+                if len(self._groups) >= 4 * CACHED_LISTINGS:
+                    self._groups.clear()
+                leaves = self._groups[key] = _leaf_shards(entry, key[0], 1)
+            out += leaves
+        return False, out
 
     def get(self, top: str, tree: pygit2.Tree | None) -> Listing:
         cache = self._by_top[top]
@@ -319,7 +353,7 @@ class Listings:
         if hit is not None:
             cache.move_to_end(key)
             return hit
-        layout = tree_shards(top, tree) if tree is not None else None
+        layout = self.layout(top, tree) if tree is not None else None
         listing = moved_listing(self.repo, _base(cache, layout), top, tree, layout)
         cache[key] = listing
         while len(cache) > CACHED_LISTINGS:
@@ -331,8 +365,9 @@ class Listings:
         """The parsed messages of a `history/` tree, oldest first (shared: do not change)."""
         listing = self.get(HISTORY, tree)
         if listing.parsed is None:
-            listing.parsed = Chunked([f.parsed(load) for f in listing.folders],
-                                     listing.starts, listing.count)
+            parts = listing.message_parts
+            parts += [f.parsed(load) for f in listing.folders[len(parts):]]
+            listing.parsed = Chunked(parts, listing.starts, listing.count)
         return listing.parsed
 
     def sums(self, tree: pygit2.Tree | None, load: Callable[[pygit2.Oid], Any],
@@ -344,8 +379,10 @@ class Listings:
         listing = self.get(HISTORY, tree)
         got = listing.sums.get(name)
         if got is None:
-            local = [f.total(name, cost) for f in listing.folders]
-            bases = tuple(accumulate((t[-1] if t else 0 for t in local[:-1]), initial=0))
+            local, bases = listing.sum_parts.setdefault(name, ([], []))
+            for folder in listing.folders[len(local):]:
+                bases.append(bases[-1] + (local[-1][-1] if local[-1] else 0) if local else 0)
+                local.append(folder.total(name, cost))
             got = listing.sums[name] = Totals(local, bases, listing.starts, listing.count)
         return got
 
@@ -363,7 +400,7 @@ def _base(cache: OrderedDict[pygit2.Oid | None, Listing],
     if common_shards(newest, legacy, shards) >= len(shards) - 2:
         return newest
     return max(reversed(cache.values()), key=lambda lst: (
-        common_shards(lst, legacy, shards), lst.parsed is not None))
+        common_shards(lst, legacy, shards), len(lst.message_parts)))
 
 
 @dataclass

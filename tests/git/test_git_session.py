@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from itertools import accumulate
 from pathlib import Path
 
 import pygit2
@@ -15,10 +16,11 @@ from conftest import assert_fsck, git
 from server.base.errors import Conflict, NotFound
 from server.base.records import to_json_bytes
 from server.git.commits import commit_message, parse_trailers
-from server.git.history import history_path, run_path
+from server.git.history import HISTORY, history_path, run_path
 from server.git.session import GitSession
 from server.git.workdir.staging import DISK
 from server.store import atomic, layout
+from server.store.context import estimate
 
 META = {"session_id": "0" * 32, "title": "t", "user_id": "local", "created_at": "now",
         "forked_from_session_id": None, "root_session_id": "0" * 32}
@@ -166,6 +168,34 @@ def test_no_history_folder_holds_more_than_a_hundred(repo: GitSession) -> None:
     assert contents == [f"m{s}" for s in range(201)]
     assert git(path, "status", "--porcelain") == ""
     assert_fsck(path)
+
+
+def test_a_new_checkpoint_shares_the_listing_and_changes_nothing_held(repo: GitSession) -> None:
+    """A checkpoint's listing shares its source's unchanged folders (no per-message copy:
+    issue 30), and the messages, files and sums a caller holds stay as they were."""
+    repo.write_checkpoint(dict(message(s) for s in range(250)), summary="a", kind="turn")
+    before = repo.head_commit()
+    held, held_sums = layout.messages(repo), layout.message_sums(repo)
+    held_files = layout.message_files(repo)
+    repo.write_checkpoint(dict(message(s, "assistant") for s in range(250, 252)),
+                          summary="b", kind="turn")
+    after = repo.head_commit()
+    now, sums = layout.messages(repo), layout.message_sums(repo)
+    assert [m["content"] for m in held] == [f"m{s}" for s in range(250)]
+    assert len(held_files) == 250 and len(held_sums) == 251
+    assert [m["content"] for m in now] == [f"m{s}" for s in range(252)]
+    assert [m["content"] for m in reversed(now)][:3] == ["m251", "m250", "m249"]
+    assert now[-1]["content"] == "m251" and now[100:102] == [now[100], now[101]]
+    assert list(sums) == [0, *accumulate(estimate(m) for m in now)]
+    assert list(held_sums) == list(sums)[:251]
+    # The git CLI names the same files, in the same order.
+    listed = git(repo.path, "ls-tree", "-r", "--name-only", "HEAD", "history/").split()
+    assert [f.path for f in layout.message_files(repo)] == listed
+    old = repo.listings.get(HISTORY, before.tree["history"])
+    new = repo.listings.get(HISTORY, after.tree["history"])
+    assert old.folders[:2] == new.folders[:2] and old.folders[0] is new.folders[0]
+    assert old.folders[2] is not new.folders[2]
+    assert layout.find_run_path(repo, "nope") is None
 
 
 class MovedUnderneath(GitSession):
