@@ -29,6 +29,7 @@ from server.agent.turn_context import (
     TurnContext,
     add_message,
     resume_in_place,
+    sent_once,
     snapshot_user_edits,
     turn_context,
     write_pending_to_disk,
@@ -221,8 +222,12 @@ def _resume_at_end(git: GitSession, handle: SessionHandle, view: RunOnBranch, pl
         atomic.checkout(git, view.branch)
     record = new_run(plan.new_run_id, handle.session_id, view.branch)
     record["resumes_run_id"] = view.run_id
-    ctx = turn_context(git, handle, record, layout.new_run_path(git, plan.new_run_id))
-    for copy in _copies(view.messages, plan.new_run_id):
+    copies = _copies(view.messages, plan.new_run_id)
+    # The model is sent the interrupted run's messages once: as the copies, at the end.
+    prior = sent_once(layout.messages(git), copies)
+    ctx = turn_context(git, handle, record, layout.new_run_path(git, plan.new_run_id),
+                       prior=prior)
+    for copy in copies:
         add_message(ctx, copy)
     return ctx
 

@@ -17,6 +17,7 @@ from server.app.reindex import reindex
 from server.base.errors import BadRequest, Busy, NotFound
 from server.features import sessions, timetravel
 from server.store.users import DEFAULT_USER
+from tests.model_replay import ReplayServer, error, text_stream
 
 USER = DEFAULT_USER
 MakeBraid = Callable[..., Awaitable[Braid]]
@@ -363,3 +364,47 @@ async def test_continuing_while_a_run_goes_on_is_busy(braid: Braid) -> None:
     assert [r["run_id"] for r in runs] == [done["run_id"], live]
     # Once the run is over, the same call goes through.
     assert (await cont(braid, sid, done["run_id"], input="say now"))["forked"] is True
+
+
+# ------------------------------------------------------------- what a resume sends the model
+
+
+def _sent(request: dict[str, Any]) -> list[tuple[str, str]]:
+    """A request's conversation as (role, content), its system messages left out."""
+    return [(m["role"], m.get("content") or "") for m in request["messages"]
+            if m["role"] != "system"]
+
+
+async def test_a_resumed_run_sends_the_conversation_once(make_braid: MakeBraid,
+                                                         replay: ReplayServer) -> None:
+    """Resumed in place or as a new run at the branch's end, a failed run's user message
+    goes to the model once, last (the later turn before it, its answer kept): the recorded
+    requests are what Braid sent, whatever the model answers."""
+    braid = await make_braid(model="smollm2", openai_base_url=replay.base_url,
+                             model_retries=0)
+    sid, _ = await new_session(braid)
+    replay.push(error(500, "down for a moment"))
+    failed = await run_turn(braid, sid, "first question")
+    assert failed["status"] == "ERROR"
+    # In place: it is the branch's last turn.
+    replay.push(error(500, "down again"))
+    again = await cont(braid, sid, failed["run_id"])
+    assert again["run_id"] == failed["run_id"] and again["status"] == "ERROR"
+    assert _sent(replay.requests[-1]) == [("user", "first question")]
+    # At the end: a later turn came after it.
+    replay.push(text_stream("second answer"))
+    later = await run_turn(braid, sid, "second question")
+    assert later["status"] == "COMPLETED"
+    replay.push(text_stream("first answer"))
+    resumed = await cont(braid, sid, failed["run_id"])
+    assert resumed["run_id"] != failed["run_id"] and resumed["status"] == "COMPLETED"
+    assert _sent(replay.requests[-1]) == [("user", "second question"),
+                                          ("assistant", "second answer"),
+                                          ("user", "first question")]
+    # The next turn on the branch sends each message once too.
+    replay.push(text_stream("third answer"))
+    await run_turn(braid, sid, "third question")
+    assert _sent(replay.requests[-1]) == [
+        ("user", "second question"), ("assistant", "second answer"),
+        ("user", "first question"), ("assistant", "first answer"),
+        ("user", "third question")]
