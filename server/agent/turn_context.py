@@ -28,7 +28,7 @@ from server.base.records import (
     new_run,
     to_json_bytes,
 )
-from server.git.history import history_path
+from server.git.history import RUNS, history_path
 from server.git.session import Change, GitSession
 from server.git.workdir.scan import WORKDIR, why_left_out
 from server.git.workdir.staging import DISK
@@ -208,6 +208,11 @@ def write_pending_to_disk(git: GitSession, ctx: TurnContext) -> None:
     ctx.run["message_count"] = len(ctx.messages)
     files = dict(ctx.pending)
     files[ctx.run_file] = to_json_bytes(ctx.run)
+    # Another run's record (the one a resume at the branch's end marks as resumed by this
+    # run) goes after this run's own: a kill between them leaves no mark naming a run that
+    # is not on disk, so the earlier run can still be resumed.
+    for rel in [r for r in files if r.startswith(f"{RUNS}/") and r != ctx.run_file]:
+        files[rel] = files.pop(rel)
     for rel, data in files.items():
         # Atomic (a kill leaves no half record); history/ and runs/ files go to the pending
         # folder (staging.py: they are never on disk in the working tree).

@@ -17,6 +17,7 @@ from server.app.reindex import reindex
 from server.base.errors import BadRequest, Busy, NotFound
 from server.features import sessions, timetravel
 from server.store.users import DEFAULT_USER
+from server.web.errors import error_frame, status_of
 from tests.model_replay import ReplayServer, error, text_stream
 
 USER = DEFAULT_USER
@@ -271,6 +272,45 @@ async def test_resuming_a_failed_run_turns_came_after_goes_on_at_the_branch_end(
     assert (path / "workdir" / "later.txt").read_text() == "made later\n"
     order = [t["run_id"] for t in (await sessions.transcript(braid, USER, sid))["turns"]]
     assert order == [failed["run_id"], later["run_id"], resumed["run_id"]]
+    assert_fsck(path)
+
+
+async def test_a_run_resumed_at_the_end_is_not_resumed_twice(braid: Braid) -> None:
+    """A Resume is spent once a run at the branch's end goes on with the run: its record
+    names that run (committed with it, checked with git), and a second Resume is refused
+    with `already_resumed` (409), live or committed, changing nothing; a fork still may."""
+    sid, path = await new_session(braid)
+    failed = await run_turn(braid, sid, "fail boom")
+    await run_turn(braid, sid, "say later")
+    queue = braid.bus.subscribe(sid)
+    started = await timetravel.continue_run(braid, USER, sid, failed["run_id"],
+                                            input="slow 150\nsay a b c d e f")
+    await next_event(queue, "message_delta")
+    # Going on, not yet committed: refused all the same.
+    with pytest.raises(timetravel.AlreadyResumed) as live:
+        await timetravel.continue_run(braid, USER, sid, failed["run_id"])
+    assert live.value.details == {"resumed_by_run_id": started["run_id"],
+                                  "turn_id": failed["run_id"]}
+    await next_event(queue, "run_completed")
+    assert record_at(path, "main", failed["run_id"])["resumed_by_run_id"] == started["run_id"]
+    assert record_at(path, "main", failed["run_id"])["status"] == "ERROR"
+    tip, log = branches(path), git(path, "log", "--format=%H", "main")
+    turns_before = (await sessions.transcript(braid, USER, sid))["turns"]
+    with pytest.raises(timetravel.AlreadyResumed) as done:
+        await cont(braid, sid, failed["run_id"], input="say once more")
+    error = done.value
+    assert error.code == "already_resumed" and status_of(error) == 409
+    assert started["run_id"] in error.message
+    assert error_frame("continue_run", 7, error)["error"]["code"] == "already_resumed"
+    # Through the action as the socket parses it, too.
+    with pytest.raises(timetravel.AlreadyResumed):
+        await call_action(braid, USER, sid, "continue_run", run_id=failed["run_id"])
+    assert branches(path) == tip and git(path, "log", "--format=%H", "main") == log
+    assert (await sessions.transcript(braid, USER, sid))["turns"] == turns_before
+    assert braid.runs.for_session(sid) == []
+    # A fork of it is another thing: still allowed.
+    fork = await cont(braid, sid, failed["run_id"], fork=True, input="say forked")
+    assert fork["forked"] is True and fork["status"] == "COMPLETED"
     assert_fsck(path)
 
 
