@@ -18,7 +18,7 @@ from server.base.errors import BadRequest, Busy, NotFound
 from server.features import sessions, timetravel
 from server.store.users import DEFAULT_USER
 from server.web.errors import error_frame, status_of
-from tests.model_replay import ReplayServer, error, text_stream
+from tests.model_replay import Answer, ReplayServer, error, sse, text_stream
 
 USER = DEFAULT_USER
 MakeBraid = Callable[..., Awaitable[Braid]]
@@ -415,22 +415,35 @@ def _sent(request: dict[str, Any]) -> list[tuple[str, str]]:
             if m["role"] != "system"]
 
 
+def _write_call(path: str, content: str) -> Answer:
+    """A stream of one write_file call, as a server sends it."""
+    args = json.dumps({"path": path, "content": content})
+    return Answer(body=sse([
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+            {"index": 0, "id": "call_1", "type": "function",
+             "function": {"name": "write_file", "arguments": args}}]},
+            "finish_reason": None}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}]))
+
+
 async def test_a_resumed_run_sends_the_conversation_once(make_braid: MakeBraid,
                                                          replay: ReplayServer) -> None:
-    """Resumed in place or as a new run at the branch's end, a failed run's user message
-    goes to the model once, last (the later turn before it, its answer kept): the recorded
-    requests are what Braid sent, whatever the model answers."""
+    """Resumed in place or as a new run at the branch's end, a failed run's conversation
+    goes to the model once: its user message, then the tool call and result it left, last
+    (the later turn before it, its answer kept). The recorded requests are what Braid sent,
+    whatever a model would answer."""
     braid = await make_braid(model="smollm2", openai_base_url=replay.base_url,
                              model_retries=0)
-    sid, _ = await new_session(braid)
-    replay.push(error(500, "down for a moment"))
+    sid, path = await new_session(braid)
+    replay.push(_write_call("a.txt", "1"), error(500, "down for a moment"))
     failed = await run_turn(braid, sid, "first question")
-    assert failed["status"] == "ERROR"
+    assert failed["status"] == "ERROR" and (path / "workdir" / "a.txt").read_text() == "1"
+    mine = [("user", "first question"), ("assistant", ""), ("tool", "created a.txt (1 bytes)")]
     # In place: it is the branch's last turn.
     replay.push(error(500, "down again"))
     again = await cont(braid, sid, failed["run_id"])
     assert again["run_id"] == failed["run_id"] and again["status"] == "ERROR"
-    assert _sent(replay.requests[-1]) == [("user", "first question")]
+    assert _sent(replay.requests[-1]) == mine
     # At the end: a later turn came after it.
     replay.push(text_stream("second answer"))
     later = await run_turn(braid, sid, "second question")
@@ -438,13 +451,12 @@ async def test_a_resumed_run_sends_the_conversation_once(make_braid: MakeBraid,
     replay.push(text_stream("first answer"))
     resumed = await cont(braid, sid, failed["run_id"])
     assert resumed["run_id"] != failed["run_id"] and resumed["status"] == "COMPLETED"
-    assert _sent(replay.requests[-1]) == [("user", "second question"),
-                                          ("assistant", "second answer"),
-                                          ("user", "first question")]
+    theirs = [("user", "second question"), ("assistant", "second answer")]
+    assert _sent(replay.requests[-1]) == theirs + mine
+    sent = replay.requests[-1]["messages"]
+    assert sent[-2]["tool_calls"][0]["id"] == sent[-1]["tool_call_id"] == "call_1"
     # The next turn on the branch sends each message once too.
     replay.push(text_stream("third answer"))
     await run_turn(braid, sid, "third question")
-    assert _sent(replay.requests[-1]) == [
-        ("user", "second question"), ("assistant", "second answer"),
-        ("user", "first question"), ("assistant", "first answer"),
-        ("user", "third question")]
+    assert _sent(replay.requests[-1]) == theirs + mine + [("assistant", "first answer"),
+                                                          ("user", "third question")]
