@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal
 
 from server.agent.compaction import instructions
@@ -174,7 +175,7 @@ def sent_once(prior: list[MessageRecord], copies: Iterable[MessageRecord] = ()
     (a run resumed at the branch's end opens with copies of the interrupted run's: the
     model is sent that conversation once, where it goes on). `prior` itself when no copy
     stands for any of its messages (a fork's copies' sources are on another branch)."""
-    copied = {m["copied_from"] for m in (*prior, *copies) if m.get("copied_from")}
+    copied = {m["copied_from"] for m in chain(prior, copies) if m.get("copied_from")}
     if not copied or not any(m["id"] in copied for m in prior):
         return prior
     return [m for m in prior if m["id"] not in copied]
