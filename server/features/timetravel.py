@@ -293,10 +293,10 @@ async def continue_run(
     sid = handle.session_id
     if braid.runs.find(sid, run_id):
         raise Busy(f"run {run_id} is still going on")
-    for active in braid.runs.for_session(sid):  # going on with it, not yet committed
-        if active.ctx is not None and active.ctx.run.get("resumes_run_id") == run_id \
-                and not (fork or regenerate):
-            raise AlreadyResumed(run_id, active.ctx.run_id)
+    if options.continue_from == "end" and not (options.fork or options.regenerate):
+        for active in braid.runs.for_session(sid):  # going on with it, not yet committed
+            if active.ctx is not None and active.ctx.run.get("resumes_run_id") == run_id:
+                raise AlreadyResumed(run_id, active.ctx.run_id)
     new_id = new_message_id()
     plan = await handle.call(lambda git: plan_continue(git, run_id, options, new_id))
     # Continuing switches the session's one workdir to the run's branch: nothing else may run.

@@ -2,8 +2,8 @@
 the session may now show another branch, so the transcript is re-rendered without that run's
 turn (which `run_started` then appends, streaming), with the branch badge; a run resumed at
 the branch's end loses its Resume there (its record says so from the new run's first
-checkpoint on). Turns rendered from
-events get their `‹ 2/3 ›` switcher data from the payload (`siblings`)."""
+checkpoint on). Turns rendered from events get their `‹ 2/3 ›` switcher data from the
+payload (`siblings`)."""
 
 from __future__ import annotations
 
