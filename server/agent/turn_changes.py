@@ -13,7 +13,7 @@ Everything here reads git only, on the session's worker thread.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -69,6 +69,9 @@ def trailers_of(commit: pygit2.Commit) -> tuple[str | None, str | None]:
     return trailers.get(TRAILER_KIND), trailers.get(TRAILER_RUN)
 
 
+CHANGES_KEPT = 2000  # turns' changes kept with an open session (a few paths each)
+
+
 def turn_spans(git: GitSession, tip: pygit2.Commit,
                run_ids: Iterable[str] | None = None) -> dict[str, TurnSpan]:
     """The spans of the given runs (all runs when None) on `tip`'s first-parent line, in one
@@ -78,6 +81,11 @@ def turn_spans(git: GitSession, tip: pygit2.Commit,
     # looked up in the tip's listing, which the page has just read; only a run whose record
     # the tip no longer holds (a fork took its source run out) is looked up where it ends.
     record_paths: dict[str, str | None] = {}
+    # Whether a commit begins its run is fixed by the commit: kept with the open session, so
+    # a page drawn again looks up no record in the trees of turns it has drawn (issue 30).
+    begins: dict[tuple[pygit2.Oid, str | None], bool] = git.caches.setdefault("begins_run", {})
+    if len(begins) > 10 * CHANGES_KEPT:
+        begins.clear()
     spans: dict[str, TurnSpan] = {}
     open_count = len(wanted) if wanted is not None else -1
     for commit in first_parent_line(tip):
@@ -95,7 +103,11 @@ def turn_spans(git: GitSession, tip: pygit2.Commit,
         elif span.complete:
             continue  # an older span of a run resumed in place; the newer one began later
         span.first = commit
-        if layout.begins_run(commit, record_paths[run_id]):
+        key = (commit.id, record_paths[run_id])
+        begun = begins.get(key)
+        if begun is None:
+            begun = begins[key] = layout.begins_run(commit, key[1])
+        if begun:
             span.complete = True
             open_count -= 1
             if open_count == 0:
@@ -128,12 +140,25 @@ def changes_of(git: GitSession, span: TurnSpan,
     return out
 
 
-def file_views(git: GitSession, tip: pygit2.Commit,
-               run_ids: Iterable[str]) -> dict[str, list[FileChip]]:
-    """`[{path, status}]` per run, for many runs in one walk of the branch."""
-    spans = turn_spans(git, tip, run_ids)
-    return {run_id: [c.as_dict() for c in changes_of(git, span)]
-            for run_id, span in spans.items()}
+def file_views(git: GitSession, tip: pygit2.Commit, run_ids: Iterable[str],
+               settled: Collection[str] = ()) -> dict[str, list[FileChip]]:
+    """`[{path, status}]` per run, for many runs in one walk of the branch. A settled run's
+    (one not going on) are kept by its span's first and last commits, which fix them: the
+    page drawn again reads only the turns it has not drawn (issue 30)."""
+    kept: dict[tuple[str, pygit2.Oid, pygit2.Oid], list[FileChange]] = \
+        git.caches.setdefault("turn_changes", {})
+    if len(kept) > CHANGES_KEPT:
+        kept.clear()
+    out: dict[str, list[FileChip]] = {}
+    for run_id, span in turn_spans(git, tip, run_ids).items():
+        key = (run_id, span.first.id, span.last.id)
+        changes = kept.get(key)
+        if changes is None:
+            changes = changes_of(git, span)
+            if run_id in settled:
+                kept[key] = changes
+        out[run_id] = [c.as_dict() for c in changes]
+    return out
 
 
 def files_of(git: GitSession, run_id: str, branch: str | None = None) -> list[FileChip]:
@@ -158,7 +183,9 @@ def annotate_turns(git: GitSession, commit: pygit2.Commit, items: list[Transcrip
     run_ids = [rid for t in items if t.get("type") == "turn" and (rid := t.get("run_id"))]
     if not run_ids:
         return
-    views = file_views(git, commit, run_ids)
+    settled = {t.get("run_id") for t in items if t.get("type") == "turn" and
+               (t.get("run") or {}).get("status") not in (None, "RUNNING", "PENDING")}
+    views = file_views(git, commit, run_ids, {r for r in settled if r})
     for item in items:
         if item.get("type") == "turn":
             # A sub-agent's result changed nothing here: its chips are the child's files.
