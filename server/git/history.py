@@ -203,6 +203,7 @@ class Listing:
     sums: dict[str, Totals] = field(default_factory=dict)
     # A folder each, the first ones taken from the listing this one was made from (a slice
     # of pointers, not a loop over its folders), the rest filled when asked for.
+    file_parts: list[tuple[ListedFile, ...]] = field(default_factory=list)
     message_parts: list[tuple[Any, ...]] = field(default_factory=list)
     sum_parts: dict[str, tuple[list[tuple[int, ...]], list[int]]] = field(default_factory=dict)
     _entries: Chunked[ListedFile] | None = None
@@ -210,7 +211,7 @@ class Listing:
     @property
     def entries(self) -> Chunked[ListedFile]:
         if self._entries is None:
-            self._entries = Chunked([f.files for f in self.folders], self.starts, self.count)
+            self._entries = Chunked(self.file_parts, self.starts, self.count)
         return self._entries
 
     def next_number(self) -> int:
@@ -294,6 +295,7 @@ def moved_listing(repo: pygit2.Repository, base: Listing | None, top: str,
     if base is not None:
         old = base.folders
         folders, new.starts = list(old[:keep]), base.starts[:keep]
+        new.file_parts = base.file_parts[:keep]
         new.message_parts = base.message_parts[:keep]
         new.sum_parts = {name: (local[:keep], bases[:keep])
                          for name, (local, bases) in base.sum_parts.items()}
@@ -309,6 +311,7 @@ def moved_listing(repo: pygit2.Repository, base: Listing | None, top: str,
         prior = old[k] if k < len(old) and old[k].path == path else None
         new.starts.append(count)
         folders.append(Folder(path, oid, tuple(files), prior))
+        new.file_parts.append(folders[-1].files)
         count += len(files)
     new.folders, new.count = tuple(folders), count
     return new
