@@ -21,7 +21,7 @@ from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, chain, islice
+from itertools import accumulate, chain
 from typing import Any, TypeVar, overload
 
 import pygit2
@@ -92,7 +92,15 @@ class Chunked(Sequence[T]):
             lo, hi, step = i.indices(self._len)
             if step != 1:
                 return [self[j] for j in range(lo, hi, step)]
-            return list(islice(iter(self), lo, hi)) if lo < hi else []
+            out: list[T] = []
+            if lo >= hi:
+                return out
+            k = bisect_right(self._starts, lo) - 1  # from the folder holding `lo`, not the first
+            at = lo - self._starts[k]
+            while len(out) < hi - lo:
+                out += self._parts[k][at:at + hi - lo - len(out)]
+                k, at = k + 1, 0
+            return out
         if i < 0:
             i += self._len
         if not 0 <= i < self._len:
