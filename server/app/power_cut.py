@@ -156,28 +156,51 @@ def repair_refs(git: GitSession) -> list[str]:
         if back is not None:
             ref.set_target(back, "braid: back to the last whole commit after a power cut")
             done.append(f"{name} was at a missing object: moved back to {back}")
-            for log_file in (git.common / "logs" / name, Path(repo.path) / "logs" / "HEAD"):
-                prune_reflog(repo, log_file)
         elif name != head_branch:
             ref.delete()
             done.append(f"{name} was at a missing object, none before it whole: removed")
         else:
             done.append(f"{name} (HEAD) is at a missing object and none before it is whole")
+    done += repair_reflogs(git, seen)
     return done
 
 
-def prune_reflog(repo: pygit2.Repository, path: Path) -> None:
-    """Drop the reflog lines naming a commit that is gone (`git fsck` reports them)."""
+def repair_reflogs(git: GitSession, seen: set[pygit2.Oid]) -> list[str]:
+    """Every reflog made whole again: reflogs are not synced, so a cut can bring back a
+    deleted branch's log (its ref's removal was synced, its log's was not) or keep a line
+    naming a commit a cut took, or one whose tree it took; `git fsck` reads every log. A
+    branch's log whose branch is gone is removed; elsewhere the lines naming a commit that is
+    not whole go."""
+    repo = git.repo
+    done: list[str] = []
+    logs = [git.common / "logs"] + [p / "logs" for p in (git.common / "worktrees").glob("*")]
+    for top in logs:
+        for folder, _, names in os.walk(top):
+            for name in names:
+                path = Path(folder) / name
+                ref = path.relative_to(top).as_posix()
+                if ref.startswith("refs/") and ref not in repo.references:
+                    path.unlink()
+                    sync_dir(path.parent)
+                    done.append(f"the log of {ref} was left after its branch went: removed")
+                elif prune_reflog(repo, path, seen):
+                    done.append(f"the log of {ref} named commits a cut took: pruned")
+    return done
+
+
+def prune_reflog(repo: pygit2.Repository, path: Path, seen: set[pygit2.Oid]) -> bool:
+    """Drop the reflog lines naming a commit that is not whole (`git fsck` reports them);
+    True when some went."""
     try:
         lines = path.read_bytes().splitlines(keepends=True)
     except FileNotFoundError:
-        return
+        return False
     zero = b"0" * 40
     kept = [line for line in lines
-            if all(oid == zero or pygit2.Oid(hex=oid.decode()) in repo
+            if all(oid == zero or _whole_hex(repo, oid, seen)
                    for oid in line.split(b" ", 2)[:2] if len(oid) == 40)]
     if len(kept) == len(lines):
-        return
+        return False
     tmp = path.with_name(path.name + ".braid-new")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
@@ -187,6 +210,14 @@ def prune_reflog(repo: pygit2.Repository, path: Path) -> None:
         os.close(fd)
     os.replace(tmp, path)
     sync_dir(path.parent)
+    return True
+
+
+def _whole_hex(repo: pygit2.Repository, oid: bytes, seen: set[pygit2.Oid]) -> bool:
+    try:
+        return whole(repo, pygit2.Oid(hex=oid.decode()), seen)
+    except ValueError:  # not an id: a torn line, dropped
+        return False
 
 
 def _log(ref: pygit2.Reference) -> list[pygit2.RefLogEntry]:
@@ -197,12 +228,14 @@ def _log(ref: pygit2.Reference) -> list[pygit2.RefLogEntry]:
 
 
 def whole(repo: pygit2.Repository, oid: pygit2.Oid, seen: set[pygit2.Oid]) -> bool:
-    """Whether commit `oid` and the `DEPTH` commits behind it are all there (see above)."""
+    """Whether commit `oid` and the `DEPTH` commits behind it are all there (see above).
+    `seen`: trees and commits found whole (a commit once found is not walked again: every
+    reflog line of a long session would walk the same 50 commits)."""
     todo = [(oid, 0)]
     commits: set[pygit2.Oid] = set()
     while todo:
         at, depth = todo.pop()
-        if at in commits:
+        if at in commits or at in seen:
             continue
         commits.add(at)
         try:
@@ -216,6 +249,7 @@ def whole(repo: pygit2.Repository, oid: pygit2.Oid, seen: set[pygit2.Oid]) -> bo
             return False
         if depth < DEPTH:
             todo += [(p, depth + 1) for p in commit.parent_ids]
+    seen.update(commits)
     return True
 
 
