@@ -6,7 +6,8 @@ cut. Then, before anything else is recovered, each session is checked for what a
 leave behind (what Braid syncs today never leaves it; an older Braid, a disk that lied, or
 another program's writes may): a ref at a commit whose objects are not all there is moved
 back along its reflog to the newest commit that is whole (a ref with none goes, unless HEAD
-is on it), and an index file that does not check out is removed (it is rebuilt from HEAD).
+is on it), every reflog is made whole (`repair_reflogs`: reflogs are not synced), and an
+index file that does not check out is removed (it is rebuilt from HEAD).
 Only the sessions written since the dead process started are looked at (`written_since`).
 After the intents are settled, each of them has its index brought in line with git
 (`reconcile`: a run committed but never indexed, as a kill between the two leaves, is
