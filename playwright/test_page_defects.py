@@ -2,7 +2,8 @@
 real server: a long answer that ends stays open where it is read; the demo's `say` keeps its
 line breaks; toasts do not pile up; a one-file turn has one Revert; the laptop's top bar keeps
 one line; a search result opened on a phone keeps the header in view; the phone's History
-sheet has a way out; Resume on an earlier interrupted turn keeps the turns after it."""
+sheet has a way out; Resume on an earlier interrupted turn keeps the turns after it, and is
+spent once used."""
 
 from __future__ import annotations
 
@@ -331,6 +332,53 @@ def test_resume_of_an_earlier_turn_keeps_the_later_ones(page: Page, server_facto
             timeout=TIMEOUT)
         expect(page.locator(".switcher")).to_have_count(0)
     finally:
+        srv.stop()
+
+
+def test_a_resumed_earlier_turn_offers_no_second_resume(page: Page, server_factory: Any,
+                                                        console_errors: Any) -> None:
+    """Once an earlier interrupted turn is resumed (a new run at the branch's end), its
+    ▶ Resume is gone: on this tab, on another tab open on the session (by the event the
+    resume publishes), after a reload mid-answer (the new run not yet committed) and after
+    one once it ended (read back from git). A second click used to start a second run."""
+    console_errors.allow_server_down()
+    srv, run_id, later = interrupted_mid_answer(page, server_factory)
+    sid = page.url.rsplit("/s/", 1)[1].split("?")[0].split("#")[0]
+    other = page.context.new_page()
+    try:
+        other.goto(f"{srv.base_url}/s/{sid}")
+        expect(other.locator("#conn")).to_have_attribute("data-state", "open", timeout=TIMEOUT)
+        resume = f"#turn-{run_id} .resume-btn"
+        expect(page.locator(resume)).to_have_count(1)
+        expect(other.locator(resume)).to_have_count(1)
+        page.locator(resume).click()
+        last = page.locator("#transcript > section.turn").last
+        expect(last).not_to_have_attribute("data-run-id", later, timeout=TIMEOUT)
+        expect(last.locator(".live")).to_contain_text("streamed", timeout=TIMEOUT)
+        new_run = str(last.get_attribute("data-run-id"))
+        assert new_run not in (run_id, later)
+        expect(page.locator(resume)).to_have_count(0)
+        expect(other.locator(f"#turn-{new_run}")).to_be_visible(timeout=TIMEOUT)
+        expect(other.locator(resume)).to_have_count(0)
+        expect(other.locator(f"#turn-{run_id}")).to_have_attribute("data-status",
+                                                                   "INTERRUPTED")
+        other.reload()  # mid-answer: the resuming run is live, nothing of it committed yet
+        expect(other.locator(f"#turn-{new_run} .live")).to_be_visible(timeout=TIMEOUT)
+        expect(other.locator(f"#turn-{run_id}")).to_be_visible()
+        expect(other.locator(resume)).to_have_count(0)
+        expect(last).to_have_attribute("data-status", "COMPLETED", timeout=60_000)
+        page.reload()  # read back from git
+        expect(page.locator(f"#turn-{new_run}")).to_have_attribute("data-status", "COMPLETED",
+                                                                   timeout=TIMEOUT)
+        expect(page.locator(f"#turn-{run_id}")).to_have_attribute("data-status",
+                                                                  "INTERRUPTED")
+        expect(page.locator(resume)).to_have_count(0)
+        expect(page.locator(".resume-btn")).to_have_count(0)
+        turns = page.locator("#transcript > section.turn")
+        ids = [turns.nth(i).get_attribute("data-run-id") for i in range(turns.count())]
+        assert ids == [run_id, later, new_run], ids  # one continuation, not two
+    finally:
+        other.close()
         srv.stop()
 
 

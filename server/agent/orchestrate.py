@@ -6,9 +6,10 @@ children branch from what the parent has done), then journals the call in the pa
 record (`spawn`: each child's label, prompt and branch, then its run id and status as it goes)
 before any branch is made, and writes that record again as each child starts and ends. The
 children run in parallel, at most `BRAID_SUBAGENTS_PARALLEL` at once, each a sub-agent on its
-own `sub_…` branch (made here) in its own worktree (`Services.run_child`: features/subagents.py,
-the one callback left: a child's turn is driven by turns.py, which calls this module); while
-they run the parent gives its turn slot back (`TurnGate.lend`). A child is refused past
+own `sub_…` branch (made here) in its own worktree (`run_child`, here), driven as any turn is:
+by the driver's own `launch` (turns.py), which the driver passes down with the call (it
+imports this module, so this one cannot import it); while they run the parent gives its
+turn slot back (`TurnGate.lend`). A child is refused past
 `BRAID_SUBAGENT_DEPTH` levels below the user's run, as a tool result the model reads.
 
 Stop and crash: a parent asked to stop stops its children (same reason) and records their
@@ -31,12 +32,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from server.agent.turn_context import TurnContext, checkpoint_event, commit_turn
+from server.agent.interrupted import recover_worktree
+from server.agent.live_runs import ActiveRun, claim_turn
+from server.agent.turn_changes import files_of
+from server.agent.turn_context import (
+    TurnContext,
+    checkpoint_event,
+    commit_turn,
+    open_turn,
+    resume_in_place,
+    write_pending_to_disk,
+)
 from server.base import crash, events
-from server.base.errors import BraidError
+from server.base.errors import BraidError, NotFound
 from server.base.ids import now_iso
 from server.base.records import (
     MessageRecord,
@@ -54,12 +68,22 @@ from server.git.branches import is_sub, sub_branch
 from server.git.commits import commit_message, first_parent_line
 from server.git.history import HISTORY, RUNS
 from server.git.merge3 import STRATEGIES, plan_merge, workdir_oid
-from server.git.session import GitSession
+from server.git.session import WORKTREES, GitSession
 from server.git.trees import empty_tree
+from server.git.workdir.scan import WORKDIR
 from server.store import atomic, journal
+from server.store.checkpoints import locate_run
+from server.store.layout import answer_of
+from server.store.session_store import SessionHandle
 
 if TYPE_CHECKING:
     from server.agent.services import Services
+
+    # How a turn is driven (turns.launch): a child runs as any turn does, by the driver's
+    # own function, handed down with the call.
+    Launch = Callable[[Services, SessionHandle, TurnContext, ActiveRun], Awaitable[ActiveRun]]
+
+log = logging.getLogger("braid.subagents")
 
 SPAWN = "spawn_sub_agents"
 MERGE = "merge_branches"
@@ -73,6 +97,7 @@ STOP_POLL = 0.05
 # stays on its branch): at most 800 characters each, 3,200 in all (at least 200 each), so
 # eight children's answers leave a small model's context room.
 ANSWER_CHARS, ANSWERS_CHARS, ANSWER_FLOOR = 800, 3200, 200
+RESULT_CHARS = 2000  # of a child's answer, kept with its result (the user's spawn's too)
 
 SPAWN_DESCRIPTION = (
     "Run up to 8 sub-agents in parallel, each on its own git branch and worktree that starts "
@@ -147,14 +172,15 @@ class ToolRefused(Exception):
 
 
 async def run_call(braid: Services, ctx: TurnContext, name: str, arguments: str,
-                   call_id: str) -> tuple[str, bool]:
-    """One call of either tool: (result text, is_error)."""
+                   call_id: str, launch: Launch) -> tuple[str, bool]:
+    """One call of either tool: (result text, is_error). `launch`: the driver's, that a
+    spawn's children are driven by."""
     try:
         args = json.loads(arguments or "{}")
         if not isinstance(args, dict):
             raise ToolRefused("arguments must be a JSON object")
         if name == SPAWN:
-            return await spawn(braid, ctx, args, call_id), False
+            return await spawn(braid, ctx, args, call_id, launch), False
         return await merge(braid, ctx, args), False
     except ToolRefused as e:
         return f"error: {e}", True
@@ -206,7 +232,8 @@ async def _write_record(ctx: TurnContext) -> None:
     await ctx.handle.call(lambda git: git.pending.write(rel, data))
 
 
-async def spawn(braid: Services, ctx: TurnContext, args: dict[str, Any], call_id: str) -> str:
+async def spawn(braid: Services, ctx: TurnContext, args: dict[str, Any], call_id: str,
+                launch: Launch) -> str:
     wanted = check_agents(args)
     depth = depth_of(ctx) + 1
     if depth > braid.settings.subagent_depth:
@@ -227,7 +254,7 @@ async def spawn(braid: Services, ctx: TurnContext, args: dict[str, Any], call_id
         raise ToolRefused(f"too many sub-agents: {refused}; do this work yourself, or spawn "
                           "fewer once some have ended")
     try:
-        return await _spawn(braid, ctx, wanted, call_id, depth)
+        return await _spawn(braid, ctx, wanted, call_id, depth, launch)
     finally:
         braid.runs.child_ended(ctx.handle.user_id, unfinished)
 
@@ -238,7 +265,7 @@ def root_run_of(ctx: TurnContext) -> str:
 
 
 async def _spawn(braid: Services, ctx: TurnContext, wanted: list[tuple[str, str]],
-                 call_id: str, depth: int) -> str:
+                 call_id: str, depth: int, launch: Launch) -> str:
     journal = ctx.run.get("spawn")
     if journal is None or journal["call_id"] != call_id:  # a new call, not a resumed one
         if ctx.changed:  # children branch from the files so far (messages need no commit)
@@ -259,7 +286,7 @@ async def _spawn(braid: Services, ctx: TurnContext, wanted: list[tuple[str, str]
     crash.at("spawn.after_branches")
     braid.bus.publish(ctx.handle.session_id,
                       events.dag_changed(branch=str(ctx.run.get("branch") or "")))
-    if await _run_children(braid, ctx, journal, depth) == "shutdown":
+    if await _run_children(braid, ctx, journal, depth, launch) == "shutdown":
         # The server is stopping: no result, so resuming the run resumes the children.
         raise ServerStopping("the server stopped while the sub-agents ran")
     crash.at("spawn.before_result")
@@ -334,8 +361,9 @@ class _Children:
     """The children of one call going to their end; a stop of the parent reaches them."""
 
     def __init__(self, braid: Services, ctx: TurnContext, journal: SpawnJournal,
-                 depth: int) -> None:
+                 depth: int, launch: Launch) -> None:
         self.braid, self.ctx, self.journal, self.depth = braid, ctx, journal, depth
+        self.launch = launch
         self.slots = asyncio.Semaphore(max(1, braid.settings.subagents_parallel))
         self.stopped: list[str] = []  # the parent's stop reason, once asked
         self.saving = asyncio.Lock()
@@ -359,7 +387,8 @@ class _Children:
                 await self.save()
 
             fields = _fields(self.ctx, self.journal, child, self.depth)
-            child.update(await self.braid.run_child(self.ctx.handle, child, fields, started))
+            child.update(await run_child(self.braid, self.ctx.handle, child, fields, started,
+                                         self.launch))
             if child.get("status") != "INTERRUPTED":  # a stopping server writes no more
                 await self.save()
                 crash.at("spawn.after_child")
@@ -380,10 +409,10 @@ class _Children:
 
 
 async def _run_children(braid: Services, ctx: TurnContext, journal: SpawnJournal,
-                        depth: int) -> str | None:
+                        depth: int, launch: Launch) -> str | None:
     """Every unfinished child to its end, at most BRAID_SUBAGENTS_PARALLEL at once; a stop
     of the parent is passed on to them. Returns the parent's stop reason, if it stopped."""
-    children = _Children(braid, ctx, journal, depth)
+    children = _Children(braid, ctx, journal, depth, launch)
     watcher = asyncio.create_task(children.watch())
     try:
         async with braid.turn_gate.lend():  # children need turn slots; the parent waits
@@ -391,6 +420,108 @@ async def _run_children(braid: Services, ctx: TurnContext, journal: SpawnJournal
     finally:
         watcher.cancel()
     return children.stopped[0] if children.stopped else None
+
+
+# -- one child, on its own worktree -------------------------------------------------------
+
+
+def add_child_worktree(git: GitSession, branch: str) -> Path:
+    """On the session's own thread: the child's branch checked out under `_worktrees/` (one a
+    dead process left is recovered first: its files committed, nothing lost)."""
+    if branch in git.repo.list_worktrees():
+        recover_worktree(git, branch)
+    path = git.path / WORKTREES / branch
+    path.parent.mkdir(exist_ok=True)
+    ref = lookup.reference(git.repo, f"refs/heads/{branch}")
+    if ref is None:
+        raise NotFound(f"no branch {branch}")
+    git.repo.add_worktree(branch, str(path), ref)
+    (path / WORKDIR).mkdir(exist_ok=True)  # git keeps no empty folders
+    return path
+
+
+def resume_child_turn(git: GitSession, handle: SessionHandle, run_id: str) -> TurnContext:
+    """On the child's worktree: its INTERRUPTED run going on in place, as `continue_run`
+    resumes one (its messages kept, its record RUNNING again)."""
+    view = locate_run(git, run_id)
+    ctx = resume_in_place(git, handle, view, len(view.messages))
+    write_pending_to_disk(git, ctx)
+    return ctx
+
+
+def close_worktree(git: GitSession, branch: str) -> str:
+    """A sub-agent's worktree removed, its branch kept: returns the branch's tip."""
+    git.remove_worktree(branch)
+    return str(git.branch_tip(branch))
+
+
+async def run_child(braid: Services, parent: SessionHandle, child: SpawnChild,
+                    fields: RunFields, started: Callable[[str], Awaitable[None]],
+                    launch: Launch) -> SpawnChild:
+    """Run one child the model spawned to its end, on its branch (made already) in its own
+    worktree: a fresh turn holding only its prompt, or its INTERRUPTED run resumed (a
+    `run_id` in `child`), driven by `launch`. Its result goes back to the caller (the
+    parent's tool call), not into the parent's history. `started(run_id)` is awaited once
+    the child's run exists."""
+    sid, branch = parent.session_id, child["branch"]
+    root = braid.store.get(sid)
+    info = fields.get("sub_agent") or {}
+    handle: SessionHandle | None = None
+    in_use = braid.runs.worktrees(sid)
+    in_use.add(branch)  # before the worktree is made: no spawn prunes it from now on
+    async with claim_turn(braid.locks, braid.runs, sid, branch) as active:
+        try:
+            path = await root.call(lambda git: add_child_worktree(git, branch))
+            handle = SessionHandle(sid, path)
+            resume = child.get("run_id")
+            made = handle
+            ctx = await handle.call(
+                (lambda git: resume_child_turn(git, made, resume)) if resume
+                else (lambda git: open_turn(git, made, child["prompt"], fields, fresh=True)))
+            braid.bus.publish(sid, events.sub_agent_started(
+                ctx.run_id, branch, child["label"], child["prompt"],
+                str(info.get("parent_turn_id")), str(info.get("parent_branch")),
+                spawn={"parent_run_id": fields.get("parent_run_id"),
+                       "call_id": info.get("call_id"), "depth": info.get("depth"),
+                       "resumed": bool(resume)}))
+            await launch(braid, handle, ctx, active)
+        except BaseException:
+            if handle is not None:
+                handle.close()
+            try:
+                await root.call(lambda git: git.remove_worktree(branch))
+            finally:
+                braid.runs.worktree_done(sid, branch)
+            raise
+    # Journaled while the child's first model call goes out (a kill before this: the resumed
+    # spawn finds the run by its branch, `_found_runs`).
+    await started(ctx.run_id)
+    await active.done.wait()
+    await braid.mcp.stop_workdir(handle.path / WORKDIR)  # its MCP servers end with it
+    await handle.call(lambda git: None)  # after the turn's last index flush
+    handle.close()
+    out: SpawnChild = {**child, "run_id": ctx.run_id, "status": str(ctx.run["status"]),
+                       "final_text": answer_of(ctx.messages)[:RESULT_CHARS],
+                       "error": ctx.run.get("error"), "usage": {**ctx.run.get("usage", {})}}
+    try:
+        try:  # the worktree goes at once; the branch stays (DESIGN §4 "Sub-agents")
+            out["commit_id"] = await root.call(lambda git: close_worktree(git, branch))
+        finally:
+            braid.runs.worktree_done(sid, branch)
+        out["files"] = await root.call(lambda git: files_of(git, ctx.run_id, branch))
+    except RuntimeError:  # the session's thread is gone: the server is stopping
+        log.warning("sub-agent %s ended while the server stopped", branch)
+        return out
+    braid.bus.publish(sid, events.sub_agent_done(
+        {"branch": branch, "label": child["label"], "run_id": ctx.run_id,
+         "status": out["status"], "final_text": out["final_text"], "error": out["error"],
+         "commit_id": out.get("commit_id"), "parent_branch": str(info.get("parent_branch")),
+         "parent_turn_id": str(info.get("parent_turn_id")), "files": out.get("files") or []},
+        spawn={"parent_run_id": fields.get("parent_run_id"), "call_id": info.get("call_id"),
+               "depth": info.get("depth"), "resumed": bool(resume)},
+        usage=out["usage"]))
+    braid.bus.publish(sid, events.dag_changed(branch=branch))
+    return out
 
 
 # -- merge_branches -----------------------------------------------------------------------

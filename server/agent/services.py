@@ -8,14 +8,12 @@ Read-only properties: a `Braid` whose `index` is SQLite's or PostgreSQL's fits a
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
 from server.agent.live_runs import RunRegistry, TurnGate
 from server.agent.mcp_servers.pool import McpPool
 from server.base.events import EventBus
-from server.base.records import RunFields, SpawnChild
 from server.base.results import RunStatus
 from server.base.settings import Settings
 from server.git.packing import Packer
@@ -24,7 +22,7 @@ from server.store.index import SessionIndex
 from server.store.locks import BranchLocks
 from server.store.queue import MessageQueue
 from server.store.search import MessageSearch
-from server.store.session_store import SessionHandle, SessionStore
+from server.store.session_store import SessionStore
 from server.store.users import UserStore
 
 
@@ -69,8 +67,3 @@ class Services(Protocol):
     def queue(self) -> MessageQueue: ...
     @property
     def mcp(self) -> McpPool: ...
-
-    # The model's own sub-agents (agent/orchestrate.py) run as turns of their own, driven by
-    # turns.py, which calls orchestrate.py: this one step is handed over (features/subagents.py).
-    async def run_child(self, parent: SessionHandle, child: SpawnChild, fields: RunFields,
-                        started: Callable[[str], Awaitable[None]]) -> SpawnChild: ...

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal
 
 from server.agent.compaction import instructions
@@ -28,7 +29,7 @@ from server.base.records import (
     new_run,
     to_json_bytes,
 )
-from server.git.history import history_path
+from server.git.history import RUNS, history_path
 from server.git.session import Change, GitSession
 from server.git.workdir.scan import WORKDIR, why_left_out
 from server.git.workdir.staging import DISK
@@ -161,11 +162,33 @@ def turn_context(git: GitSession, handle: SessionHandle, run: RunRecord, run_fil
     (default: the branch's next), all read at `at` (default HEAD)."""
     sums = None
     if prior is None:
-        prior, sums = layout.messages(git, at), layout.window_sums(git, at)
+        prior, sums = branch_prior(git, at)
     return TurnContext(handle=handle, run=run, run_file=run_file, prior=prior,
                        messages=messages if messages is not None else [],
                        next_seq=next_seq if next_seq is not None else layout.next_seq(git, at),
                        prior_sums=sums, legacy=layout.is_legacy(git, at))
+
+
+def sent_once(prior: list[MessageRecord], copies: Iterable[MessageRecord] = ()
+              ) -> list[MessageRecord]:
+    """`prior` without the messages a copy stands for, later on the branch or in `copies`
+    (a run resumed at the branch's end opens with copies of the interrupted run's: the
+    model is sent that conversation once, where it goes on). `prior` itself when no copy
+    stands for any of its messages (a fork's copies' sources are on another branch)."""
+    copied = {m["copied_from"] for m in chain(prior, copies) if m.get("copied_from")}
+    if not copied or not any(m["id"] in copied for m in prior):
+        return prior
+    return [m for m in prior if m["id"] not in copied]
+
+
+def branch_prior(git: GitSession, at: pygit2.Commit | None = None
+                 ) -> tuple[list[MessageRecord], context.Sums]:
+    """The branch's messages at `at` (default HEAD) as a turn on it sends them
+    (`sent_once`), with their running totals: the listing's own when nothing is left out."""
+    listed = layout.messages(git, at)
+    kept = sent_once(listed)
+    return (listed, layout.window_sums(git, at)) if kept is listed else \
+        (kept, context.sums_of(kept))
 
 
 def resume_in_place(git: GitSession, handle: SessionHandle, view: RunOnBranch,
@@ -186,6 +209,11 @@ def write_pending_to_disk(git: GitSession, ctx: TurnContext) -> None:
     ctx.run["message_count"] = len(ctx.messages)
     files = dict(ctx.pending)
     files[ctx.run_file] = to_json_bytes(ctx.run)
+    # Another run's record (the one a resume at the branch's end marks as resumed by this
+    # run) goes after this run's own: a kill between them leaves no mark naming a run that
+    # is not on disk, so the earlier run can still be resumed.
+    for rel in [r for r in files if r.startswith(f"{RUNS}/") and r != ctx.run_file]:
+        files[rel] = files.pop(rel)
     for rel, data in files.items():
         # Atomic (a kill leaves no half record); history/ and runs/ files go to the pending
         # folder (staging.py: they are never on disk in the working tree).

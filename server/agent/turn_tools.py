@@ -28,6 +28,7 @@ from server.model.stream import Reply
 from server.store.backups import BackupStore
 
 if TYPE_CHECKING:
+    from server.agent.orchestrate import Launch
     from server.agent.services import Services
 
 log = logging.getLogger("braid")
@@ -43,15 +44,17 @@ class ToolOutcome:
     changed: list[str]
 
 
-async def tool_step(braid: Services, ctx: TurnContext, call: ToolCall) -> MessageRecord:
+async def tool_step(braid: Services, ctx: TurnContext, call: ToolCall,
+                    launch: Launch) -> MessageRecord:
     """Run one tool call and record its result message. The work goes on in its own task: a
     cancel stops the turn here, and `settle_inflight` takes the call's result before the
     turn's last commit (a shell command is killed meanwhile; a file tool has written).
-    A call the session's approvals hold waits for the user first (approvals.py)."""
+    A call the session's approvals hold waits for the user first (approvals.py). `launch`:
+    the driver's own (turns.py), that drives the children a `spawn_sub_agents` call runs."""
     denied = await approvals.gate(braid, ctx, call)
     if denied is not None:
         return record_tool(ctx, call, ToolOutcome(denied, True, []))
-    work = asyncio.ensure_future(run_tool(braid, ctx, call))
+    work = asyncio.ensure_future(run_tool(braid, ctx, call, launch))
     try:
         outcome = await asyncio.shield(work)
     except asyncio.CancelledError:
@@ -75,7 +78,8 @@ async def settle_inflight(ctx: TurnContext) -> None:
     record_tool(ctx, call, outcome)
 
 
-async def run_tool(braid: Services, ctx: TurnContext, call: ToolCall) -> ToolOutcome:
+async def run_tool(braid: Services, ctx: TurnContext, call: ToolCall,
+                   launch: Launch) -> ToolOutcome:
     """One tool call: a file tool on the session thread (it writes files and backs them up);
     a shell command on a thread of its own, then one look at what it changed on the
     session thread. Reads the turn's state; never writes it."""
@@ -88,7 +92,8 @@ async def run_tool(braid: Services, ctx: TurnContext, call: ToolCall) -> ToolOut
         if bad_args:
             return ToolOutcome(bad_args, True, [])
         content, is_error = await orchestrate.run_call(
-            braid, ctx, name, str(fn.get("arguments") or "{}"), str(call.get("id") or ""))
+            braid, ctx, name, str(fn.get("arguments") or "{}"), str(call.get("id") or ""),
+            launch)
         return ToolOutcome(content, is_error, [])
     if name in (braid.store.get(handle.session_id).meta.get("tools_off") or ()):
         return ToolOutcome(f"error: the tool {name} is switched off in this session", True, [])

@@ -348,7 +348,7 @@ async def _answer_resumed_calls(braid: Services, ctx: TurnContext) -> None:
     if not open_calls:
         return
     for call in open_calls:
-        result = await tool_step(braid, ctx, call)
+        result = await tool_step(braid, ctx, call, launch)
         braid.bus.publish(ctx.handle.session_id, events.tool_result(ctx.run_id, result))
     await _checkpoint_event(braid, ctx, "tool-batch", "Tools resumed")
 
@@ -362,7 +362,7 @@ async def _tool_batch(braid: Services, ctx: TurnContext, reply: Any, msg_id: str
     for call in reply.tool_calls:
         braid.bus.publish(sid, events.tool_call(ctx.run_id, call, msg_id, branch=tag))
     for call in reply.tool_calls:
-        result = await tool_step(braid, ctx, call)
+        result = await tool_step(braid, ctx, call, launch)
         braid.bus.publish(sid, events.tool_result(ctx.run_id, result, branch=tag))
         if mode == "tools":
             await _checkpoint_event(braid, ctx, "tool-batch", "Tool call")

@@ -7,7 +7,6 @@ import asyncio
 import logging
 import os
 import platform
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from server.agent.live_runs import ActiveRun, TurnGate
@@ -22,13 +21,12 @@ from server.app.memory import give_back_memory, limit_arenas
 from server.backends.choose import make_index, make_queue, make_search, make_team, make_users
 from server.base import memo
 from server.base.pools import IdlingThreadPool
-from server.base.records import RunFields, SpawnChild
 from server.base.settings import Settings
-from server.features import queue, subagents
+from server.features import queue
 from server.git.packing import Packer
 from server.model.client import ModelClient
 from server.store.locks import BranchLocks
-from server.store.session_store import SessionHandle, SessionStore
+from server.store.session_store import SessionStore
 from server.store.users import DEFAULT_USER, new_token
 
 log = logging.getLogger("braid")
@@ -185,12 +183,6 @@ class Braid:
                 await asyncio.to_thread(give_back_memory)
             else:
                 again = 0
-
-    # -- the model's sub-agents (agent.services.Services; agent/orchestrate.py) --
-
-    async def run_child(self, parent: SessionHandle, child: SpawnChild, fields: RunFields,
-                        started: Callable[[str], Awaitable[None]]) -> SpawnChild:
-        return await subagents.run_model_child(self, parent, child, fields, started)
 
     async def stop(self) -> None:
         if self._reaper is not None:

@@ -20,6 +20,7 @@ class ErrorDetails(TypedDict, total=False):
     actions: list[str]  # the socket's actions (an unknown one was asked for)
     message_count: int
     paths: list[str]  # the files of a per-file revert (its conflicts, or the unknown ones)
+    resumed_by_run_id: str  # the run that already went on with a run resumed again
 
 
 class ErrorInfo(TypedDict):

@@ -220,6 +220,9 @@ class RunRecord(TypedDict):
     messages: NotRequired[list[MessageRecord]]  # a legacy record's own messages
     resumed_from_message_index: NotRequired[int]
     resumes_run_id: NotRequired[str]  # an earlier interrupted run this one goes on with
+    # The run that went on with this one at the branch's end: its Resume is spent. Written
+    # with that run's first files (its pending ones, then its first checkpoint).
+    resumed_by_run_id: NotRequired[str]
     regenerated_by: NotRequired[str]
     reverted_at: NotRequired[str]
     revert_forced: NotRequired[bool]

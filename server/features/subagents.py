@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,14 +23,12 @@ from typing import TYPE_CHECKING
 
 from server.agent.interrupted import prune_worktrees, recover_worktree
 from server.agent.live_runs import ActiveRun, claim_turn
-from server.agent.orchestrate import make_sub_branch
+from server.agent.orchestrate import RESULT_CHARS, close_worktree, make_sub_branch
 from server.agent.turn_changes import files_of
 from server.agent.turn_context import (
     TurnContext,
     open_turn,
-    resume_in_place,
     snapshot_user_edits,
-    write_pending_to_disk,
 )
 from server.agent.turns import launch
 from server.base import crash, events
@@ -39,7 +36,6 @@ from server.base.errors import BadRequest, Busy, Conflict, NotFound, TooMany
 from server.base.ids import new_message_id, now_iso
 from server.base.records import (
     RunFields,
-    SpawnChild,
     new_message,
     new_run,
     to_json_bytes,
@@ -50,7 +46,6 @@ from server.git.branches import clean_label, is_sub, sub_branch
 from server.git.session import WORKTREES, GitSession
 from server.git.workdir.scan import WORKDIR
 from server.store import journal, layout
-from server.store.checkpoints import locate_run
 from server.store.layout import answer_of
 from server.store.search import run_rows
 from server.store.session_store import SessionHandle
@@ -59,7 +54,6 @@ if TYPE_CHECKING:
     from server.agent.services import Services
 
 log = logging.getLogger("braid.subagents")
-RESULT_CHARS = 2000
 _FINISHING: set[asyncio.Task[SubAgentResult]] = set()
 
 
@@ -212,7 +206,7 @@ async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> SubAgen
         "parent_turn_id": spawn.parent_turn_id}
     try:
         try:
-            result["commit_id"] = await handle.call(lambda git: _close_worktree(git, branch))
+            result["commit_id"] = await handle.call(lambda git: close_worktree(git, branch))
         finally:
             braid.runs.worktree_done(sid, branch)
             braid.runs.child_ended(handle.user_id)
@@ -235,106 +229,6 @@ async def _finish(spawn: _Spawn, ctx: TurnContext, active: ActiveRun) -> SubAgen
     except RuntimeError:  # the session's thread is gone: the server is stopping
         log.warning("sub-agent %s ended while the server stopped", branch)
     return result
-
-
-def _close_worktree(git: GitSession, branch: str) -> str:
-    git.remove_worktree(branch)
-    return str(git.branch_tip(branch))
-
-
-# -- children the model spawns (agent/orchestrate.py drives them) -------------------------
-
-
-def add_child_worktree(git: GitSession, branch: str) -> Path:
-    """On the session's own thread: the child's branch checked out under `_worktrees/` (one a
-    dead process left is recovered first: its files committed, nothing lost)."""
-    if branch in git.repo.list_worktrees():
-        recover_worktree(git, branch)
-    path = git.path / WORKTREES / branch
-    path.parent.mkdir(exist_ok=True)
-    ref = lookup.reference(git.repo, f"refs/heads/{branch}")
-    if ref is None:
-        raise NotFound(f"no branch {branch}")
-    git.repo.add_worktree(branch, str(path), ref)
-    (path / WORKDIR).mkdir(exist_ok=True)  # git keeps no empty folders
-    return path
-
-
-def resume_child_turn(git: GitSession, handle: SessionHandle, run_id: str) -> TurnContext:
-    """On the child's worktree: its INTERRUPTED run going on in place, as `continue_run`
-    resumes one (its messages kept, its record RUNNING again)."""
-    view = locate_run(git, run_id)
-    ctx = resume_in_place(git, handle, view, len(view.messages))
-    write_pending_to_disk(git, ctx)
-    return ctx
-
-
-async def run_model_child(braid: Services, parent: SessionHandle, child: SpawnChild,
-                          fields: RunFields, started: Callable[[str], Awaitable[None]]
-                          ) -> SpawnChild:
-    """Run one child the model spawned to its end, on its branch (made already) in its own
-    worktree: a fresh turn holding only its prompt, or its INTERRUPTED run resumed (a
-    `run_id` in `child`). Its result goes back to the caller (the parent's tool call), not
-    into the parent's history. `started(run_id)` is awaited once the child's run exists."""
-    sid, branch = parent.session_id, child["branch"]
-    root = braid.store.get(sid)
-    info = fields.get("sub_agent") or {}
-    handle: SessionHandle | None = None
-    in_use = braid.runs.worktrees(sid)
-    in_use.add(branch)  # before the worktree is made: no spawn prunes it from now on
-    async with claim_turn(braid.locks, braid.runs, sid, branch) as active:
-        try:
-            path = await root.call(lambda git: add_child_worktree(git, branch))
-            handle = SessionHandle(sid, path)
-            resume = child.get("run_id")
-            made = handle
-            ctx = await handle.call(
-                (lambda git: resume_child_turn(git, made, resume)) if resume
-                else (lambda git: open_turn(git, made, child["prompt"], fields, fresh=True)))
-            braid.bus.publish(sid, events.sub_agent_started(
-                ctx.run_id, branch, child["label"], child["prompt"],
-                str(info.get("parent_turn_id")), str(info.get("parent_branch")),
-                spawn={"parent_run_id": fields.get("parent_run_id"),
-                       "call_id": info.get("call_id"), "depth": info.get("depth"),
-                       "resumed": bool(resume)}))
-            await launch(braid, handle, ctx, active)
-        except BaseException:
-            if handle is not None:
-                handle.close()
-            try:
-                await root.call(lambda git: git.remove_worktree(branch))
-            finally:
-                braid.runs.worktree_done(sid, branch)
-            raise
-    # Journaled while the child's first model call goes out (a kill before this: the resumed
-    # spawn finds the run by its branch, orchestrate.py).
-    await started(ctx.run_id)
-    await active.done.wait()
-    await braid.mcp.stop_workdir(handle.path / WORKDIR)  # its MCP servers end with it
-    await handle.call(lambda git: None)  # after the turn's last index flush
-    handle.close()
-    out: SpawnChild = {**child, "run_id": ctx.run_id, "status": str(ctx.run["status"]),
-                       "final_text": answer_of(ctx.messages)[:RESULT_CHARS],
-                       "error": ctx.run.get("error"), "usage": {**ctx.run.get("usage", {})}}
-    try:
-        try:  # the worktree goes at once; the branch stays (DESIGN §4 "Sub-agents")
-            out["commit_id"] = await root.call(lambda git: _close_worktree(git, branch))
-        finally:
-            braid.runs.worktree_done(sid, branch)
-        out["files"] = await root.call(lambda git: files_of(git, ctx.run_id, branch))
-    except RuntimeError:  # the session's thread is gone: the server is stopping
-        log.warning("sub-agent %s ended while the server stopped", branch)
-        return out
-    braid.bus.publish(sid, events.sub_agent_done(
-        {"branch": branch, "label": child["label"], "run_id": ctx.run_id,
-         "status": out["status"], "final_text": out["final_text"], "error": out["error"],
-         "commit_id": out.get("commit_id"), "parent_branch": str(info.get("parent_branch")),
-         "parent_turn_id": str(info.get("parent_turn_id")), "files": out.get("files") or []},
-        spawn={"parent_run_id": fields.get("parent_run_id"), "call_id": info.get("call_id"),
-               "depth": info.get("depth"), "resumed": bool(resume)},
-        usage=out["usage"]))
-    braid.bus.publish(sid, events.dag_changed(branch=branch))
-    return out
 
 
 # -- a finished child's branch, removed from the page -------------------------------------

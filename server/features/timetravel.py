@@ -29,6 +29,7 @@ from server.agent.turn_context import (
     TurnContext,
     add_message,
     resume_in_place,
+    sent_once,
     snapshot_user_edits,
     turn_context,
     write_pending_to_disk,
@@ -65,6 +66,19 @@ if TYPE_CHECKING:
     from server.store.session_store import SessionHandle
 
 RESUMABLE = frozenset({"ERROR", "INTERRUPTED"})
+
+
+class AlreadyResumed(Conflict):
+    """A resume of a run another run already goes on with (a resume at the branch's end:
+    the run's record names it, `resumed_by_run_id`): a second would answer the same
+    message twice. Nothing changes; a fork or Regenerate still may."""
+
+    code = "already_resumed"
+
+    def __init__(self, run_id: str, resumed_by_run_id: str) -> None:
+        super().__init__(f"run {run_id} was already resumed, by run {resumed_by_run_id}: "
+                         "its answer goes on there", {"resumed_by_run_id": resumed_by_run_id,
+                                                      "turn_id": run_id})
 
 
 @dataclass(frozen=True)
@@ -120,6 +134,9 @@ def plan_continue(git: GitSession, run_id: str, options: Options, new_run_id: st
     # only (its journal is the run's).
     resumed = (status in RESUMABLE or status == "RUNNING") and not options.fork \
         and not options.regenerate and k == len(messages)
+    resumed_by = view.record.get("resumed_by_run_id")
+    if resumed and resumed_by:
+        raise AlreadyResumed(run_id, resumed_by)
     in_place = resumed and ends_branch
     at_end = resumed and not ends_branch and not orchestrate.open_calls(messages)
     branch = view.branch if in_place or at_end else run_branch(new_run_id)
@@ -216,14 +233,23 @@ def _fork_keeping_files(git: GitSession, view: RunOnBranch, branch: str,
 def _resume_at_end(git: GitSession, handle: SessionHandle, view: RunOnBranch, plan: Plan
                    ) -> TurnContext:
     """A new run at the end of the interrupted run's branch that goes on with it: copies of
-    its messages (the user's, the answer so far) open it, the turns after it stay."""
+    its messages (the user's, the answer so far) open it, the turns after it stay. The
+    interrupted run's record is marked `resumed_by_run_id` in the same pending files and
+    first checkpoint as the new run's (write_pending_to_disk: after it), so its Resume is
+    spent exactly when the new run is on disk."""
     if git.branch != view.branch:
         atomic.checkout(git, view.branch)
     record = new_run(plan.new_run_id, handle.session_id, view.branch)
     record["resumes_run_id"] = view.run_id
-    ctx = turn_context(git, handle, record, layout.new_run_path(git, plan.new_run_id))
-    for copy in _copies(view.messages, plan.new_run_id):
+    marked: RunRecord = {**view.record, "resumed_by_run_id": plan.new_run_id}
+    copies = _copies(view.messages, plan.new_run_id)
+    # The model is sent the interrupted run's messages once: as the copies, at the end.
+    prior = sent_once(layout.messages(git), copies)
+    ctx = turn_context(git, handle, record, layout.new_run_path(git, plan.new_run_id),
+                       prior=prior)
+    for copy in copies:
         add_message(ctx, copy)
+    ctx.pending[view.record_path] = to_json_bytes(marked)
     return ctx
 
 
@@ -267,6 +293,10 @@ async def continue_run(
     sid = handle.session_id
     if braid.runs.find(sid, run_id):
         raise Busy(f"run {run_id} is still going on")
+    if options.continue_from == "end" and not (options.fork or options.regenerate):
+        for active in braid.runs.for_session(sid):  # going on with it, not yet committed
+            if active.ctx is not None and active.ctx.run.get("resumes_run_id") == run_id:
+                raise AlreadyResumed(run_id, active.ctx.run_id)
     new_id = new_message_id()
     plan = await handle.call(lambda git: plan_continue(git, run_id, options, new_id))
     # Continuing switches the session's one workdir to the run's branch: nothing else may run.

@@ -20,7 +20,7 @@ from server.web.render.fragments import turn_from_event
 from server.web.render.frames import HtmlRenderer
 from server.web.render.names import load_names
 from server.web.render.templating import render
-from server.web.render.turn_view import attach_children, card_of_run
+from server.web.render.turn_view import attach_children, card_of_run, resumed_by
 
 
 class LiveTurn(TypedDict):
@@ -81,6 +81,10 @@ def merge_live(view: Transcript, live: list[LiveTurn], branch: str) -> Transcrip
         return view
     ids = {item["run_id"] for item in shown}
     turns = [t for t in view["turns"] if t.get("run_id") not in ids]
+    for item in shown:  # a resume at the branch's end before its first checkpoint
+        source = item["run"].get("resumes_run_id")
+        if source:
+            resumed_by(turns, str(source), item["run_id"])
     return {**view, "turns": turns + [live_turn(item) for item in shown]}
 
 

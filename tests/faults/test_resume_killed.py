@@ -1,7 +1,8 @@
 """kill -9 inside a Resume that goes on at the branch's end (a failed run with a turn after
 it, features/timetravel.py `_resume_at_end`): at the model call and at the last commit. The
 restart keeps every turn, the later one's file included, on the one branch, the resuming run
-committed with its copies of the failed run's messages; the invariants of the crash matrix
+committed with its copies of the failed run's messages and the failed run marked as resumed
+by it (a second Resume of it refused); the invariants of the crash matrix
 hold and the session is usable."""
 
 from __future__ import annotations
@@ -63,6 +64,15 @@ def test_a_resume_at_the_end_killed_keeps_every_turn(template: tuple[Path, str, 
         [resumed] = [r for r in runs.values() if r.get("resumes_run_id") == failed]
         assert resumed["status"] == "INTERRUPTED", resumed
         assert resumed["branch"] == "main"
+        # The failed run's Resume is spent in the same commit, and refused again; the
+        # resuming run goes on in place.
+        assert runs[failed]["resumed_by_run_id"] == resumed["run_id"]
+        ws = srv.socket(sid)
+        again = ws.call("continue_run", run_id=failed)
+        assert again["type"] == "error" and again["error"]["code"] == "already_resumed", again
+        assert again["error"]["details"]["resumed_by_run_id"] == resumed["run_id"]
+        ws.close()
+        check_repo(repo)
         use_session(srv, sid)
         check_repo(repo)
     finally:

@@ -17,6 +17,8 @@ from server.app.reindex import reindex
 from server.base.errors import BadRequest, Busy, NotFound
 from server.features import sessions, timetravel
 from server.store.users import DEFAULT_USER
+from server.web.errors import error_frame, status_of
+from tests.model_replay import Answer, ReplayServer, error, sse, text_stream
 
 USER = DEFAULT_USER
 MakeBraid = Callable[..., Awaitable[Braid]]
@@ -273,6 +275,45 @@ async def test_resuming_a_failed_run_turns_came_after_goes_on_at_the_branch_end(
     assert_fsck(path)
 
 
+async def test_a_run_resumed_at_the_end_is_not_resumed_twice(braid: Braid) -> None:
+    """A Resume is spent once a run at the branch's end goes on with the run: its record
+    names that run (committed with it, checked with git), and a second Resume is refused
+    with `already_resumed` (409), live or committed, changing nothing; a fork still may."""
+    sid, path = await new_session(braid)
+    failed = await run_turn(braid, sid, "fail boom")
+    await run_turn(braid, sid, "say later")
+    queue = braid.bus.subscribe(sid)
+    started = await timetravel.continue_run(braid, USER, sid, failed["run_id"],
+                                            input="slow 150\nsay a b c d e f")
+    await next_event(queue, "message_delta")
+    # Going on, not yet committed: refused all the same.
+    with pytest.raises(timetravel.AlreadyResumed) as live:
+        await timetravel.continue_run(braid, USER, sid, failed["run_id"])
+    assert live.value.details == {"resumed_by_run_id": started["run_id"],
+                                  "turn_id": failed["run_id"]}
+    await next_event(queue, "run_completed")
+    assert record_at(path, "main", failed["run_id"])["resumed_by_run_id"] == started["run_id"]
+    assert record_at(path, "main", failed["run_id"])["status"] == "ERROR"
+    tip, log = branches(path), git(path, "log", "--format=%H", "main")
+    turns_before = (await sessions.transcript(braid, USER, sid))["turns"]
+    with pytest.raises(timetravel.AlreadyResumed) as done:
+        await cont(braid, sid, failed["run_id"], input="say once more")
+    error = done.value
+    assert error.code == "already_resumed" and status_of(error) == 409
+    assert started["run_id"] in error.message
+    assert error_frame("continue_run", 7, error)["error"]["code"] == "already_resumed"
+    # Through the action as the socket parses it, too.
+    with pytest.raises(timetravel.AlreadyResumed):
+        await call_action(braid, USER, sid, "continue_run", run_id=failed["run_id"])
+    assert branches(path) == tip and git(path, "log", "--format=%H", "main") == log
+    assert (await sessions.transcript(braid, USER, sid))["turns"] == turns_before
+    assert braid.runs.for_session(sid) == []
+    # A fork of it is another thing: still allowed.
+    fork = await cont(braid, sid, failed["run_id"], fork=True, input="say forked")
+    assert fork["forked"] is True and fork["status"] == "COMPLETED"
+    assert_fsck(path)
+
+
 @pytest.mark.slow
 async def test_an_interrupted_run_resumes_in_place(make_braid: MakeBraid, tmp_path: Path
                                                    ) -> None:
@@ -363,3 +404,59 @@ async def test_continuing_while_a_run_goes_on_is_busy(braid: Braid) -> None:
     assert [r["run_id"] for r in runs] == [done["run_id"], live]
     # Once the run is over, the same call goes through.
     assert (await cont(braid, sid, done["run_id"], input="say now"))["forked"] is True
+
+
+# ------------------------------------------------------------- what a resume sends the model
+
+
+def _sent(request: dict[str, Any]) -> list[tuple[str, str]]:
+    """A request's conversation as (role, content), its system messages left out."""
+    return [(m["role"], m.get("content") or "") for m in request["messages"]
+            if m["role"] != "system"]
+
+
+def _write_call(path: str, content: str) -> Answer:
+    """A stream of one write_file call, as a server sends it."""
+    args = json.dumps({"path": path, "content": content})
+    return Answer(body=sse([
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+            {"index": 0, "id": "call_1", "type": "function",
+             "function": {"name": "write_file", "arguments": args}}]},
+            "finish_reason": None}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}]))
+
+
+async def test_a_resumed_run_sends_the_conversation_once(make_braid: MakeBraid,
+                                                         replay: ReplayServer) -> None:
+    """Resumed in place or as a new run at the branch's end, a failed run's conversation
+    goes to the model once: its user message, then the tool call and result it left, last
+    (the later turn before it, its answer kept). The recorded requests are what Braid sent,
+    whatever a model would answer."""
+    braid = await make_braid(model="smollm2", openai_base_url=replay.base_url,
+                             model_retries=0)
+    sid, path = await new_session(braid)
+    replay.push(_write_call("a.txt", "1"), error(500, "down for a moment"))
+    failed = await run_turn(braid, sid, "first question")
+    assert failed["status"] == "ERROR" and (path / "workdir" / "a.txt").read_text() == "1"
+    mine = [("user", "first question"), ("assistant", ""), ("tool", "created a.txt (1 bytes)")]
+    # In place: it is the branch's last turn.
+    replay.push(error(500, "down again"))
+    again = await cont(braid, sid, failed["run_id"])
+    assert again["run_id"] == failed["run_id"] and again["status"] == "ERROR"
+    assert _sent(replay.requests[-1]) == mine
+    # At the end: a later turn came after it.
+    replay.push(text_stream("second answer"))
+    later = await run_turn(braid, sid, "second question")
+    assert later["status"] == "COMPLETED"
+    replay.push(text_stream("first answer"))
+    resumed = await cont(braid, sid, failed["run_id"])
+    assert resumed["run_id"] != failed["run_id"] and resumed["status"] == "COMPLETED"
+    theirs = [("user", "second question"), ("assistant", "second answer")]
+    assert _sent(replay.requests[-1]) == theirs + mine
+    sent = replay.requests[-1]["messages"]
+    assert sent[-2]["tool_calls"][0]["id"] == sent[-1]["tool_call_id"] == "call_1"
+    # The next turn on the branch sends each message once too.
+    replay.push(text_stream("third answer"))
+    await run_turn(braid, sid, "third question")
+    assert _sent(replay.requests[-1]) == theirs + mine + [("assistant", "first answer"),
+                                                          ("user", "third question")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.web.render.turn_view import turn_flags
+from server.web.render.turn_view import resumed_by, turn_flags
 
 
 def turn(status: str | None, *, streaming: bool = False, user: bool = True,
@@ -40,6 +40,20 @@ def test_only_error_and_interrupted_runs_resume() -> None:
     assert turn_flags(turn("INTERRUPTED")).can_resume
     assert not turn_flags(turn("CANCELLED")).can_resume
     assert turn_flags(turn("CANCELLED")).show_status
+
+
+def test_a_run_resumed_at_the_end_resumes_no_more() -> None:
+    """Its record names the run going on with it, or a live one does (`resumed_by`): its
+    Resume is spent; its Regenerate and status stay."""
+    committed = turn("INTERRUPTED")
+    committed["run"]["resumed_by_run_id"] = "n" * 32
+    live = [turn("ERROR"), {**turn("RUNNING", streaming=True), "run_id": "n" * 32}]
+    resumed_by(live, "r" * 32, "n" * 32)
+    for t in (committed, live[0]):
+        f = turn_flags(t)
+        assert not f.can_resume and f.can_regenerate and f.show_status and f.show_nav
+    assert live[0]["run"]["resumed_by_run_id"] == "n" * 32
+    assert "resumed_by_run_id" not in live[1]["run"]  # only the run named
 
 
 def test_a_turn_without_a_status_or_user_message() -> None:

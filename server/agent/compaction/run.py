@@ -27,6 +27,7 @@ from server.agent.compaction.request import (
     summary_request,
 )
 from server.agent.live_runs import claim_turn
+from server.agent.turn_context import branch_prior
 from server.base import crash, events
 from server.base.errors import Conflict
 from server.base.ids import new_message_id, now_iso
@@ -159,10 +160,7 @@ async def compact_in_turn(braid: Services, ctx: TurnContext, heads: list[str]) -
                               "were left out instead")
         return
 
-    def reread(git: GitSession) -> tuple[list[MessageRecord], context.Sums]:
-        return layout.messages(git), layout.window_sums(git)
-
-    ctx.prior, ctx.prior_sums = await handle.call(reread)
+    ctx.prior, ctx.prior_sums = await handle.call(branch_prior)
 
 
 async def compact(braid: Services, user_id: str, session_id: str) -> RunStarted:

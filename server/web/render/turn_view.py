@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from server.agent.orchestrate import SPAWN
-from server.base.records import FileChip, MessageRecord
+from server.base.records import FileChip, MessageRecord, RunRecord
 from server.base.results import ChildCard, TranscriptItem
 from server.store.layout import answer_of
 
@@ -60,10 +60,22 @@ def turn_flags(turn: TranscriptItem) -> TurnFlags:
         can_edit=finished and has_run,
         can_spawn=finished and has_run and run.get("kind") != "upload",
         can_regenerate=answered,
-        can_resume=answered and status in RESUMABLE,
+        # Spent once a run at the branch's end goes on with it (its record names that run;
+        # a live one not yet committed is named by `resumed_by` below).
+        can_resume=answered and status in RESUMABLE and not run.get("resumed_by_run_id"),
         show_nav=answered or bool(turn.get("siblings")),
         reverted_files=_reverted_files(run, turn),
     )
+
+
+def resumed_by(turns: list[TranscriptItem], run_id: str, by_run_id: str) -> None:
+    """Mark run `run_id`'s turn among `turns` as gone on with by run `by_run_id` (a resume
+    at the branch's end, live, whose first checkpoint will write the same in its record)."""
+    for turn in turns:
+        if turn.get("run_id") == run_id and turn.get("run"):
+            marked = cast(RunRecord, dict(turn["run"]))  # a record, or the run's index row
+            marked["resumed_by_run_id"] = by_run_id
+            turn["run"] = marked
 
 
 def _reverted_files(run: Mapping[str, object], turn: TranscriptItem) -> frozenset[str]:
