@@ -215,10 +215,11 @@ class Team:
         from server.agent.interrupted import interrupt_run
 
         done = 0
+        now = time.monotonic()
+        self._retry_at = {k: t for k, t in self._retry_at.items() if t > now}
         for row in await self.pool.fetch(ORPHANS, await self.dead_here()):
             sid, run_id, branch = row["session_id"], row["run_id"], row["branch"] or "main"
-            if self.runs.local(sid, run_id) or \
-                    self._retry_at.get((sid, run_id), 0.0) > time.monotonic():
+            if self.runs.local(sid, run_id) or (sid, run_id) in self._retry_at:
                 continue
             try:
                 lease = await self.branch_locks.acquire(sid, branch)
