@@ -232,3 +232,31 @@ def test_a_server_started_again_at_once_interrupts_its_dead_runs_before_serving(
         "INTERRUPTED"
     assert git(path, "show", "HEAD:workdir/a.txt") == "kept\n"
     assert_fsck(path)
+
+
+def test_a_run_whose_recovery_fails_stays_as_git_has_it(server_factory: Any,
+                                                        pg_url: str) -> None:
+    """A dead run whose INTERRUPTED commit cannot be made (here a folder where the git index
+    lock goes: its removal fails) keeps its PostgreSQL row as git has it, RUNNING, to be
+    tried again; it was marked INTERRUPTED while git said RUNNING, and a row no longer
+    RUNNING is never recovered (the team power-cut test: "PostgreSQL INTERRUPTED, git
+    {'main': 'RUNNING'}")."""
+    import os
+
+    srv: Server = server_factory(BRAID_DATABASE_URL=pg_url)
+    sid = srv.new_session()
+    ws = srv.socket(sid)
+    run_id = ws.call("send_message", text=f"write a.txt kept\nbatch\n{SLOW}")["data"]["run_id"]
+    ws.until(lambda f: f.get("event") == "checkpoint", timeout=60)
+    srv.stop(signal.SIGKILL)
+    path = srv.session_path(sid)
+    lock = path / ".git" / "index.lock"
+    lock.mkdir()
+    os.utime(lock, (1, 1))  # older than any process: a stale lock, which recovery removes
+
+    again: Server = server_factory(data_dir=srv.data_dir, BRAID_DATABASE_URL=pg_url)
+    in_git = json.loads(git(path, "show", f"main:runs/000/00/{run_id}.json"))["status"]
+    assert in_git == "RUNNING"
+    assert statuses(again, sid)[run_id] == in_git
+    assert again.log_path is not None
+    assert f"could not recover run {run_id}" in again.log_path.read_text()
