@@ -91,10 +91,12 @@ async def check_sessions(braid: Services, since: float) -> list[str]:
 
 def written_since(git_dir: Path, since: float) -> bool:
     """Whether a commit, a checkout or a live turn wrote in `git_dir` since `since`: its
-    index, HEAD's log and each branch's log are written by every one of them."""
-    paths = [git_dir / "index", git_dir / "logs" / "HEAD", git_dir / "braid-pending"]
-    for top, _, names in os.walk(git_dir / "logs" / "refs"):
-        paths += [Path(top) / n for n in names]
+    index, HEAD's log and each branch's log are written by every one of them. The refs and
+    their folders too: those are synced, while a cut can take the others' newer times back."""
+    paths = [git_dir / "index", git_dir / "logs" / "HEAD", git_dir / "braid-pending",
+             git_dir / "packed-refs"]
+    for top, _, names in (*os.walk(git_dir / "logs" / "refs"), *os.walk(git_dir / "refs")):
+        paths += [Path(top), *(Path(top) / n for n in names)]
     for path in paths:
         try:
             if path.stat().st_mtime >= since - 1:  # a second's slack for coarse clocks

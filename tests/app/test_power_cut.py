@@ -99,3 +99,30 @@ def test_reflogs_a_cut_left_naming_what_it_took_are_made_whole(server_factory: A
     assert git(repo, "rev-parse", "main").strip() == tip
     kept = git(repo, "reflog", "show", "--format=%H", "main").split()
     assert tip in kept and treeless not in kept
+
+
+def test_a_session_whose_only_newer_names_are_its_refs_is_looked_at(tmp_path: Path) -> None:
+    """The refs are synced; the index and the logs are not, so a cut can take their times
+    back: a session is still looked at when only a ref (or its folder) is newer."""
+    import os
+    import time
+
+    from server.app.power_cut import written_since
+
+    repo = tmp_path / "s"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
+                    "commit", "-q", "--allow-empty", "-m", "one"], check=True)
+    git_dir = repo / ".git"
+    old = time.time() - 3600
+    for top, dirs, names in os.walk(git_dir):
+        for name in (*dirs, *names):
+            os.utime(Path(top) / name, (old, old))
+    since = time.time() - 60
+    assert not written_since(git_dir, since)
+    ref = git_dir / "refs" / "heads" / "main"
+    os.utime(ref)  # what the cut kept: the ref, synced; the logs and index went back
+    assert written_since(git_dir, since)
+    os.utime(ref, (old, old))
+    os.utime(git_dir / "refs" / "heads")  # a new branch's name, its folder synced
+    assert written_since(git_dir, since)
