@@ -105,8 +105,10 @@ def interrupt_on_disk(git: GitSession, run_id: str, since: float | None = None
 async def interrupt_run(braid: Services, row: RunRow, since: float | None = None
                         ) -> RunRecord | RunRow | None:
     """Commit a run whose process died as INTERRUPTED and index it; None for an unknown
-    session, or a run with nothing on disk (a power cut before its first record was synced:
-    its row goes). `since`: git lock files older than that are the dead process's."""
+    session, a run with nothing on disk (a power cut before its first record was synced:
+    its row goes), or one whose commit failed (its row is left as it was: the index says
+    what git says, and the next recovery tries again). `since`: git lock files older than
+    that are the dead process's."""
     try:
         handle = braid.store.get(row["session_id"])
     except NotFound:
@@ -118,24 +120,23 @@ async def interrupt_run(braid: Services, row: RunRow, since: float | None = None
             branch = str(row["branch"])  # its files are in its worktree
             run = await handle.call(lambda git: recover_worktree(git, branch, run_id))
     except Exception:  # noqa: BLE001 - one broken session must not stop the server
+        # Not marked INTERRUPTED in the index while git still says RUNNING: git is what is
+        # durable (DESIGN "Durability"), and a row no longer RUNNING is never recovered.
         log.exception("could not recover run %s of session %s", row["run_id"],
                       row["session_id"])
-        run = None
-    else:
-        if run is None:
-            # Indexed, but nothing of it on disk (its first record was not yet synced when
-            # the power went): the last durable state has no such run (DESIGN "Durability").
-            log.warning("run %s of session %s left nothing on disk: forgotten",
-                        row["run_id"], row["session_id"])
-            await braid.index.delete_run(row["session_id"], row["run_id"])
-            return None
-    row = {**row, "status": "INTERRUPTED", "updated_at": now_iso()}
-    found = run or row
-    await braid.index.upsert_run(row["session_id"], found)
-    if run is not None:  # its messages' words too (search.py); the kill may have lost them
-        sid, rid = handle.session_id, row["run_id"]
-        await braid.search.add(await handle.call(lambda git: run_rows_on_head(git, sid, rid)))
-    return found
+        return None
+    if run is None:
+        # Indexed, but nothing of it on disk (its first record was not yet synced when
+        # the power went): the last durable state has no such run (DESIGN "Durability").
+        log.warning("run %s of session %s left nothing on disk: forgotten",
+                    row["run_id"], row["session_id"])
+        await braid.index.delete_run(row["session_id"], row["run_id"])
+        return None
+    await braid.index.upsert_run(row["session_id"], run)
+    # Its messages' words too (search.py); the kill may have lost them.
+    sid, rid = handle.session_id, row["run_id"]
+    await braid.search.add(await handle.call(lambda git: run_rows_on_head(git, sid, rid)))
+    return run
 
 
 def recover_worktree(git: GitSession, name: str, run_id: str | None = None

@@ -6,7 +6,8 @@ cut. Then, before anything else is recovered, each session is checked for what a
 leave behind (what Braid syncs today never leaves it; an older Braid, a disk that lied, or
 another program's writes may): a ref at a commit whose objects are not all there is moved
 back along its reflog to the newest commit that is whole (a ref with none goes, unless HEAD
-is on it), and an index file that does not check out is removed (it is rebuilt from HEAD).
+is on it), every reflog is made whole (`repair_reflogs`: reflogs are not synced), and an
+index file that does not check out is removed (it is rebuilt from HEAD).
 Only the sessions written since the dead process started are looked at (`written_since`).
 After the intents are settled, each of them has its index brought in line with git
 (`reconcile`: a run committed but never indexed, as a kill between the two leaves, is
@@ -90,10 +91,12 @@ async def check_sessions(braid: Services, since: float) -> list[str]:
 
 def written_since(git_dir: Path, since: float) -> bool:
     """Whether a commit, a checkout or a live turn wrote in `git_dir` since `since`: its
-    index, HEAD's log and each branch's log are written by every one of them."""
-    paths = [git_dir / "index", git_dir / "logs" / "HEAD", git_dir / "braid-pending"]
-    for top, _, names in os.walk(git_dir / "logs" / "refs"):
-        paths += [Path(top) / n for n in names]
+    index, HEAD's log and each branch's log are written by every one of them. The refs and
+    their folders too: those are synced, while a cut can take the others' newer times back."""
+    paths = [git_dir / "index", git_dir / "logs" / "HEAD", git_dir / "braid-pending",
+             git_dir / "packed-refs"]
+    for top, _, names in (*os.walk(git_dir / "logs" / "refs"), *os.walk(git_dir / "refs")):
+        paths += [Path(top), *(Path(top) / n for n in names)]
     for path in paths:
         try:
             if path.stat().st_mtime >= since - 1:  # a second's slack for coarse clocks
@@ -156,28 +159,51 @@ def repair_refs(git: GitSession) -> list[str]:
         if back is not None:
             ref.set_target(back, "braid: back to the last whole commit after a power cut")
             done.append(f"{name} was at a missing object: moved back to {back}")
-            for log_file in (git.common / "logs" / name, Path(repo.path) / "logs" / "HEAD"):
-                prune_reflog(repo, log_file)
         elif name != head_branch:
             ref.delete()
             done.append(f"{name} was at a missing object, none before it whole: removed")
         else:
             done.append(f"{name} (HEAD) is at a missing object and none before it is whole")
+    done += repair_reflogs(git, seen)
     return done
 
 
-def prune_reflog(repo: pygit2.Repository, path: Path) -> None:
-    """Drop the reflog lines naming a commit that is gone (`git fsck` reports them)."""
+def repair_reflogs(git: GitSession, seen: set[pygit2.Oid]) -> list[str]:
+    """Every reflog made whole again: reflogs are not synced, so a cut can bring back a
+    deleted branch's log (its ref's removal was synced, its log's was not) or keep a line
+    naming a commit a cut took, or one whose tree it took; `git fsck` reads every log. A
+    branch's log whose branch is gone is removed; elsewhere the lines naming a commit that is
+    not whole go."""
+    repo = git.repo
+    done: list[str] = []
+    logs = [git.common / "logs"] + [p / "logs" for p in (git.common / "worktrees").glob("*")]
+    for top in logs:
+        for folder, _, names in os.walk(top):
+            for name in names:
+                path = Path(folder) / name
+                ref = path.relative_to(top).as_posix()
+                if ref.startswith("refs/") and ref not in repo.references:
+                    path.unlink()
+                    sync_dir(path.parent)
+                    done.append(f"the log of {ref} was left after its branch went: removed")
+                elif prune_reflog(repo, path, seen):
+                    done.append(f"the log of {ref} named commits a cut took: pruned")
+    return done
+
+
+def prune_reflog(repo: pygit2.Repository, path: Path, seen: set[pygit2.Oid]) -> bool:
+    """Drop the reflog lines naming a commit that is not whole (`git fsck` reports them);
+    True when some went."""
     try:
         lines = path.read_bytes().splitlines(keepends=True)
     except FileNotFoundError:
-        return
+        return False
     zero = b"0" * 40
     kept = [line for line in lines
-            if all(oid == zero or pygit2.Oid(hex=oid.decode()) in repo
+            if all(oid == zero or _whole_hex(repo, oid, seen)
                    for oid in line.split(b" ", 2)[:2] if len(oid) == 40)]
     if len(kept) == len(lines):
-        return
+        return False
     tmp = path.with_name(path.name + ".braid-new")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
@@ -187,6 +213,14 @@ def prune_reflog(repo: pygit2.Repository, path: Path) -> None:
         os.close(fd)
     os.replace(tmp, path)
     sync_dir(path.parent)
+    return True
+
+
+def _whole_hex(repo: pygit2.Repository, oid: bytes, seen: set[pygit2.Oid]) -> bool:
+    try:
+        return whole(repo, pygit2.Oid(hex=oid.decode()), seen)
+    except ValueError:  # not an id: a torn line, dropped
+        return False
 
 
 def _log(ref: pygit2.Reference) -> list[pygit2.RefLogEntry]:
@@ -197,12 +231,14 @@ def _log(ref: pygit2.Reference) -> list[pygit2.RefLogEntry]:
 
 
 def whole(repo: pygit2.Repository, oid: pygit2.Oid, seen: set[pygit2.Oid]) -> bool:
-    """Whether commit `oid` and the `DEPTH` commits behind it are all there (see above)."""
+    """Whether commit `oid` and the `DEPTH` commits behind it are all there (see above).
+    `seen`: trees and commits found whole (a commit once found is not walked again: every
+    reflog line of a long session would walk the same 50 commits)."""
     todo = [(oid, 0)]
     commits: set[pygit2.Oid] = set()
     while todo:
         at, depth = todo.pop()
-        if at in commits:
+        if at in commits or at in seen:
             continue
         commits.add(at)
         try:
@@ -216,6 +252,7 @@ def whole(repo: pygit2.Repository, oid: pygit2.Oid, seen: set[pygit2.Oid]) -> bo
             return False
         if depth < DEPTH:
             todo += [(p, depth + 1) for p in commit.parent_ids]
+    seen.update(commits)
     return True
 
 

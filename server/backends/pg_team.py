@@ -68,14 +68,16 @@ CREATE TABLE IF NOT EXISTS braid_live_runs (
 """
 SCHEMA_LOCK = 0x6272616966
 STARTUP_LOCK = 0x6272616967  # one process at a time runs its start-up recovery
-# Runs the index says are RUNNING with no fresh process holding their branch.
+# Runs the index says are RUNNING with no fresh process holding their branch ($1: processes
+# known dead though seen lately, fresh or not).
 ORPHANS = f"""
 SELECT r.session_id, r.run_id, r.branch FROM runs r
 WHERE r.status = 'RUNNING' AND NOT EXISTS (
     SELECT 1 FROM braid_live_runs l JOIN braid_processes p USING (owner_id)
     WHERE l.session_id = r.session_id AND l.branch = COALESCE(r.branch, 'main')
-      AND p.seen_at > now() - interval '{STALE} seconds')
+      AND p.seen_at > now() - interval '{STALE} seconds' AND p.owner_id <> ALL($1::text[]))
 """
+RETRY = 60.0  # seconds before a run whose recovery failed is tried again
 
 
 class Team:
@@ -91,6 +93,9 @@ class Team:
         self._tasks: list[asyncio.Task[None]] = []
         self._control: Any = None
         self._sending: set[asyncio.Task[None]] = set()
+        # (session, run) -> when to try again: a recovery that failed left the run as git
+        # has it (RUNNING), and is not retried every heartbeat.
+        self._retry_at: dict[tuple[str, str], float] = {}
 
     @property
     def pool(self) -> Any:
@@ -194,14 +199,27 @@ class Team:
                 "AND l.owner_id <> $1", self.owner_id)
         self.runs.reconcile({(r["session_id"], r["branch"]) for r in held}, asof)
 
+    async def dead_here(self) -> list[str]:
+        """Processes of this host whose pid is gone, however lately seen: a server killed
+        (or cut off by a power cut) and started again within STALE seconds recovers their
+        runs at its start, before any request, not a heartbeat later (the team power-cut
+        test found runs RUNNING in PostgreSQL that git lacked, after the start)."""
+        here = socket.gethostname()
+        rows = await self.pool.fetch(
+            "SELECT owner_id, pid FROM braid_processes WHERE host = $1 AND owner_id <> $2",
+            here, self.owner_id)
+        return [str(r["owner_id"]) for r in rows if not pid_alive(int(r["pid"]))]
+
     async def recover_orphans(self) -> int:
         """Commit INTERRUPTED every RUNNING run whose process is gone. Returns how many."""
         from server.agent.interrupted import interrupt_run
 
         done = 0
-        for row in await self.pool.fetch(ORPHANS):
+        now = time.monotonic()
+        self._retry_at = {k: t for k, t in self._retry_at.items() if t > now}
+        for row in await self.pool.fetch(ORPHANS, await self.dead_here()):
             sid, run_id, branch = row["session_id"], row["run_id"], row["branch"] or "main"
-            if self.runs.local(sid, run_id):
+            if self.runs.local(sid, run_id) or (sid, run_id) in self._retry_at:
                 continue
             try:
                 lease = await self.branch_locks.acquire(sid, branch)
@@ -214,7 +232,9 @@ class Team:
             for followed in self.runs.for_session(sid):
                 if followed.run_id == run_id and isinstance(followed, RemoteRun):
                     self.runs.forget(followed)
-            if run is not None:
+            if run is None:  # forgotten (its row is gone), or not recovered: later
+                self._retry_at[(sid, run_id)] = time.monotonic() + RETRY
+            else:
                 done += 1
                 log.warning("run %s of session %s: its process is gone; INTERRUPTED",
                             run_id, sid)

@@ -1,10 +1,18 @@
 """The SQLite index: a cache derived from the session repositories (DESIGN §1.1).
 
-One connection, so one writer (aiosqlite runs it on its own thread). Deleting the file and
-running `braid reindex` rebuilds it from git alone."""
+One connection, so one writer (aiosqlite runs it on its own thread), and one task at a time
+on it (`Index.use`): aiosqlite runs each call alone, but a statement stepped by one call and
+read by the next (a query's rows, a claim's `UPDATE … RETURNING`) stays in progress between
+them, and a commit or an `executemany` of another task in between fails ("cannot commit
+transaction - SQL statements in progress", "bad parameter or other API misuse": a flood of
+sub-agents lost runs' index and search rows so, issue 34). Deleting the file and running
+`braid reindex` rebuilds it from git alone."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -70,6 +78,7 @@ class Index:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db: aiosqlite.Connection | None = None
+        self._turn = asyncio.Lock()
 
     async def open(self) -> bool:
         """Open (and create) the file; True when it did not exist yet (reindex it)."""
@@ -99,32 +108,57 @@ class Index:
         assert self._db is not None, "index not open"
         return self._db
 
+    @contextlib.asynccontextmanager
+    async def use(self) -> AsyncIterator[aiosqlite.Connection]:
+        """The connection, to this task alone until the block ends: every statement it
+        stepped is read to its end (or closed) and every write committed before another
+        task's go (see the module's docstring). Not re-entrant."""
+        async with self._turn:
+            yield self.db
+
     async def upsert_session(self, meta: SessionMeta, updated_at: str | None = None) -> None:
         row: dict[str, object] = {c: meta.get(c) for c in SESSION_COLUMNS}
         row["title"] = row["title"] or ""
         row["archived"] = 1 if row["archived"] else 0
         row["updated_at"] = updated_at or meta.get("updated_at") or meta["created_at"]
-        await self._upsert("sessions", SESSION_COLUMNS, row)
-        await self.db.commit()
+        async with self.use() as db:
+            await _upsert(db, "sessions", SESSION_COLUMNS, row)
+            await db.commit()
 
     async def upsert_run(self, session_id: str, run: RunRecord | RunRow) -> None:
         row: dict[str, object] = {c: run.get(c) for c in RUN_COLUMNS}
         row["session_id"] = session_id
         # The row and the session's time in one transaction: one sync (FULL), not two.
-        await self._upsert("runs", RUN_COLUMNS, row)
-        await self.db.execute(
-            "UPDATE sessions SET updated_at = max(updated_at, ?) WHERE session_id = ?",
-            (run.get("updated_at") or run.get("created_at"), session_id),
-        )
-        await self.db.commit()
+        async with self.use() as db:
+            await _upsert(db, "runs", RUN_COLUMNS, row)
+            await db.execute(
+                "UPDATE sessions SET updated_at = max(updated_at, ?) WHERE session_id = ?",
+                (run.get("updated_at") or run.get("created_at"), session_id),
+            )
+            await db.commit()
 
-    async def _upsert(self, table: str, columns: tuple[str, ...], row: dict[str, object]) -> None:
-        cols = ", ".join(columns)
-        marks = ", ".join("?" for _ in columns)
-        await self.db.execute(
-            f"INSERT OR REPLACE INTO {table} ({cols}) VALUES ({marks})",
-            tuple(row[c] for c in columns),
-        )
+    async def rows(self, sql: str, args: Any = (), commit: bool = False
+                   ) -> list[dict[str, Any]]:
+        """The rows of one statement, read to their end in this task's turn (and what it
+        wrote committed, with `commit`: an `UPDATE … RETURNING`)."""
+        async with self.use() as db:
+            async with db.execute(sql, args) as cur:
+                rows = [dict(r) for r in await cur.fetchall()]
+            if commit:
+                await db.commit()
+        return rows
+
+    async def change(self, *statements: tuple[str, Any]) -> int:
+        """Statements run and committed together in this task's turn; the last one's
+        count of rows changed."""
+        count = 0
+        async with self.use() as db:
+            for sql, args in statements:
+                cur = await db.execute(sql, args)
+                count = int(cur.rowcount)
+                await cur.close()
+            await db.commit()
+        return count
 
     async def list_sessions(self, user_id: str, query: str = "",
                             archived: bool = False) -> list[SessionRow]:
@@ -136,68 +170,61 @@ class Index:
             escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             args.append(f"%{escaped}%")
         sql += " ORDER BY created_at DESC"
-        async with self.db.execute(sql, args) as cur:
-            rows = cast(list[SessionRow], [dict(r) for r in await cur.fetchall()])
+        rows = cast(list[SessionRow], await self.rows(sql, args))
         for row in rows:
             row["archived"] = bool(row["archived"])  # 0 or 1 in SQLite
         return rows
 
     async def delete_session(self, session_id: str) -> None:
-        await self.db.execute("DELETE FROM runs WHERE session_id = ?", (session_id,))
-        await self.db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
-        await self.db.commit()
+        await self.change(("DELETE FROM runs WHERE session_id = ?", (session_id,)),
+                          ("DELETE FROM sessions WHERE session_id = ?", (session_id,)))
 
     async def delete_run(self, session_id: str, run_id: str) -> None:
-        await self.db.execute("DELETE FROM runs WHERE session_id = ? AND run_id = ?",
-                              (session_id, run_id))
-        await self.db.commit()
+        await self.change(("DELETE FROM runs WHERE session_id = ? AND run_id = ?",
+                           (session_id, run_id)))
 
     async def list_runs(self, session_id: str) -> list[RunRow]:
-        async with self.db.execute(
-            "SELECT * FROM runs WHERE session_id = ? ORDER BY created_at", (session_id,)
-        ) as cur:
-            return cast(list[RunRow], [dict(r) for r in await cur.fetchall()])
+        return cast(list[RunRow], await self.rows(
+            "SELECT * FROM runs WHERE session_id = ? ORDER BY created_at", (session_id,)))
 
     async def lineage_runs(self, session_id: str) -> list[RunRow]:
         """The runs that have siblings or may have (forked runs and the runs they fork
         from), by `created_at`: what `lineage.sibling_map` needs, costing the forks, not
         the session's runs."""
-        async with self.db.execute(LINEAGE_SQL, (session_id,) * 3) as cur:
-            return cast(list[RunRow], [dict(r) for r in await cur.fetchall()])
+        return cast(list[RunRow], await self.rows(LINEAGE_SQL, (session_id,) * 3))
 
     async def runs_since(self, session_id: str, created_at: str) -> list[RunRow]:
         """The runs created at or after `created_at`, oldest first."""
-        async with self.db.execute(
+        return cast(list[RunRow], await self.rows(
             "SELECT * FROM runs WHERE session_id = ? AND created_at >= ? "
-            "ORDER BY created_at, run_id", (session_id, created_at)
-        ) as cur:
-            return cast(list[RunRow], [dict(r) for r in await cur.fetchall()])
+            "ORDER BY created_at, run_id", (session_id, created_at)))
 
     async def count_runs(self, session_id: str) -> int:
-        async with self.db.execute(
-            "SELECT count(*) FROM runs WHERE session_id = ?", (session_id,)
-        ) as cur:
-            row = await cur.fetchone()
-        return int(row[0]) if row else 0
+        rows = await self.rows("SELECT count(*) AS n FROM runs WHERE session_id = ?",
+                               (session_id,))
+        return int(rows[0]["n"]) if rows else 0
 
     async def runs_with_status(self, status: str) -> list[RunRow]:
-        async with self.db.execute("SELECT * FROM runs WHERE status = ?", (status,)) as cur:
-            return cast(list[RunRow], [dict(r) for r in await cur.fetchall()])
+        return cast(list[RunRow], await self.rows("SELECT * FROM runs WHERE status = ?",
+                                                  (status,)))
 
     async def copy_runs(self, from_session_id: str, to_session_id: str) -> None:
         """A forked session shares its source's runs: one statement, however many."""
         cols = ", ".join(RUN_COLUMNS[1:])
-        await self.db.execute(
-            f"INSERT OR REPLACE INTO runs (session_id, {cols}) "
-            f"SELECT ?, {cols} FROM runs WHERE session_id = ?",
-            (to_session_id, from_session_id),
-        )
-        await self.db.commit()
+        await self.change((f"INSERT OR REPLACE INTO runs (session_id, {cols}) "
+                           f"SELECT ?, {cols} FROM runs WHERE session_id = ?",
+                           (to_session_id, from_session_id)))
 
     async def clear(self) -> None:
-        await self.db.execute("DELETE FROM runs")
-        await self.db.execute("DELETE FROM sessions")
-        await self.db.commit()
+        await self.change(("DELETE FROM runs", ()), ("DELETE FROM sessions", ()))
+
+
+async def _upsert(db: aiosqlite.Connection, table: str, columns: tuple[str, ...],
+                  row: dict[str, object]) -> None:
+    cols = ", ".join(columns)
+    marks = ", ".join("?" for _ in columns)
+    await db.execute(f"INSERT OR REPLACE INTO {table} ({cols}) VALUES ({marks})",
+                     tuple(row[c] for c in columns))
 
 
 class SessionIndex(Protocol):

@@ -77,19 +77,16 @@ class SqliteQueue:
 
     async def open(self) -> None:
         """Create the table (the index is open already)."""
-        await self.index.db.executescript(
-            QUEUE_SCHEMA_TEMPLATE.format(serial="INTEGER PRIMARY KEY AUTOINCREMENT"))
-        await self.index.db.commit()
+        async with self.index.use() as db:
+            await db.executescript(
+                QUEUE_SCHEMA_TEMPLATE.format(serial="INTEGER PRIMARY KEY AUTOINCREMENT"))
+            await db.commit()
 
     async def _rows(self, sql: str, args: tuple[object, ...]) -> list[QueueRow]:
-        async with self.index.db.execute(sql, args) as cur:
-            rows = [dict(r) for r in await cur.fetchall()]
-        return cast(list[QueueRow], rows)
+        return cast(list[QueueRow], await self.index.rows(sql, args))
 
     async def _change(self, sql: str, args: tuple[object, ...]) -> int:
-        cur = await self.index.db.execute(sql, args)
-        await self.index.db.commit()
-        return int(cur.rowcount)
+        return await self.index.change((sql, args))
 
     async def add(self, session_id: str, branch: str, text: str) -> QueueRow:
         row: QueueRow = {"queued_id": new_queued_id(), "session_id": session_id,
@@ -123,9 +120,10 @@ class SqliteQueue:
 
     async def claim(self, session_id: str, branch: str) -> QueueRow | None:
         sql = CLAIM_SQL.format(owner="?", sid="?", branch="?", lock="")
-        rows = await self._rows(sql, (self.owner, session_id, branch))
-        await self.index.db.commit()
-        return rows[0] if rows else None
+        # Its rows read and its write committed in one turn on the connection: between
+        # the two the statement is in progress, and another task's commit then failed.
+        rows = await self.index.rows(sql, (self.owner, session_id, branch), commit=True)
+        return cast(QueueRow, rows[0]) if rows else None
 
     async def unclaim(self, queued_id: str) -> None:
         await self._change("UPDATE queued_messages SET claimed_by = NULL WHERE queued_id = ?",
@@ -135,10 +133,9 @@ class SqliteQueue:
         await self._change("DELETE FROM queued_messages WHERE queued_id = ?", (queued_id,))
 
     async def branches_waiting(self) -> list[tuple[str, str]]:
-        async with self.index.db.execute(
-            "SELECT DISTINCT session_id, branch FROM queued_messages "
-            "WHERE claimed_by IS NULL") as cur:
-            return [(str(r[0]), str(r[1])) for r in await cur.fetchall()]
+        rows = await self.index.rows("SELECT DISTINCT session_id, branch FROM queued_messages "
+                                     "WHERE claimed_by IS NULL")
+        return [(str(r["session_id"]), str(r["branch"])) for r in rows]
 
     async def stale_claims(self) -> list[QueueRow]:
         """Claims of another process: one process uses the file, so a dead one's."""
@@ -152,6 +149,8 @@ class SqliteQueue:
     async def user_load(self, user_id: str) -> tuple[int, int]:
         """(messages, bytes of their text) queued in the user's sessions: their share."""
         sql = USER_LOAD_SQL.format(arg="?", bytes="LENGTH(CAST(q.text AS BLOB))")
-        async with self.index.db.execute(sql, (user_id,)) as cur:
-            row = await cur.fetchone()
-        return (int(row[0]), int(row[1])) if row is not None else (0, 0)
+        rows = await self.index.rows(sql, (user_id,))
+        if not rows:
+            return (0, 0)
+        count, size = rows[0].values()
+        return (int(count), int(size))

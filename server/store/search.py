@@ -254,73 +254,70 @@ class SqliteSearch:
     async def open(self) -> bool:
         """Create the tables (after the index opened); True when they did not exist yet, or
         were made anew (an older index's, whose words carry no owner: rebuilt from git)."""
-        db = self.index.db
-        await db.create_function("braid_terms", 2, tagged_terms, deterministic=True)
-        async with db.execute("PRAGMA table_info(message_text)") as cur:
-            columns = {r[1] for r in await cur.fetchall()}
-        fresh = "owner" not in columns
-        if columns and fresh:
-            await db.executescript(
-                "DROP TABLE IF EXISTS message_fts; DROP TABLE message_text; "
-                "DROP TABLE IF EXISTS message_shares;")
-        await db.executescript(SCHEMA)
-        await db.commit()
+        async with self.index.use() as db:
+            await db.create_function("braid_terms", 2, tagged_terms, deterministic=True)
+            async with db.execute("PRAGMA table_info(message_text)") as cur:
+                columns = {r[1] for r in await cur.fetchall()}
+            fresh = "owner" not in columns
+            if columns and fresh:
+                await db.executescript(
+                    "DROP TABLE IF EXISTS message_fts; DROP TABLE message_text; "
+                    "DROP TABLE IF EXISTS message_shares;")
+            await db.executescript(SCHEMA)
+            await db.commit()
         return fresh
 
     async def add(self, rows: list[SearchRow]) -> None:
         if not rows:
             return
-        await self.index.db.executemany(ADD_SQL, rows)
-        await self.index.db.commit()
+        async with self.index.use() as db:
+            await db.executemany(ADD_SQL, rows)
+            await db.commit()
 
     async def copy_session(self, from_session_id: str, to_session_id: str) -> None:
         """A forked session shares its source's rows as they are now, and what its source
         shares: a row per session it descends from, however many messages (issue 30: a
         copy re-indexed every word of the source, O(session) in each fork)."""
-        db = self.index.db
-        async with db.execute("SELECT coalesce(max(id), 0) FROM message_text") as cur:
-            row = await cur.fetchone()
-        upto = int(row[0]) if row is not None else 0
-        await db.execute("INSERT OR REPLACE INTO message_shares (session_id, source_id, upto) "
-                         "VALUES (?, ?, ?)", (to_session_id, from_session_id, upto))
-        await db.execute(
-            "INSERT OR REPLACE INTO message_shares (session_id, source_id, upto) "
-            "SELECT ?, source_id, min(upto, ?) FROM message_shares WHERE session_id = ?",
-            (to_session_id, upto, from_session_id))
-        await db.commit()
+        async with self.index.use() as db:
+            async with db.execute("SELECT coalesce(max(id), 0) FROM message_text") as cur:
+                row = await cur.fetchone()
+            upto = int(row[0]) if row is not None else 0
+            await db.execute("INSERT OR REPLACE INTO message_shares (session_id, source_id, "
+                             "upto) VALUES (?, ?, ?)", (to_session_id, from_session_id, upto))
+            await db.execute(
+                "INSERT OR REPLACE INTO message_shares (session_id, source_id, upto) "
+                "SELECT ?, source_id, min(upto, ?) FROM message_shares WHERE session_id = ?",
+                (to_session_id, upto, from_session_id))
+            await db.commit()
 
     async def delete_session(self, session_id: str) -> None:
-        db = self.index.db
-        await db.execute(UNSHARE_SQL, (session_id,))
-        await db.execute("DELETE FROM message_shares WHERE source_id = ? OR session_id = ?",
-                         (session_id, session_id))
-        await db.execute("DELETE FROM message_text WHERE session_id = ?", (session_id,))
-        await db.commit()
+        await self.index.change(
+            (UNSHARE_SQL, (session_id,)),
+            ("DELETE FROM message_shares WHERE source_id = ? OR session_id = ?",
+             (session_id, session_id)),
+            ("DELETE FROM message_text WHERE session_id = ?", (session_id,)))
 
     async def delete_runs(self, session_id: str, run_ids: list[str]) -> None:
         """A removed branch's runs (their forks keep their own copies, as `delete_session`
         gives them)."""
         if not run_ids:
             return
-        db = self.index.db
         marks = ", ".join("?" for _ in run_ids)
-        await db.execute(UNSHARE_SQL.replace("ORDER BY", f"AND m.run_id IN ({marks}) ORDER BY"),
-                         (session_id, *run_ids))
-        await db.execute(f"DELETE FROM message_text WHERE session_id = ? AND run_id IN ({marks})",
-                         (session_id, *run_ids))
-        await db.commit()
+        await self.index.change(
+            (UNSHARE_SQL.replace("ORDER BY", f"AND m.run_id IN ({marks}) ORDER BY"),
+             (session_id, *run_ids)),
+            (f"DELETE FROM message_text WHERE session_id = ? AND run_id IN ({marks})",
+             (session_id, *run_ids)))
 
     async def clear(self) -> None:
-        await self.index.db.execute("DELETE FROM message_shares")
-        await self.index.db.execute("DELETE FROM message_text")
-        await self.index.db.commit()
+        await self.index.change(("DELETE FROM message_shares", ()),
+                                ("DELETE FROM message_text", ()))
 
     async def search(self, user_id: str, query: str, limit: int) -> list[SearchHit]:
         words = query_words(query)
         if not words:
             return []
-        async with self.index.db.execute(*search_statement(user_id, words, limit)) as cur:
-            rows = [dict(r) for r in await cur.fetchall()]
+        rows = await self.index.rows(*search_statement(user_id, words, limit))
         for r in rows:
             del r["row_id"]
             r["snippet"] = snippet(r.pop("text"), words)

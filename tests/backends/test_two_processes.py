@@ -196,3 +196,67 @@ def test_a_user_added_with_the_cli_is_known_to_both(team_pair: Any) -> None:
     assert a.api("GET", "/api/sessions", token="not-a-token")[0] == 401
     # The default user does not see bob's session, on either process.
     assert a.api("GET", f"/api/sessions/{created['session_id']}")[0] == 404
+
+
+def test_a_server_started_again_at_once_interrupts_its_dead_runs_before_serving(
+        server_factory: Any, pg_url: str) -> None:
+    """A team server killed mid-run and started again while its dead process still looks
+    fresh (seen within STALE seconds: a quick restart, or after a power cut) interrupts that
+    run at its start, in git and in PostgreSQL, before it answers: its pid is gone. (It
+    was left to a heartbeat once the dead row went stale: the first requests saw the run
+    RUNNING, and after a cut one git had lost — the team power-cut test.)"""
+    import asyncio
+
+    import asyncpg
+
+    srv: Server = server_factory(BRAID_DATABASE_URL=pg_url)
+    sid = srv.new_session()
+    ws = srv.socket(sid)
+    run_id = ws.call("send_message", text=f"write a.txt kept\nbatch\n{SLOW}")["data"]["run_id"]
+    ws.until(lambda f: f.get("event") == "checkpoint", timeout=60)
+    ws.until(lambda f: f.get("event") == "message_delta", timeout=60)
+    srv.stop(signal.SIGKILL)
+
+    async def seen_lately() -> None:  # however slow this machine's restart is
+        db = await asyncpg.connect(pg_url)
+        try:
+            await db.execute("UPDATE braid_processes SET seen_at = now() + interval '1 hour'")
+        finally:
+            await db.close()
+
+    asyncio.run(seen_lately())
+    again: Server = server_factory(data_dir=srv.data_dir, BRAID_DATABASE_URL=pg_url)
+    assert statuses(again, sid)[run_id] == "INTERRUPTED"
+    path = again.session_path(sid)
+    assert json.loads(git(path, "show", f"HEAD:runs/000/00/{run_id}.json"))["status"] == \
+        "INTERRUPTED"
+    assert git(path, "show", "HEAD:workdir/a.txt") == "kept\n"
+    assert_fsck(path)
+
+
+def test_a_run_whose_recovery_fails_stays_as_git_has_it(server_factory: Any,
+                                                        pg_url: str) -> None:
+    """A dead run whose INTERRUPTED commit cannot be made (here a folder where the git index
+    lock goes: its removal fails) keeps its PostgreSQL row as git has it, RUNNING, to be
+    tried again; it was marked INTERRUPTED while git said RUNNING, and a row no longer
+    RUNNING is never recovered (the team power-cut test: "PostgreSQL INTERRUPTED, git
+    {'main': 'RUNNING'}")."""
+    import os
+
+    srv: Server = server_factory(BRAID_DATABASE_URL=pg_url)
+    sid = srv.new_session()
+    ws = srv.socket(sid)
+    run_id = ws.call("send_message", text=f"write a.txt kept\nbatch\n{SLOW}")["data"]["run_id"]
+    ws.until(lambda f: f.get("event") == "checkpoint", timeout=60)
+    srv.stop(signal.SIGKILL)
+    path = srv.session_path(sid)
+    lock = path / ".git" / "index.lock"
+    lock.mkdir()
+    os.utime(lock, (1, 1))  # older than any process: a stale lock, which recovery removes
+
+    again: Server = server_factory(data_dir=srv.data_dir, BRAID_DATABASE_URL=pg_url)
+    in_git = json.loads(git(path, "show", f"main:runs/000/00/{run_id}.json"))["status"]
+    assert in_git == "RUNNING"
+    assert statuses(again, sid)[run_id] == in_git
+    assert again.log_path is not None
+    assert f"could not recover run {run_id}" in again.log_path.read_text()

@@ -96,3 +96,50 @@ async def test_stale_claims_wait_again_in_their_place(queues: Any) -> None:
     await b.unclaim(first["queued_id"])
     assert [r["text"] for r in await b.waiting("s")] == ["first", "second"]
     assert (await b.claim("s", "main"))["text"] == "first"
+
+
+async def test_claims_racing_the_index_s_other_writes_lose_none(queues: Any) -> None:
+    """Claims, queue listings, run rows and search rows from many tasks at once on the one
+    index connection: none fails, none is lost. (A claim's `UPDATE … RETURNING` read in a
+    second call was in progress when another task committed: "cannot commit transaction -
+    SQL statements in progress" and "bad parameter or other API misuse" lost the index and
+    search rows of runs in a flood of sub-agents, issue 34.)"""
+    from server.store.search import SearchRow
+
+    a, b = queues
+    index = a.index
+    search: Any
+    if hasattr(index, "pool"):
+        from server.backends.pg_search import PgSearch
+        search = PgSearch(index)
+    else:
+        from server.store.search import SqliteSearch
+        search = SqliteSearch(index)
+    await search.open()
+    await index.upsert_session({"session_id": "s", "user_id": "u", "title": "",
+                                "created_at": "2026-01-01T00:00:00Z"})
+    for i in range(40):
+        await a.add("s", "main", f"m{i}")
+
+    async def claimer(q: Any) -> list[str]:
+        got = []
+        while (row := await q.claim("s", "main")) is not None:
+            got.append(row["text"])
+            await q.waiting("s")
+        return got
+
+    async def writer(k: int) -> None:
+        for i in range(10):
+            run_id = f"r{k}-{i}"
+            await search.add([SearchRow("s", run_id, 0, "user", f"word{k}x{i} here")])
+            await index.upsert_run("s", {"run_id": run_id, "status": "COMPLETED",
+                                         "branch": "main", "created_at": "2026-01-01"})
+
+    got = await asyncio.gather(*(claimer(q) for q in (a, b) * 3),
+                               *(writer(k) for k in range(4)))
+    claimed = [t for texts in got[:6] for t in texts]
+    assert sorted(claimed) == sorted(f"m{i}" for i in range(40))
+    assert len(await index.list_runs("s")) == 40
+    for k in range(4):
+        found = await search.search("u", f"word{k}x9", 10)
+        assert [h["run_id"] for h in found] == [f"r{k}-9"], found
