@@ -186,6 +186,8 @@ def branch_prior(git: GitSession, at: pygit2.Commit | None = None
     """The branch's messages at `at` (default HEAD) as a turn on it sends them
     (`sent_once`), with their running totals: the listing's own when nothing is left out."""
     listed = layout.messages(git, at)
+    if not layout.holds_copies(git, at):  # `sent_once(listed)` is `listed`, found in O(change)
+        return listed, layout.window_sums(git, at)
     kept = sent_once(listed)
     return (listed, layout.window_sums(git, at)) if kept is listed else \
         (kept, context.sums_of(kept))

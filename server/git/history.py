@@ -151,7 +151,8 @@ class Folder:
     changed) their parsed messages, their running totals by name, their stems. Shared by
     every listing that holds the folder at the same place."""
 
-    __slots__ = ("path", "oid", "files", "messages", "totals", "stems", "_kept", "_kept_totals")
+    __slots__ = ("path", "oid", "files", "messages", "totals", "stems", "copied", "ids",
+                 "_kept", "_kept_totals")
 
     def __init__(self, path: str, oid: pygit2.Oid, files: tuple[ListedFile, ...],
                  prior: Folder | None = None) -> None:
@@ -159,6 +160,8 @@ class Folder:
         self.messages: tuple[Any, ...] | None = None
         self.totals: dict[str, tuple[int, ...]] = {}
         self.stems: dict[str, int] | None = None
+        self.copied: frozenset[str] | None = None  # the ids its messages are copies of
+        self.ids: frozenset[str] | None = None
         # The same folder at an earlier version (a checkpoint adds files to the newest
         # folder): what it parsed for the files both begin with is taken, not read again
         # (copied: a folder never holds on to its earlier versions).
@@ -370,6 +373,28 @@ class Listings:
         while len(cache) > CACHED_LISTINGS:
             cache.popitem(last=False)
         return listing
+
+    def holds_copied(self, tree: pygit2.Tree | None, load: Callable[[pygit2.Oid], Any]) -> bool:
+        """Whether a message of the tree is a copy (`copied_from`) of another message of the
+        tree: each folder's copies and ids kept with it, so a turn asks its new folders."""
+        self.messages(tree, load)
+        folders = self.get(HISTORY, tree).folders
+        copied: set[str] = set()
+        for folder in folders:
+            if folder.copied is None:
+                assert folder.messages is not None
+                folder.copied = frozenset(m["copied_from"] for m in folder.messages
+                                          if m.get("copied_from"))
+            copied |= folder.copied
+        if not copied:
+            return False
+        for folder in folders:
+            if folder.ids is None:
+                assert folder.messages is not None
+                folder.ids = frozenset(m["id"] for m in folder.messages)
+            if not copied.isdisjoint(folder.ids):
+                return True
+        return False
 
     def messages(self, tree: pygit2.Tree | None,
                  load: Callable[[pygit2.Oid], Any]) -> Chunked[Any]:

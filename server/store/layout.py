@@ -30,6 +30,7 @@ __all__ = [
     "StoredMessage",
     "answer_of",
     "find_run_path",
+    "holds_copies",
     "is_legacy",
     "last_answer",
     "message_files",
@@ -68,6 +69,12 @@ def messages(git: GitSession, commit: pygit2.Commit | None = None) -> Sequence[M
     """Every message of the branch at `commit` (default HEAD), oldest first, kept in memory
     and moved by what changed. Read only, and the dicts are shared: copy to change."""
     return git.listings.messages(_tree(git, commit, HISTORY), git.blob_json)
+
+
+def holds_copies(git: GitSession, commit: pygit2.Commit | None = None) -> bool:
+    """Whether a message of the branch at `commit` is a copy of another message of it (a run
+    resumed at the branch's end), asked of the listing: what the turn added, not the chat."""
+    return git.listings.holds_copied(_tree(git, commit, HISTORY), git.blob_json)
 
 
 def message_sums(git: GitSession, commit: pygit2.Commit | None = None) -> Sequence[int]:
