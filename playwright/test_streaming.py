@@ -102,3 +102,19 @@ def test_old_turns_are_laid_out_only_in_view(page: Page, login: Any,
     # Long answers come collapsed, with a Show more.
     expect(page.locator("#transcript .md.collapsible").first).to_be_attached()
     expect(page.locator("#transcript .show-more").first).to_have_text("Show more")
+
+
+def test_a_long_answer_streamed_at_full_speed_is_shown_whole(page: Page, login: Any,
+                                                             shared_server: Server) -> None:
+    """3,000 words with no pause between them: 3,000 frames can outrun the page, and the
+    server then lets its socket go as one that fell behind. The page must reconnect and
+    catch up: it was closed with a code htmx-ext-ws does not reconnect on, and the page sat at
+    "Reconnecting…" with no turn."""
+    sid = shared_server.new_session()
+    login(page, sid)
+    words = [f"w{i}" for i in range(1, 3000)] + ["fin"]
+    run_id = send_from_page(page, "say " + " ".join(words))
+    turn = page.locator(f"#turn-{run_id}")
+    expect(turn).to_have_attribute("data-status", "COMPLETED", timeout=120_000)
+    expect(turn.locator(".md")).to_have_text(" ".join(words), timeout=TIMEOUT)
+    expect(page.locator("#conn")).to_have_attribute("data-state", "open", timeout=TIMEOUT)

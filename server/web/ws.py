@@ -30,6 +30,10 @@ WS_MAX_SIZE = 16_000_000
 OUT_QUEUE = 64  # frames waiting for a client that does not read
 OUT_BYTES = 8_000_000  # and the characters they hold (a page's frame can be a whole queue)
 BEHIND = "fell behind: reconnect to catch up"  # a socket the bus let go (events.py)
+# Its close code: 1013 "Try Again Later", one htmx-ext-ws reconnects on (1006, 1011, 1012,
+# 1013). It was 4008, on which the page never reconnected: a long answer streamed fast left
+# it "Reconnecting…" for good, the turn never shown.
+BEHIND_CODE = 1013
 
 
 def parse_frame(text: str) -> dict[str, Any]:
@@ -142,7 +146,7 @@ class Connection:
             if frame is FELL_BEHIND:  # the bus let this socket go: close it (not resent)
                 self.close()
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.ws.close(code=4008, reason=BEHIND), 5)
+                    await asyncio.wait_for(self.ws.close(code=BEHIND_CODE, reason=BEHIND), 5)
                 return
             await self.emit(frame)
 

@@ -334,3 +334,19 @@ def test_checkout_and_get_dag(ws: WsClient, shared_server: Server, session_id: s
     assert (path / "workdir/b.txt").read_text() == "unsaved\n"
     assert not (path / "workdir/c.txt").exists()
     assert_fsck(path)
+
+
+def test_a_socket_let_go_for_falling_behind_is_closed_with_a_code_the_page_reconnects_on(
+) -> None:
+    """The page's socket is htmx-ext-ws's: it reconnects only on the close codes it lists.
+    A socket the bus let go must be closed with one of them, or the page never catches up."""
+    import re
+    from pathlib import Path
+
+    from server.web.ws import BEHIND_CODE
+
+    source = (Path(__file__).resolve().parents[2] / "node_modules" / "htmx-ext-ws" / "dist"
+              / "ws.js").read_text()
+    listed = re.search(r"\[([0-9, ]+)\]\.indexOf\(e\.code\)", source)
+    assert listed is not None, "htmx-ext-ws's reconnect codes not found"
+    assert BEHIND_CODE in {int(c) for c in listed.group(1).split(",")}
