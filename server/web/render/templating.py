@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from datetime import UTC, datetime
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import jinja2
 from jinja2 import nodes
 from jinja2.compiler import CodeGenerator, Frame
+from jinja2.runtime import Context
 from markupsafe import Markup, escape
 from starlette.templating import Jinja2Templates
 
@@ -49,6 +51,26 @@ class WholeIncludes(CodeGenerator):
         self.writeline("finally: gen.close()")
 
 
+class RecordContext(Context):
+    """Jinja's context, the names of its globals gathered when asked: Jinja makes a set of
+    the ~30 globals for every context, one an include (~450 a page), and only an `{% import
+    ... with context %}` reads it."""
+
+    def __init__(self, environment: jinja2.Environment, parent: dict[str, Any],
+                 name: str | None, blocks: dict[str, Callable[[Context], Iterator[str]]],
+                 globals: MutableMapping[str, Any] | None = None) -> None:
+        super().__init__(environment, parent, name, blocks)
+        self._globals = globals
+
+    @property  # Context sets a plain attribute: read here when asked
+    def globals_keys(self) -> set[str]:
+        return set() if self._globals is None else set(self._globals)
+
+    @globals_keys.setter
+    def globals_keys(self, value: set[str]) -> None:
+        """Context.__init__'s empty set, given no globals: the names come from _globals."""
+
+
 class RecordEnvironment(jinja2.Environment):
     """Jinja's environment, a record's field (`turn.run_id`, a dict's key) read first: Jinja
     tries `getattr` first and raises an AttributeError for every field of a dict, ~3,800 a
@@ -56,6 +78,7 @@ class RecordEnvironment(jinja2.Environment):
     still come first, then its keys, then undefined."""
 
     code_generator_class = WholeIncludes
+    context_class = RecordContext
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -83,7 +106,9 @@ class RecordEnvironment(jinja2.Environment):
 
 templates = Jinja2Templates(env=RecordEnvironment(
     loader=jinja2.FileSystemLoader(str(ROOT / "templates")),
-    autoescape=jinja2.select_autoescape()))
+    # Every template is HTML (templates/*.html): escaped, without asking its name's ending
+    # for every context made (select_autoescape's answer for these names).
+    autoescape=True))
 # Templates are read once: checking each file's mtime on every include cost a stat per
 # partial rendered (hundreds on a page of 30 turns).
 templates.env.auto_reload = False
@@ -122,8 +147,15 @@ class Segment(TypedDict):
     parts: list[MessageRecord]
 
 
+def _raw_args(call: ToolCall) -> object:
+    return (call.get("function") or {}).get("arguments") or "{}"  # a str, or not
+
+
 def tool_args(call: ToolCall) -> dict[str, Any]:  # free-form: what the model sent
-    raw: object = (call.get("function") or {}).get("arguments") or "{}"  # a str, or not
+    return _args_of(_raw_args(call))
+
+
+def _args_of(raw: object) -> dict[str, Any]:
     try:
         args = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError:
@@ -131,13 +163,39 @@ def tool_args(call: ToolCall) -> dict[str, Any]:  # free-form: what the model se
     return args if isinstance(args, dict) else {"value": args}
 
 
-def tool_target(call: ToolCall) -> str:
-    args = tool_args(call)
+def _target(args: dict[str, Any]) -> str:
     return str(args.get("path") or args.get("command") or "")[:120]
+
+
+def tool_target(call: ToolCall) -> str:
+    return _target(tool_args(call))
 
 
 def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+class ShownArgs(NamedTuple):
+    """A tool call's arguments as its card shows them."""
+
+    target: str  # what it works on: its path or command, cut short
+    text: str  # all of them, pretty
+
+
+@lru_cache(maxsize=256)
+def _shown(raw: str) -> ShownArgs:
+    args = _args_of(raw)
+    return ShownArgs(_target(args), pretty(args))
+
+
+def shown_args(call: ToolCall) -> ShownArgs:
+    """A call's card's arguments. The same arguments show the same: read and pretty-printed
+    once (json's indenting encoder is pure Python), not twice a card on every page load."""
+    raw = _raw_args(call)
+    if isinstance(raw, str):
+        return _shown(raw)
+    args = _args_of(raw)
+    return ShownArgs(_target(args), pretty(args))
 
 
 def blocks(parts: list[MessageRecord]) -> list[Block]:
@@ -259,6 +317,7 @@ env.filters["dom_id"] = dom_id
 env.filters["pretty"] = pretty
 env.globals["tool_args"] = tool_args
 env.globals["tool_target"] = tool_target
+env.globals["shown_args"] = shown_args
 env.globals["blocks"] = blocks
 env.globals["segments"] = segments
 env.globals["rewinds_of"] = rewinds_of
