@@ -200,13 +200,7 @@ def transcript_at(git: GitSession, commit: pygit2.Commit | None = None, *,
         start = next((i for i, m in enumerate(messages[:start]) if m.get("run_id") == down_to),
                      start)
     shown = messages[start:end]
-    runs: dict[str, RunRecord] = {}
-    for run_id in {m.get("run_id") for m in shown}:
-        if not run_id:
-            continue
-        path = layout.find_run_path(git, run_id, commit)
-        if path is not None:
-            runs[run_id] = git.read_json(commit, path)
+    runs = layout.run_records(git, {str(m["run_id"]) for m in shown if m.get("run_id")}, commit)
     items = build_turns(shown, runs)
     annotate_turns(git, commit, items)  # each turn's file chips, all in one walk
     return {"commit_id": str(commit.id), "turns": items, "start": start, "has_more": start > 0,

@@ -12,7 +12,7 @@ is read from the tree, and new files are placed in it (`is_legacy`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,6 +42,7 @@ __all__ = [
     "next_seq",
     "run_count",
     "run_entries",
+    "run_records",
     "run_usages",
     "runs",
     "stored_messages",
@@ -194,6 +195,19 @@ def find_run_path(git: GitSession, run_id: str,
                   commit: pygit2.Commit | None = None) -> str | None:
     found = git.listings.get(RUNS, _tree(git, commit, RUNS)).find(run_id)
     return found.path if found is not None else None
+
+
+def run_records(git: GitSession, run_ids: Iterable[str],
+                commit: pygit2.Commit | None = None) -> dict[str, RunRecord]:
+    """The records of these runs on the branch at `commit` (the ones it holds), read by
+    their blobs from the runs' listing: not a walk down the tree by path for each."""
+    listing = git.listings.get(RUNS, _tree(git, commit, RUNS))
+    out: dict[str, RunRecord] = {}
+    for run_id in run_ids:
+        found = listing.find(run_id)
+        if found is not None:
+            out[run_id] = git.blob_json(found.blob)
+    return out
 
 
 def run_count(git: GitSession, commit: pygit2.Commit | None = None) -> int:
