@@ -13,7 +13,7 @@ system or the file system lacks them.
 - `sync_dir(path)`: fsync a folder, so the names made or renamed in it survive a power cut
   (a file's own fsync keeps its data, not its name).
 - `sync_tree(path, pool)`: a folder just made whole (a new session, an import, a fork):
-  every file and folder in it, then its own name (one batch where start-up checks it).
+  every file and folder in it, then its own name.
 - `sync_all(calls)`: run a batch of syncs all at once, each on its own thread (`SYNCERS`):
   the file system folds syncs that wait together into one journal commit, so a dozen cost
   about one. Only when every sync of the batch waits at once: a dozen on 4 threads cost 3-4
@@ -149,23 +149,20 @@ def sync_file(path: Path | str | bytes) -> None:
 
 
 def sync_tree(path: Path, pool: Executor | None = SYNCERS,
-              durable: Collection[str] = frozenset(), *, checked: bool = False) -> None:
+              durable: Collection[str] = frozenset()) -> None:
     """Everything under `path` (files, then folders), then the folder holding it: a name
-    that survives a power cut holds its whole data. The files named in `durable` (a fork's
-    objects, hard links to files synced when they were written) have only their names
-    synced, with their folders. `checked`: start-up removes the folder unless it is whole
-    (a fork's marker, journal.begin_folder), so its own name need not wait for the folders
-    in it: it goes in their batch, two waits on the disk instead of three (issue 30)."""
+    that survives a power cut holds its whole data, and the folder's own name comes last, so
+    a cut before then leaves no folder (a fork's start-up check reads too little of a
+    repository to tell a missing pack from a whole one). The files named in `durable` (a
+    fork's objects, hard links to files synced when they were written) have only their
+    names synced, with their folders."""
     files: list[Callable[[], None]] = []
-    folders: list[Callable[[], None]] = [functools.partial(sync_dir, path.parent)]
+    folders: list[Callable[[], None]] = []
     for top, dirs, names in os.walk(path):
         folders.append(functools.partial(sync_dir, top))
         files += [functools.partial(sync_file, full) for n in names
                   if (full := os.path.join(top, n)) not in durable]
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
     sync_all(files, pool)
-    if checked:
-        sync_all(folders, pool)
-        return
-    sync_all(folders[1:], pool)
+    sync_all(folders, pool)
     sync_dir(path.parent)

@@ -284,8 +284,7 @@ async def fork_session(braid: Services, user_id: str, session_id: str) -> Forked
         rows = asyncio.ensure_future(_share_rows(braid, source.session_id, new_id))
         try:
             # Whole before it is listed; the linked objects' data is the source's.
-            await asyncio.to_thread(sync_tree, target, SYNCERS, frozenset(linked),
-                                    checked=True)
+            await asyncio.to_thread(sync_tree, target, SYNCERS, frozenset(linked))
         finally:
             await asyncio.wait([rows])  # done either way before anything is undone
         rows.result()
