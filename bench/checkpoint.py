@@ -12,7 +12,9 @@ Prints medians measured side by side in one run:
      index work); agno's is its 5 `checkpoint_run` calls and the end's `cleanup_and_store`,
      divided by 6. agno runs in its own throwaway venv (created here, outside the checkout,
      under ~/.cache/braid/agno-venv; BRAID_AGNO_VENV moves it), driven through
-     bench/agno_side.py without a model; runs of both sides are interleaved.
+     bench/agno_side.py without a model; runs of both sides are interleaved. A third
+     column runs Braid's side again in a tmpfs (BENCH_TMPFS, /dev/shm), where syncs cost
+     nothing: what is Braid's own work, against agno on the disk.
 
 Run: .venv/bin/python bench/checkpoint.py   (BENCH_AGNO=0 leaves section 3 out)
 """
@@ -244,33 +246,45 @@ class AgnoSide:
         self.proc.wait(timeout=60)
 
 
-def bench_agno(root: Path) -> None:
+def bench_agno(root: Path, free: Path | None) -> None:
+    """Braid and agno on the same disk, and Braid again in `free` (a tmpfs: its syncs cost
+    nothing there, what is left is Braid's own work), interleaved."""
     python, why = agno_python()
-    sides: dict[int, tuple[GitSession, AgnoSide | None]] = {}
+    sides: dict[int, tuple[GitSession, AgnoSide | None, GitSession | None]] = {}
     meta = {"title": "bench", "user_id": "local", "created_at": now_iso()}
     ours: dict[int, list[float]] = {n: [] for n in RUN_LENGTHS}
     theirs: dict[int, list[float]] = {n: [] for n in RUN_LENGTHS}
+    freed: dict[int, list[float]] = {n: [] for n in RUN_LENGTHS}
     try:
         for n in RUN_LENGTHS:
-            git = GitSession.create(root / f"runs{n}", {"session_id": f"{n:032x}", **meta})
-            for i in range(n - 1):
-                braid_run(git, i)
+            made: list[GitSession | None] = []
+            for where in (root, free):
+                if where is None:
+                    made.append(None)
+                    continue
+                git = GitSession.create(where / f"runs{n}", {"session_id": f"{n:032x}", **meta})
+                for i in range(n - 1):
+                    braid_run(git, i)
+                made.append(git)
             agno = AgnoSide(python, root / f"agno{n}") if python else None
             if agno is not None:
                 agno.runs(n - 1)
-            sides[n] = (git, agno)
+            assert made[0] is not None
+            sides[n] = (made[0], agno, made[1])
         for i in range(SAMPLES):
-            for n, (git, agno) in sides.items():
+            for n, (git, agno, in_free) in sides.items():
                 # Who goes first alternates: the one after a write pays for its writeback.
                 first, second = (agno, None) if i % 2 else (None, agno)
                 _agno_run(first, theirs[n])
                 ours[n].append(sum(braid_run(git, n + i)) / (BATCHES + 1))
                 _agno_run(second, theirs[n])
+                if in_free is not None:
+                    freed[n].append(sum(braid_run(in_free, n + i)) / (BATCHES + 1))
     finally:
-        for _, agno in sides.values():
+        for _, agno, _ in sides.values():
             if agno is not None:
                 agno.close()
-    _print_agno(ours, theirs if python is not None else None, why)
+    _print_agno(ours, theirs if python is not None else None, why, freed if free else None)
 
 
 def _agno_run(agno: AgnoSide | None, into: list[float]) -> None:
@@ -279,7 +293,7 @@ def _agno_run(agno: AgnoSide | None, into: list[float]) -> None:
 
 
 def _print_agno(ours: dict[int, list[float]], theirs: dict[int, list[float]] | None,
-                why: str) -> None:
+                why: str, freed: dict[int, list[float]] | None) -> None:
     print(f"\n3. A checkpoint side by side with {AGNO} (SqliteDb, checkpoint=\"tool-batch\"),"
           f" per checkpoint: 5 tool batches of 2 KB and an answer, median of {SAMPLES} runs")
     if theirs is None:
@@ -288,12 +302,23 @@ def _print_agno(ours: dict[int, list[float]], theirs: dict[int, list[float]] | N
         for n in RUN_LENGTHS:
             print(f"   {n:>8,} {statistics.median(ours[n]):10.2f} {ISSUE_AGNO_MS:>18}")
         return
-    print(f"   {'run':>8} {'Braid ms':>10} {'agno ms':>10} {'Braid/agno':>11}")
+    extra = f" {'Braid, tmpfs':>13} {'tmpfs/agno':>11}" if freed else ""
+    print(f"   {'run':>8} {'Braid ms':>10} {'agno ms':>10} {'Braid/agno':>11}{extra}")
     for n in RUN_LENGTHS:
         mine, its = statistics.median(ours[n]), statistics.median(theirs[n])
-        print(f"   {n:>8,} {mine:10.2f} {its:10.2f} {mine / its:11.2f}")
+        line = f"   {n:>8,} {mine:10.2f} {its:10.2f} {mine / its:11.2f}"
+        if freed:
+            floor = statistics.median(freed[n])
+            line += f" {floor:13.2f} {floor / its:11.2f}"
+        print(line)
     print("   (Braid: its 6 commits and its one index flush; agno: 5 checkpoint_run calls "
           "and cleanup_and_store)")
+    if freed:
+        print("   (Braid, tmpfs: the same checkpoints in a tmpfs, interleaved, where a sync "
+              "costs nothing: Braid's own work, against agno on the disk)")
+    worst = max(statistics.median(ours[n]) / statistics.median(theirs[n]) for n in RUN_LENGTHS)
+    print(f"   target (issue 30): Braid <= 0.5x agno at every run length: "
+          f"{'holds' if worst <= 0.5 else 'misses'} (worst {worst:.2f}x)")
 
 
 def main() -> None:
@@ -317,8 +342,10 @@ def main() -> None:
     print(f"\n   at 10,000 files Braid is {large['cli'] / large['ours']:.1f}x faster than "
           f"git add -A && git commit")
     if os.environ.get("BENCH_AGNO", "1") != "0":
-        with tempfile.TemporaryDirectory() as tmp:
-            bench_agno(Path(tmp))
+        shm = Path(os.environ.get("BENCH_TMPFS", "/dev/shm"))
+        with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory(
+                dir=shm if shm.is_dir() else None) as free:
+            bench_agno(Path(tmp), Path(free) if shm.is_dir() else None)
 
 
 if __name__ == "__main__":

@@ -185,7 +185,7 @@ def seq_of(name: str) -> int | None:
 def turn_leftovers(git: GitSession, run_id: str, record_rel: str) -> dict[str, Change]:
     """What a killed turn of `run_id` left uncommitted, as checkpoint changes: its pending
     history files (bytes), its workdir changes and session.json (DISK)."""
-    journal.ensure_excludes(git)
+    journal.ensure_excludes(Path(git.repo.path))
     guarded.remove_temp_files(git.pending.dir, [HISTORY, RUNS])
     guarded.remove_temp_files(git.path, [WORKDIR])
     changes: dict[str, Change] = {}

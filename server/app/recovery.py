@@ -12,12 +12,13 @@ killed writer left are removed first (`clear_stale_locks`).
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from server.agent.interrupted import clear_stale_locks, interrupt_run, prune_worktrees
 from server.app import power_cut
 from server.app.reindex import reindex, reindex_one
-from server.features import uploads
+from server.features import fork, uploads
 from server.features.session_meta import purge_deleted
 from server.features.sources import exporting
 from server.git.session import GitSession
@@ -65,8 +66,11 @@ async def start_up(braid: Services, team: Team | None, fresh_index: bool,
 async def recover_operations(braid: Services) -> None:
     """Folders, then intents: before any run is recovered or any request is served."""
     root = braid.store.root
-    for session_id in journal.recover_folders(root):
+    kept, removed = journal.recover_folders(root)
+    for session_id in kept:
         await reindex_one(braid, session_id)
+    for session_id in removed:
+        await fork.forget_rows(braid, session_id)
     for session_id in braid.store.all_ids():
         path = root / session_id
         if uploads.remove_staging(path):  # bodies a dead server was receiving
@@ -83,7 +87,7 @@ async def recover_operations(braid: Services) -> None:
 
 def _settle_session(git: GitSession) -> None:
     clear_stale_locks(git)
-    journal.ensure_excludes(git)
+    journal.ensure_excludes(Path(git.repo.path))
     journal.recover(git)
     exporting.finish_pending(git)  # an export to a folder a kill interrupted
 

@@ -150,9 +150,12 @@ def sync_file(path: Path | str | bytes) -> None:
 
 def sync_tree(path: Path, pool: Executor | None = SYNCERS,
               durable: Collection[str] = frozenset()) -> None:
-    """Everything under `path` (files, then folders), then the folder holding it. The files
-    named in `durable` (a fork's objects, hard links to files synced when they were
-    written) have only their names synced, with their folders."""
+    """Everything under `path` (files, then folders), then the folder holding it: a name
+    that survives a power cut holds its whole data, and the folder's own name comes last, so
+    a cut before then leaves no folder (a fork's start-up check reads too little of a
+    repository to tell a missing pack from a whole one). The files named in `durable` (a
+    fork's objects, hard links to files synced when they were written) have only their
+    names synced, with their folders."""
     files: list[Callable[[], None]] = []
     folders: list[Callable[[], None]] = []
     for top, dirs, names in os.walk(path):

@@ -39,6 +39,7 @@ from server.git.init_repo import init_unsynced
 from server.git.session import GitSession
 from server.git.workdir.index_format import stat_words
 from server.git.workdir.scan import WORKDIR
+from server.git.workdir.staging import OFF_DISK
 from server.store import journal, session_settings
 
 if TYPE_CHECKING:
@@ -59,22 +60,29 @@ def _link_or_copy(src: str, dst: str) -> bool:
     return True
 
 
-def _link_folder(src: str, dst: Path, wanted: Callable[[str], bool]) -> list[str]:
+def _link_folder(src: str, dst: str, wanted: Callable[[str], bool]) -> list[str]:
     """The object files of folder `src` (those `wanted`, no temporary one) linked into
     `dst`, made when the first one comes; the files linked (not copied). Paths as strings:
-    pathlib cost more than the links."""
+    pathlib cost more than the links (a packed source has 256 empty fan-out folders)."""
     linked: list[str] = []
-    folder = os.fspath(dst)
     made = False
     for obj in os.scandir(src):
         if wanted(obj.name) and not obj.name.startswith("tmp"):
             if not made:
-                os.makedirs(folder, exist_ok=True)
+                os.makedirs(dst, exist_ok=True)
                 made = True
-            to = os.path.join(folder, obj.name)
+            to = f"{dst}/{obj.name}"
             if _link_or_copy(obj.path, to):
                 linked.append(to)
     return linked
+
+
+def _any(name: str) -> bool:
+    return True
+
+
+def _pack_file(name: str) -> bool:
+    return name.endswith(OBJECT_SUFFIXES)
 
 
 def link_objects(src: Path, dst: Path) -> list[str]:
@@ -84,14 +92,14 @@ def link_objects(src: Path, dst: Path) -> list[str]:
     folder is made only for the objects it gets: a packed source has 256 empty ones, and
     each folder made is one more to sync (issue 30)."""
     linked: list[str] = []
+    into = os.fspath(dst)
     for entry in os.scandir(src):
         if not entry.is_dir():
             continue
         if len(entry.name) == 2:  # a loose-object fan-out folder
-            linked += _link_folder(entry.path, dst / entry.name, lambda name: True)
+            linked += _link_folder(entry.path, f"{into}/{entry.name}", _any)
         elif entry.name == "pack":
-            linked += _link_folder(entry.path, dst / "pack",
-                                   lambda name: name.endswith(OBJECT_SUFFIXES))
+            linked += _link_folder(entry.path, f"{into}/pack", _pack_file)
         elif entry.name == "info":
             alternates = Path(entry.path) / "alternates"
             if alternates.exists():  # a source that borrows objects lends the same
@@ -163,7 +171,7 @@ def clone_session(git: GitSession, target: Path, meta: SessionMeta) -> list[str]
         # A fresh folder holds no symlink the checkout could be led through.
         repo.checkout(f"refs/heads/{head}", strategy=pygit2.enums.CheckoutStrategy.FORCE)
     (target / WORKDIR).mkdir(exist_ok=True)  # git keeps no empty folders
-    journal.ensure_excludes(GitSession(target))
+    journal.ensure_excludes(target / ".git")
     return linked
 
 
@@ -174,28 +182,61 @@ def copy_worktree(git: GitSession, repo: pygit2.Repository, target: Path, meta: 
     updated. A checkout would read every blob back out of the packs instead."""
     source = git.index.load()
     index = source.copy(target / ".git" / "index", target)
-    made: set[Path] = set()
-    for rel, oid, mode, words in source.on_disk():
+    made: set[str] = set()
+    src_root, dst_root = os.fspath(git.path), os.fspath(target)
+    for rel, oid, mode, words in source.on_disk(OFF_DISK):
         if rel == "session.json":
             continue
-        src, dst = git.path / rel, target / rel
-        if dst.parent not in made:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            made.add(dst.parent)
+        # Strings and plain calls: pathlib and shutil cost more than the copies (issue 30).
+        src, dst = f"{src_root}/{rel}", f"{dst_root}/{rel}"
+        folder = os.path.dirname(dst)
+        if folder not in made:
+            os.makedirs(folder, exist_ok=True)
+            made.add(folder)
         before = os.lstat(src)
         if mode == FileMode.LINK:
             os.symlink(os.readlink(src), dst)
+            copied = os.lstat(dst)
         else:
-            shutil.copyfile(src, dst)
-            if mode == FileMode.BLOB_EXECUTABLE:
-                os.chmod(dst, 0o755)
+            copied = _copy_file(src, dst, 0o755 if mode == FileMode.BLOB_EXECUTABLE else None)
         # The copy's own stat data when the source file is as its entry says (unchanged
         # since it was staged, before and after the copy); else none, and git rehashes it.
         fresh = stat_words(before) == words == stat_words(os.lstat(src))
-        index.set(rel, oid, mode, os.lstat(dst) if fresh else None)
+        index.set(rel, oid, mode, copied if fresh else None)
     (target / "session.json").write_bytes(meta)
     index.set("session.json", pygit2.hash(meta), FileMode.BLOB, os.lstat(target / "session.json"))
     index.write(full=True)  # the fork's libgit2 reads it first (staging.py: not sparse)
+
+
+def _copy_file(src: str, dst: str, chmod: int | None) -> os.stat_result:
+    """`src`'s bytes into the new file `dst` (following a symlink at neither); `dst`'s
+    stat after the copy."""
+    fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd_out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o644)
+        try:
+            while os.sendfile(fd_out, fd_in, None, 1 << 30):
+                pass
+            if chmod is not None:
+                os.fchmod(fd_out, chmod)
+            return os.fstat(fd_out)
+        finally:
+            os.close(fd_out)
+    finally:
+        os.close(fd_in)
+
+
+async def _share_rows(braid: Services, source_id: str, new_id: str) -> None:
+    """The index rows a fork shares with its source: its runs and its search rows."""
+    await braid.index.copy_runs(source_id, new_id)
+    await braid.search.copy_session(source_id, new_id)
+
+
+async def forget_rows(braid: Services, session_id: str) -> None:
+    """The index rows of a half-made folder, gone with it."""
+    await braid.index.delete_session(session_id)
+    await braid.search.delete_session(session_id)
 
 
 def fork_title(title: str) -> str:
@@ -233,21 +274,31 @@ async def fork_session(braid: Services, user_id: str, session_id: str) -> Forked
     try:
         def clone(git: GitSession) -> list[str]:
             linked = clone_session(git, target, meta)
-            session_settings.save(target, meta)
+            session_settings.save(target, meta, synced=False)  # synced with the folder
             return linked
 
         linked = await source.call(clone)
-        # Whole before it is listed, in one batch; the linked objects' data is the source's.
-        await asyncio.to_thread(sync_tree, target, SYNCERS, frozenset(linked))
+        # The runs and search rows it shares are written while the folder is synced: no
+        # one can name the new session before it is listed, and start-up removes them with
+        # a half-made folder (app.recovery). Listed (its session row) only once it is whole.
+        rows = asyncio.ensure_future(_share_rows(braid, source.session_id, new_id))
+        try:
+            # Whole before it is listed; the linked objects' data is the source's.
+            await asyncio.to_thread(sync_tree, target, SYNCERS, frozenset(linked))
+        finally:
+            await asyncio.wait([rows])  # done either way before anything is undone
+        rows.result()
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
+        try:
+            await forget_rows(braid, new_id)
+        except Exception:  # noqa: BLE001 - the fork's own error is the one to raise
+            log.exception("could not forget the index rows of the fork %s", new_id)
         journal.end_folder(braid.store.root, new_id)
         raise
     crash.at("fork.after_checkout")
     handle = braid.store.get(new_id)
     await braid.index.upsert_session(handle.meta)
-    await braid.index.copy_runs(source.session_id, new_id)
-    await braid.search.copy_session(source.session_id, new_id)
     journal.end_folder(braid.store.root, new_id)
     return {"session_id": new_id, "forked_from_session_id": source.session_id,
             "root_session_id": meta["root_session_id"], "title": meta["title"]}

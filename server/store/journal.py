@@ -233,9 +233,10 @@ def recover(git: GitSession) -> str | None:
     return outcome
 
 
-def ensure_excludes(git: GitSession) -> None:
-    """Sessions made before temporary names were excluded get the pattern added."""
-    path = Path(git.repo.path) / "info" / "exclude"
+def ensure_excludes(git_dir: Path) -> None:
+    """Sessions made before temporary names were excluded get the pattern added (`git_dir`:
+    the repository's `.git`)."""
+    path = git_dir / "info" / "exclude"
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
@@ -261,10 +262,12 @@ def end_folder(root: Path, session_id: str) -> None:
     folder_intent(root, session_id).unlink(missing_ok=True)
 
 
-def recover_folders(root: Path) -> list[str]:
+def recover_folders(root: Path) -> tuple[list[str], list[str]]:
     """Remove half-made session folders; returns the ids of the folders that were finished
-    (their fork commit exists) and so are kept."""
-    kept = []
+    (their fork commit exists) and so are kept, and of those removed (their index rows go
+    too: a fork writes them while its folder is synced)."""
+    kept: list[str] = []
+    removed: list[str] = []
     for marker in root.glob(FOLDER_INTENT.format("*")):
         session_id = marker.name[1:-len(".intent")]
         folder = root / session_id
@@ -272,6 +275,7 @@ def recover_folders(root: Path) -> list[str]:
             kept.append(session_id)
         else:
             shutil.rmtree(folder, ignore_errors=True)
+            removed.append(session_id)
             log.warning("removed the half-made session folder %s", session_id)
         marker.unlink(missing_ok=True)
     for folder in root.iterdir():
@@ -280,8 +284,9 @@ def recover_folders(root: Path) -> list[str]:
         if is_session_id(folder.name) and not (folder / "session.json").exists() \
                 and _never_finished(folder):
             shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder.name)
             log.warning("removed the half-made session folder %s", folder.name)
-    return kept
+    return kept, removed
 
 
 def _never_finished(folder: Path) -> bool:

@@ -60,9 +60,10 @@ def load(session_path: Path) -> SessionMeta:
     return overlay(meta, session_path)
 
 
-def save(session_path: Path, meta: SessionMeta) -> None:
+def save(session_path: Path, meta: SessionMeta, *, synced: bool = True) -> None:
     """Keep `meta`'s settings as the session's: a temporary file synced, renamed over the
-    old one, the folder synced (a kill -9 or a power cut leaves the old file or the new)."""
+    old one, the folder synced (a kill -9 or a power cut leaves the old file or the new).
+    `synced=False`: a new folder its maker syncs whole (a fork)."""
     if not (session_path / ".git").is_dir():  # a sub-agent's worktree: not the session
         return
     target = settings_path(session_path)
@@ -71,10 +72,13 @@ def save(session_path: Path, meta: SessionMeta) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     try:
         os.write(fd, data)
-        os.fsync(fd)
+        if synced:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, target)
+    if not synced:
+        return
     folder = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(folder)

@@ -12,10 +12,12 @@ import pytest
 
 from conftest import assert_fsck, git, new_session, run_turn
 from server.agent import turns
+from server.app import recovery
 from server.app.braid import Braid
 from server.app.reindex import reindex
 from server.base.errors import BadRequest, Busy, NotFound
 from server.features import fork, sessions, timetravel
+from server.store import journal
 from server.store.users import DEFAULT_USER
 from server.web import params
 
@@ -192,3 +194,23 @@ def test_link_objects_names_what_it_linked(tmp_path: Path) -> None:
                                     ("ab/0123", "pack/pack-1.pack", "pack/pack-1.idx"))
     assert not (dst / "cd").exists() and not (dst / "ab" / "tmp_obj_x").exists()
     assert all(os.stat(p).st_nlink == 2 for p in linked)
+
+
+async def test_a_fork_cut_before_it_was_whole_leaves_no_index_rows(braid: Braid) -> None:
+    """A fork writes the runs and search rows it shares while its folder is synced (issue
+    30), and its session row only once the folder is whole. A power cut in between leaves a
+    half-made folder: start-up removes it, and its rows with it."""
+    sid, _ = await new_session(braid)
+    await run_turn(braid, sid, "say zebra quokka")
+    new_id = (await fork.fork_session(braid, USER, sid))["session_id"]
+    assert await braid.index.list_runs(new_id)
+    assert {h["session_id"] for h in await braid.search.search(USER, "quokka", 10)} == \
+        {sid, new_id}
+    # What a cut during the sync can leave: the marker, a file's name without its data.
+    journal.begin_folder(braid.store.root, new_id, "fork")
+    (braid.store.path(new_id) / "session.json").write_bytes(b"")
+    await recovery.recover_operations(braid)
+    assert not braid.store.path(new_id).exists()
+    assert await braid.index.list_runs(new_id) == []
+    assert {h["session_id"] for h in await braid.search.search(USER, "quokka", 10)} == {sid}
+    assert [s["session_id"] for s in await sessions.list_sessions(braid, USER)] == [sid]

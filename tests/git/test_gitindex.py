@@ -90,6 +90,28 @@ def test_skip_worktree_entries_off_disk(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_on_disk_jumps_over_the_off_disk_folders_and_names_the_same(tmp_path: Path) -> None:
+    """A fork copies what `on_disk` names; jumping over history/ and runs/ (most of a long
+    session's index: issue 30) names exactly the files git has on disk, with their ids."""
+    files = {**FILES, "aaa.txt": "first\n", "rung.txt": "after runs/\n", "zz/last.txt": "z\n"}
+    path = make_repo(tmp_path / "r", files)
+    repo = pygit2.Repository(str(path))
+    index = GitIndex(path / ".git" / "index", path)
+    index.reset(tree_entries(repo.head.peel(pygit2.Commit).tree, "", ("history/", "runs/")))
+    index.write()
+    on_disk = {}
+    for line in git(path, "ls-files", "-s", "-t").splitlines():
+        tag, mode, oid, rest = line.split(" ", 3)
+        if tag == "H":
+            on_disk[rest.split("\t", 1)[1]] = oid
+    assert "runs/000/00/r.json" not in on_disk and "rung.txt" in on_disk
+    whole = [(rel, str(oid)) for rel, oid, _, _ in index.on_disk()]
+    assert whole == sorted(on_disk.items())
+    jumped = [(rel, str(oid)) for rel, oid, _, _ in index.on_disk(("history/", "runs/"))]
+    assert jumped == whole
+    assert list(index.on_disk(("runs/", "history/", "none/"))) == list(index.on_disk())
+
+
 def test_racy_entries_are_rehashed(tmp_path: Path) -> None:
     """A file changed in the same tick as the lstat that staged it (same size, same mtime)
     must not look clean to git."""

@@ -159,12 +159,21 @@ class GitIndex:
         for key, blob in self._entries.items():
             yield key.decode("utf-8", "surrogateescape"), entry_mode(blob), entry_skips(blob)
 
-    def on_disk(self) -> Iterator[tuple[str, pygit2.Oid, int, Stat]]:
-        """(path, oid, mode, stat words) of every entry that is not skip-worktree."""
-        for key, blob in self._entries.items():
-            if not entry_skips(blob):
-                yield (key.decode("utf-8", "surrogateescape"), pygit2.Oid(raw=entry_oid(blob)),
-                       entry_mode(blob), entry_stat(blob))
+    def on_disk(self, off: tuple[str, ...] = ()) -> Iterator[tuple[str, pygit2.Oid, int, Stat]]:
+        """(path, oid, mode, stat words) of every entry that is not skip-worktree. The
+        entries under the folders `off` (skip-worktree whole: history/, runs/) are jumped
+        over, not looked at: they are most of a long session's index (issue 30)."""
+        keys, blobs = self._entries.flat()
+        spans = sorted((bisect.bisect_left(keys, k), bisect.bisect_left(keys, prefix_end(k)))
+                       for k in map(_key, off))
+        start = 0
+        for lo, hi in [*spans, (len(keys), len(keys))]:
+            for j in range(start, lo):
+                blob = blobs[j]
+                if not entry_skips(blob):
+                    yield (keys[j].decode("utf-8", "surrogateescape"),
+                           pygit2.Oid(raw=entry_oid(blob)), entry_mode(blob), entry_stat(blob))
+            start = max(start, hi)
 
     def copy(self, file: Path, root: Path) -> GitIndex:
         """The same entries for another index file (a fork's), without reading any file."""
