@@ -30,10 +30,11 @@ _DICT_ATTRIBUTES = frozenset(dir(dict))
 
 
 class WholeIncludes(CodeGenerator):
-    """Jinja's code, an include's output handed up whole: Jinja passes each piece an included
-    template yields up through every template that includes it, one Python loop a level, and a
-    turn's ~140 pieces went up seven levels (session, base, body, transcript, items, turn,
-    footer): ~28,000 generator steps a page of 30 turns (issue 30). Same text, same order."""
+    """Jinja's code for an include, its output handed up whole, in a context made by
+    `RecordEnvironment.included`: Jinja passes each piece an included template yields up
+    through every template that includes it, one Python loop a level (the ~4,000 pieces of a
+    page of 30 turns went up six or seven levels each: session, base, body, transcript,
+    items, turn, footer; issue 30). Same text, same order."""
 
     def visit_Include(self, node: nodes.Include, frame: Frame) -> None:
         if not node.with_context or node.ignore_missing or self.environment.is_async \
