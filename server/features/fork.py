@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -197,8 +198,10 @@ def copy_worktree(git: GitSession, repo: pygit2.Repository, target: Path, meta: 
         if mode == FileMode.LINK:
             os.symlink(os.readlink(src), dst)
             copied = os.lstat(dst)
-        else:
+        elif stat.S_ISREG(before.st_mode):
             copied = _copy_file(src, dst, 0o755 if mode == FileMode.BLOB_EXECUTABLE else None)
+        else:  # no longer the file it was staged as: the checkout writes what git holds
+            raise OSError(f"{rel} is not a regular file")
         # The copy's own stat data when the source file is as its entry says (unchanged
         # since it was staged, before and after the copy); else none, and git rehashes it.
         fresh = stat_words(before) == words == stat_words(os.lstat(src))
@@ -211,7 +214,8 @@ def copy_worktree(git: GitSession, repo: pygit2.Repository, target: Path, meta: 
 def _copy_file(src: str, dst: str, chmod: int | None) -> os.stat_result:
     """`src`'s bytes into the new file `dst` (following a symlink at neither); `dst`'s
     stat after the copy."""
-    fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    # O_NONBLOCK: a FIFO put in a file's place opens at once (and sendfile refuses it).
+    fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         fd_out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                          0o644)

@@ -3,11 +3,13 @@ independent of its source afterwards. Checked through the git CLI."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
 from typing import Any
 
+import pygit2
 import pytest
 
 from conftest import assert_fsck, git, new_session, run_turn
@@ -214,3 +216,28 @@ async def test_a_fork_cut_before_it_was_whole_leaves_no_index_rows(braid: Braid)
     assert await braid.index.list_runs(new_id) == []
     assert {h["session_id"] for h in await braid.search.search(USER, "quokka", 10)} == {sid}
     assert [s["session_id"] for s in await sessions.list_sessions(braid, USER)] == [sid]
+
+
+async def test_a_file_that_became_a_fifo_is_checked_out_not_waited_on(braid: Braid) -> None:
+    """The working tree is copied file by file as the index names them (issue 30: plain
+    calls, not shutil). A file turned into a FIFO after it was staged (what a process left
+    running could do) must not hang the copy: it is refused, and the fork checks out."""
+    sid, src = await new_session(braid)
+    await run_turn(braid, sid, "write a.txt one")
+    await run_turn(braid, sid, "write b.txt two")
+    handle = braid.store.get(sid)
+
+    def copy(gs: Any) -> str:
+        (src / "workdir/a.txt").unlink()
+        os.mkfifo(src / "workdir/a.txt")
+        target = braid.store.root / "copy-target"
+        fork.init_unsynced(target, "main")
+        fork.write_forked_refs(gs, target, b"{}", sid)
+        try:
+            fork.copy_worktree(gs, pygit2.Repository(str(target)), target, b"{}")
+        except OSError as e:
+            return str(e)
+        return "copied"
+
+    done = await asyncio.wait_for(handle.call(copy), timeout=30)
+    assert "workdir/a.txt" in done and "not a regular file" in done
