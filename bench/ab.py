@@ -11,7 +11,8 @@ and a 500-turn one. Measured on both, turn by turn alternating which side goes f
     wall time, and the server's CPU time for it (/proc: user + system, every thread), which
     the other engineers' load on a shared machine moves far less than the wall time;
   - the session page `GET /s/{id}` (bytes, ms) at each length;
-  - `fork_session` of the 500-turn session;
+  - `fork_session` of the 500-turn session (the page and the fork once both servers are at
+    rest: no background `git repack` of what the turns wrote);
   - in Chromium (BENCH_CHROMIUM=0 leaves it out): opening the longest session's page until
     its socket is connected and it is painted, and a 3,000-word answer (BENCH_WORDS) from
     Enter to its last word shown, each in a fresh session (bench/stream.py's measures).
@@ -170,6 +171,32 @@ def main() -> None:
     report(args.base, turns, pages, forks, chromium)
 
 
+def children(pid: int) -> list[str]:
+    """The pids of the process's children (every thread's)."""
+    found: list[str] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += (task / "children").read_text().split()
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return found
+
+
+def settle(sides: list[Side], calm: float = 5.0, most: float = 600.0) -> None:
+    """Wait until no server has had a child for `calm` seconds: the turns just written leave
+    each session to the idle packer (`git repack` 2 s after the last write), and on two cores
+    a repack of a 5,000-turn session beside the page or the fork timed that instead of them
+    (the page of either side took twice its time in such a run)."""
+    deadline = time.monotonic() + most
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        if any(children(side.proc.pid) for side in sides):
+            since = time.monotonic()
+        elif time.monotonic() - since >= calm:
+            return
+        time.sleep(0.2)
+
+
 def measure(sides: list[Side], sids: dict[int, str], forked: str,
             turns: dict[tuple[str, int], list[tuple[float, float]]],
             pages: dict[tuple[str, int], list[tuple[float, int]]],
@@ -182,7 +209,8 @@ def measure(sides: list[Side], sids: dict[int, str], forked: str,
         for n, sid in sids.items():
             for side in interleaved(sides, i):
                 turns.setdefault((side.name, n), []).append(side.turn(sid))
-    for i in range(max(5, SAMPLES // 3)):
+    settle(sides)
+    for i in range(SAMPLES):
         for n, sid in sids.items():
             for side in interleaved(sides, i):
                 took, raw = side.call("GET", f"/s/{sid}")
