@@ -216,6 +216,10 @@ def measure(sides: list[Side], sids: dict[int, str], forked: str,
                 took, raw = side.call("GET", f"/s/{sid}")
                 pages.setdefault((side.name, n), []).append((took, len(raw)))
         for side in interleaved(sides, i):
+            # What the other side left unsynced is flushed first: else a side that syncs
+            # pays for the writeback of one that does not (the base's forks, ~300 files
+            # each), in its own fsyncs' journal commit.
+            os.sync()
             took, _ = side.call("POST", f"/api/sessions/{forked}/fork", {})
             forks.setdefault(side.name, []).append(took)
     if os.environ.get("BENCH_CHROMIUM", "1") != "0":
