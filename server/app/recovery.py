@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 from server.agent.interrupted import clear_stale_locks, interrupt_run, prune_worktrees
 from server.app import power_cut
 from server.app.reindex import reindex, reindex_one
-from server.features import fork, uploads
-from server.features.session_meta import purge_deleted
+from server.features import session_meta, uploads
 from server.features.sources import exporting
 from server.git.session import GitSession
 from server.store import journal
@@ -42,7 +41,7 @@ async def start_up(braid: Services, team: Team | None, fresh_index: bool,
     touched = await power_cut.check_sessions(braid, unclean) \
         if alone and unclean is not None else []
     if alone:
-        await purge_deleted(braid)  # deletions a killed server left half done
+        await session_meta.purge_deleted(braid)  # deletions a killed server left half done
         # Half-done operations first, so runs are recovered on a consistent working tree.
         await recover_operations(braid)
     for session_id in touched:  # after the intents, before runs left RUNNING are recovered
@@ -70,7 +69,7 @@ async def recover_operations(braid: Services) -> None:
     for session_id in kept:
         await reindex_one(braid, session_id)
     for session_id in removed:
-        await fork.forget_rows(braid, session_id)
+        await session_meta.forget_rows(braid, session_id)
     for session_id in braid.store.all_ids():
         path = root / session_id
         if uploads.remove_staging(path):  # bodies a dead server was receiving

@@ -34,6 +34,7 @@ from server.base.ids import new_session_id
 from server.base.names import plain_title
 from server.base.records import SessionMeta, new_session_meta, to_json_bytes
 from server.base.results import ForkedSession
+from server.features import session_meta
 from server.git import loose, objects
 from server.git.commits import commit_message
 from server.git.init_repo import init_unsynced
@@ -237,12 +238,6 @@ async def _share_rows(braid: Services, source_id: str, new_id: str) -> None:
     await braid.search.copy_session(source_id, new_id)
 
 
-async def forget_rows(braid: Services, session_id: str) -> None:
-    """The index rows of a half-made folder, gone with it."""
-    await braid.index.delete_session(session_id)
-    await braid.search.delete_session(session_id)
-
-
 def fork_title(title: str) -> str:
     """A fork's name tells it from its source: "x" → "x (fork)" → "x (fork 2)" → …"""
     if not title:
@@ -295,7 +290,7 @@ async def fork_session(braid: Services, user_id: str, session_id: str) -> Forked
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         try:
-            await forget_rows(braid, new_id)
+            await session_meta.forget_rows(braid, new_id)
         except Exception:  # noqa: BLE001 - the fork's own error is the one to raise
             log.exception("could not forget the index rows of the fork %s", new_id)
         journal.end_folder(braid.store.root, new_id)

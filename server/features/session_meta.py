@@ -213,9 +213,14 @@ async def _drop(braid: Services, handle: SessionHandle) -> None:
     await loop.run_in_executor(None, handle.close)  # waits for git work queued before
     trash = braid.store.root / f"{DELETED_PREFIX}{sid}"
     await loop.run_in_executor(None, handle.path.rename, trash)
-    await braid.index.delete_session(sid)
-    await braid.search.delete_session(sid)
+    await forget_rows(braid, sid)
     await loop.run_in_executor(None, lambda: shutil.rmtree(trash, ignore_errors=True))
+
+
+async def forget_rows(braid: Services, session_id: str) -> None:
+    """A session's index and search rows, gone with its folder."""
+    await braid.index.delete_session(session_id)
+    await braid.search.delete_session(session_id)
 
 
 async def purge_deleted(braid: Services) -> int:
@@ -224,8 +229,7 @@ async def purge_deleted(braid: Services) -> int:
     for path in braid.store.root.glob(f"{DELETED_PREFIX}*"):
         sid = path.name[len(DELETED_PREFIX):]
         if is_session_id(sid):
-            await braid.index.delete_session(sid)
-            await braid.search.delete_session(sid)
+            await forget_rows(braid, sid)
         shutil.rmtree(path, ignore_errors=True)
         count += 1
     return count

@@ -164,11 +164,7 @@ def _raw_args(call: ToolCall) -> object:
     return (call.get("function") or {}).get("arguments") or "{}"  # a str, or not
 
 
-def tool_args(call: ToolCall) -> dict[str, Any]:  # free-form: what the model sent
-    return _args_of(_raw_args(call))
-
-
-def _args_of(raw: object) -> dict[str, Any]:
+def _args_of(raw: object) -> dict[str, Any]:  # free-form: what the model sent
     try:
         args = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError:
@@ -181,7 +177,7 @@ def _target(args: dict[str, Any]) -> str:
 
 
 def tool_target(call: ToolCall) -> str:
-    return _target(tool_args(call))
+    return _target(_args_of(_raw_args(call)))
 
 
 def pretty(value: Any) -> str:
@@ -195,20 +191,19 @@ class ShownArgs(NamedTuple):
     text: str  # all of them, pretty
 
 
-@lru_cache(maxsize=256)
-def _shown(raw: str) -> ShownArgs:
+def _show(raw: object) -> ShownArgs:
     args = _args_of(raw)
     return ShownArgs(_target(args), pretty(args))
+
+
+_shown = lru_cache(maxsize=256)(_show)  # by the arguments' text
 
 
 def shown_args(call: ToolCall) -> ShownArgs:
     """A call's card's arguments. The same arguments show the same: read and pretty-printed
     once (json's indenting encoder is pure Python), not twice a card on every page load."""
     raw = _raw_args(call)
-    if isinstance(raw, str):
-        return _shown(raw)
-    args = _args_of(raw)
-    return ShownArgs(_target(args), pretty(args))
+    return _shown(raw) if isinstance(raw, str) else _show(raw)
 
 
 def blocks(parts: list[MessageRecord]) -> list[Block]:
@@ -328,7 +323,6 @@ env.filters["note_for_people"] = note_for_people
 env.filters["readable"] = readable
 env.filters["dom_id"] = dom_id
 env.filters["pretty"] = pretty
-env.globals["tool_args"] = tool_args
 env.globals["tool_target"] = tool_target
 env.globals["shown_args"] = shown_args
 env.globals["blocks"] = blocks
